@@ -33,7 +33,8 @@ int errbuf_wrap(errbuf *err, int ret, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    int n = snprintf(err->msg, sizeof err->msg, "%s: ", prefix);
+    if (n >= 0 && (size_t)n < sizeof err->msg) snprintf(err->msg + n, sizeof err->msg - (size_t)n, "%s", old);
     return ret;
 }
 

@@ -1,0 +1,32 @@
+/* anchors: DFlash anchor sampling and block construction for one packed batch (spec: Anchors, Attention mask,
+ * Loss). The mask is kept as the structure it is: per block, the context rows it may see (its sequence, positions
+ * strictly before its anchor) and its own B slots; never a dense (Q, K) matrix. Output arrays are owned by the
+ * drafter_blocks and freed by drafter_blocks_free. */
+#ifndef DFLASH_ANCHORS_H
+#define DFLASH_ANCHORS_H
+
+#include <stdint.h>
+
+typedef struct drafter_blocks {
+    int nblocks, block_size;        /* N, B */
+    int32_t *anchor, *anchor_seq;   /* (N): position inside its sequence, sequence index */
+    int32_t *ctx_start, *ctx_len;   /* (N): visible context rows [ctx_start, ctx_start+ctx_len) of the batch */
+    int32_t *block_ids, *block_pos; /* (N*B): anchor token then mask tokens; positions a+s */
+    int32_t *labels;                /* (N*B): token a+k of the same sequence, 0 when the slot is not trained */
+    float *weights;                 /* (N*B): exp(-(k-1)/gamma) for valid slots k >= 1, else 0 */
+} drafter_blocks;
+
+/* Draw anchors for a packed batch: per sequence up to max_anchors positions a with loss_mask[a] = loss_mask[a+1]
+ * = 1 and a+1 inside the sequence, uniformly without replacement, sorted. Deterministic in (seed, epoch,
+ * batch_id). Returns N; anchors/anchor_seq are xmalloc'd (caller frees). */
+int anchors_sample(const int32_t *cu_seqlens, int nseq, const uint8_t *loss_mask, int max_anchors, uint64_t seed,
+                   uint64_t epoch, uint64_t batch_id, int32_t **anchors, int32_t **anchor_seq);
+/* Build the blocks for given anchors (sorted per sequence). loss_mask as bytes (0/1). */
+void drafter_blocks_build(drafter_blocks *b, const int32_t *input_ids, const int32_t *cu_seqlens,
+                          const uint8_t *loss_mask, const int32_t *anchors, const int32_t *anchor_seq, int nanchors,
+                          int block_size, int mask_token_id, double gamma);
+void drafter_blocks_free(drafter_blocks *b);
+/* The spec's gamma for a block size: 7 for 16, 5 for 10, 4 for 8; otherwise block_size/2 - 1, at least 1. */
+double drafter_default_gamma(int block_size);
+
+#endif

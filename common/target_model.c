@@ -1,0 +1,251 @@
+#include "target_model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "embedding.h"
+#include "matmul.h"
+#include "rmsnorm.h"
+#include "rope.h"
+#include "safetensors.h"
+#include "swiglu.h"
+
+typedef struct target_layer {
+    float *input_norm, *post_norm;       /* (H) */
+    float *q_norm, *k_norm;              /* (hd), Qwen3 only */
+    float *wq, *wk, *wv, *wo;            /* (nh*hd, H), (nkv*hd, H) x2, (H, nh*hd) */
+    float *w_gate, *w_up, *w_down;       /* (I, H) x2, (H, I) */
+} target_layer;
+
+struct target_model {
+    hf_config cfg;
+    int nlayers;                         /* layers loaded: [0, nlayers) */
+    int full;                            /* final norm + all layers loaded */
+    float *embed, *lm_head, *final_norm;
+    target_layer *layers;
+    double *inv_freq;                    /* (hd/2) */
+    /* scratch, grown to the largest batch seen */
+    int scratch_tokens;
+    float *x, *u, *q, *k, *v, *attn, *gate, *up;
+};
+
+static int load_tensor(const st_file *st, const char *name, float **out, int64_t d0, int64_t d1, errbuf *err)
+{
+    int64_t shape[2] = {d0, d1};
+    return st_load_f32(st, name, out, d1 > 0 ? 2 : 1, shape, NULL, err);
+}
+
+static int load_layer(const st_file *st, const hf_config *c, int i, target_layer *l, errbuf *err)
+{
+    char n[160];
+    int64_t H = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->num_heads * hd, kd = (int64_t)c->num_kv_heads * hd;
+    int64_t I = c->intermediate_size;
+    int rc = 0;
+#define LOAD(field, suffix, a, b)                                                  \
+    if (rc == 0) {                                                                  \
+        snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);                    \
+        rc = load_tensor(st, n, &l->field, a, b, err);                              \
+    }
+    LOAD(input_norm, "input_layernorm.weight", H, 0);
+    LOAD(post_norm, "post_attention_layernorm.weight", H, 0);
+    LOAD(wq, "self_attn.q_proj.weight", qd, H);
+    LOAD(wk, "self_attn.k_proj.weight", kd, H);
+    LOAD(wv, "self_attn.v_proj.weight", kd, H);
+    LOAD(wo, "self_attn.o_proj.weight", H, qd);
+    if (c->has_qk_norm) {
+        LOAD(q_norm, "self_attn.q_norm.weight", hd, 0);
+        LOAD(k_norm, "self_attn.k_norm.weight", hd, 0);
+    }
+    LOAD(w_gate, "mlp.gate_proj.weight", I, H);
+    LOAD(w_up, "mlp.up_proj.weight", I, H);
+    LOAD(w_down, "mlp.down_proj.weight", H, I);
+#undef LOAD
+    return rc;
+}
+
+static void free_layer(target_layer *l)
+{
+    float **p[] = {&l->input_norm, &l->post_norm, &l->q_norm, &l->k_norm, &l->wq, &l->wk,
+                   &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
+}
+
+int target_model_load(target_model **out, const char *dir, int max_layer, errbuf *err)
+{
+    target_model *m = xcalloc(1, sizeof *m);
+    st_file *st = NULL;
+    int rc = hf_config_load(&m->cfg, dir, err);
+    if (rc) goto fail;
+    const hf_config *c = &m->cfg;
+    if (max_layer >= c->num_layers) {
+        rc = errbuf_set(err, EINVAL, "%s: layer %d requested but the model has %d layers", dir, max_layer,
+                        c->num_layers);
+        goto fail;
+    }
+    m->full = max_layer < 0;
+    m->nlayers = m->full ? c->num_layers : max_layer + 1;
+    rc = st_open(&st, dir, err);
+    if (rc) goto fail;
+    rc = load_tensor(st, "model.embed_tokens.weight", &m->embed, c->vocab_size, c->hidden_size, err);
+    if (rc) goto fail;
+    if (c->tie_embeddings) {
+        m->lm_head = m->embed;
+    } else {
+        rc = load_tensor(st, "lm_head.weight", &m->lm_head, c->vocab_size, c->hidden_size, err);
+        if (rc) goto fail;
+    }
+    if (m->full) {
+        rc = load_tensor(st, "model.norm.weight", &m->final_norm, c->hidden_size, 0, err);
+        if (rc) goto fail;
+    }
+    m->layers = xcalloc((size_t)m->nlayers, sizeof *m->layers);
+    for (int i = 0; i < m->nlayers; i++) {
+        rc = load_layer(st, c, i, &m->layers[i], err);
+        if (rc) goto fail;
+    }
+    m->inv_freq = xmalloc(sizeof(double) * (size_t)(c->head_dim / 2));
+    rope_params rp = {.theta = c->rope_theta, .llama3 = c->rope_llama3, .factor = c->rope_factor,
+                      .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
+                      .original_max_position = c->rope_original_max_position};
+    rope_inv_freq(m->inv_freq, c->head_dim, &rp);
+    /* transformers keeps inv_freq as a float buffer that follows the model's dtype when the model is cast
+     * (model.to(torch.bfloat16)): a bf16 checkpoint's reference forward rotates with bf16-rounded frequencies. */
+    if (!strcmp(c->torch_dtype, "bfloat16"))
+        for (int i = 0; i < c->head_dim / 2; i++) m->inv_freq[i] = bf16_to_f32(f32_to_bf16((float)m->inv_freq[i]));
+    st_close(&st);
+    *out = m;
+    return 0;
+fail:
+    st_close(&st);
+    target_model_destroy(&m);
+    return rc;
+}
+
+void target_model_destroy(target_model **mp)
+{
+    target_model *m = *mp;
+    if (!m) return;
+    if (m->layers)
+        for (int i = 0; i < m->nlayers; i++) free_layer(&m->layers[i]);
+    free(m->layers);
+    if (m->lm_head != m->embed) free(m->lm_head);
+    free(m->embed);
+    free(m->final_norm);
+    free(m->inv_freq);
+    float *scratch[] = {m->x, m->u, m->q, m->k, m->v, m->attn, m->gate, m->up};
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) free(scratch[i]);
+    free(m);
+    *mp = NULL;
+}
+
+const hf_config *target_model_config(const target_model *m) { return &m->cfg; }
+const float *target_model_embedding(const target_model *m) { return m->embed; }
+const float *target_model_lm_head(const target_model *m) { return m->lm_head; }
+int target_model_loaded_layers(const target_model *m) { return m->nlayers - 1; }
+
+static void scratch_reserve(target_model *m, int T)
+{
+    if (T <= m->scratch_tokens) return;
+    const hf_config *c = &m->cfg;
+    size_t H = (size_t)c->hidden_size, qd = (size_t)c->num_heads * (size_t)c->head_dim;
+    size_t kd = (size_t)c->num_kv_heads * (size_t)c->head_dim, I = (size_t)c->intermediate_size, t = (size_t)T;
+    float **bufs[] = {&m->x, &m->u, &m->q, &m->k, &m->v, &m->attn, &m->gate, &m->up};
+    size_t sizes[] = {t * H, t * H, t * qd, t * kd, t * kd, t * qd, t * I, t * I};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        free(*bufs[i]);
+        *bufs[i] = xmalloc(sizes[i] * sizeof(float));
+    }
+    m->scratch_tokens = T;
+}
+
+static int check_batch(const target_model *m, const target_batch *b, errbuf *err)
+{
+    if (b->ntok <= 0 || b->nseq <= 0 || b->cu_seqlens[0] != 0 || b->cu_seqlens[b->nseq] != b->ntok)
+        return errbuf_set(err, EINVAL, "batch: cu_seqlens must run from 0 to %d tokens over %d sequences", b->ntok,
+                          b->nseq);
+    for (int s = 0; s < b->nseq; s++)
+        if (b->cu_seqlens[s + 1] < b->cu_seqlens[s])
+            return errbuf_set(err, EINVAL, "batch: cu_seqlens decreases at sequence %d", s);
+    for (int t = 0; t < b->ntok; t++) {
+        if (b->input_ids[t] < 0 || b->input_ids[t] >= m->cfg.vocab_size)
+            return errbuf_set(err, EINVAL, "batch: token id %d at position %d is outside the vocabulary (%d)",
+                              b->input_ids[t], t, m->cfg.vocab_size);
+    }
+    return 0;
+}
+
+int target_model_forward(target_model *m, const target_batch *b, const int *taps, int ntaps, float *aux, float *last,
+                         float *logits, errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    int rc = check_batch(m, b, err);
+    if (rc) return rc;
+    int deepest = -1;
+    for (int i = 0; aux && i < ntaps; i++) {
+        if (taps[i] < 0 || taps[i] >= c->num_layers)
+            return errbuf_set(err, EINVAL, "tap %d: layer %d is outside the target's %d layers", i, taps[i],
+                              c->num_layers);
+        if (taps[i] > deepest) deepest = taps[i];
+    }
+    if (last || logits) {
+        if (!m->full)
+            return errbuf_set(err, EINVAL, "last hidden state or logits requested from a target loaded up to layer %d",
+                              m->nlayers - 1);
+        deepest = c->num_layers - 1;
+    }
+    if (deepest >= m->nlayers)
+        return errbuf_set(err, EINVAL, "tap layer %d requested but only layers 0..%d are loaded", deepest,
+                          m->nlayers - 1);
+    const int T = b->ntok, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size, ld_aux = ntaps * H;
+    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    scratch_reserve(m, T);
+
+    embedding_forward_cpu(m->x, b->input_ids, T, m->embed, c->vocab_size, H);
+    for (int li = 0; li <= deepest; li++) {
+        const target_layer *l = &m->layers[li];
+        rmsnorm_forward_cpu(m->u, H, m->x, H, l->input_norm, T, H, eps);
+        matmul_forward_cpu(m->q, qd, m->u, H, l->wq, T, qd, H, 0);
+        matmul_forward_cpu(m->k, kd, m->u, H, l->wk, T, kd, H, 0);
+        matmul_forward_cpu(m->v, kd, m->u, H, l->wv, T, kd, H, 0);
+        if (c->has_qk_norm) {
+            rmsnorm_forward_cpu(m->q, hd, m->q, hd, l->q_norm, T * nh, hd, eps);
+            rmsnorm_forward_cpu(m->k, hd, m->k, hd, l->k_norm, T * nkv, hd, eps);
+        }
+        rope_apply_cpu(m->q, qd, T, nh, hd, b->positions, m->inv_freq, 0);
+        rope_apply_cpu(m->k, kd, T, nkv, hd, b->positions, m->inv_freq, 0);
+        attention_causal_forward_cpu(m->attn, m->q, m->k, m->v, b->cu_seqlens, b->nseq, nh, nkv, hd, scale);
+        matmul_forward_cpu(m->x, H, m->attn, qd, l->wo, T, H, qd, 1);
+        rmsnorm_forward_cpu(m->u, H, m->x, H, l->post_norm, T, H, eps);
+        matmul_forward_cpu(m->gate, I, m->u, H, l->w_gate, T, I, H, 0);
+        matmul_forward_cpu(m->up, I, m->u, H, l->w_up, T, I, H, 0);
+        swiglu_forward_cpu(m->gate, m->gate, m->up, (size_t)T * (size_t)I);
+        matmul_forward_cpu(m->x, H, m->gate, I, l->w_down, T, H, I, 1);
+        /* CPU capture: the residual stream row goes to its tap column block (the CUDA path writes it from the
+         * residual-add kernel itself). A layer may be tapped more than once. */
+        for (int i = 0; aux && i < ntaps; i++) {
+            if (taps[i] != li) continue;
+            for (int t = 0; t < T; t++)
+                memcpy(aux + (size_t)t * ld_aux + (size_t)i * H, m->x + (size_t)t * H, sizeof(float) * (size_t)H);
+        }
+    }
+    if (last) memcpy(last, m->x, sizeof(float) * (size_t)T * (size_t)H);
+    if (logits) {
+        rmsnorm_forward_cpu(m->u, H, m->x, H, m->final_norm, T, H, eps);
+        matmul_forward_cpu(logits, c->vocab_size, m->u, H, m->lm_head, T, c->vocab_size, H, 0);
+    }
+    return 0;
+}
+
+void target_default_taps(int num_layers, int k, int *taps)
+{
+    if (k == 1) {
+        taps[0] = num_layers / 2;
+        return;
+    }
+    for (int i = 0; i < k; i++) taps[i] = (int)nearbyint(1.0 + (double)i * (num_layers - 4) / (double)(k - 1));
+}

@@ -1,0 +1,58 @@
+// rmsnorm: CUDA forward, bf16 in/out with fp32 math. One block per row; each thread sums x² over a strided
+// slice, a warp-shuffle then shared-memory reduction gives the row's mean, and the same threads write
+// y = bf16(w * (x * rstd)), the form the CPU reference computes.
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "cuda_check.h"
+#include "rmsnorm.h"
+
+static __device__ __forceinline__ float rmsnorm_bf16_load(const uint16_t *p)
+{
+    return __uint_as_float((unsigned)*p << 16);
+}
+
+static __device__ __forceinline__ uint16_t rmsnorm_bf16_store(float f)
+{
+    __nv_bfloat16 b = __float2bfloat16_rn(f);
+    return *reinterpret_cast<uint16_t *>(&b);
+}
+
+// Sum over the block; every thread gets the result. blockDim.x is a multiple of 32, at most 1024.
+static __device__ float rmsnorm_block_sum(float v)
+{
+    __shared__ float warp_sums[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? warp_sums[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __global__ void rmsnorm_forward_kernel(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w,
+                                              int dim, float eps)
+{
+    const uint16_t *xr = x + (size_t)blockIdx.x * ldx;
+    uint16_t *yr = y + (size_t)blockIdx.x * ldy;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = rmsnorm_bf16_load(xr + i);
+        ss += v * v;
+    }
+    ss = rmsnorm_block_sum(ss);
+    float rstd = rsqrtf(ss / (float)dim + eps);
+    // each thread writes only the elements it read: y may alias x (in place), as on the CPU
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        yr[i] = rmsnorm_bf16_store(rmsnorm_bf16_load(w + i) * (rmsnorm_bf16_load(xr + i) * rstd));
+}
+
+extern "C" void rmsnorm_forward_cuda(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int rows,
+                                     int dim, float eps, void *stream)
+{
+    if (rows <= 0 || dim <= 0) return;
+    int threads = dim >= 1024 ? 1024 : (dim + 31) / 32 * 32;
+    rmsnorm_forward_kernel<<<rows, threads, 0, (cudaStream_t)stream>>>(y, ldy, x, ldx, w, dim, eps);
+    CHECK_CUDA_LAUNCH();
+}
