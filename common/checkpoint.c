@@ -1,0 +1,136 @@
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "drafter_model.h"
+#include "safetensors.h"
+
+void checkpoint_dir(const char *root, uint64_t step, char *out, size_t n)
+{
+    snprintf(out, n, "%s/step-%08llu", root, (unsigned long long)step);
+}
+
+int checkpoint_exists(const char *root, uint64_t step)
+{
+    char dir[4096];
+    struct stat sb;
+    checkpoint_dir(root, step, dir, sizeof dir);
+    return stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    return rc;
+}
+
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[4352];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int write_state_json(const char *path, const checkpoint_state *st, errbuf *err)
+{
+    json_t *o = json_pack("{s:I, s:I, s:i}", "step", (json_int_t)st->step, "batches_committed",
+                          (json_int_t)st->batches_committed, "seed", st->seed);
+    int rc = json_dump_file(o, path, JSON_INDENT(2)) == 0 ? 0 : errbuf_set(err, EIO, "%s: cannot write", path);
+    json_decref(o);
+    if (!rc && fsync_path(path) != 0) rc = errbuf_set(err, EIO, "%s: fsync failed", path);
+    return rc;
+}
+
+int checkpoint_write(const char *root, const hf_config *drafter, const float *w, const float *m, const float *v,
+                     uint64_t numel, const checkpoint_state *st, errbuf *err)
+{
+    char tmp[4096], final_dir[4096], path[4200];
+    if (mkdir(root, 0755) != 0 && errno != EEXIST) return errbuf_set(err, errno, "%s: %s", root, strerror(errno));
+    checkpoint_dir(root, st->step, final_dir, sizeof final_dir);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08llu-%d", root, (unsigned long long)st->step, (int)getpid());
+    remove_tree(tmp);
+    if (mkdir(tmp, 0755) != 0) return errbuf_set(err, errno, "%s: %s", tmp, strerror(errno));
+    /* the z-lab export: a drafter object lays the flat weights out by name */
+    drafter_model *dm = drafter_model_create(drafter, 0);
+    DF_ASSERT(drafter_numel(dm) == numel);
+    memcpy(drafter_weights(dm), w, sizeof(float) * numel);
+    int rc = drafter_model_save(dm, tmp, ST_BF16, err);
+    drafter_model_destroy(&dm);
+    if (rc) goto fail;
+    st_write_tensor t[3] = {{.name = "master", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)numel}, .data = w},
+                            {.name = "adam_m", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)numel}, .data = m},
+                            {.name = "adam_v", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)numel}, .data = v}};
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+    if ((rc = st_write(path, t, 3, NULL, err))) goto fail;
+    snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+    if ((rc = write_state_json(path, st, err))) goto fail;
+    fsync_path(tmp);
+    remove_tree(final_dir); /* an earlier incomplete attempt cannot exist (rename is atomic); a rewrite replaces */
+    if (rename(tmp, final_dir) != 0) {
+        rc = errbuf_set(err, errno, "rename %s -> %s: %s", tmp, final_dir, strerror(errno));
+        goto fail;
+    }
+    char link_tmp[4200], link_path[4200], target[64];
+    snprintf(target, sizeof target, "step-%08llu", (unsigned long long)st->step);
+    snprintf(link_tmp, sizeof link_tmp, "%s/.latest-%d", root, (int)getpid());
+    snprintf(link_path, sizeof link_path, "%s/latest", root);
+    unlink(link_tmp);
+    if (symlink(target, link_tmp) != 0 || rename(link_tmp, link_path) != 0)
+        return errbuf_set(err, errno, "%s: cannot switch to %s: %s", link_path, target, strerror(errno));
+    fsync_path(root);
+    return 0;
+fail:
+    remove_tree(tmp);
+    return rc;
+}
+
+int checkpoint_read(const char *root, const char *dir, float *w, float *m, float *v, uint64_t numel,
+                    checkpoint_state *st, errbuf *err)
+{
+    char base[4096], path[4200];
+    if (dir) snprintf(base, sizeof base, "%s", dir);
+    else snprintf(base, sizeof base, "%s/latest", root);
+    snprintf(path, sizeof path, "%s/trainer_state.json", base);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o) return errbuf_set(err, ENOENT, "%s: %s", path, je.text);
+    json_t *step = json_object_get(o, "step"), *fr = json_object_get(o, "batches_committed"),
+           *seed = json_object_get(o, "seed");
+    if (!json_is_integer(step) || !json_is_integer(fr) || !json_is_integer(seed)) {
+        json_decref(o);
+        return errbuf_set(err, EINVAL, "%s: step, batches_committed and seed must be integers", path);
+    }
+    st->step = (uint64_t)json_integer_value(step);
+    st->batches_committed = (uint64_t)json_integer_value(fr);
+    st->seed = (int)json_integer_value(seed);
+    json_decref(o);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", base);
+    st_file *f = NULL;
+    int rc = st_open(&f, path, err);
+    if (rc) return rc;
+    int64_t shape[1] = {(int64_t)numel};
+    rc = st_read_f32(f, "master", w, 1, shape, err);
+    if (!rc) rc = st_read_f32(f, "adam_m", m, 1, shape, err);
+    if (!rc) rc = st_read_f32(f, "adam_v", v, 1, shape, err);
+    st_close(&f);
+    return rc;
+}

@@ -1,0 +1,408 @@
+#include "hf_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "object";
+    case JSON_ARRAY: return "array";
+    case JSON_STRING: return "string";
+    case JSON_INTEGER: return "integer";
+    case JSON_REAL: return "real";
+    case JSON_TRUE:
+    case JSON_FALSE: return "boolean";
+    default: return "null";
+    }
+}
+
+/* Field lookup: `prefix` ("" or "rope_scaling.") only shapes messages. A JSON null counts as absent. */
+static const json_t *field_get(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int missing(const char *file, const char *prefix, const char *key, errbuf *err)
+{
+    return errbuf_set(err, EINVAL, "%s: missing required field %s%s", file, prefix, key);
+}
+
+static int wrong_type(const char *file, const char *prefix, const char *key, const char *want, const json_t *v,
+                      errbuf *err)
+{
+    return errbuf_set(err, EINVAL, "%s: field %s%s: expected %s, got %s", file, prefix, key, want,
+                      json_type_name(v));
+}
+
+/* An integer field in [lo, hi]; absent -> def when !required. */
+static int get_int(const json_t *obj, const char *file, const char *prefix, const char *key, int required, int def,
+                   long long lo, long long hi, int *out, errbuf *err)
+{
+    const json_t *v = field_get(obj, key);
+    if (!v) {
+        if (required) return missing(file, prefix, key, err);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v)) return wrong_type(file, prefix, key, "integer", v, err);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return errbuf_set(err, EINVAL, "%s: field %s%s: value %lld out of range [%lld, %lld]", file, prefix, key,
+                          (long long)x, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+/* A number field (integer or real) > 0. */
+static int get_positive(const json_t *obj, const char *file, const char *prefix, const char *key, int required,
+                        double *out, errbuf *err)
+{
+    const json_t *v = field_get(obj, key);
+    if (!v) return required ? missing(file, prefix, key, err) : 0;
+    if (!json_is_number(v)) return wrong_type(file, prefix, key, "number", v, err);
+    double x = json_number_value(v);
+    if (!(x > 0))
+        return errbuf_set(err, EINVAL, "%s: field %s%s: value %g must be positive", file, prefix, key, x);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(const json_t *obj, const char *file, const char *key, int def, int *out, errbuf *err)
+{
+    const json_t *v = field_get(obj, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v)) return wrong_type(file, "", key, "boolean", v, err);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* An optional string field copied into dst[n]; "" when absent. */
+static int get_str(const json_t *obj, const char *file, const char *prefix, const char *key, char *dst, size_t n,
+                   int required, errbuf *err)
+{
+    const json_t *v = field_get(obj, key);
+    dst[0] = '\0';
+    if (!v) return required ? missing(file, prefix, key, err) : 0;
+    if (!json_is_string(v)) return wrong_type(file, prefix, key, "string", v, err);
+    const char *s = json_string_value(v);
+    if (strlen(s) >= n)
+        return errbuf_set(err, EINVAL, "%s: field %s%s: value \"%.40s...\" too long (at most %zu characters)", file,
+                          prefix, key, s, n - 1);
+    memcpy(dst, s, strlen(s) + 1);
+    return 0;
+}
+
+/* Rope scaling: rope_scaling when present, else rope_parameters; only "default" and "llama3" are supported. */
+static int parse_rope(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
+{
+    const json_t *params = field_get(root, "rope_parameters");
+    if (params && !json_is_object(params)) return wrong_type(file, "", "rope_parameters", "object", params, err);
+    const json_t *scaling = field_get(root, "rope_scaling");
+    if (scaling && !json_is_object(scaling)) return wrong_type(file, "", "rope_scaling", "object", scaling, err);
+
+    int ret;
+    cfg->rope_theta = 0;
+    if (field_get(root, "rope_theta")) {
+        ret = get_positive(root, file, "", "rope_theta", 1, &cfg->rope_theta, err);
+    } else if (params && field_get(params, "rope_theta")) {
+        ret = get_positive(params, file, "rope_parameters.", "rope_theta", 1, &cfg->rope_theta, err);
+    } else {
+        ret = errbuf_set(err, EINVAL, "%s: missing required field rope_theta (top level or rope_parameters.rope_theta)",
+                         file);
+    }
+    if (ret) return ret;
+
+    const json_t *rs = scaling ? scaling : params;
+    const char *prefix = scaling ? "rope_scaling." : "rope_parameters.";
+    if (!rs) return 0;
+    const char *tkey = field_get(rs, "rope_type") ? "rope_type" : "type";
+    char type[32];
+    ret = get_str(rs, file, prefix, tkey, type, sizeof type, 0, err);
+    if (ret) return ret;
+    if (type[0] == '\0' || strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "llama3") != 0)
+        return errbuf_set(err, EINVAL, "%s: field %s%s: unsupported value \"%s\" (expected default or llama3)", file,
+                          prefix, tkey, type);
+    cfg->rope_llama3 = 1;
+    if ((ret = get_positive(rs, file, prefix, "factor", 1, &cfg->rope_factor, err)) ||
+        (ret = get_positive(rs, file, prefix, "low_freq_factor", 1, &cfg->rope_low_freq_factor, err)) ||
+        (ret = get_positive(rs, file, prefix, "high_freq_factor", 1, &cfg->rope_high_freq_factor, err)) ||
+        (ret = get_int(rs, file, prefix, "original_max_position_embeddings", 1, 0, 1, INT_MAX,
+                       &cfg->rope_original_max_position, err)))
+        return ret;
+    if (!(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor))
+        return errbuf_set(err, EINVAL, "%s: field %shigh_freq_factor: %g must be greater than low_freq_factor %g",
+                          file, prefix, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+    return 0;
+}
+
+static int parse_dflash(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
+{
+    int ret;
+    if ((ret = get_int(root, file, "", "block_size", 1, 0, 1, 4096, &cfg->block_size, err)) ||
+        (ret = get_int(root, file, "", "num_target_layers", 1, 0, 1, 100000, &cfg->num_target_layers, err)))
+        return ret;
+    const json_t *dc = field_get(root, "dflash_config");
+    if (!dc) return missing(file, "", "dflash_config", err);
+    if (!json_is_object(dc)) return wrong_type(file, "", "dflash_config", "object", dc, err);
+    if ((ret = get_int(dc, file, "dflash_config.", "mask_token_id", 1, 0, 0, cfg->vocab_size - 1,
+                       &cfg->mask_token_id, err)))
+        return ret;
+    const json_t *ids = field_get(dc, "target_layer_ids");
+    if (!ids) return missing(file, "dflash_config.", "target_layer_ids", err);
+    if (!json_is_array(ids)) return wrong_type(file, "dflash_config.", "target_layer_ids", "array", ids, err);
+    size_t n = json_array_size(ids);
+    if (n < 1 || n > HF_MAX_TAPS)
+        return errbuf_set(err, EINVAL, "%s: field dflash_config.target_layer_ids: %zu entries (1 to %d allowed)",
+                          file, n, HF_MAX_TAPS);
+    cfg->num_taps = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(ids, i);
+        if (!json_is_integer(v))
+            return errbuf_set(err, EINVAL, "%s: field dflash_config.target_layer_ids[%zu]: expected integer, got %s",
+                              file, i, json_type_name(v));
+        json_int_t x = json_integer_value(v);
+        if (x < 0 || x >= cfg->num_target_layers)
+            return errbuf_set(err, EINVAL, "%s: field dflash_config.target_layer_ids[%zu]: layer %lld out of range "
+                              "[0, %d)", file, i, (long long)x, cfg->num_target_layers);
+        cfg->taps[i] = (int)x;
+    }
+    return 0;
+}
+
+/* architectures (optional array of strings): sets is_dflash when it names DFlashDraftModel. */
+static int parse_architectures(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
+{
+    const json_t *a = field_get(root, "architectures");
+    if (!a) return 0;
+    if (!json_is_array(a)) return wrong_type(file, "", "architectures", "array", a, err);
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_string(v))
+            return errbuf_set(err, EINVAL, "%s: field architectures[%zu]: expected string, got %s", file, i,
+                              json_type_name(v));
+        if (strcmp(json_string_value(v), "DFlashDraftModel") == 0) cfg->is_dflash = 1;
+    }
+    return 0;
+}
+
+static int parse_root(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
+{
+    if (!json_is_object(root))
+        return errbuf_set(err, EINVAL, "%s: expected a JSON object, got %s", file, json_type_name(root));
+    int ret;
+    if ((ret = get_str(root, file, "", "model_type", cfg->model_type, sizeof cfg->model_type, 1, err))) return ret;
+    if (strcmp(cfg->model_type, "qwen3") == 0) {
+        cfg->arch = HF_ARCH_QWEN3;
+        cfg->has_qk_norm = 1;
+    } else if (strcmp(cfg->model_type, "llama") == 0) {
+        cfg->arch = HF_ARCH_LLAMA;
+        cfg->has_qk_norm = 0;
+    } else {
+        return errbuf_set(err, EINVAL, "%s: field model_type: unsupported value \"%s\" (expected qwen3 or llama)",
+                          file, cfg->model_type);
+    }
+    if ((ret = get_int(root, file, "", "hidden_size", 1, 0, 1, 1 << 20, &cfg->hidden_size, err)) ||
+        (ret = get_int(root, file, "", "num_hidden_layers", 1, 0, 1, 100000, &cfg->num_layers, err)) ||
+        (ret = get_int(root, file, "", "num_attention_heads", 1, 0, 1, 65536, &cfg->num_heads, err)) ||
+        (ret = get_int(root, file, "", "intermediate_size", 1, 0, 1, 1 << 24, &cfg->intermediate_size, err)) ||
+        (ret = get_int(root, file, "", "vocab_size", 1, 0, 1, 1 << 30, &cfg->vocab_size, err)) ||
+        (ret = get_positive(root, file, "", "rms_norm_eps", 1, &cfg->rms_eps, err)) ||
+        (ret = get_int(root, file, "", "num_key_value_heads", 0, cfg->num_heads, 1, cfg->num_heads,
+                       &cfg->num_kv_heads, err)))
+        return ret;
+    if (cfg->num_heads % cfg->num_kv_heads != 0)
+        return errbuf_set(err, EINVAL, "%s: field num_key_value_heads: %d does not divide num_attention_heads %d",
+                          file, cfg->num_kv_heads, cfg->num_heads);
+    int def_head_dim = cfg->hidden_size / cfg->num_heads;
+    if ((ret = get_int(root, file, "", "head_dim", 0, def_head_dim, 1, 1 << 16, &cfg->head_dim, err))) return ret;
+    if (cfg->head_dim < 1)
+        return errbuf_set(err, EINVAL, "%s: field head_dim: default hidden_size / num_attention_heads = %d / %d is 0",
+                          file, cfg->hidden_size, cfg->num_heads);
+    if ((ret = get_bool(root, file, "tie_word_embeddings", 0, &cfg->tie_embeddings, err)) ||
+        (ret = get_int(root, file, "", "max_position_embeddings", 0, 0, 1, INT_MAX, &cfg->max_position, err)) ||
+        (ret = parse_rope(cfg, root, file, err)))
+        return ret;
+    const char *dkey = field_get(root, "torch_dtype") ? "torch_dtype" : "dtype";
+    if ((ret = get_str(root, file, "", dkey, cfg->torch_dtype, sizeof cfg->torch_dtype, 0, err))) return ret;
+    if ((ret = parse_architectures(cfg, root, file, err))) return ret;
+    if (cfg->is_dflash) return parse_dflash(cfg, root, file, err);
+    return 0;
+}
+
+int hf_config_parse(hf_config *cfg, const char *json_text, const char *name, errbuf *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    json_error_t jerr;
+    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return errbuf_set(err, EINVAL, "%s:%d:%d: invalid JSON: %s", name, jerr.line, jerr.column, jerr.text);
+    int ret = parse_root(cfg, root, name, err);
+    json_decref(root);
+    if (ret) memset(cfg, 0, sizeof *cfg);
+    return ret;
+}
+
+/* Read a whole (small) text file into *out (xmalloc'd, NUL-terminated). */
+static int file_read(const char *path, char **out, errbuf *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return errbuf_set(err, errno, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0, r;
+    char *buf = xmalloc(cap);
+    int ret = 0;
+    while ((r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += r;
+        if (len > (64u << 20)) {
+            ret = errbuf_set(err, EFBIG, "%s: larger than 64 MiB, not a config.json", path);
+            break;
+        }
+        if (cap - len - 1 == 0) buf = xrealloc(buf, cap *= 2);
+    }
+    if (!ret && ferror(f)) ret = errbuf_set(err, EIO, "%s: read error", path);
+    fclose(f);
+    if (!ret) {
+        buf[len] = '\0';
+        if (strlen(buf) != len) ret = errbuf_set(err, EINVAL, "%s: contains a NUL byte, not a config.json", path);
+    }
+    if (ret) free(buf);
+    else *out = buf;
+    return ret;
+}
+
+int hf_config_load(hf_config *cfg, const char *path, errbuf *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    struct stat sb;
+    char *p;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        size_t n = strlen(path) + sizeof "/config.json";
+        p = xmalloc(n);
+        snprintf(p, n, "%s/config.json", path);
+    } else {
+        p = xstrdup(path);
+    }
+    char *text;
+    int ret = file_read(p, &text, err);
+    if (!ret) ret = hf_config_parse(cfg, text, p, err);
+    free(text);
+    free(p);
+    return ret;
+}
+
+/* Fewest significant digits (<= 17) that print v so that it reads back exactly. */
+static int real_digits(double v)
+{
+    char buf[40];
+    for (int p = 1; p < 17; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, v);
+        if (strtod(buf, NULL) == v) return p;
+    }
+    return 17;
+}
+
+static int write_atomic(const char *path, const char *text, errbuf *err)
+{
+    size_t tn = strlen(path) + 5, len = strlen(text);
+    char *tmp = xmalloc(tn);
+    snprintf(tmp, tn, "%s.tmp", path);
+    int ret = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        ret = errbuf_set(err, errno, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return ret;
+    }
+    const char *p = text;
+    while (len && !ret) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno != EINTR) ret = -errno;
+        if (w > 0) {
+            p += w;
+            len -= (size_t)w;
+        }
+    }
+    if (!ret && fsync(fd) < 0) ret = -errno;
+    if (close(fd) < 0 && !ret) ret = -errno;
+    if (!ret && rename(tmp, path) < 0) ret = -errno;
+    if (ret) {
+        errbuf_set(err, -ret, "%s: cannot write: %s", path, strerror(-ret));
+        unlink(tmp);
+        free(tmp);
+        return ret;
+    }
+    free(tmp);
+    char *dir = xstrdup(path), *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+    else strcpy(dir, ".");
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) < 0) ret = errbuf_set(err, errno, "%s: cannot fsync directory %s", path, dir);
+    if (fd >= 0) close(fd);
+    free(dir);
+    return ret;
+}
+
+int hf_config_write_dflash(const hf_config *cfg, const char *path, errbuf *err)
+{
+    if (cfg->num_taps < 1 || cfg->num_taps > HF_MAX_TAPS)
+        return errbuf_set(err, EINVAL, "%s: cannot write: num_taps %d out of range [1, %d]", path, cfg->num_taps,
+                          HF_MAX_TAPS);
+    json_t *root = json_object(), *layer_types = json_array(), *taps = json_array();
+    for (int i = 0; i < cfg->num_layers; i++) json_array_append_new(layer_types, json_string("full_attention"));
+    for (int i = 0; i < cfg->num_taps; i++) json_array_append_new(taps, json_integer(cfg->taps[i]));
+    json_object_set_new(root, "architectures", json_pack("[s]", "DFlashDraftModel"));
+    json_object_set_new(root, "model_type", json_string(cfg->model_type[0] ? cfg->model_type : "qwen3"));
+    json_object_set_new(root, "hidden_size", json_integer(cfg->hidden_size));
+    json_object_set_new(root, "intermediate_size", json_integer(cfg->intermediate_size));
+    json_object_set_new(root, "num_hidden_layers", json_integer(cfg->num_layers));
+    json_object_set_new(root, "num_attention_heads", json_integer(cfg->num_heads));
+    json_object_set_new(root, "num_key_value_heads", json_integer(cfg->num_kv_heads));
+    json_object_set_new(root, "head_dim", json_integer(cfg->head_dim));
+    json_object_set_new(root, "rms_norm_eps", json_real(cfg->rms_eps));
+    json_object_set_new(root, "rope_theta", json_real(cfg->rope_theta));
+    int digits = real_digits(cfg->rms_eps);
+    if (real_digits(cfg->rope_theta) > digits) digits = real_digits(cfg->rope_theta);
+    if (cfg->rope_llama3) {
+        json_object_set_new(root, "rope_scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", cfg->rope_factor,
+                                      "low_freq_factor", cfg->rope_low_freq_factor, "high_freq_factor",
+                                      cfg->rope_high_freq_factor, "original_max_position_embeddings",
+                                      cfg->rope_original_max_position));
+        double r[3] = {cfg->rope_factor, cfg->rope_low_freq_factor, cfg->rope_high_freq_factor};
+        for (int i = 0; i < 3; i++)
+            if (real_digits(r[i]) > digits) digits = real_digits(r[i]);
+    }
+    json_object_set_new(root, "vocab_size", json_integer(cfg->vocab_size));
+    if (cfg->max_position > 0) json_object_set_new(root, "max_position_embeddings", json_integer(cfg->max_position));
+    json_object_set_new(root, "tie_word_embeddings", json_boolean(cfg->tie_embeddings));
+    json_object_set_new(root, "attention_bias", json_false());
+    json_object_set_new(root, "torch_dtype", json_string(cfg->torch_dtype[0] ? cfg->torch_dtype : "bfloat16"));
+    json_object_set_new(root, "block_size", json_integer(cfg->block_size));
+    json_object_set_new(root, "num_target_layers", json_integer(cfg->num_target_layers));
+    json_object_set_new(root, "layer_types", layer_types);
+    json_object_set_new(root, "dflash_config", json_pack("{s:i, s:o}", "mask_token_id", cfg->mask_token_id,
+                                                         "target_layer_ids", taps));
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(digits));
+    json_decref(root);
+    DF_ASSERT(text);
+    size_t n = strlen(text);
+    char *withnl = xmalloc(n + 2);
+    memcpy(withnl, text, n);
+    memcpy(withnl + n, "\n", 2);
+    free(text);
+    int ret = write_atomic(path, withnl, err);
+    free(withnl);
+    return ret;
+}

@@ -1,0 +1,58 @@
+#include "job_config.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define F(sec, field, type, lo, hi, def, rt, help) \
+    {#sec, #field, type, offsetof(job_config, sec.field), lo, hi, def, rt, help}
+
+const config_field job_config_table[] = {
+    F(job, name, CONFIG_STRING, 0, 0, "dflash", 0, "job name; names the shared-memory segments (unique per job)"),
+    F(job, run_dir, CONFIG_STRING, 0, 0, "run", 0, "folder for logs, ledger, checkpoints and sockets"),
+    F(job, seed, CONFIG_INT, 0, 2147483647, "1234", 0, "seed of data order, anchors and initial weights"),
+    F(job, backend, CONFIG_STRING, 0, 0, "cpu", 0, "compute backend: cpu or cuda"),
+    F(data, path, CONFIG_STRING, 0, 0, NULL, 0, "token shard file or folder of *.shard (dflash-prepare output)"),
+    F(data, max_batch_tokens, CONFIG_INT, 2, 1 << 24, "512", 0, "token budget of one packed batch"),
+    F(data, max_batch_seqs, CONFIG_INT, 1, 65536, "16", 0, "most sequences in one packed batch"),
+    F(target, model, CONFIG_STRING, 0, 0, NULL, 0, "target model: Hugging Face checkpoint folder"),
+    F(drafter, init, CONFIG_STRING, 0, 0, NULL, 0, "drafter checkpoint to start from (empty: fresh from the seed)"),
+    F(drafter, layers, CONFIG_INT, 1, 64, "1", 0, "drafter layers (fresh drafter)"),
+    F(drafter, block_size, CONFIG_INT, 2, 64, "16", 0, "block size B"),
+    F(drafter, mask_token_id, CONFIG_INT, -1, 1 << 30, "-1", 0, "mask token id (-1: the last vocabulary id)"),
+    F(drafter, num_taps, CONFIG_INT, 1, 64, "5", 0, "number of tapped target layers when taps is empty"),
+    F(drafter, taps, CONFIG_INT_LIST, 0, 1024, NULL, 0, "tapped target layers (0-based); empty: the spec's rule"),
+    F(drafter, max_anchors, CONFIG_INT, 1, 1 << 20, "512", 0, "most anchors per sequence"),
+    F(drafter, gamma, CONFIG_DOUBLE, 0, 1e6, "0", 0, "loss decay gamma (0: 7 for B=16, 5 for 10, 4 for 8)"),
+    F(train, steps, CONFIG_INT, 1, 1 << 30, "100", 0, "optimizer steps of the whole run"),
+    F(train, warmup_steps, CONFIG_INT, 0, 1 << 30, "4", 0, "linear warm-up steps"),
+    F(train, checkpoint_every, CONFIG_INT, 0, 1 << 30, "50", 0, "steps between checkpoints (0: only at the end)"),
+    F(train, lr, CONFIG_DOUBLE, 0, 10, "6e-4", 0, "peak learning rate"),
+    F(train, min_lr, CONFIG_DOUBLE, 0, 10, "0", 0, "learning rate at the end of the cosine decay"),
+    F(train, beta1, CONFIG_DOUBLE, 0, 1, "0.9", 0, "AdamW beta1"),
+    F(train, beta2, CONFIG_DOUBLE, 0, 1, "0.95", 0, "AdamW beta2"),
+    F(train, eps, CONFIG_DOUBLE, 0, 1, "1e-8", 0, "AdamW epsilon"),
+    F(train, weight_decay, CONFIG_DOUBLE, 0, 1, "0", 0, "decoupled weight decay (matrices only)"),
+    F(train, clip, CONFIG_DOUBLE, 0, 1e9, "1.0", 0, "global L2 gradient clip (0: off)"),
+    F(workers, targets, CONFIG_INT, 1, 64, "2", 0, "target workers"),
+    F(workers, drafters, CONFIG_INT, 1, 64, "2", 0, "drafter workers (data-parallel)"),
+    F(workers, watchdog_sec, CONFIG_DOUBLE, 0, 3600, "10", 0, "watchdog interval of each worker (0: off)"),
+    F(workers, heartbeat_timeout_sec, CONFIG_DOUBLE, 0.1, 3600, "10", 0,
+      "a worker silent this long is treated as dead (its slots reclaimed)"),
+    F(ring, token_slots, CONFIG_INT, 1, 4096, "8", 0, "slots of the token ring"),
+    F(ring, pool_slots, CONFIG_INT, 1, 4096, "4", 0, "hidden-state slots per target worker"),
+    {0},
+};
+
+int job_config_load(job_config *cfg, const char *path, const char *const *overrides, int noverrides, errbuf *err)
+{
+    config_defaults(job_config_table, cfg);
+    int rc = config_load_file(job_config_table, cfg, path, err);
+    for (int i = 0; rc == 0 && i < noverrides; i++)
+        rc = config_set_arg(job_config_table, cfg, overrides[i], "--set", err);
+    return rc;
+}
+
+void job_config_path(const job_config *cfg, const char *leaf, char *out, size_t n)
+{
+    snprintf(out, n, "%s/%s", cfg->job.run_dir, leaf);
+}

@@ -1,0 +1,53 @@
+/* job_config: the settings of one training job, read from one INI file shared by every process of the job. The
+ * table in job_config.c is the single declaration of every setting (section = the service it configures, type,
+ * bounds, default, help); it drives the file parser, `--set section.key=value` overrides and `--help-config`.
+ * Errors name the file:line and section.key. */
+#ifndef DFLASH_JOB_CONFIG_H
+#define DFLASH_JOB_CONFIG_H
+
+#include <stdio.h>
+
+#include "config.h"
+#include "util.h"
+
+typedef struct job_config {
+    struct {
+        char name[CONFIG_STRING_MAX];     /* unique per job: names its shared-memory segments */
+        char run_dir[CONFIG_STRING_MAX];  /* logs, ledger, checkpoints, sockets */
+        int seed;
+        char backend[CONFIG_STRING_MAX];  /* cpu | cuda */
+    } job;
+    struct {
+        char path[CONFIG_STRING_MAX];     /* a shard file or a folder of *.shard */
+        int max_batch_tokens, max_batch_seqs;
+    } data;
+    struct {
+        char model[CONFIG_STRING_MAX];    /* Hugging Face checkpoint folder */
+    } target;
+    struct {
+        char init[CONFIG_STRING_MAX];     /* z-lab checkpoint to start from; empty: fresh from the seed */
+        int layers, block_size, mask_token_id, num_taps, max_anchors;
+        config_int_list taps;             /* empty: the spec's rule from num_taps */
+        double gamma;                     /* 0: the spec's value for the block size */
+    } drafter;
+    struct {
+        int steps, warmup_steps, checkpoint_every;
+        double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
+    } train;
+    struct {
+        int targets, drafters;
+        double watchdog_sec, heartbeat_timeout_sec;
+    } workers;
+    struct {
+        int token_slots, pool_slots;
+    } ring;
+} job_config;
+
+extern const config_field job_config_table[];
+
+/* Defaults, then the file, then each "section.key=value" override in order. */
+int job_config_load(job_config *cfg, const char *path, const char *const *overrides, int noverrides, errbuf *err);
+/* A path below run_dir: snprintf(out, n, "%s/%s", run_dir, leaf). */
+void job_config_path(const job_config *cfg, const char *leaf, char *out, size_t n);
+
+#endif

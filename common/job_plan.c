@@ -1,0 +1,103 @@
+#include "job_plan.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "anchors.h"
+#include "target_model.h"
+
+static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+uint64_t job_plan_drafter_numel(const hf_config *d)
+{
+    uint64_t H = (uint64_t)d->hidden_size, hd = (uint64_t)d->head_dim, qd = (uint64_t)d->num_heads * hd;
+    uint64_t kd = (uint64_t)d->num_kv_heads * hd, I = (uint64_t)d->intermediate_size;
+    uint64_t layer = 2 * H + qd * H + 2 * kd * H + H * qd + 2 * hd + 3 * I * H;
+    return H * (uint64_t)d->num_taps * H + 2 * H + (uint64_t)d->num_layers * layer;
+}
+
+/* A fresh drafter: the target's attention/MLP shapes, the job's drafter settings. */
+static int derive_drafter(job_plan *p, errbuf *err)
+{
+    const job_config *c = &p->cfg;
+    hf_config *d = &p->drafter;
+    *d = p->target;
+    d->is_dflash = 1;
+    d->num_layers = c->drafter.layers;
+    d->block_size = c->drafter.block_size;
+    d->num_target_layers = p->target.num_layers;
+    d->mask_token_id = c->drafter.mask_token_id >= 0 ? c->drafter.mask_token_id : p->target.vocab_size - 1;
+    d->has_qk_norm = 1;
+    snprintf(d->model_type, sizeof d->model_type, "qwen3");
+    if (c->drafter.taps.n > 0) {
+        d->num_taps = c->drafter.taps.n;
+        memcpy(d->taps, c->drafter.taps.v, sizeof(int) * (size_t)d->num_taps);
+    } else {
+        d->num_taps = c->drafter.num_taps;
+        target_default_taps(p->target.num_layers, d->num_taps, d->taps);
+    }
+    for (int i = 0; i < d->num_taps; i++)
+        if (d->taps[i] < 0 || d->taps[i] >= p->target.num_layers)
+            return errbuf_set(err, EINVAL, "drafter.taps: layer %d outside the target's %d layers", d->taps[i],
+                              p->target.num_layers);
+    if (d->mask_token_id >= p->target.vocab_size)
+        return errbuf_set(err, EINVAL, "drafter.mask_token_id: %d outside the target vocabulary (%d)",
+                          d->mask_token_id, p->target.vocab_size);
+    return 0;
+}
+
+int job_plan_load(job_plan *p, const char *config_path, const char *const *overrides, int noverrides, errbuf *err)
+{
+    memset(p, 0, sizeof *p);
+    int rc = job_config_load(&p->cfg, config_path, overrides, noverrides, err);
+    if (rc) return rc;
+    const job_config *c = &p->cfg;
+    if (!c->target.model[0]) return errbuf_set(err, EINVAL, "%s: target.model is not set", config_path);
+    if (!c->data.path[0]) return errbuf_set(err, EINVAL, "%s: data.path is not set", config_path);
+    if (strcmp(c->job.backend, "cpu") != 0)
+        return errbuf_set(err, EINVAL, "%s: job.backend \"%s\": this build runs the cpu backend", config_path,
+                          c->job.backend);
+    if ((rc = hf_config_load(&p->target, c->target.model, err))) return errbuf_wrap(err, rc, "target.model");
+    if (c->drafter.init[0]) {
+        if ((rc = hf_config_load(&p->drafter, c->drafter.init, err))) return errbuf_wrap(err, rc, "drafter.init");
+        if (!p->drafter.is_dflash)
+            return errbuf_set(err, EINVAL, "drafter.init %s: not a DFlash drafter config", c->drafter.init);
+        if (p->drafter.hidden_size != p->target.hidden_size || p->drafter.vocab_size != p->target.vocab_size)
+            return errbuf_set(err, EINVAL, "drafter.init %s: hidden size %d / vocab %d disagree with the target's "
+                              "%d / %d", c->drafter.init, p->drafter.hidden_size, p->drafter.vocab_size,
+                              p->target.hidden_size, p->target.vocab_size);
+    } else if ((rc = derive_drafter(p, err))) {
+        return errbuf_wrap(err, rc, "%s", config_path);
+    }
+    p->ntaps = p->drafter.num_taps;
+    p->hidden = p->target.hidden_size;
+    p->vocab = p->target.vocab_size;
+    p->gamma = c->drafter.gamma > 0 ? c->drafter.gamma : drafter_default_gamma(p->drafter.block_size);
+    p->numel = job_plan_drafter_numel(&p->drafter);
+    p->ring.nslots = (uint32_t)c->ring.token_slots;
+    p->ring.max_tokens = (uint32_t)c->data.max_batch_tokens;
+    p->ring.max_seqs = (uint32_t)(c->data.max_batch_seqs < c->data.max_batch_tokens ? c->data.max_batch_seqs
+                                                                                      : c->data.max_batch_tokens);
+    size_t T = p->ring.max_tokens, S = p->ring.max_seqs, off = 0;
+    p->slot.aux = off;
+    off = align64(off + T * (size_t)p->ntaps * (size_t)p->hidden * sizeof(float));
+    p->slot.input_ids = off;
+    off = align64(off + T * sizeof(int32_t));
+    p->slot.positions = off;
+    off = align64(off + T * sizeof(int32_t));
+    p->slot.cu_seqlens = off;
+    off = align64(off + (S + 1) * sizeof(int32_t));
+    p->slot.loss_mask = off;
+    off = align64(off + T);
+    p->slot.bytes = off;
+    snprintf(p->state_name, sizeof p->state_name, "%s", c->job.name);
+    snprintf(p->ring_name, sizeof p->ring_name, "/dflash-%s-tokens", c->job.name);
+    job_config_path(c, "keeper.sock", p->keeper_socket, sizeof p->keeper_socket);
+    return 0;
+}
+
+void job_plan_pool_name(const job_plan *p, int i, char *out, size_t n)
+{
+    snprintf(out, n, "/dflash-%s-pool-%d", p->cfg.job.name, i);
+}

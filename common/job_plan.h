@@ -1,0 +1,47 @@
+/* job_plan: everything every process of a job derives from the job config the same way: the target's and the
+ * drafter's model configs, the taps, the shared-memory names, the token-ring geometry and the hidden-state slot
+ * layout. Computing it in one place keeps dflashd and the workers in agreement. Pure function of the config files;
+ * errors name the file and field. */
+#ifndef DFLASH_JOB_PLAN_H
+#define DFLASH_JOB_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hf_config.h"
+#include "job_config.h"
+#include "token_ring.h"
+#include "util.h"
+
+/* Byte offsets of one hidden-state slot's parts (the slot holds a copy of its token batch, so the drafter needs
+ * nothing from the token ring). */
+typedef struct hidden_slot_layout {
+    size_t aux;        /* float (max_tokens, K*H) */
+    size_t input_ids;  /* int32 (max_tokens) */
+    size_t positions;  /* int32 (max_tokens) */
+    size_t cu_seqlens; /* int32 (max_seqs+1) */
+    size_t loss_mask;  /* uint8 (max_tokens) */
+    size_t bytes;
+} hidden_slot_layout;
+
+typedef struct job_plan {
+    job_config cfg;
+    hf_config target;     /* the target's config.json */
+    hf_config drafter;    /* the drafter's (from drafter.init, or derived from the target for a fresh one) */
+    int ntaps, hidden, vocab;
+    double gamma;
+    uint64_t numel;       /* drafter parameters */
+    struct token_ring_geometry ring;
+    hidden_slot_layout slot;
+    char state_name[96], ring_name[96];
+    char keeper_socket[4096];  /* unix socket of dflashd for registration and fd passing */
+} job_plan;
+
+/* Load the job config (with overrides) and derive the plan. */
+int job_plan_load(job_plan *p, const char *config_path, const char *const *overrides, int noverrides, errbuf *err);
+/* Name of target worker i's pool control segment. */
+void job_plan_pool_name(const job_plan *p, int i, char *out, size_t n);
+/* Parameters of a drafter with this config (no allocation). */
+uint64_t job_plan_drafter_numel(const hf_config *drafter);
+
+#endif

@@ -1,0 +1,126 @@
+#include "job_state.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "slot_state.h"
+
+#define JOB_STATE_KIND (SHM_KIND_OTHER + 1)
+
+static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Layout after the shm header: header struct, then state[0], state[1], grads, reduced (64-byte aligned). */
+static size_t layout(uint32_t ndrafters, uint64_t numel, size_t *off_state, size_t *off_grads, size_t *off_reduced)
+{
+    size_t off = align_up(SHM_HEADER_BYTES + sizeof(job_state_header), 64);
+    *off_state = off;
+    off += align_up(2 * 3 * numel * sizeof(float), 64);
+    *off_grads = off;
+    off += align_up((size_t)ndrafters * numel * sizeof(float), 64);
+    *off_reduced = off;
+    off += align_up(numel * sizeof(float), 64);
+    return off;
+}
+
+static void bind_views(job_state *js)
+{
+    size_t os, og, orr;
+    layout(js->h->ndrafters, js->h->numel, &os, &og, &orr);
+    char *base = js->seg.base;
+    js->state[0] = (float *)(base + os);
+    js->state[1] = js->state[0] + 3 * js->h->numel;
+    js->grads = (float *)(base + og);
+    js->reduced = (float *)(base + orr);
+}
+
+void job_state_name(const char *job, char *out, size_t n) { snprintf(out, n, "/dflash-%s-state", job); }
+
+int job_state_create(job_state *js, const char *job, const char *run_id, uint32_t ndrafters, uint64_t numel,
+                     uint64_t total_steps, errbuf *err)
+{
+    memset(js, 0, sizeof *js);
+    if (ndrafters < 1 || ndrafters > JOB_MAX_DRAFTERS)
+        return errbuf_set(err, EINVAL, "job %s: %u drafters outside [1, %d]", job, ndrafters, JOB_MAX_DRAFTERS);
+    char name[SHM_NAME_MAX];
+    job_state_name(job, name, sizeof name);
+    size_t os, og, orr, bytes = layout(ndrafters, numel, &os, &og, &orr);
+    int rc = shm_segment_create(&js->seg, name, JOB_STATE_KIND, bytes, err);
+    if (rc) return rc;
+    js->h = (job_state_header *)shm_segment_body(&js->seg);
+    snprintf(js->h->run_id, sizeof js->h->run_id, "%s", run_id);
+    js->h->ndrafters = ndrafters;
+    js->h->numel = numel;
+    js->h->total_steps = total_steps;
+    atomic_store(&js->h->next_epoch, 1);
+    bind_views(js);
+    return 0;
+}
+
+int job_state_open(job_state *js, const char *job, uint32_t ndrafters, uint64_t numel, errbuf *err)
+{
+    memset(js, 0, sizeof *js);
+    char name[SHM_NAME_MAX];
+    job_state_name(job, name, sizeof name);
+    int rc = shm_segment_open(&js->seg, name, JOB_STATE_KIND, err);
+    if (rc) return rc;
+    js->h = (job_state_header *)shm_segment_body(&js->seg);
+    size_t os, og, orr;
+    if ((ndrafters && js->h->ndrafters != ndrafters) || (numel && js->h->numel != numel) ||
+        layout(js->h->ndrafters, js->h->numel, &os, &og, &orr) != js->seg.bytes) {
+        rc = errbuf_set(err, EINVAL, "%s: segment made for %u drafters and %llu parameters, expected %u and %llu",
+                        name, js->h->ndrafters, (unsigned long long)js->h->numel, ndrafters,
+                        (unsigned long long)numel);
+        shm_segment_close(&js->seg);
+        return rc;
+    }
+    bind_views(js);
+    return 0;
+}
+
+void job_state_close(job_state *js)
+{
+    shm_segment_close(&js->seg);
+    js->h = NULL;
+}
+
+float *job_state_weights(job_state *js, uint64_t step) { return js->state[step & 1]; }
+float *job_state_adam_m(job_state *js, uint64_t step) { return js->state[step & 1] + js->h->numel; }
+float *job_state_adam_v(job_state *js, uint64_t step) { return js->state[step & 1] + 2 * js->h->numel; }
+
+job_worker *job_state_worker(job_state *js, enum job_role role, int index)
+{
+    int slot;
+    switch (role) {
+    case JOB_ROLE_PREFETCH: slot = 0; break;
+    case JOB_ROLE_TARGET: slot = 1 + index; break;
+    case JOB_ROLE_DRAFTER: slot = 1 + 64 + index; break;
+    default: return NULL;
+    }
+    if (index < 0 || index >= 64 || slot >= JOB_MAX_WORKERS) return NULL;
+    return &js->h->workers[slot];
+}
+
+uint64_t job_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void job_worker_heartbeat(job_worker *w) { atomic_store_explicit(&w->heartbeat_ns, job_now_ns(), memory_order_relaxed); }
+
+void job_state_wake(job_state *js) { slot_gen_wake(&js->h->gen); }
+
+void job_state_wait(job_state *js, uint32_t seen, int timeout_ms) { slot_gen_wait(&js->h->gen, seen, timeout_ms); }
+
+const char *job_role_name(enum job_role role)
+{
+    switch (role) {
+    case JOB_ROLE_PREFETCH: return "prefetch";
+    case JOB_ROLE_TARGET: return "target";
+    case JOB_ROLE_DRAFTER: return "drafter";
+    default: return "none";
+    }
+}

@@ -1,0 +1,90 @@
+/* job_state: the keeper's shared segment of one job ("/dflash-<job>-state"), created by dflashd and mapped by every
+ * worker. It holds the epoch counter, the worker table (pid, epoch, heartbeat), and the drafters' training state:
+ * the fp32 master weights and AdamW moments double-buffered by step parity, each rank's gradients, and the per-rank
+ * progress words of the step protocol (see drafter/train_step.c). It also holds the per-step records from which
+ * dflashd appends the ledger. All cross-process fields are atomics; a step is committed by one CAS of
+ * committed_step. Errors: 0 / -errno with an errbuf naming the segment. */
+#ifndef DFLASH_JOB_STATE_H
+#define DFLASH_JOB_STATE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "drafter_model.h"
+#include "shm.h"
+#include "util.h"
+
+#define JOB_MAX_WORKERS 136     /* prefetch + 64 targets + 64 drafters + spare */
+#define JOB_MAX_DRAFTERS 64
+#define JOB_RECORD_RING 1024    /* step records kept for the ledger writer; drafters wait when it lags */
+#define JOB_RUN_ID_MAX 64
+
+enum job_role { JOB_ROLE_NONE = 0, JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER };
+
+typedef struct job_worker {
+    _Atomic uint32_t role;      /* enum job_role; 0 = empty entry */
+    int32_t index;
+    _Atomic int32_t pid;        /* 0 when not running */
+    _Atomic uint64_t epoch;     /* epoch of the current instance */
+    _Atomic uint64_t heartbeat_ns; /* CLOCK_MONOTONIC ns of the last heartbeat */
+    _Atomic uint64_t starts;    /* instances started */
+    _Atomic uint64_t batches, tokens; /* work done, all instances */
+} job_worker;
+
+/* What rank r reported for step k (slot k % JOB_RECORD_RING). */
+typedef struct job_rank_record {
+    uint64_t step_plus1;        /* k+1 when valid */
+    uint64_t batch_id, tokens;
+    double loss_sum, weight_sum, accept_sum;
+    uint64_t nblocks, slot_total, slot_correct;
+} job_rank_record;
+
+typedef struct job_state_header {
+    char run_id[JOB_RUN_ID_MAX];
+    _Atomic uint64_t next_epoch;
+    _Atomic uint64_t committed_step;   /* steps applied */
+    _Atomic uint64_t ledger_frontier;  /* steps written to the ledger by dflashd */
+    _Atomic uint32_t finished;         /* set once the final checkpoint is written */
+    _Atomic uint32_t gen;              /* futex generation: bumped on every protocol change */
+    uint32_t ndrafters, nworkers;
+    uint64_t numel;                    /* drafter parameters */
+    uint64_t total_steps;
+    _Atomic uint64_t grad_step[JOB_MAX_DRAFTERS], reduce_step[JOB_MAX_DRAFTERS], apply_step[JOB_MAX_DRAFTERS];
+    double wsum[JOB_MAX_DRAFTERS], sq[JOB_MAX_DRAFTERS];
+    double norm_of_step[JOB_RECORD_RING];   /* gradient norm of step k (before clipping), by k % ring */
+    job_worker workers[JOB_MAX_WORKERS];
+    job_rank_record records[JOB_RECORD_RING][JOB_MAX_DRAFTERS];
+} job_state_header;
+
+typedef struct job_state {
+    struct shm_segment seg;
+    job_state_header *h;
+    float *state[2];     /* each: weights, adam m, adam v (3 * numel) */
+    float *grads;        /* ndrafters * numel */
+    float *reduced;      /* numel */
+} job_state;
+
+/* Segment name for a job. */
+void job_state_name(const char *job, char *out, size_t n);
+/* Create the segment (fails with -EEXIST); the caller fills state[0] and committed_step. */
+int job_state_create(job_state *js, const char *job, const char *run_id, uint32_t ndrafters, uint64_t numel,
+                     uint64_t total_steps, errbuf *err);
+/* Open an existing segment; checks numel and ndrafters when non-zero. */
+int job_state_open(job_state *js, const char *job, uint32_t ndrafters, uint64_t numel, errbuf *err);
+void job_state_close(job_state *js);
+/* Weights, m, v of the state for step k (buffer k % 2). */
+float *job_state_weights(job_state *js, uint64_t step);
+float *job_state_adam_m(job_state *js, uint64_t step);
+float *job_state_adam_v(job_state *js, uint64_t step);
+/* Worker table entry of (role, index) (fixed slots: prefetch 0, targets 1.., drafters after). */
+job_worker *job_state_worker(job_state *js, enum job_role role, int index);
+/* Heartbeat of a worker entry: now. */
+void job_worker_heartbeat(job_worker *w);
+uint64_t job_now_ns(void);
+/* Wake everybody waiting on the state's generation counter; wait for a change (bounded slice). */
+void job_state_wake(job_state *js);
+void job_state_wait(job_state *js, uint32_t seen, int timeout_ms);
+const char *job_role_name(enum job_role role);
+
+#endif

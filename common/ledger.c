@@ -1,0 +1,115 @@
+#include "ledger.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct ledger {
+    char path[4096];
+    int fd;
+    uint32_t ndrafters;
+};
+
+int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafters, errbuf *err)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return errbuf_set(err, errno, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    fstat(fd, &sb);
+    char *buf = xmalloc((size_t)sb.st_size + 1);
+    ssize_t n = pread(fd, buf, (size_t)sb.st_size, 0);
+    if (n < 0) n = 0;
+    /* keep whole lines of steps 0, 1, ... up to the committed step */
+    uint64_t committed = atomic_load(&js->h->committed_step), kept = 0;
+    off_t keep_bytes = 0;
+    for (ssize_t pos = 0; pos < n && kept < committed;) {
+        char *nl = memchr(buf + pos, '\n', (size_t)(n - pos));
+        if (!nl) break; /* torn last line */
+        unsigned long long step;
+        if (sscanf(buf + pos, "{\"step\": %llu", &step) != 1 || step != kept) break;
+        kept++;
+        pos = nl - buf + 1;
+        keep_bytes = pos;
+    }
+    free(buf);
+    if (keep_bytes != sb.st_size) {
+        if (ftruncate(fd, keep_bytes) != 0) {
+            int e = errno;
+            close(fd);
+            return errbuf_set(err, e, "%s: cannot truncate: %s", path, strerror(e));
+        }
+        fsync(fd);
+        log_info("%s: kept %llu lines (steps already committed), cut %lld bytes", path, (unsigned long long)kept,
+                 (long long)(sb.st_size - keep_bytes));
+    }
+    if (kept < atomic_load(&js->h->ledger_frontier))
+        log_warn("%s: %llu lines but the job state says %llu were written: the ledger has a gap", path,
+                 (unsigned long long)kept, (unsigned long long)atomic_load(&js->h->ledger_frontier));
+    else
+        atomic_store(&js->h->ledger_frontier, kept);
+    lseek(fd, 0, SEEK_END);
+    ledger *l = xcalloc(1, sizeof *l);
+    snprintf(l->path, sizeof l->path, "%s", path);
+    l->fd = fd;
+    l->ndrafters = ndrafters;
+    *out = l;
+    return 0;
+}
+
+int ledger_append_committed(ledger *l, job_state *js)
+{
+    job_state_header *h = js->h;
+    int written = 0;
+    for (;;) {
+        uint64_t k = atomic_load(&h->ledger_frontier);
+        if (k >= atomic_load(&h->committed_step)) break;
+        const job_rank_record *rec = h->records[k % JOB_RECORD_RING];
+        char line[8192];
+        int n = snprintf(line, sizeof line, "{\"step\": %llu, \"batches\": [", (unsigned long long)k);
+        double loss = 0, wsum = 0, acc_sum = 0;
+        uint64_t tokens = 0, nblocks = 0, total = 0, correct = 0;
+        for (uint32_t r = 0; r < l->ndrafters; r++) {
+            if (rec[r].step_plus1 != k + 1) {
+                log_error("ledger: step %llu committed without the record of drafter %u", (unsigned long long)k, r);
+                return -EPROTO;
+            }
+            n += snprintf(line + n, sizeof line - (size_t)n, "%s%llu", r ? ", " : "",
+                          (unsigned long long)rec[r].batch_id);
+            loss += rec[r].loss_sum;
+            wsum += rec[r].weight_sum;
+            acc_sum += rec[r].accept_sum;
+            nblocks += rec[r].nblocks;
+            tokens += rec[r].tokens;
+            total += rec[r].slot_total;
+            correct += rec[r].slot_correct;
+        }
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      "], \"tokens\": %llu, \"loss\": %.6f, \"slot_accuracy\": %.6f, \"acceptance\": %.6f, "
+                      "\"grad_norm\": %.6f}\n",
+                      (unsigned long long)tokens, wsum > 0 ? loss / wsum : 0.0, total ? (double)correct / total : 0.0,
+                      nblocks ? acc_sum / (double)nblocks : 0.0, h->norm_of_step[k % JOB_RECORD_RING]);
+        if (write(l->fd, line, (size_t)n) != n || fsync(l->fd) != 0) {
+            log_error("%s: write failed: %s", l->path, strerror(errno));
+            return -EIO;
+        }
+        atomic_store(&h->ledger_frontier, k + 1);
+        job_state_wake(js);
+        written++;
+    }
+    return written;
+}
+
+void ledger_close(ledger **lp)
+{
+    ledger *l = *lp;
+    if (!l) return;
+    close(l->fd);
+    free(l);
+    *lp = NULL;
+}

@@ -1,0 +1,23 @@
+/* ledger: the batch ledger of a job, <run_dir>/ledger.jsonl, one JSON line per committed optimizer step:
+ * {"step": k, "batches": [ids...], "tokens": n, "loss": x, "slot_accuracy": a, "acceptance": t, "grad_norm": g}.
+ * Written by dflashd alone, in step order, from the drafters' step records in the job state; each line is fsynced
+ * before the shared frontier advances, so a crash of dflashd at any point neither loses nor repeats a line (a torn
+ * last line is cut off at reopen). Single-threaded. */
+#ifndef DFLASH_LEDGER_H
+#define DFLASH_LEDGER_H
+
+#include <stdint.h>
+
+#include "job_state.h"
+#include "util.h"
+
+typedef struct ledger ledger;
+
+/* Open (create) the ledger and reconcile it with the job state: lines beyond the committed step (from an earlier
+ * run, or steps a resume will redo) are cut off, and the shared frontier is set to the lines kept. */
+int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafters, errbuf *err);
+/* Append the lines of every step committed since the last call; returns lines written or -errno. */
+int ledger_append_committed(ledger *l, job_state *js);
+void ledger_close(ledger **l);
+
+#endif

@@ -1,0 +1,124 @@
+#include "worker.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "keeper_proto.h"
+#include "log.h"
+
+#define MAX_OVERRIDES 64
+
+static void usage(FILE *f, const char *prog, enum job_role role, const char *what)
+{
+    fprintf(f, "usage: %s -c CONFIG%s [--set section.key=value]...\n%s\n"
+               "  -c, --config FILE   job config (INI; see deploy/demo.ini)\n"
+               "%s"
+               "  --set KEY=VALUE     override one setting, e.g. --set train.lr=1e-4\n"
+               "  -h, --help          this text\n"
+               "Registers with dflashd (<run_dir>/keeper.sock) and runs until the job is finished.\n",
+            prog, role == JOB_ROLE_PREFETCH ? "" : " --index N", what,
+            role == JOB_ROLE_PREFETCH ? "" : "  -i, --index N       which worker of its role this is (0-based)\n");
+}
+
+int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const char *what, int *done)
+{
+    memset(w, 0, sizeof *w);
+    *done = 0;
+    w->role = role;
+    w->index = role == JOB_ROLE_PREFETCH ? 0 : -1;
+    const char *config = NULL, *overrides[MAX_OVERRIDES];
+    int noverrides = 0, o;
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'}, {"index", required_argument, 0, 'i'},
+                                         {"set", required_argument, 0, 's'},    {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    while ((o = getopt_long(argc, argv, "c:i:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': config = optarg; break;
+        case 'i': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 0 || v > 63) { fprintf(stderr, "%s: --index %s: expected 0..63\n", prog, optarg); return 2; }
+            w->index = (int)v;
+            break;
+        }
+        case 's':
+            if (noverrides == MAX_OVERRIDES) { fprintf(stderr, "%s: too many --set\n", prog); return 2; }
+            overrides[noverrides++] = optarg;
+            break;
+        case 'h': usage(stdout, prog, role, what); *done = 1; return 0;
+        default: usage(stderr, prog, role, what); return 2;
+        }
+    }
+    if (!config || w->index < 0 || optind != argc) {
+        usage(stderr, prog, role, what);
+        return 2;
+    }
+    snprintf(w->name, sizeof w->name, "%s-%d", job_role_name(role), w->index);
+    log_init(role == JOB_ROLE_PREFETCH ? "prefetch" : w->name, LOG_LEVEL_INFO);
+    signal(SIGPIPE, SIG_IGN);
+    /* one BLAS thread per worker: the workers of a job already share the cores, and a fixed thread count keeps
+     * every product bitwise reproducible */
+    openblas_set_num_threads(1);
+    errbuf err = {{0}};
+    if (job_plan_load(&w->plan, config, overrides, noverrides, &err)) {
+        log_error("%s", err.msg);
+        return 1;
+    }
+    const job_config *c = &w->plan.cfg;
+    int limit = role == JOB_ROLE_TARGET ? c->workers.targets : role == JOB_ROLE_DRAFTER ? c->workers.drafters : 1;
+    if (w->index >= limit) {
+        log_error("%s: --index %d but the job has %d %s workers", config, w->index, limit, job_role_name(role));
+        return 2;
+    }
+    keeper_reply rp;
+    if (keeper_register(w->plan.keeper_socket, role, w->index, &rp, w->fds, 64, 120.0, &err)) {
+        log_error("%s", err.msg);
+        return 1;
+    }
+    w->nfds = (int)rp.npools;
+    w->epoch = rp.epoch;
+    if (job_state_open(&w->js, c->job.name, (uint32_t)c->workers.drafters, w->plan.numel, &err)) {
+        log_error("%s", err.msg);
+        return 1;
+    }
+    w->entry = job_state_worker(&w->js, role, w->index);
+    sd_watchdog_enabled(0, &w->watchdog_usec);
+    worker_tick(w);
+    log_info("registered with the keeper: epoch %llu", (unsigned long long)w->epoch);
+    return 0;
+}
+
+void worker_tick(worker_ctx *w)
+{
+    job_worker_heartbeat(w->entry);
+    if (w->watchdog_usec) {
+        double now = now_seconds();
+        if (now - w->last_ping >= (double)w->watchdog_usec / 4e6) {
+            sd_notify(0, "WATCHDOG=1");
+            w->last_ping = now;
+        }
+    }
+}
+
+int worker_job_finished(const worker_ctx *w) { return atomic_load(&w->js.h->finished) != 0; }
+
+void worker_count_batch(worker_ctx *w, uint64_t tokens)
+{
+    atomic_fetch_add(&w->entry->batches, 1);
+    atomic_fetch_add(&w->entry->tokens, tokens);
+}
+
+void worker_stop(worker_ctx *w)
+{
+    sd_notify(0, "STOPPING=1");
+    for (int i = 0; i < w->nfds; i++) close(w->fds[i]);
+    job_state_close(&w->js);
+}

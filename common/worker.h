@@ -1,0 +1,38 @@
+/* worker: what every worker process does the same way: parse the common command line (-c CONFIG, --set, --index,
+ * --help), derive the job plan, register with dflashd (epoch + pool fds), map the job state, and keep its
+ * heartbeat in the worker table and the service manager's watchdog fed (WATCHDOG=1 when WATCHDOG_USEC is set).
+ * One worker_ctx per process, used from its main thread. */
+#ifndef DFLASH_WORKER_H
+#define DFLASH_WORKER_H
+
+#include <stdint.h>
+
+#include "job_plan.h"
+#include "job_state.h"
+
+typedef struct worker_ctx {
+    job_plan plan;
+    job_state js;
+    enum job_role role;
+    int index;
+    uint64_t epoch;
+    job_worker *entry;
+    int fds[64];           /* pool data fds from the keeper (targets: their pool at [0]; drafters: pool i at [i]) */
+    int nfds;
+    uint64_t watchdog_usec;
+    double last_ping;
+    char name[32];         /* "target-1" */
+} worker_ctx;
+
+/* Parse argv, load the plan, register and map the job state. Returns 0, or the exit status to use (after printing
+ * the reason): 0 for --help (with *done set), 2 for usage errors, 1 otherwise. */
+int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const char *what, int *done);
+/* Heartbeat and watchdog ping (cheap; call from every loop and wait). */
+void worker_tick(worker_ctx *w);
+/* Whether the job is finished (every worker then exits 0). */
+int worker_job_finished(const worker_ctx *w);
+/* Count work done in the worker table (status display). */
+void worker_count_batch(worker_ctx *w, uint64_t tokens);
+void worker_stop(worker_ctx *w);
+
+#endif

@@ -1,0 +1,464 @@
+/* dflashd: the keeper of one job. It creates and owns every shared-memory segment (job state, token ring, one
+ * hidden-state pool per target worker) and the pools' memfds, registers workers (a new epoch per start, fds passed
+ * over its unix socket), watches them by pidfd and heartbeat, reclaims what a dead worker held, and appends the
+ * batch ledger from the drafters' step records. It keeps its pool fds in the service manager's fd store, so its
+ * own restart loses nothing: it reattaches to the segments and to the running workers. Touches no GPU. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "drafter_model.h"
+#include "fdpass.h"
+#include "job_plan.h"
+#include "job_state.h"
+#include "keeper_proto.h"
+#include "ledger.h"
+#include "log.h"
+#include "slot_pool.h"
+#include "token_ring.h"
+
+#define MAX_OVERRIDES 64
+
+typedef struct keeper {
+    job_plan plan;
+    job_state js;
+    struct token_ring *ring;
+    struct slot_pool *pools[64];
+    int npools;
+    int listen_fd;
+    int pidfd[JOB_MAX_WORKERS];      /* watched instance per worker-table entry, -1 when none */
+    ledger *ledger;
+    char run_id[JOB_RUN_ID_MAX];
+    int resume;
+    volatile sig_atomic_t stop;
+} keeper;
+
+static void on_signal(int sig) { (void)sig; }
+
+static int pidfd_open_pid(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+static int pidfd_kill(int pidfd, int sig) { return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0); }
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dflashd -c CONFIG [--set section.key=value]... [--resume]\n"
+               "The keeper of a dflash job: owns the shared memory, registers and watches workers, keeps the\n"
+               "batch ledger (<run_dir>/ledger.jsonl). Normally started by `dflash run` or systemd.\n"
+               "  -c, --config FILE   job config (INI)\n"
+               "  --set KEY=VALUE     override one setting\n"
+               "  --resume            start from <run_dir>/ckpt/latest instead of from scratch\n"
+               "  -h, --help          this text\n");
+}
+
+/* Reclaim everything the instance with this epoch held: FILLING -> FREE, LEASED -> READY. */
+static void reclaim_epoch(keeper *k, uint64_t epoch, const char *who)
+{
+    int freed = 0, returned = 0, f, r;
+    token_ring_reclaim(k->ring, epoch, &f, &r);
+    freed += f;
+    returned += r;
+    for (int i = 0; i < k->npools; i++) {
+        slot_pool_reclaim(k->pools[i], epoch, &f, &r);
+        freed += f;
+        returned += r;
+    }
+    job_state_wake(&k->js);
+    if (freed || returned)
+        log_info("%s (epoch %llu) is gone: %d slots freed, %d returned to READY", who, (unsigned long long)epoch,
+                 freed, returned);
+}
+
+static int worker_slot_index(keeper *k, job_worker *w) { return (int)(w - k->js.h->workers); }
+
+static void worker_label(const job_worker *w, char *out, size_t n)
+{
+    snprintf(out, n, "%s-%d", job_role_name((enum job_role)atomic_load(&w->role)), w->index);
+}
+
+/* The instance in entry w is dead (or must be treated so): forget its pidfd and reclaim its epoch. */
+static void worker_gone(keeper *k, job_worker *w)
+{
+    int i = worker_slot_index(k, w);
+    char label[32];
+    worker_label(w, label, sizeof label);
+    if (k->pidfd[i] >= 0) close(k->pidfd[i]);
+    k->pidfd[i] = -1;
+    uint64_t epoch = atomic_load(&w->epoch);
+    atomic_store(&w->pid, 0);
+    if (epoch) reclaim_epoch(k, epoch, label);
+}
+
+/* Make sure the previous instance of entry w is dead before a new one takes over (a zombie with a stale epoch
+ * must not keep writing). */
+static void worker_retire(keeper *k, job_worker *w, pid_t new_pid)
+{
+    int i = worker_slot_index(k, w);
+    pid_t old = atomic_load(&w->pid);
+    if (old == 0) return;
+    if (old != new_pid && k->pidfd[i] >= 0) {
+        struct pollfd p = {.fd = k->pidfd[i], .events = POLLIN};
+        if (poll(&p, 1, 0) == 0) {
+            char label[32];
+            worker_label(w, label, sizeof label);
+            log_warn("%s: old instance pid %d still runs while a new one registers: killing it", label, (int)old);
+            pidfd_kill(k->pidfd[i], SIGKILL);
+            poll(&p, 1, 5000);
+        }
+    }
+    worker_gone(k, w);
+}
+
+static void handle_register(keeper *k, int conn)
+{
+    keeper_request rq;
+    keeper_reply rp = {.magic = KEEPER_MAGIC};
+    int fds[64], nfds = 0, got = 0;
+    ssize_t n = fdpass_recv(conn, NULL, 0, &got, &rq, sizeof rq);
+    if (n != (ssize_t)sizeof rq || rq.magic != KEEPER_MAGIC) {
+        log_warn("keeper socket: malformed registration (%zd bytes): connection closed", n);
+        return;
+    }
+    const job_config *c = &k->plan.cfg;
+    int limit = rq.role == JOB_ROLE_TARGET ? c->workers.targets : rq.role == JOB_ROLE_DRAFTER ? c->workers.drafters
+                : rq.role == JOB_ROLE_PREFETCH ? 1 : 0;
+    job_worker *w = NULL;
+    if (rq.index < 0 || rq.index >= limit || !(w = job_state_worker(&k->js, (enum job_role)rq.role, rq.index))) {
+        rp.status = -EINVAL;
+        snprintf(rp.msg, sizeof rp.msg, "no worker %s-%d in this job (config %.100s)",
+                 job_role_name((enum job_role)rq.role), rq.index, c->job.name);
+    } else if (rq.run_id[0] && strcmp(rq.run_id, k->run_id) != 0) {
+        rp.status = -ESTALE;
+        snprintf(rp.msg, sizeof rp.msg, "worker belongs to run %s, this is run %s", rq.run_id, k->run_id);
+    } else {
+        int pfd = pidfd_open_pid(rq.pid);
+        if (pfd < 0) {
+            rp.status = -errno;
+            snprintf(rp.msg, sizeof rp.msg, "pid %d: %s", rq.pid, strerror(errno));
+        } else {
+            worker_retire(k, w, rq.pid);
+            uint64_t epoch = atomic_fetch_add(&k->js.h->next_epoch, 1);
+            atomic_store(&w->role, rq.role);
+            w->index = rq.index;
+            atomic_store(&w->epoch, epoch);
+            atomic_store(&w->pid, rq.pid);
+            job_worker_heartbeat(w);
+            atomic_fetch_add(&w->starts, 1);
+            k->pidfd[worker_slot_index(k, w)] = pfd;
+            rp.epoch = epoch;
+            if (rq.role == JOB_ROLE_TARGET) {
+                fds[nfds++] = slot_pool_data_fd(k->pools[rq.index]);
+            } else if (rq.role == JOB_ROLE_DRAFTER) {
+                for (int i = 0; i < k->npools; i++) fds[nfds++] = slot_pool_data_fd(k->pools[i]);
+            }
+            rp.npools = (uint32_t)nfds;
+            char label[32];
+            worker_label(w, label, sizeof label);
+            log_info("%s registered: pid %d, epoch %llu", label, rq.pid, (unsigned long long)epoch);
+        }
+    }
+    if (rp.status) log_warn("registration refused: %s", rp.msg);
+    if (fdpass_send(conn, fds, nfds, &rp, sizeof rp) < 0) log_warn("keeper socket: reply lost: %s", strerror(errno));
+}
+
+static int listen_socket(const char *path, errbuf *err)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof addr.sun_path) return errbuf_set(err, ENAMETOOLONG, "%s: path too long", path);
+    strcpy(addr.sun_path, path);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) return errbuf_set(err, errno, "socket: %s", strerror(errno));
+    unlink(path);
+    if (bind(s, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(s, 64) != 0) {
+        int e = errno;
+        close(s);
+        return errbuf_set(err, e, "%s: %s", path, strerror(e));
+    }
+    chmod(path, 0660);
+    return s;
+}
+
+static void unlink_segments(const job_plan *p)
+{
+    char name[128];
+    shm_segment_unlink(p->ring_name, NULL);
+    job_state_name(p->cfg.job.name, name, sizeof name);
+    shm_segment_unlink(name, NULL);
+    for (int i = 0; i < p->cfg.workers.targets; i++) {
+        job_plan_pool_name(p, i, name, sizeof name);
+        slot_pool_unlink(name, NULL);
+    }
+}
+
+/* Initial drafter state of a fresh job: a checkpoint to resume, a drafter to start from, or a fresh init. */
+static int init_train_state(keeper *k, errbuf *err)
+{
+    const job_plan *p = &k->plan;
+    job_state *js = &k->js;
+    uint64_t numel = p->numel;
+    char root[4096];
+    job_config_path(&p->cfg, "ckpt", root, sizeof root);
+    if (k->resume) {
+        checkpoint_state st;
+        int rc = checkpoint_read(root, NULL, job_state_weights(js, 0), job_state_adam_m(js, 0),
+                                 job_state_adam_v(js, 0), numel, &st, err);
+        if (rc) return errbuf_wrap(err, rc, "--resume");
+        if (st.step & 1) { /* the state of step k lives in buffer k % 2 */
+            memcpy(js->state[1], js->state[0], sizeof(float) * 3 * numel);
+        }
+        atomic_store(&js->h->committed_step, st.step);
+        atomic_store(&js->h->ledger_frontier, st.step);
+        log_info("resuming from %s/latest: step %llu", root, (unsigned long long)st.step);
+        return 0;
+    }
+    drafter_model *dm = NULL;
+    if (p->cfg.drafter.init[0]) {
+        int rc = drafter_model_load(&dm, p->cfg.drafter.init, &p->target, err);
+        if (rc) return errbuf_wrap(err, rc, "drafter.init");
+    } else {
+        dm = drafter_model_create(&p->drafter, (uint64_t)p->cfg.job.seed);
+    }
+    DF_ASSERT(drafter_numel(dm) == numel);
+    memcpy(job_state_weights(js, 0), drafter_weights(dm), sizeof(float) * numel);
+    drafter_model_destroy(&dm);
+    return 0;
+}
+
+/* Fresh segments for this run (stale ones from an earlier run are removed first). */
+static int create_job(keeper *k, errbuf *err)
+{
+    const job_plan *p = &k->plan;
+    unlink_segments(p);
+    int rc = job_state_create(&k->js, p->cfg.job.name, k->run_id, (uint32_t)p->cfg.workers.drafters, p->numel,
+                              (uint64_t)p->cfg.train.steps, err);
+    if (rc) return rc;
+    if ((rc = init_train_state(k, err))) return rc;
+    if ((rc = token_ring_create(p->ring_name, &p->ring, &k->ring, err))) return rc;
+    token_ring_next_id_set(k->ring, atomic_load(&k->js.h->committed_step) * (uint64_t)p->cfg.workers.drafters);
+    k->npools = p->cfg.workers.targets;
+    for (int i = 0; i < k->npools; i++) {
+        char name[128], store[64];
+        job_plan_pool_name(p, i, name, sizeof name);
+        if ((rc = slot_pool_create(name, (uint32_t)p->cfg.ring.pool_slots, p->slot.bytes, &k->pools[i], err)))
+            return rc;
+        int fd = slot_pool_data_fd(k->pools[i]);
+        snprintf(store, sizeof store, "FDSTORE=1\nFDNAME=pool-%d", i);
+        if (sd_pid_notify_with_fds(0, 0, store, &fd, 1) <= 0)
+            log_debug("no fd store (NOTIFY_SOCKET unset): a restart of dflashd will start a new run");
+    }
+    log_info("job %s: created state (%llu drafter parameters), token ring (%u slots of %u tokens), %d pools of %d "
+             "slots (%zu bytes each)", p->cfg.job.name, (unsigned long long)p->numel, p->ring.nslots,
+             p->ring.max_tokens, k->npools, p->cfg.ring.pool_slots, p->slot.bytes);
+    return 0;
+}
+
+/* Reattach after our own restart: the segments by name, the pools' data from the fd store. */
+static int reattach_job(keeper *k, int *fds, char **names, int nfds, errbuf *err)
+{
+    const job_plan *p = &k->plan;
+    int rc = job_state_open(&k->js, p->cfg.job.name, (uint32_t)p->cfg.workers.drafters, p->numel, err);
+    if (rc) return rc;
+    if (strcmp(k->js.h->run_id, k->run_id) != 0) {
+        job_state_close(&k->js);
+        return errbuf_set(err, ESTALE, "state segment belongs to run %s", k->js.h->run_id);
+    }
+    if ((rc = token_ring_open(p->ring_name, &p->ring, &k->ring, err))) return rc;
+    k->npools = p->cfg.workers.targets;
+    for (int i = 0; i < k->npools; i++) {
+        char want[32], name[128];
+        snprintf(want, sizeof want, "pool-%d", i);
+        int fd = -1;
+        for (int j = 0; j < nfds; j++)
+            if (names && names[j] && !strcmp(names[j], want)) fd = fds[j];
+        if (fd < 0) return errbuf_set(err, ENOENT, "fd store has no %s", want);
+        job_plan_pool_name(p, i, name, sizeof name);
+        if ((rc = slot_pool_attach(name, fd, &k->pools[i], err))) return rc;
+    }
+    /* workers that were registered: watch the live ones, reclaim the dead */
+    for (int i = 0; i < JOB_MAX_WORKERS; i++) {
+        job_worker *w = &k->js.h->workers[i];
+        pid_t pid = atomic_load(&w->pid);
+        if (!pid) continue;
+        int pfd = pidfd_open_pid(pid);
+        if (pfd < 0) worker_gone(k, w);
+        else k->pidfd[i] = pfd;
+    }
+    log_info("job %s: reattached after a keeper restart (step %llu)", p->cfg.job.name,
+             (unsigned long long)atomic_load(&k->js.h->committed_step));
+    return 0;
+}
+
+static void check_heartbeats(keeper *k)
+{
+    uint64_t now = job_now_ns(), limit = (uint64_t)(k->plan.cfg.workers.heartbeat_timeout_sec * 1e9);
+    for (int i = 0; i < JOB_MAX_WORKERS; i++) {
+        job_worker *w = &k->js.h->workers[i];
+        if (k->pidfd[i] < 0 || !atomic_load(&w->pid)) continue;
+        uint64_t hb = atomic_load(&w->heartbeat_ns);
+        if (hb && now > hb && now - hb > limit) {
+            char label[32];
+            worker_label(w, label, sizeof label);
+            log_warn("%s (pid %d) missed its heartbeats for %.1f s: killing it", label, (int)atomic_load(&w->pid),
+                     (double)(now - hb) / 1e9);
+            pidfd_kill(k->pidfd[i], SIGKILL);
+            job_worker_heartbeat(w); /* one kill per timeout; the pidfd reports the death */
+        }
+    }
+}
+
+static void report_status(keeper *k)
+{
+    int fr, fi, rd, le;
+    token_ring_stats(k->ring, &fr, &fi, &rd, &le);
+    int pready = 0, pleased = 0;
+    for (int i = 0; i < k->npools; i++) {
+        int a, b, c, d;
+        slot_pool_stats(k->pools[i], &a, &b, &c, &d);
+        pready += c;
+        pleased += d;
+    }
+    sd_notifyf(0, "STATUS=step %llu/%llu, ledger %llu, token ring %d ready %d leased, pools %d ready %d leased",
+               (unsigned long long)atomic_load(&k->js.h->committed_step), (unsigned long long)k->js.h->total_steps,
+               (unsigned long long)atomic_load(&k->js.h->ledger_frontier), rd, le, pready, pleased);
+}
+
+static int run(keeper *k)
+{
+    uint64_t wd_usec = 0;
+    int watchdog = sd_watchdog_enabled(0, &wd_usec) > 0;
+    double last_periodic = 0;
+    sd_notify(0, "READY=1\nSTATUS=serving");
+    while (!k->stop) {
+        struct pollfd pf[1 + JOB_MAX_WORKERS];
+        int map[1 + JOB_MAX_WORKERS], n = 0;
+        pf[n].fd = k->listen_fd;
+        pf[n].events = POLLIN;
+        map[n++] = -1;
+        for (int i = 0; i < JOB_MAX_WORKERS; i++) {
+            if (k->pidfd[i] < 0) continue;
+            pf[n].fd = k->pidfd[i];
+            pf[n].events = POLLIN;
+            map[n++] = i;
+        }
+        int r = poll(pf, (nfds_t)n, 100);
+        if (r < 0 && errno != EINTR) {
+            log_error("poll: %s", strerror(errno));
+            return 1;
+        }
+        /* deaths first, so a restarted worker's registration finds its predecessor reclaimed */
+        for (int j = 1; r > 0 && j < n; j++)
+            if (pf[j].revents) worker_gone(k, &k->js.h->workers[map[j]]);
+        if (r > 0 && (pf[0].revents & POLLIN)) {
+            int conn;
+            while ((conn = accept4(k->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+                struct timeval tv = {1, 0};
+                setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+                setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+                handle_register(k, conn);
+                close(conn);
+            }
+        }
+        ledger_append_committed(k->ledger, &k->js);
+        double now = now_seconds();
+        if (now - last_periodic >= 0.5) {
+            last_periodic = now;
+            check_heartbeats(k);
+            report_status(k);
+        }
+        if (watchdog) sd_notify(0, "WATCHDOG=1");
+        if (atomic_load(&k->js.h->finished) &&
+            atomic_load(&k->js.h->ledger_frontier) >= k->js.h->total_steps) {
+            log_info("training finished: %llu steps in the ledger", (unsigned long long)k->js.h->total_steps);
+            return 0;
+        }
+    }
+    log_info("stopping on signal");
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    static keeper k;
+    const char *config = NULL, *overrides[MAX_OVERRIDES];
+    int noverrides = 0;
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'},
+                                         {"resume", no_argument, 0, 'r'},       {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': config = optarg; break;
+        case 's':
+            if (noverrides == MAX_OVERRIDES) { fprintf(stderr, "dflashd: too many --set\n"); return 2; }
+            overrides[noverrides++] = optarg;
+            break;
+        case 'r': k.resume = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!config || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    log_init("dflashd", LOG_LEVEL_INFO);
+    errbuf err = {{0}};
+    if (job_plan_load(&k.plan, config, overrides, noverrides, &err)) {
+        log_error("%s", err.msg);
+        return 1;
+    }
+    for (int i = 0; i < JOB_MAX_WORKERS; i++) k.pidfd[i] = -1;
+    const char *rid = getenv("DFLASH_RUN_ID");
+    snprintf(k.run_id, sizeof k.run_id, "%s", rid && rid[0] ? rid : "standalone");
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL);
+    (void)sa;
+    mkdir(k.plan.cfg.job.run_dir, 0755);
+
+    char **names = NULL;
+    int nfds = sd_listen_fds_with_names(1, &names), rc;
+    if (nfds < 0) nfds = 0;
+    int fds[64];
+    for (int i = 0; i < nfds && i < 64; i++) fds[i] = SD_LISTEN_FDS_START + i;
+    rc = nfds > 0 ? reattach_job(&k, fds, names, nfds, &err) : -ENOENT;
+    if (rc) {
+        if (nfds > 0) log_warn("cannot reattach (%s): starting the job afresh", err.msg);
+        job_state_close(&k.js);
+        token_ring_destroy(&k.ring);
+        for (int i = 0; i < 64; i++) slot_pool_destroy(&k.pools[i]);
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+        sd_notify(0, "FDSTOREREMOVE=1\nFDNAME=pool-0");
+        if ((rc = create_job(&k, &err))) {
+            log_error("%s", err.msg);
+            return 1;
+        }
+    }
+    for (int i = 0; names && i < nfds; i++) free(names[i]);
+    free(names);
+    char path[4096];
+    job_config_path(&k.plan.cfg, "ledger.jsonl", path, sizeof path);
+    if ((rc = ledger_open(&k.ledger, path, &k.js, (uint32_t)k.plan.cfg.workers.drafters, &err))) {
+        log_error("%s", err.msg);
+        return 1;
+    }
+    if ((k.listen_fd = listen_socket(k.plan.keeper_socket, &err)) < 0) {
+        log_error("%s", err.msg);
+        return 1;
+    }
+    rc = run(&k);
+    sd_notify(0, "STOPPING=1");
+    ledger_close(&k.ledger);
+    if (rc == 0) unlink_segments(&k.plan);
+    return rc;
+}

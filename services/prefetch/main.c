@@ -1,0 +1,100 @@
+/* dflash-prefetch: reads the job's token shards (mmap) and writes packed batches into the token ring in batch-id
+ * order; batch b's content is a pure function of (data, seed, b) (batch_plan), so a restarted prefetch simply
+ * continues at the ring's next id. A full ring blocks it. Exits 0 when the job is finished. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+
+#include "batch_plan.h"
+#include "log.h"
+#include "shard.h"
+#include "slot_state.h"
+#include "token_ring.h"
+#include "worker.h"
+
+/* After a restart: a batch published by our predecessor just before it died may not have advanced the id yet. */
+static void skip_published(struct token_ring *ring)
+{
+    struct token_ring_geometry g = token_ring_geometry_get(ring);
+    for (int again = 1; again;) {
+        again = 0;
+        uint64_t next = token_ring_next_id_peek(ring);
+        for (uint32_t i = 0; i < g.nslots; i++) {
+            uint64_t w = token_ring_slot_word(ring, (int)i);
+            enum slot_state st = slot_word_state(w);
+            if ((st == SLOT_STATE_READY || st == SLOT_STATE_LEASED) && token_ring_batch(ring, (int)i).meta->batch_id == next) {
+                token_ring_next_id_advance(ring, next);
+                again = 1;
+                break;
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    worker_ctx w;
+    int done;
+    int rc = worker_start(&w, JOB_ROLE_PREFETCH, argc, argv,
+                          "Packs token batches from the job's shards into the token ring.", &done);
+    if (rc || done) return rc;
+    const job_plan *p = &w.plan;
+    errbuf err = {{0}};
+    dataset *ds = NULL;
+    struct token_ring *ring = NULL;
+    if (dataset_open(&ds, p->cfg.data.path, &err) || dataset_check_vocab(ds, (uint32_t)p->vocab, &err) ||
+        token_ring_open(p->ring_name, &p->ring, &ring, &err)) {
+        log_error("%s", err.msg);
+        return 1;
+    }
+    if (dataset_count(ds) == 0) {
+        log_error("%s: no samples", p->cfg.data.path);
+        return 1;
+    }
+    batch_plan *bp = batch_plan_new(ds, (uint64_t)p->cfg.job.seed, p->ring.max_tokens, p->ring.max_seqs);
+    const uint64_t total = (uint64_t)p->cfg.train.steps * (uint64_t)p->cfg.workers.drafters;
+    const uint16_t owner = 0;
+    skip_published(ring);
+    log_info("%llu samples in %zu shards; epoch 0 has %llu batches; producing from batch %llu",
+             (unsigned long long)dataset_count(ds), dataset_nshards(ds),
+             (unsigned long long)batch_plan_epoch_batches(bp, 0), (unsigned long long)token_ring_next_id_peek(ring));
+    sd_notify(0, "READY=1\nSTATUS=producing");
+    while (!worker_job_finished(&w)) {
+        worker_tick(&w);
+        uint64_t id = token_ring_next_id_peek(ring);
+        uint64_t committed = atomic_load(&w.js.h->committed_step) * (uint64_t)p->cfg.workers.drafters;
+        if (id < committed) { /* already trained (e.g. after a resume): no need to produce it */
+            token_ring_next_id_advance(ring, id);
+            continue;
+        }
+        if (id >= total) {
+            uint32_t seen = atomic_load(&w.js.h->gen);
+            job_state_wait(&w.js, seen, 200);
+            continue;
+        }
+        int slot = token_ring_claim(ring, owner, w.epoch, 200);
+        if (slot == -ETIMEDOUT) continue;
+        if (slot < 0) {
+            log_error("token ring claim: %s", strerror(-slot));
+            return 1;
+        }
+        struct token_batch b = token_ring_batch(ring, slot);
+        uint64_t epoch;
+        batch_plan_fill(bp, id, &b, &epoch);
+        if ((rc = token_ring_publish(ring, slot, owner, w.epoch)) != 0) {
+            log_error("token ring publish of batch %llu: %s", (unsigned long long)id, strerror(-rc));
+            return 1;
+        }
+        token_ring_next_id_advance(ring, id);
+        worker_count_batch(&w, b.meta->ntok);
+        log_debug("batch %llu (epoch %llu): %u sequences, %u tokens", (unsigned long long)id,
+                  (unsigned long long)epoch, b.meta->nseq, b.meta->ntok);
+    }
+    log_info("job finished");
+    batch_plan_free(&bp);
+    token_ring_destroy(&ring);
+    dataset_close(&ds);
+    worker_stop(&w);
+    return 0;
+}

@@ -1,0 +1,541 @@
+/* dflash-prepare: turns tokenized JSONL (input_ids + loss_mask or labels per line) into token shards
+ * (common/SHARD_FORMAT.md), and inspects/validates existing shards (--inspect). Bad lines are skipped and reported
+ * as "<file>:<line>: skipped: <reason>" (or are fatal with --strict). Exit status: 0 done, 1 I/O error, bad data
+ * under --strict or nothing prepared, 2 usage error. */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shard.h"
+#include "util.h"
+
+#define PROG "dflash-prepare"
+#define SKIP_PRINT_CAP 20
+#define PROGRESS_LINES 100000
+#define PROGRESS_SECONDS 1.0
+
+enum skip_reason {
+    SKIP_JSON,
+    SKIP_NOT_OBJECT,
+    SKIP_NO_INPUT_IDS,
+    SKIP_BAD_INPUT_IDS,
+    SKIP_ID_RANGE,
+    SKIP_EMPTY,
+    SKIP_NO_MASK,
+    SKIP_LEN_MISMATCH,
+    SKIP_BAD_MASK,
+    SKIP_NO_TRAINED,
+    SKIP_TOO_LONG,
+    SKIP_COUNT
+};
+
+/* Short names: the summary's categories and the start of every per-line message. */
+static const char *const skip_reason_name[SKIP_COUNT] = {
+    [SKIP_JSON] = "invalid JSON",
+    [SKIP_NOT_OBJECT] = "not a JSON object",
+    [SKIP_NO_INPUT_IDS] = "missing input_ids",
+    [SKIP_BAD_INPUT_IDS] = "input_ids not an array of integers",
+    [SKIP_ID_RANGE] = "token id out of range",
+    [SKIP_EMPTY] = "empty input_ids",
+    [SKIP_NO_MASK] = "neither loss_mask nor labels",
+    [SKIP_LEN_MISMATCH] = "length mismatch",
+    [SKIP_BAD_MASK] = "bad loss_mask/labels value",
+    [SKIP_NO_TRAINED] = "no trained token",
+    [SKIP_TOO_LONG] = "longer than --max-len",
+};
+
+struct prepare_opts {
+    uint64_t max_tokens_per_shard; /* a shard is closed before a sample would take it past this (unless empty) */
+    uint64_t max_len;              /* 0: no limit */
+    uint64_t vocab;                /* 0: no check */
+    bool strict, force, inspect;
+    const char *outdir;
+};
+
+/* The one state of a prepare run. */
+struct prepare {
+    struct prepare_opts opt;
+    shard_writer *w;
+    char **written; /* shards published by this run (removed again on a fatal error) */
+    size_t nwritten;
+    uint64_t samples, tokens, trained, lines;
+    uint64_t skipped[SKIP_COUNT];
+    uint32_t *tok; /* the current line's sample */
+    uint8_t *mask;
+    size_t cap;
+    char detail[256]; /* why the current line was skipped */
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " [options] -o OUTDIR INPUT.jsonl...\n"
+            "       " PROG " --inspect [--vocab V] SHARD_OR_DIR...\n"
+            "\n"
+            "Converts tokenized JSONL into dflash token shards OUTDIR/shard-00000.shard, ... (each written\n"
+            "atomically). Each line is a JSON object with \"input_ids\" (non-negative integers) and either\n"
+            "\"loss_mask\" (0/1 or booleans, same length) or \"labels\" (same length; -100 = not trained, any other\n"
+            "value = trained); loss_mask wins when both are present. Blank lines are ignored. Other bad lines\n"
+            "are skipped and reported on stderr as FILE:LINE: skipped: REASON. INPUT \"-\" reads stdin.\n"
+            "\n"
+            "  -o, --output DIR            output folder (created if missing)\n"
+            "  --max-tokens-per-shard N    start a new shard before one would exceed N tokens (default 33554432)\n"
+            "  --max-len L                 skip samples longer than L tokens (default: no limit)\n"
+            "  --vocab V                   skip samples with a token id >= V (with --inspect: check it)\n"
+            "  --strict                    the first bad line is a fatal error (exit 1)\n"
+            "  --force                     remove *.shard files already in OUTDIR instead of refusing\n"
+            "  --inspect                   validate the given shards or shard folders and print their counts\n"
+            "  -h, --help                  this text\n"
+            "\n"
+            "The summary goes to stdout; progress, skipped lines and errors go to stderr.\n"
+            "Exit status: 0 done, 1 I/O error / bad line under --strict / nothing prepared, 2 usage error.\n");
+}
+
+/* Parse a decimal option value in [lo, hi]; prints a usage error and returns -1 otherwise. */
+static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = (*s >= '0' && *s <= '9') ? strtoull(s, &end, 10) : 0;
+    if (!end || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, PROG ": %s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- one JSONL line -> one sample ---- */
+
+static void prepare_reserve(struct prepare *p, size_t n)
+{
+    if (n <= p->cap) return;
+    size_t cap = p->cap ? p->cap : 4096;
+    while (cap < n) cap *= 2;
+    p->tok = xrealloc(p->tok, cap * sizeof *p->tok);
+    p->mask = xrealloc(p->mask, cap);
+    p->cap = cap;
+}
+
+#define SKIP(reason, ...) (snprintf(p->detail, sizeof p->detail, __VA_ARGS__), (int)(reason))
+
+/* Fill p->tok/p->mask from one line; returns the sample length, or -1 - reason with p->detail set. */
+static int64_t prepare_parse_line(struct prepare *p, const char *line, size_t len)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    int64_t ret;
+    if (!root) return -1 - SKIP(SKIP_JSON, "invalid JSON: %s (column %d)", jerr.text, jerr.column);
+    json_t *ids = json_object_get(root, "input_ids");
+    json_t *lm = json_object_get(root, "loss_mask");
+    json_t *labels = json_object_get(root, "labels");
+    json_t *m = lm ? lm : labels;
+    const char *mname = lm ? "loss_mask" : "labels";
+    if (!json_is_object(root)) { ret = -1 - SKIP(SKIP_NOT_OBJECT, "not a JSON object"); goto done; }
+    if (!ids) { ret = -1 - SKIP(SKIP_NO_INPUT_IDS, "missing input_ids"); goto done; }
+    if (!json_is_array(ids)) {
+        ret = -1 - SKIP(SKIP_BAD_INPUT_IDS, "input_ids not an array of integers: input_ids is not an array");
+        goto done;
+    }
+    size_t n = json_array_size(ids);
+    if (n == 0) { ret = -1 - SKIP(SKIP_EMPTY, "empty input_ids"); goto done; }
+    if (!m) { ret = -1 - SKIP(SKIP_NO_MASK, "neither loss_mask nor labels"); goto done; }
+    if (!json_is_array(m)) {
+        ret = -1 - SKIP(SKIP_BAD_MASK, "bad loss_mask/labels value: %s is not an array", mname);
+        goto done;
+    }
+    if (json_array_size(m) != n) {
+        ret = -1 - SKIP(SKIP_LEN_MISMATCH, "length mismatch: input_ids has %zu entries, %s has %zu", n, mname,
+                        json_array_size(m));
+        goto done;
+    }
+    if (p->opt.max_len && n > p->opt.max_len) {
+        ret = -1 - SKIP(SKIP_TOO_LONG, "longer than --max-len: %zu tokens > %" PRIu64, n, p->opt.max_len);
+        goto done;
+    }
+    prepare_reserve(p, n);
+    uint64_t id_limit = p->opt.vocab ? p->opt.vocab : (uint64_t)UINT32_MAX + 1;
+    size_t trained = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(ids, i);
+        if (!json_is_integer(v)) {
+            ret = -1 - SKIP(SKIP_BAD_INPUT_IDS, "input_ids not an array of integers: input_ids[%zu] is not an integer", i);
+            goto done;
+        }
+        json_int_t id = json_integer_value(v);
+        if (id < 0 || (uint64_t)id >= id_limit) {
+            ret = -1 - SKIP(SKIP_ID_RANGE, "token id out of range: input_ids[%zu] = %" JSON_INTEGER_FORMAT "%s", i,
+                            id, id < 0 ? " is negative" : p->opt.vocab ? " >= --vocab" : " does not fit in u32");
+            goto done;
+        }
+        p->tok[i] = (uint32_t)id;
+        json_t *mv = json_array_get(m, i);
+        int bit;
+        if (json_is_boolean(mv)) {
+            bit = json_is_true(mv);
+        } else if (!json_is_integer(mv)) {
+            ret = -1 - SKIP(SKIP_BAD_MASK, "bad loss_mask/labels value: %s[%zu] is not an integer", mname, i);
+            goto done;
+        } else if (lm) {
+            json_int_t b = json_integer_value(mv);
+            if (b != 0 && b != 1) {
+                ret = -1 - SKIP(SKIP_BAD_MASK, "bad loss_mask/labels value: loss_mask[%zu] = %" JSON_INTEGER_FORMAT
+                                " (must be 0 or 1)", i, b);
+                goto done;
+            }
+            bit = (int)b;
+        } else {
+            bit = json_integer_value(mv) != -100;
+        }
+        p->mask[i] = (uint8_t)bit;
+        trained += (size_t)bit;
+    }
+    if (trained == 0) { ret = -1 - SKIP(SKIP_NO_TRAINED, "no trained token (%s excludes all %zu)", mname, n); goto done; }
+    ret = (int64_t)n;
+done:
+    json_decref(root);
+    return ret;
+}
+
+/* ---- shards ---- */
+
+static int prepare_shard_finish(struct prepare *p, errbuf *err)
+{
+    if (!p->w) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/shard-%05zu.shard", p->opt.outdir, p->nwritten);
+    int ret = shard_writer_close(&p->w, err);
+    if (ret != 0) return ret;
+    p->written = xrealloc(p->written, (p->nwritten + 1) * sizeof *p->written);
+    p->written[p->nwritten++] = xstrdup(path);
+    return 0;
+}
+
+static int prepare_add(struct prepare *p, size_t n, errbuf *err)
+{
+    int ret;
+    if (p->w && shard_writer_ntokens(p->w) > 0 && shard_writer_ntokens(p->w) + n > p->opt.max_tokens_per_shard)
+        if ((ret = prepare_shard_finish(p, err)) != 0) return ret;
+    if (!p->w) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/shard-%05zu.shard", p->opt.outdir, p->nwritten);
+        if ((ret = shard_writer_open(&p->w, path, err)) != 0) return ret;
+    }
+    if ((ret = shard_writer_add(p->w, p->tok, p->mask, n, err)) != 0) return ret;
+    p->samples++;
+    p->tokens += n;
+    for (size_t i = 0; i < n; i++) p->trained += p->mask[i];
+    return 0;
+}
+
+/* Remove what this run published, so that a failed run leaves no partial dataset behind. */
+static void prepare_remove_written(struct prepare *p)
+{
+    shard_writer_discard(&p->w);
+    for (size_t i = 0; i < p->nwritten; i++) unlink(p->written[i]);
+    if (p->nwritten) fprintf(stderr, PROG ": removed the %zu shard(s) this run had written\n", p->nwritten);
+}
+
+/* Create outdir if needed; refuse (or with --force clear) *.shard files already there. */
+static int prepare_outdir(const struct prepare_opts *o)
+{
+    if (mkdir(o->outdir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, PROG ": error: cannot create output folder %s: %s\n", o->outdir, strerror(errno));
+        return -1;
+    }
+    DIR *d = opendir(o->outdir);
+    if (!d) {
+        fprintf(stderr, PROG ": error: cannot open output folder %s: %s\n", o->outdir, strerror(errno));
+        return -1;
+    }
+    size_t found = 0;
+    int ret = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (e->d_name[0] == '.' || n <= 6 || strcmp(e->d_name + n - 6, ".shard") != 0) continue;
+        found++;
+        if (!o->force) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", o->outdir, e->d_name);
+        if (unlink(path) != 0) {
+            fprintf(stderr, PROG ": error: cannot remove %s: %s\n", path, strerror(errno));
+            ret = -1;
+        }
+    }
+    closedir(d);
+    if (found && !o->force) {
+        fprintf(stderr, PROG ": error: %s already holds %zu *.shard file(s); remove them or pass --force\n",
+                o->outdir, found);
+        return -1;
+    }
+    return ret;
+}
+
+/* ---- input files ---- */
+
+struct input {
+    const char *name;
+    FILE *f;
+    uint64_t size; /* 0 when unknown (pipe) */
+};
+
+static void prepare_report_skip(struct prepare *p, const char *file, uint64_t line, int reason)
+{
+    uint64_t k = ++p->skipped[reason];
+    if (k <= SKIP_PRINT_CAP)
+        fprintf(stderr, "%s:%" PRIu64 ": skipped: %s\n", file, line, p->detail);
+    if (k == SKIP_PRINT_CAP)
+        fprintf(stderr, PROG ": further lines skipped for \"%s\" are counted in the summary, not shown\n",
+                skip_reason_name[reason]);
+}
+
+/* Returns 0, or -1 after printing a fatal error (I/O or a bad line under --strict). */
+static int prepare_file(struct prepare *p, struct input *in, double *last_progress, uint64_t *lines_at_progress)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    uint64_t lineno = 0, bytes = 0;
+    ssize_t len;
+    int ret = 0;
+    errbuf err = {{0}};
+    errno = 0;
+    while ((len = getline(&line, &cap, in->f)) >= 0) {
+        lineno++;
+        p->lines++;
+        bytes += (uint64_t)len;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+        size_t start = strspn(line, " \t");
+        if ((size_t)len <= start) continue; /* blank line */
+        int64_t n = prepare_parse_line(p, line, (size_t)len);
+        if (n < 0) {
+            int reason = (int)(-1 - n);
+            if (p->opt.strict) {
+                fprintf(stderr, PROG ": error: %s:%" PRIu64 ": %s (--strict)\n", in->name, lineno, p->detail);
+                ret = -1;
+                break;
+            }
+            prepare_report_skip(p, in->name, lineno, reason);
+        } else if (prepare_add(p, (size_t)n, &err) != 0) {
+            fprintf(stderr, PROG ": error: %s\n", err.msg);
+            ret = -1;
+            break;
+        }
+        if (p->lines - *lines_at_progress >= PROGRESS_LINES) {
+            double t = now_seconds();
+            if (t - *last_progress >= PROGRESS_SECONDS) {
+                char pct[32] = "";
+                if (in->size) snprintf(pct, sizeof pct, " (%.0f%%)", 100.0 * (double)bytes / (double)in->size);
+                fprintf(stderr, PROG ": %s: %" PRIu64 " lines%s; %" PRIu64 " samples, %" PRIu64 " tokens so far\n",
+                        in->name, lineno, pct, p->samples, p->tokens);
+                *last_progress = t;
+                *lines_at_progress = p->lines;
+            }
+        }
+        errno = 0;
+    }
+    if (ret == 0 && ferror(in->f)) {
+        fprintf(stderr, PROG ": error: reading %s: %s\n", in->name, strerror(errno ? errno : EIO));
+        ret = -1;
+    }
+    free(line);
+    return ret;
+}
+
+static void prepare_print_summary(const struct prepare *p)
+{
+    uint64_t skipped = 0;
+    for (int r = 0; r < SKIP_COUNT; r++) skipped += p->skipped[r];
+    printf("prepared %" PRIu64 " samples (%" PRIu64 " tokens, %" PRIu64 " trained) into %zu shard%s; skipped %" PRIu64
+           " line%s", p->samples, p->tokens, p->trained, p->nwritten, p->nwritten == 1 ? "" : "s", skipped,
+           skipped == 1 ? "" : "s");
+    const char *sep = ": ";
+    for (int r = 0; r < SKIP_COUNT; r++) {
+        if (!p->skipped[r]) continue;
+        printf("%s%" PRIu64 " %s", sep, p->skipped[r], skip_reason_name[r]);
+        sep = ", ";
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
+static int prepare_run(const struct prepare_opts *opt, char **inputs, int ninputs)
+{
+    struct input *in = xcalloc((size_t)ninputs, sizeof *in);
+    struct prepare p = {.opt = *opt};
+    int status = 1;
+    /* Open every input first, so that a typo fails before anything is written. */
+    for (int i = 0; i < ninputs; i++) {
+        in[i].name = inputs[i];
+        if (strcmp(inputs[i], "-") == 0) {
+            in[i].name = "<stdin>";
+            in[i].f = stdin;
+            continue;
+        }
+        in[i].f = fopen(inputs[i], "r");
+        struct stat st = {0};
+        if (!in[i].f) {
+            fprintf(stderr, PROG ": error: cannot open input %s: %s\n", inputs[i], strerror(errno));
+            goto out;
+        }
+        if (fstat(fileno(in[i].f), &st) != 0) {
+            fprintf(stderr, PROG ": error: cannot stat input %s: %s\n", inputs[i], strerror(errno));
+            goto out;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            fprintf(stderr, PROG ": error: input %s is a folder, not a JSONL file\n", inputs[i]);
+            goto out;
+        }
+        if (S_ISREG(st.st_mode)) in[i].size = (uint64_t)st.st_size;
+    }
+    if (prepare_outdir(opt) != 0) goto out;
+    double last_progress = now_seconds();
+    uint64_t lines_at_progress = 0;
+    errbuf err = {{0}};
+    for (int i = 0; i < ninputs; i++) {
+        if (prepare_file(&p, &in[i], &last_progress, &lines_at_progress) != 0) {
+            prepare_remove_written(&p);
+            goto out;
+        }
+    }
+    if (prepare_shard_finish(&p, &err) != 0) {
+        fprintf(stderr, PROG ": error: %s\n", err.msg);
+        prepare_remove_written(&p);
+        goto out;
+    }
+    prepare_print_summary(&p);
+    if (p.samples == 0) {
+        fprintf(stderr, PROG ": error: no valid samples in the input; nothing was written\n");
+        goto out;
+    }
+    status = 0;
+out:
+    for (int i = 0; i < ninputs; i++)
+        if (in[i].f && in[i].f != stdin) fclose(in[i].f);
+    free(in);
+    shard_writer_discard(&p.w);
+    for (size_t i = 0; i < p.nwritten; i++) free(p.written[i]);
+    free(p.written);
+    free(p.tok);
+    free(p.mask);
+    return status;
+}
+
+/* ---- --inspect ---- */
+
+static void inspect_shard(const shard *s, uint32_t *max_id_out)
+{
+    uint64_t n = shard_count(s), min_len = UINT64_MAX, max_len = 0;
+    uint32_t max_id = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint32_t *tok;
+        uint64_t len;
+        shard_sample(s, i, &tok, NULL, &len);
+        if (len < min_len) min_len = len;
+        if (len > max_len) max_len = len;
+        for (uint64_t j = 0; j < len; j++) max_id = tok[j] > max_id ? tok[j] : max_id;
+    }
+    printf("%s: %" PRIu64 " samples, %" PRIu64 " tokens, %" PRIu64 " trained", shard_path(s), n, shard_ntokens(s),
+           shard_ntrained(s));
+    if (n)
+        printf(", length min %" PRIu64 " mean %.1f max %" PRIu64 ", max token id %u", min_len,
+               (double)shard_ntokens(s) / (double)n, max_len, max_id);
+    printf(", valid\n");
+    if (max_id > *max_id_out) *max_id_out = max_id;
+}
+
+static int inspect_run(const struct prepare_opts *opt, char **paths, int npaths)
+{
+    int status = 0;
+    size_t nshards = 0;
+    uint64_t samples = 0, tokens = 0, trained = 0;
+    uint32_t max_id = 0;
+    for (int i = 0; i < npaths; i++) {
+        dataset *ds = NULL;
+        errbuf err = {{0}};
+        if (dataset_open(&ds, paths[i], &err) != 0) {
+            fprintf(stderr, PROG ": error: %s\n", err.msg);
+            status = 1;
+            continue;
+        }
+        for (size_t k = 0; k < dataset_nshards(ds); k++) {
+            const shard *s = dataset_shard(ds, k);
+            inspect_shard(s, &max_id);
+            nshards++;
+            samples += shard_count(s);
+            tokens += shard_ntokens(s);
+            trained += shard_ntrained(s);
+        }
+        if (opt->vocab && opt->vocab <= UINT32_MAX && dataset_check_vocab(ds, (uint32_t)opt->vocab, &err) != 0) {
+            fprintf(stderr, PROG ": error: %s\n", err.msg);
+            status = 1;
+        }
+        dataset_close(&ds);
+    }
+    if (nshards > 1)
+        printf("total: %zu shards, %" PRIu64 " samples, %" PRIu64 " tokens, %" PRIu64 " trained, max token id %u\n",
+               nshards, samples, tokens, trained, max_id);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    enum { OPT_MAX_TOKENS = 256, OPT_MAX_LEN, OPT_VOCAB, OPT_STRICT, OPT_FORCE, OPT_INSPECT };
+    static const struct option longopts[] = {
+        {"output", required_argument, NULL, 'o'},
+        {"max-tokens-per-shard", required_argument, NULL, OPT_MAX_TOKENS},
+        {"max-len", required_argument, NULL, OPT_MAX_LEN},
+        {"vocab", required_argument, NULL, OPT_VOCAB},
+        {"strict", no_argument, NULL, OPT_STRICT},
+        {"force", no_argument, NULL, OPT_FORCE},
+        {"inspect", no_argument, NULL, OPT_INSPECT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct prepare_opts opt = {.max_tokens_per_shard = 1ull << 25};
+    int c;
+    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o': opt.outdir = optarg; break;
+        case OPT_MAX_TOKENS:
+            if (parse_u64("--max-tokens-per-shard", optarg, 1, 1ull << 40, &opt.max_tokens_per_shard)) return 2;
+            break;
+        case OPT_MAX_LEN:
+            if (parse_u64("--max-len", optarg, 1, 1ull << 40, &opt.max_len)) return 2;
+            break;
+        case OPT_VOCAB:
+            if (parse_u64("--vocab", optarg, 1, (uint64_t)UINT32_MAX + 1, &opt.vocab)) return 2;
+            break;
+        case OPT_STRICT: opt.strict = true; break;
+        case OPT_FORCE: opt.force = true; break;
+        case OPT_INSPECT: opt.inspect = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    int nargs = argc - optind;
+    if (opt.inspect) {
+        if (nargs == 0) {
+            fprintf(stderr, PROG ": --inspect needs at least one shard file or folder\n");
+            return 2;
+        }
+        return inspect_run(&opt, argv + optind, nargs);
+    }
+    if (!opt.outdir || !*opt.outdir) {
+        fprintf(stderr, PROG ": missing -o OUTDIR (see --help)\n");
+        return 2;
+    }
+    if (nargs == 0) {
+        fprintf(stderr, PROG ": no input files (see --help)\n");
+        return 2;
+    }
+    return prepare_run(&opt, argv + optind, nargs);
+}
