@@ -115,6 +115,18 @@ void job_state_wake(job_state *js) { slot_gen_wake(&js->h->gen); }
 
 void job_state_wait(job_state *js, uint32_t seen, int timeout_ms) { slot_gen_wait(&js->h->gen, seen, timeout_ms); }
 
+uint64_t job_state_last_step(const job_state *js)
+{
+    uint64_t stop = atomic_load(&js->h->stop_step);
+    return stop && stop < js->h->total_steps ? stop : js->h->total_steps;
+}
+
+int job_state_batch_held(const job_state *js, uint64_t batch_id, uint32_t ndrafters)
+{
+    if (batch_id >= job_state_last_step(js) * ndrafters) return 1;
+    return atomic_load(&js->h->paused) && batch_id >= (atomic_load(&js->h->committed_step) + 1) * ndrafters;
+}
+
 const char *job_role_name(enum job_role role)
 {
     switch (role) {

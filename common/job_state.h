@@ -30,7 +30,14 @@ typedef struct job_worker {
     _Atomic uint64_t heartbeat_ns; /* CLOCK_MONOTONIC ns of the last heartbeat */
     _Atomic uint64_t starts;    /* instances started */
     _Atomic uint64_t batches, tokens; /* work done, all instances */
+    _Atomic uint32_t ready;     /* the current instance finished its start-up (sent READY=1) */
+    _Atomic uint32_t restart_requested; /* set by dflashd: finish the unit in hand, then exit JOB_EXIT_RESTART */
+    _Atomic uint64_t started_ns;        /* CLOCK_MONOTONIC ns when the current instance registered */
 } job_worker;
+
+/* Exit status of a worker that stops because dflashd asked for its restart: non-zero, so that systemd's
+ * Restart=on-failure and `dflash run` both start it again. */
+#define JOB_EXIT_RESTART 75
 
 /* What rank r reported for step k (slot k % JOB_RECORD_RING). */
 typedef struct job_rank_record {
@@ -47,6 +54,8 @@ typedef struct job_state_header {
     _Atomic uint64_t ledger_frontier;  /* steps written to the ledger by dflashd */
     _Atomic uint32_t finished;         /* set once the final checkpoint is written */
     _Atomic uint32_t gen;              /* futex generation: bumped on every protocol change */
+    _Atomic uint32_t paused;           /* set by dflashd: no worker starts new work (a step in flight finishes) */
+    _Atomic uint64_t stop_step;        /* drain: train up to this step, checkpoint, finish (0: no drain) */
     uint32_t ndrafters, nworkers;
     uint64_t numel;                    /* drafter parameters */
     uint64_t total_steps;
@@ -86,5 +95,10 @@ uint64_t job_now_ns(void);
 void job_state_wake(job_state *js);
 void job_state_wait(job_state *js, uint32_t seen, int timeout_ms);
 const char *job_role_name(enum job_role role);
+/* Steps this run trains: total_steps, or the drain's stop step when one is set. */
+uint64_t job_state_last_step(const job_state *js);
+/* While paused, only the step in flight (committed_step) may proceed: whether batch_id (D batches per step) must
+ * wait. */
+int job_state_batch_held(const job_state *js, uint64_t batch_id, uint32_t ndrafters);
 
 #endif

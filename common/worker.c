@@ -122,3 +122,23 @@ void worker_stop(worker_ctx *w)
     for (int i = 0; i < w->nfds; i++) close(w->fds[i]);
     job_state_close(&w->js);
 }
+
+void worker_hold_while_paused(worker_ctx *w)
+{
+    int said = 0;
+    while (atomic_load(&w->js.h->paused) && !worker_job_finished(w) && !worker_restart_requested(w)) {
+        if (!said++) sd_notify(0, "STATUS=paused");
+        worker_tick(w);
+        uint32_t seen = atomic_load(&w->js.h->gen);
+        job_state_wait(&w->js, seen, 200);
+    }
+    if (said) sd_notify(0, "STATUS=running");
+}
+
+int worker_restart_requested(const worker_ctx *w) { return atomic_load(&w->entry->restart_requested) != 0; }
+
+void worker_ready(worker_ctx *w, const char *status)
+{
+    atomic_store(&w->entry->ready, 1);
+    sd_notifyf(0, "READY=1\nSTATUS=%s", status);
+}

@@ -29,6 +29,12 @@ typedef struct worker_ctx {
 int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const char *what, int *done);
 /* Heartbeat and watchdog ping (cheap; call from every loop and wait). */
 void worker_tick(worker_ctx *w);
+/* Hold while dflashd has paused the job (feeding the heartbeat). */
+void worker_hold_while_paused(worker_ctx *w);
+/* Whether dflashd asked this worker to restart (it then finishes what it holds and exits JOB_EXIT_RESTART). */
+int worker_restart_requested(const worker_ctx *w);
+/* Mark the worker ready in the worker table and tell the service manager (READY=1 + STATUS). */
+void worker_ready(worker_ctx *w, const char *status);
 /* Whether the job is finished (every worker then exits 0). */
 int worker_job_finished(const worker_ctx *w);
 /* Count work done in the worker table (status display). */

@@ -154,6 +154,9 @@ static void handle_register(keeper *k, int conn)
             atomic_store(&w->epoch, epoch);
             atomic_store(&w->pid, rq.pid);
             job_worker_heartbeat(w);
+            atomic_store(&w->ready, 0);
+            atomic_store(&w->restart_requested, 0);
+            atomic_store(&w->started_ns, job_now_ns());
             atomic_fetch_add(&w->starts, 1);
             k->pidfd[worker_slot_index(k, w)] = pfd;
             rp.epoch = epoch;
@@ -378,8 +381,10 @@ static int run(keeper *k)
         }
         if (watchdog) sd_notify(0, "WATCHDOG=1");
         if (atomic_load(&k->js.h->finished) &&
-            atomic_load(&k->js.h->ledger_frontier) >= k->js.h->total_steps) {
-            log_info("training finished: %llu steps in the ledger", (unsigned long long)k->js.h->total_steps);
+            atomic_load(&k->js.h->ledger_frontier) >= job_state_last_step(&k->js)) {
+            log_info("training %s: %llu steps in the ledger",
+                     job_state_last_step(&k->js) < k->js.h->total_steps ? "drained" : "finished",
+                     (unsigned long long)job_state_last_step(&k->js));
             return 0;
         }
     }

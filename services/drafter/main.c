@@ -217,7 +217,7 @@ static void maybe_checkpoint(drafter_rank *d, uint64_t c)
 {
     const job_config *cfg = &d->p->cfg;
     if (d->rank != 0 || c == 0) return;
-    if (!(c == (uint64_t)cfg->train.steps || (cfg->train.checkpoint_every > 0 && c % (uint64_t)cfg->train.checkpoint_every == 0)))
+    if (!(c == job_state_last_step(d->js) || (cfg->train.checkpoint_every > 0 && c % (uint64_t)cfg->train.checkpoint_every == 0)))
         return;
     char root[4096];
     job_config_path(cfg, "ckpt", root, sizeof root);
@@ -262,6 +262,20 @@ static void report_progress(drafter_rank *d, uint64_t k)
                (int)fmod(eta, 60.0));
 }
 
+/* A pause holds the ranks between steps; a step that any rank has started runs to its end first. */
+static void hold_while_paused(drafter_rank *d)
+{
+    job_state_header *h = d->js->h;
+    for (;;) {
+        uint64_t k = atomic_load(&h->committed_step);
+        int started = 0;
+        for (int i = 0; i < d->nranks; i++) started |= atomic_load(&h->grad_step[i]) == k + 1;
+        if (started || !atomic_load(&h->paused) || worker_job_finished(&d->w) || worker_restart_requested(&d->w))
+            return;
+        worker_hold_while_paused(&d->w);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static drafter_rank d;
@@ -300,10 +314,16 @@ int main(int argc, char **argv)
     d.reported = atomic_load(&h->committed_step);
     log_info("rank %d of %d: %zu parameters (range %zu..%zu), %d pools; at step %llu", d.rank, d.nranks, numel, d.lo,
              d.hi, d.npools, (unsigned long long)atomic_load(&h->committed_step));
-    sd_notify(0, "READY=1\nSTATUS=training");
-    const uint64_t steps = (uint64_t)d.p->cfg.train.steps;
+    worker_ready(&d.w, "training");
     while (!worker_job_finished(&d.w)) {
         worker_tick(&d.w);
+        hold_while_paused(&d);   /* between steps: a pause lets the step in flight finish */
+        if (worker_restart_requested(&d.w)) {
+            log_info("restart requested by dflashd");
+            release_held(&d);
+            return JOB_EXIT_RESTART;
+        }
+        const uint64_t steps = job_state_last_step(d.js);
         uint64_t k = atomic_load(&h->committed_step);
         if (d.rank == 0 && k > d.reported) { /* whoever committed it, rank 0 reports each step once */
             if (d.reported + 1 == k || d.steps_seen == 0) report_progress(&d, k - 1);

@@ -59,16 +59,21 @@ int main(int argc, char **argv)
     log_info("%llu samples in %zu shards; epoch 0 has %llu batches; producing from batch %llu",
              (unsigned long long)dataset_count(ds), dataset_nshards(ds),
              (unsigned long long)batch_plan_epoch_batches(bp, 0), (unsigned long long)token_ring_next_id_peek(ring));
-    sd_notify(0, "READY=1\nSTATUS=producing");
+    worker_ready(&w, "producing");
+    const uint32_t D = (uint32_t)p->cfg.workers.drafters;
     while (!worker_job_finished(&w)) {
         worker_tick(&w);
+        if (worker_restart_requested(&w)) {
+            log_info("restart requested by dflashd");
+            return JOB_EXIT_RESTART;
+        }
         uint64_t id = token_ring_next_id_peek(ring);
         uint64_t committed = atomic_load(&w.js.h->committed_step) * (uint64_t)p->cfg.workers.drafters;
         if (id < committed) { /* already trained (e.g. after a resume): no need to produce it */
             token_ring_next_id_advance(ring, id);
             continue;
         }
-        if (id >= total) {
+        if (id >= total || job_state_batch_held(&w.js, id, D)) {
             uint32_t seen = atomic_load(&w.js.h->gen);
             job_state_wait(&w.js, seen, 200);
             continue;

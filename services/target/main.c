@@ -64,9 +64,13 @@ int main(int argc, char **argv)
         return 1;
     }
     log_info("target %s loaded up to layer %d; taps %d", p->cfg.target.model, deepest, p->ntaps);
-    sd_notify(0, "READY=1\nSTATUS=running");
+    worker_ready(&w, "running");
     const uint64_t D = (uint64_t)p->cfg.workers.drafters;
     while (!worker_job_finished(&w)) {
+        if (worker_restart_requested(&w)) {
+            log_info("restart requested by dflashd");
+            return JOB_EXIT_RESTART;
+        }
         int s = claim_slot(&w, pool, owner);
         if (s < 0) break;
         int t = lease_batch(&w, ring, owner);
@@ -76,6 +80,13 @@ int main(int argc, char **argv)
         }
         struct token_batch b = token_ring_batch(ring, t);
         uint64_t id = b.meta->batch_id;
+        if (job_state_batch_held(&w.js, id, (uint32_t)D)) { /* paused (beyond the step in flight) or drained */
+            token_ring_unlease(ring, t, owner, w.epoch);
+            slot_pool_abandon(pool, s, owner, w.epoch);
+            uint32_t seen = atomic_load(&w.js.h->gen);
+            job_state_wait(&w.js, seen, 200);
+            continue;
+        }
         if (id < atomic_load(&w.js.h->committed_step) * D) { /* re-delivered after a crash, already trained */
             log_info("batch %llu already committed: dropped", (unsigned long long)id);
             token_ring_release(ring, t, owner, w.epoch);
