@@ -11,6 +11,7 @@
 
 #include "job_config.h"
 #include "log.h"
+#include "summary.h"
 #include "supervisor.h"
 #include "util.h"
 
@@ -128,8 +129,11 @@ static int cmd_run(int argc, char **argv)
     }
     supervisor_opts o = {.cfg = &cfg, .config_path = config_abs, .bin_dir = bin_dir,
                          .overrides = overrides, .noverrides = noverrides, .resume = resume};
+    double t0 = now_seconds();
     int code = supervisor_run(&o, &err);
     if (code == 1 && err.msg[0]) fprintf(stderr, PROG " run: %s\n", err.msg);
+    if (code == 0 && run_summary_print(&cfg, now_seconds() - t0, stderr, &err) != 0)
+        fprintf(stderr, PROG " run: %s\n", err.msg);
     free(overrides);
     return code;
 }

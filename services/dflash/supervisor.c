@@ -458,6 +458,18 @@ static void handle_exit(supervisor *s, child *c, int status, double now)
         }
         return;
     }
+    if (c == &s->ch[0] && s->phase == PHASE_STARTUP && WIFEXITED(status)) {
+        /* dflashd refused to start (bad config, missing model...): restarting it cannot help; say why and stop */
+        char path[4200], line[1024] = "", last[1024] = "";
+        snprintf(path, sizeof path, "%s/dflashd.log", s->logs_dir);
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof line, f)) memcpy(last, line, sizeof last);
+        if (f) fclose(f);
+        last[strcspn(last, "\n")] = 0;
+        sup_log(s, LOG_LEVEL_ERROR, "dflashd failed to start (%s): %s", why, last[0] ? last : path);
+        begin_stop(s, 1, now);
+        return;
+    }
     child_schedule_restart(s, c, why, now);
 }
 

@@ -3,7 +3,7 @@
 # moments. The run must complete, the ledger must show every batch committed exactly once, and the final drafter
 # state must be bitwise identical to a run of the same job without kills.
 cd "$(dirname "$0")/../.." || exit 1
-. tests/system/lib.sh
+. tests/system/lib.bash
 STEPS=${CHAOS_STEPS:-600}
 KILLS=${CHAOS_KILLS:-24}
 make_fixture || { fail chaos_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }

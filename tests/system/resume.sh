@@ -2,7 +2,7 @@
 # Resume: stop a run part-way (SIGTERM to `dflash run`), resume it with --resume, and compare with an
 # uninterrupted run: the same ledger (every batch once) and bitwise the same final drafter state.
 cd "$(dirname "$0")/../.." || exit 1
-. tests/system/lib.sh
+. tests/system/lib.bash
 STEPS=40
 make_fixture || { fail resume_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 write_config clean $STEPS

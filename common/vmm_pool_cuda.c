@@ -1,0 +1,157 @@
+#include "vmm_pool_cuda.h"
+
+#include <cuda.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static int cu_fail(errbuf *err, CUresult r, const char *call, int device)
+{
+    const char *name = NULL, *text = NULL;
+    cuGetErrorName(r, &name);
+    cuGetErrorString(r, &text);
+    return errbuf_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? ENOMEM : EIO, "GPU %d: %s: %s (%s)", device, call,
+                      name ? name : "?", text ? text : "?");
+}
+
+#define CU_TRY(call, dev)                                                   \
+    do {                                                                    \
+        CUresult r_ = (call);                                               \
+        if (r_ != CUDA_SUCCESS) { rc = cu_fail(err, r_, #call, (dev)); goto fail; } \
+    } while (0)
+
+static int context_for(int device, CUdevice *dev, errbuf *err)
+{
+    int rc = 0;
+    CU_TRY(cuInit(0), device);
+    CU_TRY(cuDeviceGet(dev, device), device);
+    CUcontext ctx;
+    CU_TRY(cuDevicePrimaryCtxRetain(&ctx, *dev), device);
+    CU_TRY(cuCtxSetCurrent(ctx), device);
+    return 0;
+fail:
+    return rc;
+}
+
+static void prop_for(CUmemAllocationProp *prop, CUdevice dev)
+{
+    memset(prop, 0, sizeof *prop);
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = (int)dev;
+    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+/* Reserve an address range, map the handle there and allow this device to read and write it. */
+static int map_handle(vmm_alloc *a, CUdevice dev, CUmemGenericAllocationHandle h, errbuf *err)
+{
+    int rc = 0;
+    CUdeviceptr ptr = 0;
+    CU_TRY(cuMemAddressReserve(&ptr, a->size, 0, 0, 0), a->device);
+    CU_TRY(cuMemMap(ptr, a->size, 0, h, 0), a->device);
+    CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)dev},
+                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CU_TRY(cuMemSetAccess(ptr, a->size, &acc, 1), a->device);
+    a->ptr = ptr;
+    a->handle = h;
+    return 0;
+fail:
+    if (ptr) {
+        cuMemUnmap(ptr, a->size);
+        cuMemAddressFree(ptr, a->size);
+    }
+    return rc;
+}
+
+int vmm_alloc_create(vmm_alloc *a, int device, size_t bytes, errbuf *err)
+{
+    memset(a, 0, sizeof *a);
+    a->device = device;
+    CUdevice dev;
+    int rc = context_for(device, &dev, err);
+    if (rc) return rc;
+    CUmemAllocationProp prop;
+    prop_for(&prop, dev);
+    size_t gran = 0;
+    CU_TRY(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), device);
+    a->size = (bytes + gran - 1) / gran * gran;
+    CUmemGenericAllocationHandle h;
+    CU_TRY(cuMemCreate(&h, a->size, &prop, 0), device);
+    if ((rc = map_handle(a, dev, h, err))) {
+        cuMemRelease(h);
+        return rc;
+    }
+    return 0;
+fail:
+    return rc;
+}
+
+int vmm_alloc_export_fd(const vmm_alloc *a, int *fd, errbuf *err)
+{
+    int rc = 0;
+    CU_TRY(cuMemExportToShareableHandle(fd, a->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), a->device);
+    return 0;
+fail:
+    return rc;
+}
+
+int vmm_alloc_import_fd(vmm_alloc *a, int device, int fd, size_t bytes, errbuf *err)
+{
+    memset(a, 0, sizeof *a);
+    a->device = device;
+    a->size = bytes;
+    CUdevice dev;
+    int rc = context_for(device, &dev, err);
+    if (rc) return rc;
+    CUmemGenericAllocationHandle h;
+    CU_TRY(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), device);
+    if ((rc = map_handle(a, dev, h, err))) {
+        cuMemRelease(h);
+        return rc;
+    }
+    return 0;
+fail:
+    return rc;
+}
+
+void vmm_alloc_release(vmm_alloc *a)
+{
+    if (!a->ptr) return;
+    cuMemUnmap((CUdeviceptr)a->ptr, a->size);
+    cuMemAddressFree((CUdeviceptr)a->ptr, a->size);
+    cuMemRelease((CUmemGenericAllocationHandle)a->handle);
+    memset(a, 0, sizeof *a);
+}
+
+int vmm_device_uuid(int device, uint8_t uuid[16], errbuf *err)
+{
+    int rc = 0;
+    CUdevice dev;
+    CUuuid u;
+    CU_TRY(cuInit(0), device);
+    CU_TRY(cuDeviceGet(&dev, device), device);
+    CU_TRY(cuDeviceGetUuid(&u, dev), device);
+    memcpy(uuid, u.bytes, 16);
+    return 0;
+fail:
+    return rc;
+}
+
+int vmm_device_by_uuid(const uint8_t uuid[16], int *device, errbuf *err)
+{
+    int rc = 0, n = 0;
+    CU_TRY(cuInit(0), -1);
+    CU_TRY(cuDeviceGetCount(&n), -1);
+    for (int i = 0; i < n; i++) {
+        uint8_t u[16];
+        if ((rc = vmm_device_uuid(i, u, err))) return rc;
+        if (!memcmp(u, uuid, 16)) {
+            *device = i;
+            return 0;
+        }
+    }
+    return errbuf_set(err, ENODEV, "no visible GPU has UUID %02x%02x%02x%02x-...", uuid[0], uuid[1], uuid[2],
+                      uuid[3]);
+fail:
+    return rc;
+}

@@ -1,0 +1,74 @@
+#include "summary.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct step_line {
+    double loss, acceptance, accuracy;
+    long long tokens, batches;
+} step_line;
+
+int run_summary_print(const job_config *cfg, double seconds, FILE *out, errbuf *err)
+{
+    char path[4096];
+    job_config_path(cfg, "ledger.jsonl", path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) return errbuf_set(err, errno, "%s: %s", path, strerror(errno));
+    step_line *steps = NULL;
+    size_t n = 0, cap = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    int lineno = 0, rc = 0;
+    while (getline(&line, &lcap, f) > 0) {
+        lineno++;
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        json_t *b = o ? json_object_get(o, "batches") : NULL;
+        if (!o || !json_is_array(b)) {
+            rc = errbuf_set(err, EINVAL, "%s:%d: not a ledger line", path, lineno);
+            json_decref(o);
+            break;
+        }
+        if (n == cap) steps = xrealloc(steps, sizeof *steps * (cap = cap ? 2 * cap : 256));
+        steps[n++] = (step_line){.loss = json_number_value(json_object_get(o, "loss")),
+                                 .acceptance = json_number_value(json_object_get(o, "acceptance")),
+                                 .accuracy = json_number_value(json_object_get(o, "slot_accuracy")),
+                                 .tokens = json_integer_value(json_object_get(o, "tokens")),
+                                 .batches = (long long)json_array_size(b)};
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    if (rc == 0 && n == 0) rc = errbuf_set(err, EINVAL, "%s: no committed step", path);
+    if (rc) {
+        free(steps);
+        return rc;
+    }
+    size_t w = n / 20 > 5 ? n / 20 : 5;
+    if (w > n) w = n;
+    double a0 = 0, a1 = 0, l0 = 0, l1 = 0, c0 = 0, c1 = 0;
+    long long tokens = 0, batches = 0;
+    for (size_t i = 0; i < n; i++) {
+        tokens += steps[i].tokens;
+        batches += steps[i].batches;
+    }
+    for (size_t i = 0; i < w; i++) {
+        a0 += steps[i].acceptance / (double)w;
+        l0 += steps[i].loss / (double)w;
+        c0 += steps[i].accuracy / (double)w;
+        a1 += steps[n - w + i].acceptance / (double)w;
+        l1 += steps[n - w + i].loss / (double)w;
+        c1 += steps[n - w + i].accuracy / (double)w;
+    }
+    fprintf(out, "dflash: %zu steps, %lld batches in the ledger (%s), %lld tokens", n, batches, path, tokens);
+    if (seconds > 0) fprintf(out, " in %.1f s (%.0f tokens/s)", seconds, (double)tokens / seconds);
+    fprintf(out, "\ndflash: simulated acceptance length: untrained %.3f (first %zu steps) -> trained %.3f (last %zu "
+                 "steps)\ndflash: loss %.3f -> %.3f, per-slot accuracy %.3f -> %.3f\n",
+            a0, w, a1, w, l0, l1, c0, c1);
+    job_config_path(cfg, "ckpt/latest", path, sizeof path);
+    fprintf(out, "dflash: drafter checkpoint: %s (z-lab layout: model.safetensors + config.json)\n", path);
+    free(steps);
+    return 0;
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Bad input reaching the pipeline: a corrupt or truncated shard and a config naming a missing model get clear
+# errors naming the file, and dflashd stays up while a worker fails to start.
+cd "$(dirname "$0")/../.." || exit 1
+. tests/system/lib.bash
+make_fixture || { fail bad_input_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+
+# a config naming a missing model: dflash run fails and says which file
+write_config nomodel 10
+sed -i "s|^model = .*|model = $T/no-such-model|" "$T/nomodel.ini"
+if run_job nomodel; then fail missing_model_fails "dflash run succeeded"
+elif grep -rq "no-such-model" "$T/nomodel.out" "$T/nomodel/logs" 2>/dev/null; then ok missing_model_names_the_file
+else fail missing_model_names_the_file "$(tail -3 "$T/nomodel.out")"; fi
+
+# a shard with a flipped byte, then a truncated shard: prefetch fails naming the file, dflashd keeps running
+for kind in corrupt truncated; do
+    mkdir -p "$T/data-$kind"
+    cp "$T/data"/*.shard "$T/data-$kind/"
+    f=$(ls "$T/data-$kind"/*.shard | head -1)
+    size=$(stat -c %s "$f")
+    if [ $kind = corrupt ]; then
+        printf '\x5a' | dd of="$f" bs=1 seek=$((size - 20)) conv=notrunc status=none
+    else
+        truncate -s $((size / 2)) "$f"
+    fi
+    write_config $kind 10
+    sed -i "s|^path = .*|path = $T/data-$kind|" "$T/$kind.ini"
+    "$BIN/dflash" run -c "$T/$kind.ini" >"$T/$kind.out" 2>&1 &
+    sup=$!
+    deadline=$((SECONDS + 30))
+    until grep -qs "$f" "$T/$kind/logs/prefetch.log" || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
+    pid1=$(awk '$1 == "dflashd" {print $2}' "$T/$kind/supervisor.state" 2>/dev/null)
+    sleep 1.5
+    pid2=$(awk '$1 == "dflashd" {print $2}' "$T/$kind/supervisor.state" 2>/dev/null)
+    if grep -qs "$f" "$T/$kind/logs/prefetch.log"; then ok "${kind}_shard_names_the_file"
+    else fail "${kind}_shard_names_the_file" "$(tail -2 "$T/$kind/logs/prefetch.log" 2>/dev/null)"; fi
+    if [ -n "$pid1" ] && [ "$pid1" = "$pid2" ] && kill -0 "$pid1" 2>/dev/null; then ok "${kind}_shard_dflashd_stays_up"
+    else fail "${kind}_shard_dflashd_stays_up" "dflashd pid $pid1 -> $pid2"; fi
+    kill -TERM $sup
+    wait $sup
+done
+exit $FAILED
