@@ -17,7 +17,7 @@
 
 #define JOB_MAX_WORKERS 136     /* prefetch + 64 targets + 64 drafters + spare */
 #define JOB_MAX_DRAFTERS 64
-#define JOB_RECORD_RING 1024    /* step records kept for the ledger writer; drafters wait when it lags */
+#define JOB_RECORD_RING 256     /* step records kept for the ledger writer; drafters wait when it lags */
 #define JOB_RUN_ID_MAX 64
 
 enum job_role { JOB_ROLE_NONE = 0, JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER };
@@ -45,6 +45,7 @@ typedef struct job_rank_record {
     uint64_t batch_id, tokens;
     double loss_sum, weight_sum, accept_sum;
     uint64_t nblocks, slot_total, slot_correct;
+    uint32_t per_slot_total[DRAFTER_MAX_BLOCK], per_slot_correct[DRAFTER_MAX_BLOCK]; /* by slot k = 1..B-1 */
 } job_rank_record;
 
 typedef struct job_state_header {

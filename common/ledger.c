@@ -8,11 +8,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "adamw.h"
 #include "log.h"
 
 struct ledger {
     char path[4096];
-    int fd;
+    int fd, metrics_fd;
+    int block_size;
+    long warmup, total;
+    float lr, min_lr;
     uint32_t ndrafters;
 };
 
@@ -57,6 +61,12 @@ int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafter
     ledger *l = xcalloc(1, sizeof *l);
     snprintf(l->path, sizeof l->path, "%s", path);
     l->fd = fd;
+    char mpath[4200];
+    const char *slash = strrchr(path, '/');
+    snprintf(mpath, sizeof mpath, "%.*smetrics.jsonl", slash ? (int)(slash - path + 1) : 0, path);
+    /* metrics are a log, not a ledger: appended, never rewritten (a resumed run's redone steps appear again) */
+    l->metrics_fd = open(mpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (l->metrics_fd < 0) log_warn("%s: %s: no metrics log", mpath, strerror(errno));
     l->ndrafters = ndrafters;
     *out = l;
     return 0;
@@ -98,6 +108,24 @@ int ledger_append_committed(ledger *l, job_state *js)
             log_error("%s: write failed: %s", l->path, strerror(errno));
             return -EIO;
         }
+        if (l->metrics_fd >= 0) {
+            int m = snprintf(line, sizeof line, "{\"step\": %llu, \"loss\": %.6f, \"slot_accuracy\": [",
+                             (unsigned long long)k, wsum > 0 ? loss / wsum : 0.0);
+            for (int s = 1; s < l->block_size && s < DRAFTER_MAX_BLOCK; s++) {
+                uint64_t t = 0, c = 0;
+                for (uint32_t r = 0; r < l->ndrafters; r++) {
+                    t += rec[r].per_slot_total[s];
+                    c += rec[r].per_slot_correct[s];
+                }
+                m += snprintf(line + m, sizeof line - (size_t)m, "%s%.4f", s > 1 ? ", " : "", t ? (double)c / t : 0.0);
+            }
+            m += snprintf(line + m, sizeof line - (size_t)m,
+                          "], \"acceptance\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens\": %llu}\n",
+                          nblocks ? acc_sum / (double)nblocks : 0.0, h->norm_of_step[k % JOB_RECORD_RING],
+                          (double)lr_schedule((long)k, l->warmup, l->total, l->lr, l->min_lr),
+                          (unsigned long long)tokens);
+            if (write(l->metrics_fd, line, (size_t)m) != m) log_warn("metrics.jsonl: write failed");
+        }
         atomic_store(&h->ledger_frontier, k + 1);
         job_state_wake(js);
         written++;
@@ -105,10 +133,20 @@ int ledger_append_committed(ledger *l, job_state *js)
     return written;
 }
 
+void ledger_set_schedule(ledger *l, int block_size, long warmup, long total, float lr, float min_lr)
+{
+    l->block_size = block_size;
+    l->warmup = warmup;
+    l->total = total;
+    l->lr = lr;
+    l->min_lr = min_lr;
+}
+
 void ledger_close(ledger **lp)
 {
     ledger *l = *lp;
     if (!l) return;
+    if (l->metrics_fd >= 0) close(l->metrics_fd);
     close(l->fd);
     free(l);
     *lp = NULL;

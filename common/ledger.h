@@ -2,7 +2,9 @@
  * {"step": k, "batches": [ids...], "tokens": n, "loss": x, "slot_accuracy": a, "acceptance": t, "grad_norm": g}.
  * Written by dflashd alone, in step order, from the drafters' step records in the job state; each line is fsynced
  * before the shared frontier advances, so a crash of dflashd at any point neither loses nor repeats a line (a torn
- * last line is cut off at reopen). Single-threaded. */
+ * last line is cut off at reopen). Beside it, metrics.jsonl gets the training metrics of the same steps, one line
+ * each: loss, per-slot accuracy (slots 1..B-1), simulated acceptance length, gradient norm, learning rate.
+ * Single-threaded. */
 #ifndef DFLASH_LEDGER_H
 #define DFLASH_LEDGER_H
 
@@ -16,6 +18,8 @@ typedef struct ledger ledger;
 /* Open (create) the ledger and reconcile it with the job state: lines beyond the committed step (from an earlier
  * run, or steps a resume will redo) are cut off, and the shared frontier is set to the lines kept. */
 int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafters, errbuf *err);
+/* Say what the metrics lines need beyond the records: the block size and the learning rate schedule. */
+void ledger_set_schedule(ledger *l, int block_size, long warmup, long total, float lr, float min_lr);
 /* Append the lines of every step committed since the last call; returns lines written or -errno. */
 int ledger_append_committed(ledger *l, job_state *js);
 void ledger_close(ledger **l);

@@ -150,6 +150,8 @@ static int compute_gradients(drafter_rank *d, uint64_t k)
     for (int s = 1; s < DRAFTER_MAX_BLOCK; s++) {
         rec->slot_total += (uint64_t)mt.slot_total[s];
         rec->slot_correct += (uint64_t)mt.slot_correct[s];
+        rec->per_slot_total[s] = (uint32_t)mt.slot_total[s];
+        rec->per_slot_correct[s] = (uint32_t)mt.slot_correct[s];
     }
     drafter_blocks_free(&blk);
     free(anchors);
@@ -222,6 +224,12 @@ static void maybe_checkpoint(drafter_rank *d, uint64_t c)
     char root[4096];
     job_config_path(cfg, "ckpt", root, sizeof root);
     if (checkpoint_exists(root, c)) return;
+    /* a checkpoint promises that the ledger holds every step before it: wait for dflashd's ledger writer */
+    while (atomic_load(&d->js->h->ledger_frontier) < c) {
+        worker_tick(&d->w);
+        uint32_t seen = atomic_load(&d->js->h->gen);
+        job_state_wait(d->js, seen, 200);
+    }
     checkpoint_state st = {.step = c, .batches_committed = c * (uint64_t)d->nranks, .seed = cfg->job.seed};
     errbuf err = {{0}};
     double t0 = now_seconds();
