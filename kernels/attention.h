@@ -11,4 +11,18 @@
 void attention_causal_forward_cpu(float *out, const float *q, const float *k, const float *v,
                                   const int32_t *cu_seqlens, int nseq, int nh, int nkv, int hd, float scale);
 
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CUDA, bf16 in/out, fp32 softmax and accumulation (flash-style, tensor cores for head_dim 16/32/64/128 with
+ * 16-byte aligned rows; a scalar path otherwise). Row strides in elements: q (T, nh*hd; ldq), k/v (T, nkv*hd;
+ * ldk/ldv), out (T, nh*hd; ldo). cu_seqlens is a device array; max_seqlen is the longest sequence (host value). */
+void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                                   const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen,
+                                   int nh, int nkv, int hd, float scale, void *stream);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

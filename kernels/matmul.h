@@ -12,4 +12,25 @@ void matmul_forward_cpu(float *y, int ldy, const float *x, int ldx, const float 
 void matmul_backward_cpu(float *dx, int lddx, int accumulate_dx, float *dw, const float *dy, int lddy,
                          const float *x, int ldx, const float *w, int m, int n, int k);
 
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CUDA (cuBLASLt): bf16 operands, fp32 accumulation, bf16 output. One matmul_cuda per thread/stream owns the
+ * cuBLASLt handle, the workspace and a cache of descriptors and chosen algorithms per shape (created once, so the
+ * steady state allocates nothing). Failures exit through CHECK_* (cuda_check.h). */
+typedef struct matmul_cuda matmul_cuda;
+/* Handle with a device workspace of workspace_bytes (0: 64 MiB). */
+matmul_cuda *matmul_cuda_create(size_t workspace_bytes);
+void matmul_cuda_destroy(matmul_cuda **h);
+/* y (m, n; ldy) = x (m, k; ldx) · w (n, k)ᵀ + beta · c (m, n; ldc). c may be NULL when beta == 0, and may be y
+ * (then ldc must equal ldy); with c != y the residual add reads c and writes y (zero-copy capture). */
+void matmul_forward_cuda(matmul_cuda *h, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
+                         const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k, void *stream);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

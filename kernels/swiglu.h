@@ -9,4 +9,17 @@ void swiglu_forward_cpu(float *out, const float *gate, const float *up, size_t n
 /* dgate[i], dup[i] from dout and the forward inputs (overwritten, not accumulated). */
 void swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
 
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CUDA, bf16 in/out, fp32 math: out (rows, dim; ldo) = silu(gu[:, :dim]) * gu[:, dim:2*dim] for gu (rows, 2*dim;
+ * ldgu), the fused gate|up projection's output. out must not overlap gu. stream is a cudaStream_t. */
+void swiglu_forward_cuda(uint16_t *out, int ldo, const uint16_t *gu, int ldgu, int rows, int dim, void *stream);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

@@ -1,0 +1,53 @@
+/* target_model_cuda: the frozen target LLM (Qwen3 or Llama) on one CUDA device, bf16 weights and activations with
+ * fp32 accumulation; the same forward as target_model.c. Every workspace is allocated once for the largest batch
+ * (max_tokens, max_seqs), so forwards allocate nothing. A forward is enqueued on the model's stream and returns
+ * without waiting: the caller records an event after it to publish what it wrote. Tap i of token t is written by
+ * the kernel that produces it straight into row t, columns [i*H, (i+1)*H) of a caller-given device buffer. */
+#ifndef DFLASH_TARGET_MODEL_CUDA_H
+#define DFLASH_TARGET_MODEL_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hf_config.h"
+#include "target_model.h"
+#include "util.h"
+
+typedef struct target_cuda target_cuda;
+
+/* Kernel classes timed by the profiling mode. */
+enum target_cuda_class { TARGET_CUDA_MATMUL, TARGET_CUDA_ATTENTION, TARGET_CUDA_OTHER, TARGET_CUDA_COPY,
+                         TARGET_CUDA_NCLASS };
+
+/* Load a Hugging Face checkpoint (what layers [0, max_layer] need; max_layer < 0: all layers, final norm and
+ * lm_head) as bf16 on the current device. stream (a cudaStream_t, NULL: the model creates its own) is where every
+ * forward runs. Errors name the checkpoint file, tensor or value. */
+int target_cuda_load(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,
+                     errbuf *err);
+/* A model of the shape cfg with deterministic random bf16 weights made on the device (rand_fill, seed): linear
+ * weights uniform with standard deviation init_std, norms 1, lm_head untied unless cfg->tie_embeddings. */
+int target_cuda_init_random(target_cuda **out, const hf_config *cfg, uint64_t seed, float init_std, int max_tokens,
+                            int max_seqs, void *stream, errbuf *err);
+void target_cuda_destroy(target_cuda **m);
+const hf_config *target_cuda_config(const target_cuda *m);
+/* The model's stream (a cudaStream_t). */
+void *target_cuda_stream(const target_cuda *m);
+/* Device tables shared with the drafter: (V, H) bf16 each; lm_head is the embedding when tied. */
+const uint16_t *target_cuda_embedding(const target_cuda *m);
+const uint16_t *target_cuda_lm_head(const target_cuda *m);
+/* Device bytes the model allocated (weights + workspaces + cuBLASLt workspace). */
+size_t target_cuda_device_bytes(const target_cuda *m);
+
+/* Forward over a packed batch (host arrays, checked as on the CPU). taps (ntaps layer ids) -> aux: device bf16
+ * (T, ntaps*H) with row stride ld_aux >= ntaps*H (NULL: no taps); last: device bf16 (T, H), the last layer's output
+ * before the final norm; logits: device bf16 (T, V). last/logits may be NULL and need a fully loaded model. Runs no
+ * layer deeper than needed. Enqueued on the model's stream; returns before the device has finished. */
+int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, int ntaps, uint16_t *aux, int ld_aux,
+                        uint16_t *last, uint16_t *logits, errbuf *err);
+
+/* Profiling: while on, a forward records an event around every kernel and waits for the device at its end; then
+ * target_cuda_profile gives the last forward's device milliseconds per class (enum target_cuda_class). */
+void target_cuda_set_profiling(target_cuda *m, int on);
+void target_cuda_profile(const target_cuda *m, double ms[TARGET_CUDA_NCLASS]);
+
+#endif

@@ -1,0 +1,356 @@
+// attention: causal flash attention forward over packed variable-length sequences, GQA, bf16 in/out.
+// Tensor-core path (head_dim 16/32/64/128): a CTA of 8 warps takes 128 queries of one head of one sequence (each K/V
+// tile brought from L2 serves 128 queries); each warp owns 16 query rows whose Q fragments stay in registers. K/V tiles of 64 keys stream through shared memory
+// (cp.async, two stages, rows padded by 16 bytes so ldmatrix is conflict-free). S = Q·Kᵀ and O += P·V are
+// mma.sync.m16n8k16 bf16 with fp32 accumulators; the softmax is online (running max and sum in fp32, exp2 with the
+// scale folded in); P is rounded to bf16 only as the A operand of P·V. The score matrix never leaves registers.
+// Grid: x = query heads, y = sequences, z = query blocks in reverse (the longest causal rows start first).
+// Scalar path (any head_dim, unaligned strides): one warp per (query, head), online softmax over keys.
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "attention.h"
+#include "cuda_check.h"
+
+namespace {
+
+constexpr int kBlockM = 128, kBlockN = 64, kWarps = 8; // 16 query rows per warp
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    int n = valid ? 16 : 0; // 0 source bytes: the 16 destination bytes are zero-filled
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                                  const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+
+// d = a(16x16 bf16, row) · b(16x8 bf16, col) + d, fp32
+__device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) // ex2.approx: 2^-inf = 0, as the softmax needs
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// Copy rows [row0, row0+ROWS) of a (len, HD) slice with row stride ld into a padded smem tile; rows >= len are 0.
+template <int HD, int ROWS>
+__device__ __forceinline__ void load_tile(__nv_bfloat16 *tile, const __nv_bfloat16 *base, int ld, int row0, int len)
+{
+    constexpr int kChunks = HD / 8, kStride = HD + 8;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += kWarps * 32) {
+        int r = c / kChunks, col = (c % kChunks) * 8;
+        bool valid = row0 + r < len;
+        const __nv_bfloat16 *src = base + (size_t)(valid ? row0 + r : 0) * ld + col;
+        cp_async16(tile + r * kStride + col, src, valid);
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kWarps * 32)
+    flash_fwd_kernel(__nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk,
+                     const __nv_bfloat16 *v, int ldv, const int32_t *cu_seqlens, int group, float scale_log2)
+{
+    constexpr int kStride = HD + 8;
+    constexpr int kTile = kBlockN * kStride; // elements of one K or V tile
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16 *sq = reinterpret_cast<__nv_bfloat16 *>(smem_raw);
+    __nv_bfloat16 *sk = sq + kBlockM * kStride; // 2 stages
+    __nv_bfloat16 *sv = sk + 2 * kTile; // 2 stages
+
+    const int head = blockIdx.x, seq = blockIdx.y;
+    const int start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
+    const int nqb = (len + kBlockM - 1) / kBlockM;
+    const int qb = (int)gridDim.z - 1 - (int)blockIdx.z;
+    if (qb >= nqb) return;
+    const int q0 = qb * kBlockM;
+    const int kvh = head / group;
+    const __nv_bfloat16 *qbase = q + (size_t)start * ldq + (size_t)head * HD;
+    const __nv_bfloat16 *kbase = k + (size_t)start * ldk + (size_t)kvh * HD;
+    const __nv_bfloat16 *vbase = v + (size_t)start * ldv + (size_t)kvh * HD;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, tig = lane & 3;
+
+    // keys needed: [0, min(len, q0 + kBlockM))
+    const int kv_end = min(len, q0 + kBlockM);
+    const int nkb = (kv_end + kBlockN - 1) / kBlockN;
+
+    load_tile<HD, kBlockM>(sq, qbase, ldq, q0, len);
+    load_tile<HD, kBlockN>(sk, kbase, ldk, 0, len);
+    load_tile<HD, kBlockN>(sv, vbase, ldv, 0, len);
+    cp_async_commit();
+
+    uint32_t qf[HD / 16][4];
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const int row_a = q0 + warp * 16 + g, row_b = row_a + 8; // this thread's two query rows (local)
+
+    for (int j = 0; j < nkb; j++) {
+        const int stage = j & 1;
+        if (j + 1 < nkb) {
+            load_tile<HD, kBlockN>(sk + (stage ^ 1) * kTile, kbase, ldk, (j + 1) * kBlockN, len);
+            load_tile<HD, kBlockN>(sv + (stage ^ 1) * kTile, vbase, ldv, (j + 1) * kBlockN, len);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                const __nv_bfloat16 *p = sq + (warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8;
+                ldmatrix_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], p);
+            }
+        }
+        const __nv_bfloat16 *tk = sk + stage * kTile, *tv = sv + stage * kTile;
+        const int k0 = j * kBlockN;
+        // a tile wholly above this warp's rows (causal) contributes nothing: skip it (warp-uniform; the block-wide
+        // barriers below are still reached)
+        if (k0 <= q0 + warp * 16 + 15) {
+
+        // S = Q Kᵀ : 16 rows x 64 keys per warp, 8 n-tiles of 8 keys
+        float s[kBlockN / 8][4];
+#pragma unroll
+        for (int t = 0; t < kBlockN / 8; t++) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+#pragma unroll
+            for (int t = 0; t < kBlockN / 8; t += 2) {
+                uint32_t b0, b1, b2, b3;
+                const __nv_bfloat16 *p =
+                    tk + (t * 8 + (lane & 7) + ((lane >> 4) << 3)) * kStride + kk * 16 + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4(b0, b1, b2, b3, p);
+                mma_bf16(s[t], qf[kk], b0, b1);
+                mma_bf16(s[t + 1], qf[kk], b2, b3);
+            }
+        }
+
+        // scale, causal/length mask, online softmax
+        const bool need_mask = k0 + kBlockN > q0 + warp * 16 || k0 + kBlockN > len;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int t = 0; t < kBlockN / 8; t++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float val = s[t][e] * scale_log2;
+                if (need_mask) {
+                    int key = k0 + t * 8 + tig * 2 + (e & 1);
+                    int row = e < 2 ? row_a : row_b;
+                    if (key > row || key >= len) val = -INFINITY;
+                }
+                s[t][e] = val;
+                mx[e >> 1] = fmaxf(mx[e >> 1], val);
+            }
+        }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float m_new = fmaxf(m_run[r], mx[r]);
+            // rows with nothing visible yet (m_new = -inf) keep a zero state
+            corr[r] = m_new == -INFINITY ? 1.0f : fast_exp2(m_run[r] - m_new);
+            m_run[r] = m_new;
+        }
+        float rs[2] = {0.0f, 0.0f};
+        uint32_t pf[kBlockN / 16][4];
+#pragma unroll
+        for (int t = 0; t < kBlockN / 8; t++) {
+            float p0 = m_run[0] == -INFINITY ? 0.0f : fast_exp2(s[t][0] - m_run[0]);
+            float p1 = m_run[0] == -INFINITY ? 0.0f : fast_exp2(s[t][1] - m_run[0]);
+            float p2 = m_run[1] == -INFINITY ? 0.0f : fast_exp2(s[t][2] - m_run[1]);
+            float p3 = m_run[1] == -INFINITY ? 0.0f : fast_exp2(s[t][3] - m_run[1]);
+            rs[0] += p0 + p1, rs[1] += p2 + p3;
+            pf[t / 2][(t & 1) * 2 + 0] = pack_bf16(p0, p1);
+            pf[t / 2][(t & 1) * 2 + 1] = pack_bf16(p2, p3);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * corr[r] + rs[r];
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            o[i][0] *= corr[0], o[i][1] *= corr[0];
+            o[i][2] *= corr[1], o[i][3] *= corr[1];
+        }
+
+        // O += P V : P (16 x 64 keys) as A fragments, V (64 keys x HD) through ldmatrix.trans
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; kk++) {
+#pragma unroll
+            for (int n0 = 0; n0 < HD / 8; n0 += 2) {
+                uint32_t b0, b1, b2, b3;
+                const __nv_bfloat16 *p =
+                    tv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + n0 * 8 + (lane >> 4) * 8;
+                ldmatrix_x4_trans(b0, b1, b2, b3, p);
+                mma_bf16(o[n0], pf[kk], b0, b1);
+                mma_bf16(o[n0 + 1], pf[kk], b2, b3);
+            }
+        }
+        } // tile not above the warp's rows
+        __syncthreads(); // the next iteration's prefetch overwrites this stage
+    }
+
+    // the row sums are partial per thread: reduce over the 4 threads of a row
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+    float inv[2] = {l_run[0] > 0.0f ? 1.0f / l_run[0] : 0.0f, l_run[1] > 0.0f ? 1.0f / l_run[1] : 0.0f};
+    __nv_bfloat16 *obase = out + (size_t)start * ldo + (size_t)head * HD;
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) {
+        int col = i * 8 + tig * 2;
+        if (row_a < len)
+            *reinterpret_cast<uint32_t *>(obase + (size_t)row_a * ldo + col) =
+                pack_bf16(o[i][0] * inv[0], o[i][1] * inv[0]);
+        if (row_b < len)
+            *reinterpret_cast<uint32_t *>(obase + (size_t)row_b * ldo + col) =
+                pack_bf16(o[i][2] * inv[1], o[i][3] * inv[1]);
+    }
+}
+
+// Scalar fallback: one warp per (token, head); each lane scores one key of a 32-key chunk, online softmax.
+__global__ void attention_scalar_kernel(__nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq,
+                                        const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v, int ldv,
+                                        const int32_t *cu_seqlens, int nseq, int T, int nh, int group, int hd,
+                                        float scale)
+{
+    extern __shared__ float sh[]; // per warp: hd floats of q, hd floats of the accumulator
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wpb = blockDim.x / 32;
+    long long item = (long long)blockIdx.x * wpb + warp;
+    if (item >= (long long)T * nh) return;
+    int t = (int)(item / nh), h = (int)(item % nh);
+    int lo = 0, hi = nseq; // sequence of token t: cu_seqlens[s] <= t < cu_seqlens[s+1]
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (cu_seqlens[mid] <= t) lo = mid; else hi = mid;
+    }
+    const int start = cu_seqlens[lo];
+    float *qs = sh + (size_t)warp * 2 * hd, *acc = qs + hd;
+    for (int d = lane; d < hd; d += 32) qs[d] = __bfloat162float(q[(size_t)t * ldq + (size_t)h * hd + d]);
+    __syncwarp();
+    const int kvh = h / group;
+    float m = -INFINITY, l = 0.0f;
+    // each lane scores one key of a 32-key chunk; the V sum runs over the chunk with p broadcast by shuffles
+    for (int d = lane; d < hd; d += 32) acc[d] = 0.0f;
+    __syncwarp();
+    for (int base = start; base <= t; base += 32) {
+        int key = base + lane;
+        float sc = -INFINITY;
+        if (key <= t) {
+            float dot = 0.0f;
+            const __nv_bfloat16 *kr = k + (size_t)key * ldk + (size_t)kvh * hd;
+            for (int d = 0; d < hd; d++) dot += qs[d] * __bfloat162float(kr[d]);
+            sc = dot * scale;
+        }
+        float bm = sc;
+        for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
+        float m_new = fmaxf(m, bm);
+        float corr = expf(m - m_new);
+        float p = key <= t ? expf(sc - m_new) : 0.0f;
+        float ps = p;
+        for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+        l = l * corr + ps;
+        m = m_new;
+        const int nk = min(32, t - base + 1); // warp-uniform
+        for (int d = lane; d < hd; d += 32) acc[d] *= corr;
+        for (int j = 0; j < nk; j++) {
+            float pj = __shfl_sync(0xffffffffu, p, j);
+            const __nv_bfloat16 *vr = v + (size_t)(base + j) * ldv + (size_t)kvh * hd;
+            for (int d = lane; d < hd; d += 32) acc[d] += pj * __bfloat162float(vr[d]);
+        }
+        __syncwarp();
+    }
+    for (int d = lane; d < hd; d += 32)
+        out[(size_t)t * ldo + (size_t)h * hd + d] = __float2bfloat16_rn(acc[d] / l);
+}
+
+template <int HD>
+void launch_flash(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
+                  int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int group, float scale,
+                  cudaStream_t st)
+{
+    const size_t smem = (size_t)(kBlockM + 4 * kBlockN) * (HD + 8) * sizeof(__nv_bfloat16);
+    static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = true;
+    }
+    dim3 grid((unsigned)nh, (unsigned)nseq, (unsigned)((max_seqlen + kBlockM - 1) / kBlockM));
+    flash_fwd_kernel<HD><<<grid, kWarps * 32, smem, st>>>(
+        (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k, ldk,
+        (const __nv_bfloat16 *)v, ldv, cu_seqlens, group, scale * 1.4426950408889634f);
+    CHECK_CUDA_LAUNCH();
+}
+
+} // namespace
+
+extern "C" void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                              int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens,
+                                              int nseq, int max_seqlen, int nh, int nkv, int hd, float scale,
+                                              void *stream)
+{
+    if (nseq <= 0 || max_seqlen <= 0 || nh <= 0) return;
+    if (nkv <= 0 || nh % nkv != 0) {
+        fprintf(stderr, "attention_causal_forward_cuda: %d query heads not a multiple of %d kv heads\n", nh, nkv);
+        exit(1);
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    const int group = nh / nkv;
+    bool aligned = ldo % 8 == 0 && ldq % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && (uintptr_t)out % 16 == 0 &&
+                   (uintptr_t)q % 16 == 0 && (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
+    if (aligned) {
+        switch (hd) {
+        case 16: launch_flash<16>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
+        case 32: launch_flash<32>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
+        case 64: launch_flash<64>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
+        case 128: launch_flash<128>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
+        default: break;
+        }
+    }
+    // the scalar path needs T: the caller's cu_seqlens is on the device, so read its last entry
+    int32_t T = 0;
+    CHECK_CUDA(cudaMemcpyAsync(&T, cu_seqlens + nseq, sizeof T, cudaMemcpyDeviceToHost, st));
+    CHECK_CUDA(cudaStreamSynchronize(st));
+    const int wpb = 4;
+    long long items = (long long)T * nh;
+    unsigned grid = (unsigned)((items + wpb - 1) / wpb);
+    attention_scalar_kernel<<<grid, wpb * 32, (size_t)wpb * 2 * hd * sizeof(float), st>>>(
+        (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k, ldk,
+        (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, T, nh, group, hd, scale);
+    CHECK_CUDA_LAUNCH();
+}
