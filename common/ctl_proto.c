@@ -1,0 +1,212 @@
+#include "ctl_proto.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+void ctl_envelope_init(Dflash__Envelope *e, uint64_t request_id)
+{
+    dflash__envelope__init(e);
+    e->version = CTL_PROTOCOL_VERSION;
+    e->request_id = request_id;
+}
+
+int ctl_envelope_decode(const void *buf, size_t n, Dflash__Envelope **out, errbuf *err)
+{
+    *out = NULL;
+    if (n > CTL_MSG_MAX)
+        return errbuf_set(err, EMSGSIZE, "message of %zu bytes exceeds the limit of %d", n, CTL_MSG_MAX);
+    Dflash__Envelope *e = dflash__envelope__unpack(NULL, n, buf);
+    if (!e) return errbuf_set(err, EBADMSG, "%zu bytes that are not a dflash.Envelope", n);
+    *out = e;
+    if (e->version != CTL_PROTOCOL_VERSION)
+        return errbuf_set(err, EPROTO, "protocol version %u, this side speaks %d", e->version, CTL_PROTOCOL_VERSION);
+    return 0;
+}
+
+void ctl_envelope_free(Dflash__Envelope **e)
+{
+    if (*e) dflash__envelope__free_unpacked(*e, NULL);
+    *e = NULL;
+}
+
+int ctl_envelope_encode(const Dflash__Envelope *e, uint8_t **buf, size_t *n, errbuf *err)
+{
+    size_t len = dflash__envelope__get_packed_size(e);
+    if (len > CTL_MSG_MAX)
+        return errbuf_set(err, EMSGSIZE, "message of %zu bytes exceeds the limit of %d", len, CTL_MSG_MAX);
+    *buf = xmalloc(len ? len : 1);
+    *n = dflash__envelope__pack(e, *buf);
+    DF_ASSERT(*n == len);
+    return 0;
+}
+
+int ctl_send(void *sock, const void *id, size_t idlen, const Dflash__Envelope *e, errbuf *err)
+{
+    uint8_t *buf;
+    size_t n;
+    int rc = ctl_envelope_encode(e, &buf, &n, err);
+    if (rc) return rc;
+    if (id && zmq_send(sock, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        rc = -errno;
+    } else if (zmq_send(sock, buf, n, ZMQ_DONTWAIT) < 0) {
+        rc = -errno; /* after a routing frame was accepted, ZeroMQ sends the message atomically or not at all */
+    }
+    free(buf);
+    if (rc) {
+        char who[2 * CTL_ID_MAX + 8];
+        ctl_id_format(id, id ? idlen : 0, who, sizeof who);
+        errbuf_set(err, -rc, "send to %s: %s", id ? who : "dflashd", zmq_strerror(-rc));
+    }
+    return rc;
+}
+
+void ctl_msg_clear(ctl_msg *m)
+{
+    free(m->data);
+    memset(m, 0, sizeof *m);
+}
+
+int ctl_recv(void *sock, int router, ctl_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    zmq_msg_t part;
+    int first = 1, more = 1;
+    while (more) {
+        zmq_msg_init(&part);
+        int r = zmq_msg_recv(&part, sock, first ? ZMQ_DONTWAIT : 0); /* later parts are already here */
+        if (r < 0) {
+            int e = errno;
+            zmq_msg_close(&part);
+            if (first && e == EAGAIN) return 0;
+            ctl_msg_clear(m);
+            return -e;
+        }
+        more = zmq_msg_more(&part);
+        size_t sz = zmq_msg_size(&part);
+        if (first && router) {
+            m->idlen = sz < CTL_ID_MAX ? sz : CTL_ID_MAX;
+            memcpy(m->id, zmq_msg_data(&part), m->idlen);
+        } else {
+            if (m->nframes++ == 0) {
+                m->len = sz;
+                m->data = xmalloc(sz ? sz : 1);
+                memcpy(m->data, zmq_msg_data(&part), sz);
+            }
+        }
+        first = 0;
+        zmq_msg_close(&part);
+    }
+    if (m->nframes != 1) {
+        free(m->data);
+        m->data = NULL;
+    }
+    return 1;
+}
+
+void ctl_id_format(const void *id, size_t idlen, char *out, size_t n)
+{
+    const uint8_t *p = id;
+    int printable = idlen > 0;
+    for (size_t i = 0; i < idlen && printable; i++) printable = isprint(p[i]) && p[i] != '%';
+    if (printable) {
+        snprintf(out, n, "%.*s", (int)idlen, (const char *)p);
+        return;
+    }
+    size_t o = (size_t)snprintf(out, n, "0x");
+    for (size_t i = 0; i < idlen && o + 3 < n; i++) o += (size_t)snprintf(out + o, n - o, "%02x", p[i]);
+    if (idlen == 0) snprintf(out, n, "(anonymous)");
+}
+
+enum job_role ctl_role_parse(const char *s)
+{
+    if (!strcmp(s, "prefetch")) return JOB_ROLE_PREFETCH;
+    if (!strcmp(s, "target")) return JOB_ROLE_TARGET;
+    if (!strcmp(s, "drafter")) return JOB_ROLE_DRAFTER;
+    return JOB_ROLE_NONE;
+}
+
+int ctl_worker_name_parse(const char *s, size_t n, enum job_role *role, int *index)
+{
+    char buf[32];
+    if (n == 0 || n >= sizeof buf) return -EINVAL;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    if (strlen(buf) != n) return -EINVAL;
+    char *dash = strrchr(buf, '-');
+    long v = 0;
+    if (dash) {
+        char *end;
+        *dash = '\0';
+        if (!isdigit((unsigned char)dash[1])) return -EINVAL;
+        v = strtol(dash + 1, &end, 10);
+        if (*end || v < 0 || v > 63) return -EINVAL;
+    }
+    enum job_role r = ctl_role_parse(buf);
+    if (r == JOB_ROLE_NONE || (!dash && r != JOB_ROLE_PREFETCH) || (r == JOB_ROLE_PREFETCH && v != 0)) return -EINVAL;
+    *role = r;
+    *index = (int)v;
+    return 0;
+}
+
+void ctl_endpoint(const job_config *cfg, char *out, size_t n)
+{
+    if (cfg->control.endpoint[0]) snprintf(out, n, "%s", cfg->control.endpoint);
+    else snprintf(out, n, "ipc://%s/ctl", cfg->job.run_dir);
+}
+
+int ctl_key_read(const char *path, const char *field, char key[41], errbuf *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return errbuf_set(err, errno, "%s: %s (%s)", path, strerror(errno), field);
+    char buf[128] = {0};
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    while (n > 0 && isspace((unsigned char)buf[n - 1])) buf[--n] = '\0';
+    uint8_t raw[32];
+    if (n != 40 || !zmq_z85_decode(raw, buf))
+        return errbuf_set(err, EINVAL, "%s: not a CURVE key of 40 Z85 characters (%s)", path, field);
+    memcpy(key, buf, 41);
+    return 0;
+}
+
+static int curve_client_setup(void *sock, const char server_public[41], errbuf *err)
+{
+    char pub[41], sec[41];
+    if (!zmq_has("curve")) return errbuf_set(err, ENOTSUP, "this libzmq has no CURVE support");
+    if (zmq_curve_keypair(pub, sec) != 0) return errbuf_set(err, errno, "zmq_curve_keypair: %s", zmq_strerror(errno));
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server_public, 40) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 40) != 0 || zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 40) != 0)
+        return errbuf_set(err, errno, "CURVE options: %s", zmq_strerror(errno));
+    return 0;
+}
+
+int ctl_curve_client_key(void *sock, const char *server_key_file, errbuf *err)
+{
+    if (!server_key_file || !server_key_file[0]) return 0;
+    char key[41];
+    int rc = ctl_key_read(server_key_file, "--server-key", key, err);
+    return rc ? rc : curve_client_setup(sock, key, err);
+}
+
+int ctl_curve_client(void *sock, const job_config *cfg, const char *endpoint, errbuf *err)
+{
+    if (strncmp(endpoint, "ipc://", 6) == 0 || strncmp(endpoint, "inproc://", 9) == 0) return 0;
+    char key[41];
+    int rc;
+    if (cfg->control.curve_public_key_file[0]) {
+        rc = ctl_key_read(cfg->control.curve_public_key_file, "control.curve_public_key_file", key, err);
+    } else if (cfg->control.curve_secret_key_file[0]) {
+        char sec[41];
+        rc = ctl_key_read(cfg->control.curve_secret_key_file, "control.curve_secret_key_file", sec, err);
+        if (rc == 0 && zmq_curve_public(key, sec) != 0)
+            rc = errbuf_set(err, EINVAL, "%s: cannot derive the public key", cfg->control.curve_secret_key_file);
+    } else {
+        return errbuf_set(err, EPERM, "control.endpoint %s: tcp needs control.curve_public_key_file (or the secret)",
+                          endpoint);
+    }
+    return rc ? rc : curve_client_setup(sock, key, err);
+}
