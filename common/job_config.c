@@ -40,6 +40,14 @@ const config_field job_config_table[] = {
       "a worker silent this long is treated as dead (its slots reclaimed)"),
     F(ring, token_slots, CONFIG_INT, 1, 4096, "8", 0, "slots of the token ring"),
     F(ring, pool_slots, CONFIG_INT, 1, 4096, "4", 0, "hidden-state slots per target worker"),
+    F(control, endpoint, CONFIG_STRING, 0, 0, NULL, 0,
+      "dflashd's control socket (ZeroMQ): empty for ipc://<run_dir>/ctl; tcp:// needs curve_secret_key_file"),
+    F(control, curve_secret_key_file, CONFIG_STRING, 0, 0, NULL, 0,
+      "file holding dflashd's CURVE secret key (40 Z85 characters); clients derive the public key when readable"),
+    F(control, curve_public_key_file, CONFIG_STRING, 0, 0, NULL, 0,
+      "file holding dflashd's CURVE public key (40 Z85 characters), for clients that cannot read the secret"),
+    F(control, heartbeat_sec, CONFIG_DOUBLE, 0.05, 60, "1", 0,
+      "control-plane heartbeat interval (a worker silent for workers.heartbeat_timeout_sec is killed)"),
     {0},
 };
 

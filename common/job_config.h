@@ -41,6 +41,12 @@ typedef struct job_config {
     struct {
         int token_slots, pool_slots;
     } ring;
+    struct {
+        char endpoint[CONFIG_STRING_MAX];              /* empty: ipc://<run_dir>/ctl */
+        char curve_secret_key_file[CONFIG_STRING_MAX]; /* dflashd's CURVE secret key (Z85); required for tcp:// */
+        char curve_public_key_file[CONFIG_STRING_MAX]; /* dflashd's CURVE public key, for clients */
+        double heartbeat_sec;
+    } control;
 } job_config;
 
 extern const config_field job_config_table[];

@@ -10,6 +10,7 @@
 
 #include <cblas.h>
 
+#include "ctl_client.h"
 #include "keeper_proto.h"
 #include "log.h"
 
@@ -90,6 +91,12 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
         return 1;
     }
     w->entry = job_state_worker(&w->js, role, w->index);
+    char gpu[32] = "none"; /* the CUDA backend maps worker i to device i */
+    if (strcmp(c->job.backend, "cpu") && role != JOB_ROLE_PREFETCH) snprintf(gpu, sizeof gpu, "cuda:%d", w->index);
+    if (ctl_client_new(&w->ctl, c, role, w->index, w->epoch, gpu, &err)) {
+        log_error("%s", err.msg);
+        return 1;
+    }
     sd_watchdog_enabled(0, &w->watchdog_usec);
     worker_tick(w);
     log_info("registered with the keeper: epoch %llu", (unsigned long long)w->epoch);
@@ -99,6 +106,7 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
 void worker_tick(worker_ctx *w)
 {
     job_worker_heartbeat(w->entry);
+    ctl_client_tick(w->ctl);
     if (w->watchdog_usec) {
         double now = now_seconds();
         if (now - w->last_ping >= (double)w->watchdog_usec / 4e6) {
@@ -119,6 +127,7 @@ void worker_count_batch(worker_ctx *w, uint64_t tokens)
 void worker_stop(worker_ctx *w)
 {
     sd_notify(0, "STOPPING=1");
+    ctl_client_destroy(&w->ctl);
     for (int i = 0; i < w->nfds; i++) close(w->fds[i]);
     job_state_close(&w->js);
 }
@@ -127,12 +136,18 @@ void worker_hold_while_paused(worker_ctx *w)
 {
     int said = 0;
     while (atomic_load(&w->js.h->paused) && !worker_job_finished(w) && !worker_restart_requested(w)) {
-        if (!said++) sd_notify(0, "STATUS=paused");
+        if (!said++) {
+            sd_notify(0, "STATUS=paused");
+            ctl_client_set_held(w->ctl, 1);
+        }
         worker_tick(w);
         uint32_t seen = atomic_load(&w->js.h->gen);
         job_state_wait(&w->js, seen, 200);
     }
-    if (said) sd_notify(0, "STATUS=running");
+    if (said) {
+        sd_notify(0, "STATUS=running");
+        ctl_client_set_held(w->ctl, 0);
+    }
 }
 
 int worker_restart_requested(const worker_ctx *w) { return atomic_load(&w->entry->restart_requested) != 0; }

@@ -10,6 +10,8 @@
 #include "job_plan.h"
 #include "job_state.h"
 
+struct ctl_client;
+
 typedef struct worker_ctx {
     job_plan plan;
     job_state js;
@@ -22,6 +24,7 @@ typedef struct worker_ctx {
     uint64_t watchdog_usec;
     double last_ping;
     char name[32];         /* "target-1" */
+    struct ctl_client *ctl; /* control-plane connection to dflashd (common/ctl_client.h) */
 } worker_ctx;
 
 /* Parse argv, load the plan, register and map the job state. Returns 0, or the exit status to use (after printing

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "control.h"
 #include "drafter_model.h"
 #include "fdpass.h"
 #include "job_plan.h"
@@ -41,6 +42,7 @@ typedef struct keeper {
     int listen_fd;
     int pidfd[JOB_MAX_WORKERS];      /* watched instance per worker-table entry, -1 when none */
     ledger *ledger;
+    control *ctl;                    /* the control plane (services/dflashd/control.h) */
     char run_id[JOB_RUN_ID_MAX];
     int resume;
     volatile sig_atomic_t stop;
@@ -120,17 +122,74 @@ static void worker_retire(keeper *k, job_worker *w, pid_t new_pid)
     worker_gone(k, w);
 }
 
+/* The control plane's request to kill a worker that stopped heartbeating; its pidfd then reports the death. */
+static void control_kill_worker(void *ctx, int slot)
+{
+    keeper *k = ctx;
+    if (k->pidfd[slot] >= 0) pidfd_kill(k->pidfd[slot], SIGKILL);
+}
+
+/* A cuda target deposits its pool's VMM allocation: only the registered instance (pid + epoch) of target i, and
+ * only while the pool has none; the fd goes to the fd store like a CPU pool's memfd. */
+static void handle_deposit(keeper *k, int conn, const keeper_deposit *rq, int fd)
+{
+    keeper_reply rp = {.magic = KEEPER_MAGIC};
+    errbuf err = {{0}};
+    job_worker *w = rq->index >= 0 && rq->index < k->npools ? job_state_worker(&k->js, JOB_ROLE_TARGET, rq->index)
+                                                           : NULL;
+    if (!k->plan.slot.gpu || !w) {
+        rp.status = -EINVAL;
+        snprintf(rp.msg, sizeof rp.msg, "pool deposit for target-%d: %s", rq->index,
+                 !w ? "no such target in this job" : "job.backend is not cuda");
+    } else if (atomic_load(&w->pid) != rq->pid || atomic_load(&w->epoch) != rq->epoch) {
+        rp.status = -ESTALE;
+        snprintf(rp.msg, sizeof rp.msg, "pool deposit for target-%d from pid %d epoch %llu: not the registered "
+                 "instance", rq->index, rq->pid, (unsigned long long)rq->epoch);
+    } else if (fd < 0) {
+        rp.status = -EINVAL;
+        snprintf(rp.msg, sizeof rp.msg, "pool deposit for target-%d carries no fd", rq->index);
+    } else if ((rp.status = slot_pool_set_device_data(k->pools[rq->index], fd, rq->device_uuid, rq->bytes, &err))) {
+        snprintf(rp.msg, sizeof rp.msg, "pool %d: %s", rq->index, err.msg);
+    } else {
+        char store[64];
+        snprintf(store, sizeof store, "FDSTORE=1\nFDNAME=pool-%d", rq->index);
+        if (sd_pid_notify_with_fds(0, 0, store, &fd, 1) <= 0)
+            log_debug("no fd store (NOTIFY_SOCKET unset): a restart of dflashd will start a new run");
+        fd = -1; /* the pool handle owns it now */
+        log_info("target-%d deposited its GPU pool: %llu bytes", rq->index, (unsigned long long)rq->bytes);
+    }
+    if (fd >= 0) close(fd);
+    if (rp.status) log_warn("pool deposit refused: %s", rp.msg);
+    if (fdpass_send(conn, NULL, 0, &rp, sizeof rp) < 0) log_warn("keeper socket: reply lost: %s", strerror(errno));
+}
+
+/* The first GPU pool not yet deposited, or -1 (always -1 on the cpu backend). */
+static int pool_missing(const keeper *k)
+{
+    for (int i = 0; i < k->npools; i++)
+        if (slot_pool_data_fd(k->pools[i]) < 0) return i;
+    return -1;
+}
+
 static void handle_register(keeper *k, int conn)
 {
+    union { keeper_request rq; keeper_deposit dep; } u;
     keeper_request rq;
     keeper_reply rp = {.magic = KEEPER_MAGIC};
-    int fds[64], nfds = 0, got = 0;
-    ssize_t n = fdpass_recv(conn, NULL, 0, &got, &rq, sizeof rq);
-    if (n != (ssize_t)sizeof rq || rq.magic != KEEPER_MAGIC) {
+    int fds[64], nfds = 0, got = 0, in_fd = -1;
+    ssize_t n = fdpass_recv(conn, &in_fd, 1, &got, &u, sizeof u);
+    if (n == (ssize_t)sizeof u.dep && u.dep.magic == KEEPER_DEPOSIT_MAGIC) {
+        handle_deposit(k, conn, &u.dep, got ? in_fd : -1);
+        return;
+    }
+    if (got) close(in_fd);
+    if (n != (ssize_t)sizeof rq || u.rq.magic != KEEPER_MAGIC) {
         log_warn("keeper socket: malformed registration (%zd bytes): connection closed", n);
         return;
     }
+    rq = u.rq;
     const job_config *c = &k->plan.cfg;
+    int missing = rq.role == JOB_ROLE_DRAFTER ? pool_missing(k) : -1;
     int limit = rq.role == JOB_ROLE_TARGET ? c->workers.targets : rq.role == JOB_ROLE_DRAFTER ? c->workers.drafters
                 : rq.role == JOB_ROLE_PREFETCH ? 1 : 0;
     job_worker *w = NULL;
@@ -141,6 +200,9 @@ static void handle_register(keeper *k, int conn)
     } else if (rq.run_id[0] && strcmp(rq.run_id, k->run_id) != 0) {
         rp.status = -ESTALE;
         snprintf(rp.msg, sizeof rp.msg, "worker belongs to run %s, this is run %s", rq.run_id, k->run_id);
+    } else if (missing >= 0) { /* retryable: keeper_register asks again */
+        rp.status = -EAGAIN;
+        snprintf(rp.msg, sizeof rp.msg, "GPU pool %d not deposited by target-%d yet", missing, missing);
     } else {
         int pfd = pidfd_open_pid(rq.pid);
         if (pfd < 0) {
@@ -160,8 +222,8 @@ static void handle_register(keeper *k, int conn)
             atomic_fetch_add(&w->starts, 1);
             k->pidfd[worker_slot_index(k, w)] = pfd;
             rp.epoch = epoch;
-            if (rq.role == JOB_ROLE_TARGET) {
-                fds[nfds++] = slot_pool_data_fd(k->pools[rq.index]);
+            if (rq.role == JOB_ROLE_TARGET) { /* a GPU pool not deposited yet: none, the target creates it */
+                if (slot_pool_data_fd(k->pools[rq.index]) >= 0) fds[nfds++] = slot_pool_data_fd(k->pools[rq.index]);
             } else if (rq.role == JOB_ROLE_DRAFTER) {
                 for (int i = 0; i < k->npools; i++) fds[nfds++] = slot_pool_data_fd(k->pools[i]);
             }
@@ -171,7 +233,7 @@ static void handle_register(keeper *k, int conn)
             log_info("%s registered: pid %d, epoch %llu", label, rq.pid, (unsigned long long)epoch);
         }
     }
-    if (rp.status) log_warn("registration refused: %s", rp.msg);
+    if (rp.status && rp.status != -EAGAIN) log_warn("registration refused: %s", rp.msg);
     if (fdpass_send(conn, fds, nfds, &rp, sizeof rp) < 0) log_warn("keeper socket: reply lost: %s", strerror(errno));
 }
 
@@ -253,6 +315,12 @@ static int create_job(keeper *k, errbuf *err)
     for (int i = 0; i < k->npools; i++) {
         char name[128], store[64];
         job_plan_pool_name(p, i, name, sizeof name);
+        if (p->slot.gpu) { /* control segment only: the target deposits the VMM allocation (handle_deposit) */
+            if ((rc = slot_pool_create_control(name, (uint32_t)p->cfg.ring.pool_slots, p->slot.bytes, &k->pools[i],
+                                               err)))
+                return rc;
+            continue;
+        }
         if ((rc = slot_pool_create(name, (uint32_t)p->cfg.ring.pool_slots, p->slot.bytes, &k->pools[i], err)))
             return rc;
         int fd = slot_pool_data_fd(k->pools[i]);
@@ -284,8 +352,21 @@ static int reattach_job(keeper *k, int *fds, char **names, int nfds, errbuf *err
         int fd = -1;
         for (int j = 0; j < nfds; j++)
             if (names && names[j] && !strcmp(names[j], want)) fd = fds[j];
-        if (fd < 0) return errbuf_set(err, ENOENT, "fd store has no %s", want);
         job_plan_pool_name(p, i, name, sizeof name);
+        if (p->slot.gpu) { /* a GPU pool: the control segment, plus the deposited fd when there was one */
+            uint8_t uuid[16];
+            uint64_t bytes = 0;
+            if ((rc = slot_pool_attach_control(name, &k->pools[i], err))) return rc;
+            int deposited = slot_pool_device(k->pools[i], uuid, &bytes) == 0;
+            if (deposited != (fd >= 0))
+                return errbuf_set(err, ENOENT, "%s: %s", want, fd < 0 ? "deposited but not in the fd store"
+                                                                     : "in the fd store but never deposited");
+            if (fd >= 0 && (rc = slot_pool_set_device_data(k->pools[i], fcntl(fd, F_DUPFD_CLOEXEC, 0), uuid, bytes,
+                                                           err)))
+                return rc;
+            continue;
+        }
+        if (fd < 0) return errbuf_set(err, ENOENT, "fd store has no %s", want);
         if ((rc = slot_pool_attach(name, fd, &k->pools[i], err))) return rc;
     }
     /* workers that were registered: watch the live ones, reclaim the dead */
@@ -343,9 +424,12 @@ static int run(keeper *k)
     double last_periodic = 0;
     sd_notify(0, "READY=1\nSTATUS=serving");
     while (!k->stop) {
-        struct pollfd pf[1 + JOB_MAX_WORKERS];
-        int map[1 + JOB_MAX_WORKERS], n = 0;
+        struct pollfd pf[2 + JOB_MAX_WORKERS];
+        int map[2 + JOB_MAX_WORKERS], n = 0;
         pf[n].fd = k->listen_fd;
+        pf[n].events = POLLIN;
+        map[n++] = -1;
+        pf[n].fd = control_fd(k->ctl);
         pf[n].events = POLLIN;
         map[n++] = -1;
         for (int i = 0; i < JOB_MAX_WORKERS; i++) {
@@ -361,7 +445,7 @@ static int run(keeper *k)
         }
         /* deaths first, so a restarted worker's registration finds its predecessor reclaimed */
         for (int j = 1; r > 0 && j < n; j++)
-            if (pf[j].revents) worker_gone(k, &k->js.h->workers[map[j]]);
+            if (pf[j].revents && map[j] >= 0) worker_gone(k, &k->js.h->workers[map[j]]);
         if (r > 0 && (pf[0].revents & POLLIN)) {
             int conn;
             while ((conn = accept4(k->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
@@ -373,6 +457,7 @@ static int run(keeper *k)
             }
         }
         ledger_append_committed(k->ledger, &k->js);
+        control_process(k->ctl);
         double now = now_seconds();
         if (now - last_periodic >= 0.5) {
             last_periodic = now;
@@ -457,11 +542,20 @@ int main(int argc, char **argv)
         log_error("%s", err.msg);
         return 1;
     }
+    ledger_set_schedule(k.ledger, k.plan.drafter.block_size, k.plan.cfg.train.warmup_steps, k.plan.cfg.train.steps,
+                        (float)k.plan.cfg.train.lr, (float)k.plan.cfg.train.min_lr);
     if ((k.listen_fd = listen_socket(k.plan.keeper_socket, &err)) < 0) {
         log_error("%s", err.msg);
         return 1;
     }
+    control_view cv = {.js = &k.js, .plan = &k.plan, .ring = k.ring, .pools = k.pools, .npools = k.npools,
+                       .kill_worker = control_kill_worker, .ctx = &k};
+    if ((rc = control_new(&k.ctl, &cv, &err))) {
+        log_error("%s", err.msg);
+        return 1;
+    }
     rc = run(&k);
+    control_destroy(&k.ctl);
     sd_notify(0, "STOPPING=1");
     ledger_close(&k.ledger);
     if (rc == 0) unlink_segments(&k.plan);
