@@ -344,13 +344,7 @@ static int write_atomic(const char *path, const char *text, errbuf *err)
         return ret;
     }
     free(tmp);
-    char *dir = xstrdup(path), *slash = strrchr(dir, '/');
-    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
-    else strcpy(dir, ".");
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) < 0) ret = errbuf_set(err, errno, "%s: cannot fsync directory %s", path, dir);
-    if (fd >= 0) close(fd);
-    free(dir);
+    if ((ret = fsync_parent(path))) errbuf_set(err, -ret, "%s: cannot fsync its directory: %s", path, strerror(-ret));
     return ret;
 }
 

@@ -663,19 +663,6 @@ static int write_data(int fd, const st_write_tensor *t)
     return 0;
 }
 
-static int fsync_dir_of(const char *path)
-{
-    char *dir = xstrdup(path), *slash = strrchr(dir, '/');
-    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
-    else strcpy(dir, ".");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
-    free(dir);
-    if (fd < 0) return -errno;
-    if (fsync(fd) < 0) ret = -errno;
-    close(fd);
-    return ret;
-}
-
 int st_write(const char *path, const st_write_tensor *tensors, int n, const char *metadata_json, errbuf *err)
 {
     for (int i = 0; i < n; i++) {
@@ -734,7 +721,7 @@ int st_write(const char *path, const st_write_tensor *tensors, int n, const char
         unlink(tmp);
         goto out;
     }
-    ret = fsync_dir_of(path);
+    ret = fsync_parent(path);
     if (ret) errbuf_set(err, -ret, "%s: cannot fsync its directory: %s", path, strerror(-ret));
 out:
     free(tmp);

@@ -357,21 +357,6 @@ static int write_all(int fd, const void *data, size_t n)
     return 0;
 }
 
-/* fsync the folder holding path so that a rename into it survives a crash. */
-static int fsync_parent(const char *path)
-{
-    char *dir = xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == dir) slash[1] = '\0';
-    else *slash = '\0';
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
-    if (fd < 0 || fsync(fd) != 0) ret = -errno;
-    if (fd >= 0) close(fd);
-    free(dir);
-    return ret;
-}
-
 int shard_writer_close(shard_writer **wp, errbuf *err)
 {
     shard_writer *w = *wp;

@@ -162,7 +162,7 @@ static void scratch_reserve(target_model *m, int T)
     m->scratch_tokens = T;
 }
 
-static int check_batch(const target_model *m, const target_batch *b, errbuf *err)
+int target_batch_check(const hf_config *c, const target_batch *b, errbuf *err)
 {
     if (b->ntok <= 0 || b->nseq <= 0 || b->cu_seqlens[0] != 0 || b->cu_seqlens[b->nseq] != b->ntok)
         return errbuf_set(err, EINVAL, "batch: cu_seqlens must run from 0 to %d tokens over %d sequences", b->ntok,
@@ -171,10 +171,33 @@ static int check_batch(const target_model *m, const target_batch *b, errbuf *err
         if (b->cu_seqlens[s + 1] < b->cu_seqlens[s])
             return errbuf_set(err, EINVAL, "batch: cu_seqlens decreases at sequence %d", s);
     for (int t = 0; t < b->ntok; t++) {
-        if (b->input_ids[t] < 0 || b->input_ids[t] >= m->cfg.vocab_size)
+        if (b->input_ids[t] < 0 || b->input_ids[t] >= c->vocab_size)
             return errbuf_set(err, EINVAL, "batch: token id %d at position %d is outside the vocabulary (%d)",
-                              b->input_ids[t], t, m->cfg.vocab_size);
+                              b->input_ids[t], t, c->vocab_size);
     }
+    return 0;
+}
+
+int target_request_depth(const hf_config *c, int nlayers, int full, const int *taps, int ntaps, int want_output,
+                         int *deepest_out, errbuf *err)
+{
+    int deepest = -1;
+    for (int i = 0; i < ntaps; i++) {
+        if (taps[i] < 0 || taps[i] >= c->num_layers)
+            return errbuf_set(err, EINVAL, "tap %d: layer %d is outside the target's %d layers", i, taps[i],
+                              c->num_layers);
+        if (taps[i] > deepest) deepest = taps[i];
+    }
+    if (want_output) {
+        if (!full)
+            return errbuf_set(err, EINVAL, "last hidden state or logits requested from a target loaded up to layer %d",
+                              nlayers - 1);
+        deepest = c->num_layers - 1;
+    }
+    if (deepest >= nlayers)
+        return errbuf_set(err, EINVAL, "tap layer %d requested but only layers 0..%d are loaded", deepest,
+                          nlayers - 1);
+    *deepest_out = deepest;
     return 0;
 }
 
@@ -182,24 +205,9 @@ int target_model_forward(target_model *m, const target_batch *b, const int *taps
                          float *logits, errbuf *err)
 {
     const hf_config *c = &m->cfg;
-    int rc = check_batch(m, b, err);
+    int deepest, rc = target_batch_check(c, b, err);
+    if (!rc) rc = target_request_depth(c, m->nlayers, m->full, taps, aux ? ntaps : 0, last || logits, &deepest, err);
     if (rc) return rc;
-    int deepest = -1;
-    for (int i = 0; aux && i < ntaps; i++) {
-        if (taps[i] < 0 || taps[i] >= c->num_layers)
-            return errbuf_set(err, EINVAL, "tap %d: layer %d is outside the target's %d layers", i, taps[i],
-                              c->num_layers);
-        if (taps[i] > deepest) deepest = taps[i];
-    }
-    if (last || logits) {
-        if (!m->full)
-            return errbuf_set(err, EINVAL, "last hidden state or logits requested from a target loaded up to layer %d",
-                              m->nlayers - 1);
-        deepest = c->num_layers - 1;
-    }
-    if (deepest >= m->nlayers)
-        return errbuf_set(err, EINVAL, "tap layer %d requested but only layers 0..%d are loaded", deepest,
-                          m->nlayers - 1);
     const int T = b->ntok, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
     const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size, ld_aux = ntaps * H;
     const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);

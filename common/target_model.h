@@ -38,6 +38,14 @@ int target_model_loaded_layers(const target_model *m);
 int target_model_forward(target_model *m, const target_batch *b, const int *taps, int ntaps, float *aux,
                          float *last, float *logits, errbuf *err);
 
+/* Checks shared by the CPU and CUDA forwards. A packed batch: cu_seqlens from 0 to T, non-decreasing, token ids
+ * inside the vocabulary (the message names the id and its position). */
+int target_batch_check(const hf_config *c, const target_batch *b, errbuf *err);
+/* The deepest layer a request needs (taps, plus every layer when last/logits are wanted), checked against what is
+ * loaded: layers [0, nlayers), and the final norm + lm_head when full. */
+int target_request_depth(const hf_config *c, int nlayers, int full, const int *taps, int ntaps, int want_output,
+                         int *deepest, errbuf *err);
+
 /* The spec's default taps: K layers evenly spaced from 1 to N-3, id_i = round(1 + i*(N-4)/(K-1)) (Python's
  * round-half-even); K = 1 gives N/2. */
 void target_default_taps(int num_layers, int k, int *taps);

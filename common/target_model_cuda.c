@@ -337,19 +337,11 @@ static void tc_mark(target_cuda *m, int cls)
 
 static int tc_check_batch(const target_cuda *m, const target_batch *b, errbuf *err)
 {
-    if (b->ntok <= 0 || b->nseq <= 0 || b->cu_seqlens[0] != 0 || b->cu_seqlens[b->nseq] != b->ntok)
-        return errbuf_set(err, EINVAL, "batch: cu_seqlens must run from 0 to %d tokens over %d sequences", b->ntok,
-                          b->nseq);
+    int rc = target_batch_check(&m->cfg, b, err);
+    if (rc) return rc;
     if (b->ntok > m->max_tokens || b->nseq > m->max_seqs)
         return errbuf_set(err, EINVAL, "batch: %d tokens in %d sequences exceeds the workspace (%d tokens, %d sequences)",
                           b->ntok, b->nseq, m->max_tokens, m->max_seqs);
-    for (int s = 0; s < b->nseq; s++)
-        if (b->cu_seqlens[s + 1] < b->cu_seqlens[s])
-            return errbuf_set(err, EINVAL, "batch: cu_seqlens decreases at sequence %d", s);
-    for (int t = 0; t < b->ntok; t++)
-        if (b->input_ids[t] < 0 || b->input_ids[t] >= m->cfg.vocab_size)
-            return errbuf_set(err, EINVAL, "batch: token id %d at position %d is outside the vocabulary (%d)",
-                              b->input_ids[t], t, m->cfg.vocab_size);
     return 0;
 }
 
@@ -370,22 +362,8 @@ int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, 
     if (!aux) ntaps = 0;
     if (aux && ld_aux < ntaps * H)
         return errbuf_set(err, EINVAL, "aux row stride %d is below %d taps x %d", ld_aux, ntaps, H);
-    int deepest = -1;
-    for (int i = 0; i < ntaps; i++) {
-        if (taps[i] < 0 || taps[i] >= c->num_layers)
-            return errbuf_set(err, EINVAL, "tap %d: layer %d is outside the target's %d layers", i, taps[i],
-                              c->num_layers);
-        if (taps[i] > deepest) deepest = taps[i];
-    }
-    if (last || logits) {
-        if (!m->full)
-            return errbuf_set(err, EINVAL, "last hidden state or logits requested from a target loaded up to layer %d",
-                              m->nlayers - 1);
-        deepest = c->num_layers - 1;
-    }
-    if (deepest >= m->nlayers)
-        return errbuf_set(err, EINVAL, "tap layer %d requested but only layers 0..%d are loaded", deepest,
-                          m->nlayers - 1);
+    int deepest;
+    if ((rc = target_request_depth(c, m->nlayers, m->full, taps, ntaps, last || logits, &deepest, err))) return rc;
     int max_seqlen = 0;
     for (int s = 0; s < b->nseq; s++)
         if (b->cu_seqlens[s + 1] - b->cu_seqlens[s] > max_seqlen) max_seqlen = b->cu_seqlens[s + 1] - b->cu_seqlens[s];

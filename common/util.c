@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 void df_assert_fail(const char *expr, const char *file, int line)
 {
@@ -66,6 +68,19 @@ char *xstrdup(const char *s)
 {
     size_t n = strlen(s) + 1;
     return memcpy(xmalloc(n), s, n);
+}
+
+int fsync_parent(const char *path)
+{
+    char *dir = xstrdup(path), *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) slash[1] = '\0';
+    else *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
+    if (fd < 0 || fsync(fd) != 0) ret = -errno;
+    if (fd >= 0) close(fd);
+    free(dir);
+    return ret;
 }
 
 double now_seconds(void)

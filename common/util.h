@@ -29,6 +29,9 @@ char *xstrdup(const char *s);
 /* Free and null the pointer (czmq-style x_destroy(&x)). */
 #define XFREE(p) do { free(p); (p) = NULL; } while (0)
 
+/* fsync the folder holding path, so that a rename into it survives a crash; 0 or -errno. */
+int fsync_parent(const char *path);
+
 /* Monotonic clock in seconds. */
 double now_seconds(void);
 
