@@ -8,17 +8,20 @@
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 ROOT=build/nspawn-root
-PKGS=systemd,systemd-sysv,dbus,libopenblas0-pthread,libjansson4,libinih1,libzmq5,libprotobuf-c1
+PKGS=systemd,systemd-sysv,dbus,libopenblas0-pthread,libjansson4,libinih1,libzmq5,libprotobuf-c1,libasan8,libubsan1  # sanitizer runtimes: make SAN=1 test binds ASan builds in
 skip() { echo "ok nspawn skipped: $1"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "not root"
 command -v systemd-nspawn >/dev/null || skip "systemd-nspawn is not installed (Debian package systemd-container)"
 command -v debootstrap >/dev/null || skip "debootstrap is not installed"
-if [ ! -x "$ROOT/lib/systemd/systemd" ]; then
+# the cached image is rebuilt when the package list changed
+if [ ! -x "$ROOT/lib/systemd/systemd" ] || [ "$(cat "$ROOT/.dflash-pkgs" 2>/dev/null)" != "$PKGS" ]; then
+    rm -rf "$ROOT"
     t0=$SECONDS
     rm -rf "$ROOT.tmp"
     if ! debootstrap --variant=minbase --include=$PKGS bookworm "$ROOT.tmp" http://deb.debian.org/debian >"$T/debootstrap.log" 2>&1; then
         fail nspawn_image "debootstrap failed: $(tail -3 "$T/debootstrap.log")"; exit 1
     fi
+    echo "$PKGS" >"$ROOT.tmp/.dflash-pkgs"
     mv "$ROOT.tmp" "$ROOT"
     echo "nspawn: built $ROOT in $((SECONDS - t0)) s"
 fi
