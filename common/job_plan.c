@@ -55,9 +55,8 @@ int job_plan_load(job_plan *p, const char *config_path, const char *const *overr
     const job_config *c = &p->cfg;
     if (!c->target.model[0]) return errbuf_set(err, EINVAL, "%s: target.model is not set", config_path);
     if (!c->data.path[0]) return errbuf_set(err, EINVAL, "%s: data.path is not set", config_path);
-    if (strcmp(c->job.backend, "cpu") != 0)
-        return errbuf_set(err, EINVAL, "%s: job.backend \"%s\": this build runs the cpu backend", config_path,
-                          c->job.backend);
+    if (strcmp(c->job.backend, "cpu") != 0 && strcmp(c->job.backend, "cuda") != 0)
+        return errbuf_set(err, EINVAL, "%s: job.backend \"%s\": expected cpu or cuda", config_path, c->job.backend);
     if ((rc = hf_config_load(&p->target, c->target.model, err))) return errbuf_wrap(err, rc, "target.model");
     if (c->drafter.init[0]) {
         if ((rc = hf_config_load(&p->drafter, c->drafter.init, err))) return errbuf_wrap(err, rc, "drafter.init");
@@ -80,8 +79,10 @@ int job_plan_load(job_plan *p, const char *config_path, const char *const *overr
     p->ring.max_seqs = (uint32_t)(c->data.max_batch_seqs < c->data.max_batch_tokens ? c->data.max_batch_seqs
                                                                                       : c->data.max_batch_tokens);
     size_t T = p->ring.max_tokens, S = p->ring.max_seqs, off = 0;
+    p->slot.gpu = strcmp(c->job.backend, "cuda") == 0;
+    p->slot.aux_elem = p->slot.gpu ? sizeof(uint16_t) : sizeof(float);
     p->slot.aux = off;
-    off = align64(off + T * (size_t)p->ntaps * (size_t)p->hidden * sizeof(float));
+    off = align64(off + T * (size_t)p->ntaps * (size_t)p->hidden * p->slot.aux_elem);
     p->slot.input_ids = off;
     off = align64(off + T * sizeof(int32_t));
     p->slot.positions = off;

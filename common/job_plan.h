@@ -14,9 +14,11 @@
 #include "util.h"
 
 /* Byte offsets of one hidden-state slot's parts (the slot holds a copy of its token batch, so the drafter needs
- * nothing from the token ring). */
+ * nothing from the token ring). On the cuda backend the whole slot lives in GPU memory and aux is bf16. */
 typedef struct hidden_slot_layout {
-    size_t aux;        /* float (max_tokens, K*H) */
+    int gpu;           /* job.backend = cuda: slots in a VMM allocation on the target's GPU, aux as bf16 */
+    size_t aux_elem;   /* bytes per aux element: 4 (float) or 2 (bf16) */
+    size_t aux;        /* float or bf16 (max_tokens, K*H), row stride K*H */
     size_t input_ids;  /* int32 (max_tokens) */
     size_t positions;  /* int32 (max_tokens) */
     size_t cu_seqlens; /* int32 (max_seqs+1) */

@@ -1,7 +1,9 @@
 /* keeper_proto: how a worker registers with dflashd (the keeper) over its unix socket (SOCK_SEQPACKET), and
- * receives its epoch and the pool fds it needs (SCM_RIGHTS). One request, one reply, then the worker closes the
- * connection; everything after that goes through shared memory. The worker side retries until the keeper answers
- * (a keeper restarting is normal). Errors: -errno with an errbuf naming the socket or the keeper's reason. */
+ * receives its epoch and the pool fds it needs (SCM_RIGHTS); and how a cuda target deposits the VMM allocation of
+ * its pool (fd + GPU UUID) at its first start. One request, one reply, then the worker closes the connection;
+ * everything after that goes through shared memory. The worker side retries until the keeper answers (a keeper
+ * restarting is normal) and while it answers -EAGAIN (GPU pools not deposited yet). Errors: -errno with an errbuf
+ * naming the socket or the keeper's reason. */
 #ifndef DFLASH_KEEPER_PROTO_H
 #define DFLASH_KEEPER_PROTO_H
 
@@ -10,7 +12,8 @@
 #include "job_state.h"
 #include "util.h"
 
-#define KEEPER_MAGIC 0x4b505231u /* "KPR1" */
+#define KEEPER_MAGIC 0x4b505231u         /* "KPR1": registration request, and every reply */
+#define KEEPER_DEPOSIT_MAGIC 0x4b504431u /* "KPD1": pool deposit request */
 
 typedef struct keeper_request {
     uint32_t magic;
@@ -28,9 +31,26 @@ typedef struct keeper_reply {
     char msg[256];        /* the reason when status != 0 */
 } keeper_reply;
 
-/* Worker side: register (role, index) and get the epoch and up to max_fds pool fds. Retries connecting until
- * deadline_sec passes. */
+/* A cuda target's pool memory, sent with its fd: accepted only from the registered instance (pid + epoch) of
+ * target `index`, once per pool (a restarted target gets the fd back at registration instead). */
+typedef struct keeper_deposit {
+    uint32_t magic;       /* KEEPER_DEPOSIT_MAGIC */
+    int32_t index;        /* target index = pool index */
+    int32_t pid;
+    uint32_t reserved;
+    uint64_t epoch;       /* the depositor's epoch from its registration */
+    uint64_t bytes;       /* size of the VMM allocation (>= nslots * slot_bytes) */
+    uint8_t device_uuid[16];
+    char run_id[JOB_RUN_ID_MAX];
+} keeper_deposit;
+
+/* Worker side: register (role, index) and get the epoch and up to max_fds pool fds. Retries connecting, and
+ * retries while the keeper answers -EAGAIN, until deadline_sec passes. */
 int keeper_register(const char *socket_path, enum job_role role, int index, keeper_reply *reply, int *fds,
                     int max_fds, double deadline_sec, errbuf *err);
+/* cuda target: deposit its pool's allocation (fd stays the caller's) after registering with `epoch`. Retries
+ * connecting until deadline_sec passes; a refusal is returned at once. */
+int keeper_deposit_pool(const char *socket_path, int index, uint64_t epoch, int fd, const uint8_t uuid[16],
+                        uint64_t bytes, double deadline_sec, errbuf *err);
 
 #endif

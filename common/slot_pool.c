@@ -18,7 +18,9 @@ struct slot_pool_shared {
     uint64_t data_bytes;
     _Atomic uint32_t generation; /* futex word: bumped on publish, abandon, release, unlease, reclaim */
     uint32_t reserved1;
-    uint64_t reserved[4];
+    uint64_t device_bytes;       /* GPU pool: size of the VMM allocation deposited with the keeper; 0 otherwise */
+    uint8_t device_uuid[16];     /* GPU pool: the GPU holding it */
+    uint64_t reserved[1];
 };
 _Static_assert(sizeof(struct slot_pool_shared) == 64, "pool header is one cache line");
 _Static_assert(sizeof(struct slot_pool_desc) == 64, "a descriptor is one cache line");
@@ -51,7 +53,9 @@ static void pool_free(struct slot_pool *p)
     free(p);
 }
 
-int slot_pool_create(const char *name, uint32_t nslots, uint64_t slot_bytes, struct slot_pool **out, errbuf *err)
+/* The control segment alone (no data yet); *out holds it with data_fd -1. */
+static int pool_create_segment(const char *name, uint32_t nslots, uint64_t slot_bytes, struct slot_pool **out,
+                               errbuf *err)
 {
     *out = NULL;
     if (nslots < 1 || nslots > SLOT_POOL_MAX_SLOTS)
@@ -64,37 +68,55 @@ int slot_pool_create(const char *name, uint32_t nslots, uint64_t slot_bytes, str
     struct slot_pool *p = xcalloc(1, sizeof *p);
     p->data_fd = -1;
     int rc = shm_segment_create(&p->seg, name, SHM_KIND_SLOT_POOL, pool_control_bytes(nslots), err);
-    if (rc) goto fail;
+    if (rc) {
+        pool_free(p);
+        return rc;
+    }
+    pool_bind(p);
+    p->hdr->nslots = nslots;
+    p->hdr->slot_bytes = slot_bytes;
+    p->hdr->data_bytes = slot_bytes * nslots;
+    atomic_thread_fence(memory_order_release);
+    *out = p;
+    return 0;
+}
+
+int slot_pool_create(const char *name, uint32_t nslots, uint64_t slot_bytes, struct slot_pool **out, errbuf *err)
+{
+    struct slot_pool *p = NULL;
+    int rc = pool_create_segment(name, nslots, slot_bytes, &p, err);
+    if (rc) return rc;
     char fdname[64];
     snprintf(fdname, sizeof fdname, "dflash-pool%.48s", name);
-    p->data_bytes = slot_bytes * nslots;
+    p->data_bytes = p->hdr->data_bytes;
     p->data_fd = shm_memfd_create(fdname, p->data_bytes, err);
     if (p->data_fd < 0) {
         rc = errbuf_wrap(err, p->data_fd, "slot pool %s", name);
         p->data_fd = -1;
-        goto fail_unlink;
+        goto fail;
     }
     size_t bytes = p->data_bytes;
     p->data = shm_map_fd(p->data_fd, &bytes, err);
     if (!p->data) {
         rc = errbuf_wrap(err, -EIO, "slot pool %s", name);
-        goto fail_unlink;
+        goto fail;
     }
-    pool_bind(p);
-    p->hdr->nslots = nslots;
-    p->hdr->slot_bytes = slot_bytes;
-    p->hdr->data_bytes = p->data_bytes;
-    atomic_thread_fence(memory_order_release);
     *out = p;
     return 0;
-fail_unlink:
-    shm_segment_unlink(name, NULL);
 fail:
+    shm_segment_unlink(name, NULL);
     pool_free(p);
     return rc;
 }
 
-int slot_pool_attach(const char *name, int data_fd, struct slot_pool **out, errbuf *err)
+int slot_pool_create_control(const char *name, uint32_t nslots, uint64_t slot_bytes, struct slot_pool **out,
+                             errbuf *err)
+{
+    return pool_create_segment(name, nslots, slot_bytes, out, err);
+}
+
+/* Map the control segment and check its header. */
+static int pool_open_segment(const char *name, struct slot_pool **out, errbuf *err)
 {
     *out = NULL;
     struct slot_pool *p = xcalloc(1, sizeof *p);
@@ -118,6 +140,23 @@ int slot_pool_attach(const char *name, int data_fd, struct slot_pool **out, errb
                         name, (unsigned long long)sb, (unsigned long long)p->hdr->data_bytes, n);
         goto fail;
     }
+    *out = p;
+    return 0;
+fail:
+    pool_free(p);
+    return rc;
+}
+
+int slot_pool_attach_control(const char *name, struct slot_pool **out, errbuf *err)
+{
+    return pool_open_segment(name, out, err);
+}
+
+int slot_pool_attach(const char *name, int data_fd, struct slot_pool **out, errbuf *err)
+{
+    struct slot_pool *p = NULL;
+    int rc = pool_open_segment(name, &p, err);
+    if (rc) return rc;
     p->data_fd = fcntl(data_fd, F_DUPFD_CLOEXEC, 0);
     if (p->data_fd < 0) {
         rc = errbuf_set(err, errno, "slot pool %s: data fd %d: %s", name, data_fd, strerror(errno));
@@ -135,6 +174,32 @@ int slot_pool_attach(const char *name, int data_fd, struct slot_pool **out, errb
 fail:
     pool_free(p);
     return rc;
+}
+
+int slot_pool_set_device_data(struct slot_pool *pool, int fd, const uint8_t uuid[16], uint64_t device_bytes,
+                              errbuf *err)
+{
+    if (pool->data_fd >= 0 || pool->data)
+        return errbuf_set(err, EEXIST, "slot pool: data already held (fd %d)", pool->data_fd);
+    if (device_bytes < pool->hdr->data_bytes)
+        return errbuf_set(err, EINVAL, "slot pool: device allocation of %llu bytes is below the %u slots x %llu "
+                          "bytes needed", (unsigned long long)device_bytes, pool->hdr->nslots,
+                          (unsigned long long)pool->hdr->slot_bytes);
+    pool->data_fd = fd;
+    memcpy(pool->hdr->device_uuid, uuid, 16);
+    for (uint32_t i = 0; i < pool->hdr->nslots; i++) memcpy(pool->desc[i].device_uuid, uuid, 16);
+    atomic_thread_fence(memory_order_release);
+    pool->hdr->device_bytes = device_bytes;
+    return 0;
+}
+
+int slot_pool_device(const struct slot_pool *pool, uint8_t uuid[16], uint64_t *device_bytes)
+{
+    uint64_t b = __atomic_load_n(&pool->hdr->device_bytes, __ATOMIC_ACQUIRE);
+    if (!b) return -ENOENT;
+    if (uuid) memcpy(uuid, pool->hdr->device_uuid, 16);
+    if (device_bytes) *device_bytes = b;
+    return 0;
 }
 
 void slot_pool_destroy(struct slot_pool **pool)
@@ -161,6 +226,7 @@ static void pool_check_index(const struct slot_pool *pool, int i)
 void *slot_pool_data(struct slot_pool *pool, int i)
 {
     pool_check_index(pool, i);
+    DF_ASSERT(pool->data); /* a control-only handle has no host mapping */
     return pool->data + (size_t)i * pool->hdr->slot_bytes;
 }
 

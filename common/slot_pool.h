@@ -1,7 +1,8 @@
 /* slot_pool: the hidden-state pool of one target worker (DESIGN.md §2): K slots, each a slot_state word plus a
  * descriptor in a named shm control segment, and the slot data in a separate shareable memory object (CPU backend:
- * a memfd; the GPU backend will put a VMM allocation's fd there). dflashd creates the pool and keeps the data fd
- * so the data outlives every worker; workers attach with the fd passed to them (fdpass). Producers (targets)
+ * a memfd dflashd creates; GPU backend: a VMM allocation the target creates and deposits, its fd and GPU UUID then
+ * kept by dflashd, which creates only the control segment). dflashd keeps the data fd so the data outlives every
+ * worker; workers attach with the fd passed to them (fdpass) — on the GPU they import it themselves. Producers (targets)
  * claim/publish, consumers (drafters) lease a READY slot by batch id or predicate and release it; the keeper
  * reclaims a dead worker's epoch. Handles are process-local; shared state changes only by CAS. Errors: 0 / -errno. */
 #ifndef DFLASH_SLOT_POOL_H
@@ -37,12 +38,23 @@ typedef int (*slot_pool_pred)(uint64_t batch_id, void *ctx);
 int slot_pool_create(const char *name, uint32_t nslots, uint64_t slot_bytes, struct slot_pool **out, errbuf *err);
 /* Map an existing pool: its control segment by name and its data from data_fd (dup'ed; the caller keeps its fd). */
 int slot_pool_attach(const char *name, int data_fd, struct slot_pool **out, errbuf *err);
+/* GPU pools: create (keeper) or map (workers) the control segment only; the handle has no data mapping and no fd
+ * until slot_pool_set_device_data. slot_pool_data must not be called on it. */
+int slot_pool_create_control(const char *name, uint32_t nslots, uint64_t slot_bytes, struct slot_pool **out,
+                             errbuf *err);
+int slot_pool_attach_control(const char *name, struct slot_pool **out, errbuf *err);
+/* Keeper: take ownership of a deposited VMM allocation's fd (device_bytes >= nslots * slot_bytes) and record the
+ * GPU's UUID in the pool header and every descriptor. -EEXIST when the handle already holds data. */
+int slot_pool_set_device_data(struct slot_pool *pool, int fd, const uint8_t uuid[16], uint64_t device_bytes,
+                              errbuf *err);
+/* The deposited GPU allocation's UUID and size, as recorded in the control segment; -ENOENT when none yet. */
+int slot_pool_device(const struct slot_pool *pool, uint8_t uuid[16], uint64_t *device_bytes);
 /* Unmap, close the handle's data fd, free, null *pool (segment and data live on while others hold them). */
 void slot_pool_destroy(struct slot_pool **pool);
 /* Remove the control segment's name (keeper, at job end). */
 int slot_pool_unlink(const char *name, errbuf *err);
 
-/* The data fd to pass to workers (owned by the handle). */
+/* The data fd to pass to workers (owned by the handle; -1 when a GPU pool has not been deposited). */
 int slot_pool_data_fd(const struct slot_pool *pool);
 /* Slot i's data (slot_pool_slot_bytes bytes). */
 void *slot_pool_data(struct slot_pool *pool, int i);

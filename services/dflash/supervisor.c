@@ -676,7 +676,9 @@ static int supervisor_setup(supervisor *s, errbuf *err)
     if ((rc = child_init(s, &s->ch[k++], "prefetch", "dflash-prefetch", -1, 0, err))) return rc;
     for (int i = 0; i < cfg->workers.targets; i++) {
         snprintf(name, sizeof name, "target-%d", i);
-        if ((rc = child_init(s, &s->ch[k++], name, "dflash-target", i, 0, err))) return rc;
+        /* the CUDA backend's target worker is its own build (it links the CUDA runtime) */
+        const char *target_bin = strcmp(cfg->job.backend, "cuda") == 0 ? "dflash-target-cuda" : "dflash-target";
+        if ((rc = child_init(s, &s->ch[k++], name, target_bin, i, 0, err))) return rc;
     }
     for (int i = 0; i < cfg->workers.drafters; i++) {
         snprintf(name, sizeof name, "drafter-%d", i);

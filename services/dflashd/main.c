@@ -149,7 +149,7 @@ static void handle_deposit(keeper *k, int conn, const keeper_deposit *rq, int fd
         rp.status = -EINVAL;
         snprintf(rp.msg, sizeof rp.msg, "pool deposit for target-%d carries no fd", rq->index);
     } else if ((rp.status = slot_pool_set_device_data(k->pools[rq->index], fd, rq->device_uuid, rq->bytes, &err))) {
-        snprintf(rp.msg, sizeof rp.msg, "pool %d: %s", rq->index, err.msg);
+        snprintf(rp.msg, sizeof rp.msg, "pool %d: %.200s", rq->index, err.msg);
     } else {
         char store[64];
         snprintf(store, sizeof store, "FDSTORE=1\nFDNAME=pool-%d", rq->index);
