@@ -100,6 +100,15 @@ static void fixture_make(fixture *f)
     for (int i = 0; i < N * 3; i++) f->wsum += f->blk.weights[i];
 }
 
+static void fixture_free(fixture *f)
+{
+    drafter_model_destroy(&f->m);
+    drafter_blocks_free(&f->blk);
+    free(f->aux);
+    free(f->embed);
+    free(f->lm_head);
+}
+
 static double loss_at(fixture *f)
 {
     drafter_frozen fz = {.embed = f->embed, .lm_head = f->lm_head, .vocab = f->cfg.vocab_size};
@@ -148,6 +157,7 @@ TEST(gradient_matches_finite_differences_for_every_parameter_kind)
     }
     EXPECT(checked == 3 * drafter_param_count(f.m));
     free(g);
+    fixture_free(&f);
 }
 
 TEST(anchor_sampler_validity_cap_determinism_and_fresh_draws)
