@@ -3,7 +3,7 @@
 # uninterrupted run: the same ledger (every batch once) and bitwise the same final drafter state.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
-STEPS=40
+STEPS=80
 make_fixture || { fail resume_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 write_config clean $STEPS
 run_job clean || { fail resume_clean_run "$(tail -5 "$T/clean.out")"; exit 1; }
