@@ -290,22 +290,23 @@ static int pool_try_lease(struct slot_pool *pool, const struct pool_try *t)
     }
 }
 
+struct pool_attempt {
+    struct slot_pool *pool;
+    int (*try)(struct slot_pool *, const struct pool_try *);
+    const struct pool_try *t;
+};
+
+static int pool_attempt_once(void *ctx)
+{
+    struct pool_attempt *a = ctx;
+    return a->try(a->pool, a->t);
+}
+
 static int pool_wait(struct slot_pool *pool, int (*try)(struct slot_pool *, const struct pool_try *),
                      const struct pool_try *t, int timeout_ms)
 {
-    double deadline = timeout_ms < 0 ? 0 : now_seconds() + timeout_ms / 1000.0;
-    for (;;) {
-        uint32_t gen = atomic_load_explicit(&pool->hdr->generation, memory_order_acquire);
-        int i = try(pool, t);
-        if (i >= 0) return i;
-        int left_ms = SLOT_WAIT_SLICE_MS;
-        if (timeout_ms >= 0) {
-            double left = deadline - now_seconds();
-            if (timeout_ms == 0 || left <= 0) return -ETIMEDOUT;
-            left_ms = (int)(left * 1000.0) + 1;
-        }
-        slot_gen_wait(&pool->hdr->generation, gen, left_ms);
-    }
+    struct pool_attempt a = {pool, try, t};
+    return slot_gen_retry(&pool->hdr->generation, pool_attempt_once, &a, timeout_ms);
 }
 
 int slot_pool_claim(struct slot_pool *pool, uint16_t owner, uint64_t epoch, int timeout_ms)

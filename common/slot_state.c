@@ -120,3 +120,20 @@ void slot_gen_wait(_Atomic uint32_t *gen, uint32_t seen, int timeout_ms)
     /* Returns at once (EAGAIN) when the generation already moved on; EINTR and ETIMEDOUT just end the wait. */
     syscall(SYS_futex, (uint32_t *)gen, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
+
+int slot_gen_retry(_Atomic uint32_t *gen, int (*attempt)(void *ctx), void *ctx, int timeout_ms)
+{
+    double deadline = timeout_ms < 0 ? 0 : now_seconds() + timeout_ms / 1000.0;
+    for (;;) {
+        uint32_t seen = atomic_load_explicit(gen, memory_order_acquire);
+        int i = attempt(ctx);
+        if (i >= 0) return i;
+        int left_ms = SLOT_WAIT_SLICE_MS;
+        if (timeout_ms >= 0) {
+            double left = deadline - now_seconds();
+            if (timeout_ms == 0 || left <= 0) return -ETIMEDOUT;
+            left_ms = (int)(left * 1000.0) + 1;
+        }
+        slot_gen_wait(gen, seen, left_ms);
+    }
+}

@@ -58,5 +58,8 @@ void slot_gen_wake(_Atomic uint32_t *gen);
  * waiter); callers re-check their condition after every return. */
 void slot_gen_wait(_Atomic uint32_t *gen, uint32_t seen, int timeout_ms);
 #define SLOT_WAIT_SLICE_MS 50
+/* Run attempt(ctx) until it returns >= 0 or timeout_ms passes (<0: forever, 0: try once), sleeping on the
+ * generation counter between attempts. Returns attempt's result or -ETIMEDOUT. */
+int slot_gen_retry(_Atomic uint32_t *gen, int (*attempt)(void *ctx), void *ctx, int timeout_ms);
 
 #endif

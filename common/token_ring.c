@@ -190,23 +190,25 @@ static int ring_try_lease(struct token_ring *ring, uint16_t owner, uint64_t epoc
     }
 }
 
+struct ring_attempt {
+    struct token_ring *ring;
+    int (*try)(struct token_ring *, uint16_t, uint64_t);
+    uint16_t owner;
+    uint64_t epoch;
+};
+
+static int ring_attempt_once(void *ctx)
+{
+    struct ring_attempt *a = ctx;
+    return a->try(a->ring, a->owner, a->epoch);
+}
+
 /* Run try() until it succeeds or timeout_ms passes, sleeping on the generation futex in between. */
 static int ring_wait(struct token_ring *ring, int (*try)(struct token_ring *, uint16_t, uint64_t), uint16_t owner,
                      uint64_t epoch, int timeout_ms)
 {
-    double deadline = timeout_ms < 0 ? 0 : now_seconds() + timeout_ms / 1000.0;
-    for (;;) {
-        uint32_t gen = atomic_load_explicit(&ring->hdr->generation, memory_order_acquire);
-        int i = try(ring, owner, epoch);
-        if (i >= 0) return i;
-        int left_ms = SLOT_WAIT_SLICE_MS;
-        if (timeout_ms >= 0) {
-            double left = deadline - now_seconds();
-            if (timeout_ms == 0 || left <= 0) return -ETIMEDOUT;
-            left_ms = (int)(left * 1000.0) + 1;
-        }
-        slot_gen_wait(&ring->hdr->generation, gen, left_ms);
-    }
+    struct ring_attempt a = {ring, try, owner, epoch};
+    return slot_gen_retry(&ring->hdr->generation, ring_attempt_once, &a, timeout_ms);
 }
 
 int token_ring_claim(struct token_ring *ring, uint16_t owner, uint64_t epoch, int timeout_ms)
