@@ -1,9 +1,13 @@
 // attention: causal flash attention forward over packed variable-length sequences, GQA, bf16 in/out.
-// Tensor-core path (head_dim 16/32/64/128): a CTA of 8 warps takes 128 queries of one head of one sequence (each K/V
-// tile brought from L2 serves 128 queries); each warp owns 16 query rows whose Q fragments stay in registers. K/V tiles of 64 keys stream through shared memory
-// (cp.async, two stages, rows padded by 16 bytes so ldmatrix is conflict-free). S = Q·Kᵀ and O += P·V are
-// mma.sync.m16n8k16 bf16 with fp32 accumulators; the softmax is online (running max and sum in fp32, exp2 with the
-// scale folded in); P is rounded to bf16 only as the A operand of P·V. The score matrix never leaves registers.
+// Tensor-core path (head_dim 16/32/64/128): a CTA of 4 warps takes 128 queries of one head of one sequence (each K/V
+// tile brought from L2 serves 128 queries); each warp owns 32 query rows (two m16 tiles), so every K and V fragment
+// read from shared memory feeds both tiles (half the shared-memory traffic per MMA of one m16 tile per warp); Q
+// fragments are re-read from shared memory per K/V tile (registers go to the 2x(HD/8)x4 fp32 accumulators). 255
+// registers at head_dim 128, two CTAs per SM. K/V tiles of 64 keys stream through shared memory (cp.async, two
+// stages, rows padded by 16 bytes so ldmatrix is conflict-free). S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16
+// with fp32 accumulators; the softmax is online (running max and sum in fp32, exp2 with the scale folded in; only the
+// tiles that cross a warp's diagonal are masked; tiles wholly above a warp's rows are skipped); P is rounded to bf16
+// only as the A operand of P·V. The score matrix never leaves registers.
 // Grid: x = query heads, y = sequences, z = query blocks in reverse (the longest causal rows start first).
 // Scalar path (any head_dim, unaligned strides): one warp per (query, head), online softmax over keys.
 #include <cuda_bf16.h>
@@ -14,7 +18,7 @@
 
 namespace {
 
-constexpr int kBlockM = 128, kBlockN = 64, kWarps = 8; // 16 query rows per warp
+constexpr int kBlockM = 128, kBlockN = 64, kWarps = 4, kRowsPerWarp = kBlockM / kWarps; // two m16 tiles per warp
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -67,7 +71,7 @@ template <int HD, int ROWS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile, const __nv_bfloat16 *base, int ld, int row0, int len)
 {
     constexpr int kChunks = HD / 8, kStride = HD + 8;
-#pragma unroll 4
+#pragma unroll 1
     for (int c = threadIdx.x; c < ROWS * kChunks; c += kWarps * 32) {
         int r = c / kChunks, col = (c % kChunks) * 8;
         bool valid = row0 + r < len;
@@ -77,12 +81,13 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile, const __nv_bfloat
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, 2)
     flash_fwd_kernel(__nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk,
                      const __nv_bfloat16 *v, int ldv, const int32_t *cu_seqlens, int group, float scale_log2)
 {
     constexpr int kStride = HD + 8;
     constexpr int kTile = kBlockN * kStride; // elements of one K or V tile
+    constexpr int kNT = kBlockN / 8;         // 8-key n-tiles of S
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16 *sq = reinterpret_cast<__nv_bfloat16 *>(smem_raw);
     __nv_bfloat16 *sk = sq + kBlockM * kStride; // 2 stages
@@ -101,6 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, tig = lane & 3;
+    const int wrow0 = q0 + warp * kRowsPerWarp; // first query row of this warp (local to the sequence)
 
     // keys needed: [0, min(len, q0 + kBlockM))
     const int kv_end = min(len, q0 + kBlockM);
@@ -111,12 +117,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_tile<HD, kBlockN>(sv, vbase, ldv, 0, len);
     cp_async_commit();
 
-    uint32_t qf[HD / 16][4];
-    float o[HD / 8][4];
+    float o[2][HD / 8][4];
 #pragma unroll
-    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-    const int row_a = q0 + warp * 16 + g, row_b = row_a + 8; // this thread's two query rows (local)
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.0f;
+    // row r of m-tile m: wrow0 + m*16 + g + 8*r; index m*2 + r. Key 0 is visible to every row (also to the rows past
+    // len, whose results are never stored), and every warp takes tile 0, so the running max is finite after it.
+    float m_run[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l_run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const __nv_bfloat16 *sq_w = sq + (warp * kRowsPerWarp + (lane & 15)) * kStride + (lane >> 4) * 8;
 
     for (int j = 0; j < nkb; j++) {
         const int stage = j & 1;
@@ -129,84 +138,92 @@ __global__ void __launch_bounds__(kWarps * 32)
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                const __nv_bfloat16 *p = sq + (warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8;
-                ldmatrix_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], p);
-            }
-        }
         const __nv_bfloat16 *tk = sk + stage * kTile, *tv = sv + stage * kTile;
         const int k0 = j * kBlockN;
         // a tile wholly above this warp's rows (causal) contributes nothing: skip it (warp-uniform; the block-wide
         // barriers below are still reached)
-        if (k0 <= q0 + warp * 16 + 15) {
+        if (k0 <= wrow0 + kRowsPerWarp - 1) {
 
-        // S = Q Kᵀ : 16 rows x 64 keys per warp, 8 n-tiles of 8 keys
-        float s[kBlockN / 8][4];
+        // S = Q Kᵀ : 32 rows (two m-tiles) x 64 keys per warp; each K fragment serves both m-tiles
+        float s[2][kNT][4];
 #pragma unroll
-        for (int t = 0; t < kBlockN / 8; t++) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int t = 0; t < kNT; t++) s[m][t][0] = s[m][t][1] = s[m][t][2] = s[m][t][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t qa[2][4];
 #pragma unroll
-            for (int t = 0; t < kBlockN / 8; t += 2) {
+            for (int m = 0; m < 2; m++)
+                ldmatrix_x4(qa[m][0], qa[m][1], qa[m][2], qa[m][3], sq_w + m * 16 * kStride + kk * 16);
+#pragma unroll
+            for (int t = 0; t < kNT; t += 2) {
                 uint32_t b0, b1, b2, b3;
                 const __nv_bfloat16 *p =
                     tk + (t * 8 + (lane & 7) + ((lane >> 4) << 3)) * kStride + kk * 16 + ((lane >> 3) & 1) * 8;
                 ldmatrix_x4(b0, b1, b2, b3, p);
-                mma_bf16(s[t], qf[kk], b0, b1);
-                mma_bf16(s[t + 1], qf[kk], b2, b3);
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    mma_bf16(s[m][t], qa[m], b0, b1);
+                    mma_bf16(s[m][t + 1], qa[m], b2, b3);
+                }
             }
         }
 
-        // scale, causal/length mask, online softmax
-        const bool need_mask = k0 + kBlockN > q0 + warp * 16 || k0 + kBlockN > len;
-        float mx[2] = {-INFINITY, -INFINITY};
+        // causal mask (only where a key of the tile can pass a row of the warp; keys >= len are then past every
+        // stored row too), online softmax in log2 units: p = 2^(s·scale_log2 − m), one FFMA and one EX2 per score
+        const bool need_mask = k0 + kBlockN - 1 > wrow0;
+        float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-        for (int t = 0; t < kBlockN / 8; t++) {
+        for (int m = 0; m < 2; m++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float val = s[t][e] * scale_log2;
-                if (need_mask) {
-                    int key = k0 + t * 8 + tig * 2 + (e & 1);
-                    int row = e < 2 ? row_a : row_b;
-                    if (key > row || key >= len) val = -INFINITY;
+            for (int t = 0; t < kNT; t++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    if (need_mask) {
+                        int key = k0 + t * 8 + tig * 2 + (e & 1);
+                        int row = wrow0 + m * 16 + g + (e >> 1) * 8;
+                        if (key > row) s[m][t][e] = -INFINITY;
+                    }
+                    mx[m * 2 + (e >> 1)] = fmaxf(mx[m * 2 + (e >> 1)], s[m][t][e]);
                 }
-                s[t][e] = val;
-                mx[e >> 1] = fmaxf(mx[e >> 1], val);
             }
         }
-        float corr[2];
+        float corr[4], neg_m[4];
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float m_new = fmaxf(m_run[r], mx[r]);
-            // rows with nothing visible yet (m_new = -inf) keep a zero state
-            corr[r] = m_new == -INFINITY ? 1.0f : fast_exp2(m_run[r] - m_new);
+            float m_new = fmaxf(m_run[r], mx[r] * scale_log2); // finite: see m_run above
+            corr[r] = fast_exp2(m_run[r] - m_new);
             m_run[r] = m_new;
+            neg_m[r] = -m_new;
         }
-        float rs[2] = {0.0f, 0.0f};
-        uint32_t pf[kBlockN / 16][4];
+        uint32_t pf[2][kBlockN / 16][4];
 #pragma unroll
-        for (int t = 0; t < kBlockN / 8; t++) {
-            float p0 = m_run[0] == -INFINITY ? 0.0f : fast_exp2(s[t][0] - m_run[0]);
-            float p1 = m_run[0] == -INFINITY ? 0.0f : fast_exp2(s[t][1] - m_run[0]);
-            float p2 = m_run[1] == -INFINITY ? 0.0f : fast_exp2(s[t][2] - m_run[1]);
-            float p3 = m_run[1] == -INFINITY ? 0.0f : fast_exp2(s[t][3] - m_run[1]);
-            rs[0] += p0 + p1, rs[1] += p2 + p3;
-            pf[t / 2][(t & 1) * 2 + 0] = pack_bf16(p0, p1);
-            pf[t / 2][(t & 1) * 2 + 1] = pack_bf16(p2, p3);
-        }
+        for (int m = 0; m < 2; m++) {
+            float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
-        for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * corr[r] + rs[r];
+            for (int t = 0; t < kNT; t++) {
+                float p0 = fast_exp2(fmaf(s[m][t][0], scale_log2, neg_m[m * 2]));
+                float p1 = fast_exp2(fmaf(s[m][t][1], scale_log2, neg_m[m * 2]));
+                float p2 = fast_exp2(fmaf(s[m][t][2], scale_log2, neg_m[m * 2 + 1]));
+                float p3 = fast_exp2(fmaf(s[m][t][3], scale_log2, neg_m[m * 2 + 1]));
+                rs0 += p0 + p1, rs1 += p2 + p3;
+                pf[m][t / 2][(t & 1) * 2 + 0] = pack_bf16(p0, p1);
+                pf[m][t / 2][(t & 1) * 2 + 1] = pack_bf16(p2, p3);
+            }
+            l_run[m * 2] = l_run[m * 2] * corr[m * 2] + rs0;
+            l_run[m * 2 + 1] = l_run[m * 2 + 1] * corr[m * 2 + 1] + rs1;
 #pragma unroll
-        for (int i = 0; i < HD / 8; i++) {
-            o[i][0] *= corr[0], o[i][1] *= corr[0];
-            o[i][2] *= corr[1], o[i][3] *= corr[1];
+            for (int i = 0; i < HD / 8; i++) {
+                o[m][i][0] *= corr[m * 2], o[m][i][1] *= corr[m * 2];
+                o[m][i][2] *= corr[m * 2 + 1], o[m][i][3] *= corr[m * 2 + 1];
+            }
         }
 
-        // O += P V : P (16 x 64 keys) as A fragments, V (64 keys x HD) through ldmatrix.trans
+        // O += P V : P (32 x 64 keys) as A fragments, V (64 keys x HD) through ldmatrix.trans, each V fragment
+        // serving both m-tiles
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; kk++) {
 #pragma unroll
@@ -215,8 +232,11 @@ __global__ void __launch_bounds__(kWarps * 32)
                 const __nv_bfloat16 *p =
                     tv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + n0 * 8 + (lane >> 4) * 8;
                 ldmatrix_x4_trans(b0, b1, b2, b3, p);
-                mma_bf16(o[n0], pf[kk], b0, b1);
-                mma_bf16(o[n0 + 1], pf[kk], b2, b3);
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    mma_bf16(o[m][n0], pf[m][kk], b0, b1);
+                    mma_bf16(o[m][n0 + 1], pf[m][kk], b2, b3);
+                }
             }
         }
         } // tile not above the warp's rows
@@ -225,21 +245,25 @@ __global__ void __launch_bounds__(kWarps * 32)
 
     // the row sums are partial per thread: reduce over the 4 threads of a row
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 4; r++) {
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
     }
-    float inv[2] = {l_run[0] > 0.0f ? 1.0f / l_run[0] : 0.0f, l_run[1] > 0.0f ? 1.0f / l_run[1] : 0.0f};
     __nv_bfloat16 *obase = out + (size_t)start * ldo + (size_t)head * HD;
 #pragma unroll
-    for (int i = 0; i < HD / 8; i++) {
-        int col = i * 8 + tig * 2;
-        if (row_a < len)
-            *reinterpret_cast<uint32_t *>(obase + (size_t)row_a * ldo + col) =
-                pack_bf16(o[i][0] * inv[0], o[i][1] * inv[0]);
-        if (row_b < len)
-            *reinterpret_cast<uint32_t *>(obase + (size_t)row_b * ldo + col) =
-                pack_bf16(o[i][2] * inv[1], o[i][3] * inv[1]);
+    for (int m = 0; m < 2; m++) {
+        const int row_a = wrow0 + m * 16 + g, row_b = row_a + 8;
+        const float inv_a = 1.0f / l_run[m * 2], inv_b = 1.0f / l_run[m * 2 + 1];
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            int col = i * 8 + tig * 2;
+            if (row_a < len)
+                *reinterpret_cast<uint32_t *>(obase + (size_t)row_a * ldo + col) =
+                    pack_bf16(o[m][i][0] * inv_a, o[m][i][1] * inv_a);
+            if (row_b < len)
+                *reinterpret_cast<uint32_t *>(obase + (size_t)row_b * ldo + col) =
+                    pack_bf16(o[m][i][2] * inv_b, o[m][i][3] * inv_b);
+        }
     }
 }
 

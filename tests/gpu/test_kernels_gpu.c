@@ -361,6 +361,9 @@ int main(void)
     check_attention(lens_b, 3, 6, 3, 48, 2.0); /* head_dim 48: scalar path */
     const int lens_c[] = {1000};
     check_attention(lens_c, 1, 8, 8, 128, 1.0); /* one long sequence, MHA */
+    const int lens_d[] = {256, 127, 383, 64, 128, 513};
+    check_attention(lens_d, 6, 16, 4, 128, 2.0); /* 128-query tile edges, 4 query heads per kv head */
+    check_attention(lens_d, 6, 4, 1, 32, 2.0);
 
     check_rand_fill(1000003, 42, 0.05f, 0.0f);
     check_rand_fill(4097, 7, 0.0f, 1.0f);
