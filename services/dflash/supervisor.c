@@ -20,6 +20,7 @@
 #include "log.h"
 #include "notify.h"
 
+#define START_LIMIT 8           /* a worker's failed starts in a row (exit before READY) that end the run */
 #define READY_TIMEOUT_SEC 120.0  /* dflashd's first READY=1; env DFLASH_READY_TIMEOUT (seconds) overrides */
 #define STOP_TIMEOUT_SEC 10.0    /* SIGTERM -> SIGKILL when stopping */
 #define STOP_GIVE_UP_SEC 5.0     /* after the SIGKILL: stop waiting for children that cannot die (D state) */
@@ -47,6 +48,7 @@ typedef struct child {
     pid_t pid;           /* current or last pid (messages of a just-dead pid still reach its fd store) */
     enum child_state state;
     int restarts, ready_count;
+    int failed_starts;   /* exits with an error before READY, in a row */
     int backoff_ms;
     int stopping;        /* sent STOPPING=1: no watchdog any more */
     int watchdog_fired;
@@ -404,6 +406,7 @@ static void handle_message(supervisor *s, notify_msg *m, double now)
     if (m->stopping) c->stopping = 1;
     if (m->ready && c->state == CHILD_STARTING) {
         c->state = CHILD_READY;
+        c->failed_starts = 0;
         c->ready_count++;
         c->last_ping = now;
         sup_log(s, LOG_LEVEL_INFO, "%s ready (pid %d)", c->name, (int)c->pid);
@@ -435,8 +438,21 @@ static void drain_notify(supervisor *s)
     }
 }
 
+/* The last line a child wrote to its log (for the message that ends a run). */
+static void child_last_log_line(const supervisor *s, const child *c, char *out, size_t n)
+{
+    char path[PATH_MAX + 64], line[1024];
+    snprintf(path, sizeof path, "%s/%s.log", s->logs_dir, c->name);
+    snprintf(out, n, "%.*s", (int)(n > 1 ? n - 1 : 0), path);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) snprintf(out, n, "%.*s", (int)(n > 1 ? n - 1 : 0), line);
+    if (f) fclose(f);
+    out[strcspn(out, "\n")] = 0;
+}
+
 static void handle_exit(supervisor *s, child *c, int status, double now)
 {
+    int failed_start = c->state == CHILD_STARTING && WIFEXITED(status) && WEXITSTATUS(status) != 0;
     c->alive = 0;
     c->kill_at = 0;
     char why[64];
@@ -460,13 +476,18 @@ static void handle_exit(supervisor *s, child *c, int status, double now)
     }
     if (c == &s->ch[0] && s->phase == PHASE_STARTUP && WIFEXITED(status)) {
         /* dflashd refused to start (bad config, missing model...): restarting it cannot help; say why and stop */
-        char path[4200], line[1024] = "", last[1024] = "";
-        snprintf(path, sizeof path, "%s/dflashd.log", s->logs_dir);
-        FILE *f = fopen(path, "r");
-        while (f && fgets(line, sizeof line, f)) memcpy(last, line, sizeof last);
-        if (f) fclose(f);
-        last[strcspn(last, "\n")] = 0;
-        sup_log(s, LOG_LEVEL_ERROR, "dflashd failed to start (%s): %s", why, last[0] ? last : path);
+        char last[1024];
+        child_last_log_line(s, c, last, sizeof last);
+        sup_log(s, LOG_LEVEL_ERROR, "dflashd failed to start (%s): %s", why, last);
+        begin_stop(s, 1, now);
+        return;
+    }
+    /* like systemd's start limit: a worker that keeps failing before it is ready will not get better by itself */
+    if (failed_start && ++c->failed_starts >= START_LIMIT) {
+        char last[1024];
+        child_last_log_line(s, c, last, sizeof last);
+        sup_log(s, LOG_LEVEL_ERROR, "%s failed %d times in a row before becoming ready (%s): %s; stopping the job",
+                c->name, c->failed_starts, why, last);
         begin_stop(s, 1, now);
         return;
     }

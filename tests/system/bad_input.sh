@@ -36,6 +36,20 @@ for kind in corrupt truncated; do
     else fail "${kind}_shard_names_the_file" "$(tail -2 "$T/$kind/logs/prefetch.log" 2>/dev/null)"; fi
     if [ -n "$pid1" ] && [ "$pid1" = "$pid2" ] && kill -0 "$pid1" 2>/dev/null; then ok "${kind}_shard_dflashd_stays_up"
     else fail "${kind}_shard_dflashd_stays_up" "dflashd pid $pid1 -> $pid2"; fi
+    if [ $kind = corrupt ]; then
+        # a worker that keeps failing before it is ready ends the run (like systemd's start limit), saying why
+        deadline=$((SECONDS + 60))
+        while kill -0 $sup 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+        kill -TERM $sup 2>/dev/null
+        wait $sup
+        rc=$?
+        if [ $rc -eq 1 ] && grep -q "prefetch failed 8 times in a row before becoming ready.*$f" "$T/$kind.out"; then
+            ok corrupt_shard_ends_the_run_with_the_reason
+        else
+            fail corrupt_shard_ends_the_run_with_the_reason "exit $rc: $(tail -2 "$T/$kind.out")"
+        fi
+        continue
+    fi
     kill -TERM $sup
     wait $sup
 done
