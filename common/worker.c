@@ -132,10 +132,13 @@ void worker_stop(worker_ctx *w)
     job_state_close(&w->js);
 }
 
-void worker_hold_while_paused(worker_ctx *w)
+void worker_hold_while_paused(worker_ctx *w) { worker_hold_while_paused_unless(w, NULL, NULL); }
+
+void worker_hold_while_paused_unless(worker_ctx *w, int (*release)(void *ctx), void *ctx)
 {
     int said = 0;
-    while (atomic_load(&w->js.h->paused) && !worker_job_finished(w) && !worker_restart_requested(w)) {
+    while (atomic_load(&w->js.h->paused) && !worker_job_finished(w) && !worker_restart_requested(w) &&
+           !(release && release(ctx))) {
         if (!said++) {
             sd_notify(0, "STATUS=paused");
             ctl_client_set_held(w->ctl, 1);

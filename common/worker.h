@@ -34,6 +34,8 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
 void worker_tick(worker_ctx *w);
 /* Hold while dflashd has paused the job (feeding the heartbeat). */
 void worker_hold_while_paused(worker_ctx *w);
+/* The same, but also stop holding as soon as release(ctx) says so (re-checked at every wake-up). */
+void worker_hold_while_paused_unless(worker_ctx *w, int (*release)(void *ctx), void *ctx);
 /* Whether dflashd asked this worker to restart (it then finishes what it holds and exits JOB_EXIT_RESTART). */
 int worker_restart_requested(const worker_ctx *w);
 /* Mark the worker ready in the worker table and tell the service manager (READY=1 + STATUS). */

@@ -270,19 +270,20 @@ static void report_progress(drafter_rank *d, uint64_t k)
                (int)fmod(eta, 60.0));
 }
 
-/* A pause holds the ranks between steps; a step that any rank has started runs to its end first. */
-static void hold_while_paused(drafter_rank *d)
+/* Whether any rank has started the step after the committed one: then every rank must take part in it. */
+static int step_started(void *ctx)
 {
+    drafter_rank *d = ctx;
     job_state_header *h = d->js->h;
-    for (;;) {
-        uint64_t k = atomic_load(&h->committed_step);
-        int started = 0;
-        for (int i = 0; i < d->nranks; i++) started |= atomic_load(&h->grad_step[i]) == k + 1;
-        if (started || !atomic_load(&h->paused) || worker_job_finished(&d->w) || worker_restart_requested(&d->w))
-            return;
-        worker_hold_while_paused(&d->w);
-    }
+    uint64_t k = atomic_load(&h->committed_step);
+    for (int i = 0; i < d->nranks; i++)
+        if (atomic_load(&h->grad_step[i]) == k + 1) return 1;
+    return 0;
 }
+
+/* A pause holds the ranks between steps; a step that any rank has started runs to its end first, also when a peer
+ * starts it while this rank already holds (checked at every wake-up, or the two would wait for each other). */
+static void hold_while_paused(drafter_rank *d) { worker_hold_while_paused_unless(&d->w, step_started, d); }
 
 int main(int argc, char **argv)
 {

@@ -15,7 +15,8 @@ write_config ctl 1000000
 sed -i -e 's/^checkpoint_every = .*/checkpoint_every = 0/' -e 's/^heartbeat_timeout_sec = .*/heartbeat_timeout_sec = 4/' \
     "$T/ctl.ini"
 chmod 755 "$T" # other users may enter $T: only the run_dir's own mode (0750, set by dflashd) keeps them out
-ctl() { "$CTL" -c "$T/ctl.ini" "$@"; }
+# --wait bounds pause, drain and restarts, so that a hang fails the test instead of stalling it
+ctl() { "$CTL" -c "$T/ctl.ini" --wait 120 "$@"; }
 step() { ctl status 2>/dev/null | awk 'NR == 2 { split($2, a, "/"); print a[1] }'; }
 field() { # python expression over the status JSON `d`
     ctl status --json | python3 -c "import json, sys; d = json.load(sys.stdin); w = {x['name']: x for x in d['workers']}; print($1)"
