@@ -86,7 +86,7 @@ for u in "${units[@]}"; do
 done
 if [ -z "$bad" ]; then ok "nspawn_units_active_after_ready (6 units Type=notify, active, STATUS set)"
 else fail nspawn_units_active_after_ready "$bad; $(C journalctl -n 20 --no-pager 2>&1 | tail -5)"; exit 1; fi
-CTL() { C /usr/local/bin/dflashctl -c /etc/dflash/dflash.ini "$@"; }
+CTL() { C /usr/local/bin/dflashctl -c /etc/dflash/dflash.ini --wait 180 "$@"; }  # bounded: a hang fails, not stalls
 step() { CTL status 2>/dev/null | awk 'NR == 2 { split($2, a, "/"); print a[1] }'; }
 
 # SIGKILL target-0: systemd restarts it, nobody else changes PID, training continues
