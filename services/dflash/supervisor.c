@@ -438,14 +438,19 @@ static void drain_notify(supervisor *s)
     }
 }
 
-/* The last line a child wrote to its log (for the message that ends a run). */
+/* The last error line a child wrote to its log, else its last line (for the message that ends a run). */
 static void child_last_log_line(const supervisor *s, const child *c, char *out, size_t n)
 {
     char path[PATH_MAX + 64], line[1024];
+    int have_error = 0;
     snprintf(path, sizeof path, "%s/%s.log", s->logs_dir, c->name);
     snprintf(out, n, "%.*s", (int)(n > 1 ? n - 1 : 0), path);
     FILE *f = fopen(path, "r");
-    while (f && fgets(line, sizeof line, f)) snprintf(out, n, "%.*s", (int)(n > 1 ? n - 1 : 0), line);
+    while (f && fgets(line, sizeof line, f)) {
+        int is_error = strstr(line, " ERROR ") != NULL;
+        if (is_error || !have_error) snprintf(out, n, "%.*s", (int)(n > 1 ? n - 1 : 0), line);
+        have_error |= is_error;
+    }
     if (f) fclose(f);
     out[strcspn(out, "\n")] = 0;
 }
