@@ -2,9 +2,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zmq.h>
 
 void ctl_envelope_init(Dflash__Envelope *e, uint64_t request_id)
@@ -209,4 +213,43 @@ int ctl_curve_client(void *sock, const job_config *cfg, const char *endpoint, er
                           endpoint);
     }
     return rc ? rc : curve_client_setup(sock, key, err);
+}
+
+/* Write key + newline to a fresh temporary file in dir with the given mode, fsync it, then link it to path (fails
+ * with EEXIST rather than replacing). The temporary name is removed either way. */
+static int keyfile_write(const char *dir, const char *path, const char key[41], mode_t mode, errbuf *err)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/.dflash-key-XXXXXX", dir);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return errbuf_set(err, errno, "%s: cannot create a file there: %s", dir, strerror(errno));
+    char line[42];
+    memcpy(line, key, 40);
+    line[40] = '\n';
+    int rc = 0;
+    if (fchmod(fd, mode) != 0 || write(fd, line, 41) != 41 || fsync(fd) != 0)
+        rc = errbuf_set(err, errno ? errno : EIO, "%s: %s", tmp, strerror(errno ? errno : EIO));
+    if (close(fd) != 0 && !rc) rc = errbuf_set(err, errno, "%s: %s", tmp, strerror(errno));
+    if (!rc && link(tmp, path) != 0)
+        rc = errbuf_set(err, errno, "%s: %s%s", path, strerror(errno),
+                        errno == EEXIST ? " (a key is never replaced: remove it first, or choose another folder)" : "");
+    unlink(tmp);
+    return rc;
+}
+
+int ctl_keygen(const char *dir, errbuf *err)
+{
+    if (!zmq_has("curve")) return errbuf_set(err, ENOTSUP, "this libzmq has no CURVE support");
+    char pub[41], sec[41], pub_path[PATH_MAX], sec_path[PATH_MAX];
+    if (zmq_curve_keypair(pub, sec) != 0) return errbuf_set(err, errno, "zmq_curve_keypair: %s", zmq_strerror(errno));
+    snprintf(sec_path, sizeof sec_path, "%s/dflashd.key", dir);
+    snprintf(pub_path, sizeof pub_path, "%s/dflashd.pub", dir);
+    struct stat st;
+    if (stat(dir, &st) != 0) return errbuf_set(err, errno, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return errbuf_set(err, ENOTDIR, "%s: not a folder", dir);
+    int rc = keyfile_write(dir, sec_path, sec, 0600, err);
+    if (!rc && (rc = keyfile_write(dir, pub_path, pub, 0644, err))) unlink(sec_path);
+    if (!rc) fsync_parent(sec_path);
+    memset(sec, 0, sizeof sec);
+    return rc;
 }

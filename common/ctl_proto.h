@@ -57,5 +57,9 @@ int ctl_key_read(const char *path, const char *field, char key[41], errbuf *err)
 int ctl_curve_client(void *sock, const job_config *cfg, const char *endpoint, errbuf *err);
 /* Same with the server's public key given as a file (dflashctl --server-key); NULL: no CURVE. */
 int ctl_curve_client_key(void *sock, const char *server_key_file, errbuf *err);
+/* A new CURVE key pair for dflashd, written as <dir>/dflashd.key (secret, mode 0600) and <dir>/dflashd.pub (public,
+ * 0644), each 40 Z85 characters and a newline, each written to a temporary file, fsync'd and linked into place:
+ * an existing key file is never replaced (EEXIST names it) and a failure leaves neither file behind. */
+int ctl_keygen(const char *dir, errbuf *err);
 
 #endif

@@ -18,6 +18,7 @@
 #define PROG "dflashctl"
 #define OPT_JSON 1u
 #define OPT_WATCH 2u
+#define OPT_LOCAL 4u /* runs here, without dflashd: no -c/--endpoint */
 
 typedef struct ctl_ctx {
     conn *c;
@@ -257,6 +258,25 @@ static int cmd_config(ctl_ctx *x, char **args)
     return 0;
 }
 
+static int cmd_keygen(ctl_ctx *x, char **args)
+{
+    (void)x;
+    errbuf err = {{0}};
+    if (ctl_keygen(args[0], &err)) {
+        fprintf(stderr, PROG " keygen: %s\n", err.msg);
+        return 1;
+    }
+    printf("wrote %s/dflashd.key (secret, 0600) and %s/dflashd.pub (public)\n"
+           "job config, for a tcp:// control endpoint:\n"
+           "[control]\n"
+           "endpoint = tcp://HOST:PORT\n"
+           "curve_secret_key_file = %s/dflashd.key   # dflashd, and workers that may read it\n"
+           "curve_public_key_file = %s/dflashd.pub   # peers that only get the public key\n"
+           "clients elsewhere: " PROG " --endpoint tcp://HOST:PORT --server-key %s/dflashd.pub status\n",
+           args[0], args[0], args[0], args[0], args[0]);
+    return 0;
+}
+
 static const command commands[] = {
     {"status", "", 0, OPT_JSON | OPT_WATCH, cmd_status,
      "every worker (role, GPU, pid, state, epoch, uptime, restarts, batches, tokens/s), ring and pool occupancy,\n"
@@ -272,6 +292,9 @@ static const command commands[] = {
      "restart every worker of a role (prefetch, target, drafter) one at a time, each ready and healthy before\n"
      "the next; training continues throughout"},
     {"config", "", 0, 0, cmd_config, "print the job config dflashd runs with (INI)"},
+    {"keygen", "DIR", 1, OPT_LOCAL, cmd_keygen,
+     "write a new CURVE key pair for dflashd's tcp:// endpoint: DIR/dflashd.key (secret, mode 0600) and\n"
+     "DIR/dflashd.pub (public); never replaces an existing key; needs no running job"},
     {NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -297,7 +320,8 @@ static void usage(FILE *f)
 
 static void usage_command(FILE *f, const command *c)
 {
-    fprintf(f, "usage: " PROG " [-c CONFIG | --endpoint EP] %s%s%s%s%s\n\n%s\n", c->name, c->args[0] ? " " : "",
+    fprintf(f, "usage: " PROG "%s %s%s%s%s%s\n\n%s\n", c->opts & OPT_LOCAL ? "" : " [-c CONFIG | --endpoint EP]", c->name,
+            c->args[0] ? " " : "",
             c->args, c->opts & OPT_JSON ? " [--json]" : "", c->opts & OPT_WATCH ? " [--watch]" : "", c->help);
 }
 
@@ -370,6 +394,10 @@ int main(int argc, char **argv)
     }
     if ((x.json && !(cmd->opts & OPT_JSON)) || (x.watch && !(cmd->opts & OPT_WATCH)))
         return bad_usage("--json and --watch apply to status only (%s)", cmd->name);
+    if (cmd->opts & OPT_LOCAL) {
+        if (config || endpoint || server_key) return bad_usage("%s needs no job (-c, --endpoint, --server-key)", cmd->name);
+        return cmd->run(&x, pos + 1);
+    }
     if (!config && !endpoint) return bad_usage("%s", "say which job: -c CONFIG or --endpoint EP");
     errbuf err = {{0}};
     static job_config cfg;

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The control plane over tcp:// with CURVE (issue 5): `dflashctl keygen` writes dflashd's key pair (secret 0600,
+# public 0644, never replacing a key); a tcp endpoint without a secret key is refused at start with the field named;
+# a whole job runs with every worker on tcp (each derives dflashd's public key from the secret it may read);
+# dflashctl reaches it with the public key alone (--server-key, or a config naming only the public key file); a
+# client with the wrong server key, without a key, or speaking plaintext gets no answer while dflashd keeps
+# serving; drain over tcp ends the job with every batch in the ledger exactly once.
+cd "$(dirname "$0")/../.." || exit 1
+. tests/system/lib.bash
+CTL="$BIN/dflashctl"
+PROBE=${BUILD:-build}/tests/system/ctl_probe
+make_fixture || { fail curve_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+
+# keygen: two files, the secret private, 40 Z85 characters each; a second keygen into the same folder is refused
+mkdir -p "$T/keys" "$T/other"
+if out=$("$CTL" keygen "$T/keys" 2>&1) && [ "$(stat -c %a "$T/keys/dflashd.key")" = 600 ] &&
+   [ "$(stat -c %a "$T/keys/dflashd.pub")" = 644 ] && [ "$(head -c 40 "$T/keys/dflashd.key" | tr -d '\n' | wc -c)" = 40 ] &&
+   [ "$(wc -c <"$T/keys/dflashd.pub")" = 41 ] && ! cmp -s "$T/keys/dflashd.key" "$T/keys/dflashd.pub"; then
+    ok "curve_keygen_writes_key_pair"
+else
+    fail curve_keygen_writes_key_pair "$out; $(ls -l "$T/keys" 2>&1)"
+fi
+sum=$(md5sum "$T/keys/dflashd.key" "$T/keys/dflashd.pub")
+out=$("$CTL" keygen "$T/keys" 2>&1); rc=$?
+if [ $rc = 1 ] && [[ "$out" == *"dflashd.key: File exists"* ]] && [ "$(md5sum "$T/keys/dflashd.key" "$T/keys/dflashd.pub")" = "$sum" ] &&
+   [ "$(ls -A "$T/keys" | wc -l)" = 2 ]; then
+    ok "curve_keygen_never_replaces_a_key"
+else
+    fail curve_keygen_never_replaces_a_key "exit $rc: $out"
+fi
+"$CTL" keygen "$T/other" >/dev/null || fail curve_keygen_other "second key pair"
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+EP=tcp://127.0.0.1:$port
+
+# tcp without a secret key: dflashd refuses to start, naming the field; dflash run ends at once
+write_config nokey 100 "[control]
+endpoint = $EP"
+if run_job nokey; then fail curve_tcp_needs_secret_key "dflash run exit 0"
+elif grep -q "control.endpoint $EP: only ipc:// without control.curve_secret_key_file" "$T/nokey.out"; then
+    ok curve_tcp_needs_secret_key
+else
+    fail curve_tcp_needs_secret_key "$(tail -2 "$T/nokey.out")"
+fi
+
+# the job on tcp + CURVE: dflashd and every worker
+write_config tcp 1000000 "[control]
+endpoint = $EP
+curve_secret_key_file = $T/keys/dflashd.key"
+sed -i 's/^checkpoint_every = .*/checkpoint_every = 0/' "$T/tcp.ini"
+# a client that only has the public key: its own config names the public key file
+sed -e "s|^curve_secret_key_file = .*|curve_public_key_file = $T/keys/dflashd.pub|" "$T/tcp.ini" >"$T/client.ini"
+ctl() { "$CTL" --endpoint "$EP" --server-key "$T/keys/dflashd.pub" --wait 120 "$@"; }
+step() { ctl status 2>/dev/null | awk 'NR == 2 { split($2, a, "/"); print a[1] }'; }
+running() { ctl status --json 2>/dev/null | python3 -c "import json, sys; print(sum(w['state'] == 'running' for w in json.load(sys.stdin)['workers']))" 2>/dev/null; }
+"$BIN/dflash" run -c "$T/tcp.ini" >"$T/tcp.out" 2>&1 &
+sup=$!
+deadline=$((SECONDS + 60))
+until [ "$(running)" = 5 ] && [ "$(step)" -gt 3 ] 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] && kill -0 $sup 2>/dev/null || break
+    sleep 0.2
+done
+if [ "$(running)" = 5 ] && [ "$(step)" -gt 3 ] 2>/dev/null && grep -q "control: serving on $EP" "$T/tcp/logs/dflashd.log"; then
+    ok "curve_job_trains_over_tcp (step $(step), 5 workers running)"
+else
+    fail curve_job_trains_over_tcp "$(tail -3 "$T/tcp.out"; tail -3 "$T/tcp/logs/dflashd.log")"
+    kill $sup 2>/dev/null; wait $sup 2>/dev/null
+    exit 1
+fi
+if out=$("$CTL" -c "$T/client.ini" status 2>&1) && [[ "$out" == *"drafter-1"* ]]; then
+    ok curve_client_config_with_public_key_only
+else
+    fail curve_client_config_with_public_key_only "$out"
+fi
+
+# clients that must get nothing: the wrong server key, no key, plaintext; dflashd keeps serving each time
+"$CTL" --endpoint "$EP" --server-key "$T/other/dflashd.pub" --timeout 2 status >"$T/wrong.out" 2>&1; a=$?
+"$CTL" --endpoint "$EP" --timeout 2 status >"$T/nokey-client.out" 2>&1; b=$?
+c=$("$PROBE" "$EP" status 2>&1)
+if [ $a = 2 ] && grep -q "no answer within" "$T/wrong.out" && [ $b = 2 ] &&
+   grep -q "a tcp endpoint needs --server-key" "$T/nokey-client.out" && [ "$c" = "no reply" ] && ctl status >/dev/null 2>&1; then
+    ok "curve_unauthenticated_clients_get_nothing (wrong key: exit $a, no key: exit $b, plaintext: $c)"
+else
+    fail curve_unauthenticated_clients_get_nothing "wrong key exit $a ($(cat "$T/wrong.out")); no key exit $b ($(cat "$T/nokey-client.out")); plaintext: $c"
+fi
+
+# drain over tcp: a checkpoint, a clean exit, the ledger exact
+if out=$(ctl drain 2>&1); then
+    wait $sup
+    rc=$?
+    stop=$(echo "$out" | sed -n 's/^drained: \([0-9]*\) steps.*/\1/p')
+    if [ $rc = 0 ] && [ -n "$stop" ] && [ -e "$T/tcp/ckpt/latest" ]; then ok "curve_drain_over_tcp (${out//$'\n'/; })"
+    else fail curve_drain_over_tcp "dflash run exit $rc; $out"; fi
+    if msg=$(check_ledger tcp "$stop" 2); then ok "curve_ledger_exactly_once ($msg)"; else fail curve_ledger_exactly_once "$msg"; fi
+else
+    fail curve_drain_over_tcp "$out"
+    kill $sup 2>/dev/null; wait $sup 2>/dev/null
+fi
+exit $FAILED
