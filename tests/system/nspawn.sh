@@ -13,17 +13,22 @@ skip() { echo "ok nspawn skipped: $1"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "not root"
 command -v systemd-nspawn >/dev/null || skip "systemd-nspawn is not installed (Debian package systemd-container)"
 command -v debootstrap >/dev/null || skip "debootstrap is not installed"
-# the cached image is rebuilt when the package list changed
-if [ ! -x "$ROOT/lib/systemd/systemd" ] || [ "$(cat "$ROOT/.dflash-pkgs" 2>/dev/null)" != "$PKGS" ]; then
+# the host's release (the bound-in binaries are built against its libraries) and its Debian mirror
+SUITE=$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-bookworm}")
+MIRROR=$( { sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null; awk '$1 == "deb" { print $2 }' /etc/apt/sources.list 2>/dev/null; } |
+          tr ' ' '\n' | grep -E '^https?://' | grep -v -e security -e '/debian-' | head -1)
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+# the cached image is rebuilt when the release or the package list changed
+if [ ! -x "$ROOT/lib/systemd/systemd" ] || [ "$(cat "$ROOT/.dflash-pkgs" 2>/dev/null)" != "$SUITE $PKGS" ]; then
     rm -rf "$ROOT"
     t0=$SECONDS
     rm -rf "$ROOT.tmp"
-    if ! debootstrap --variant=minbase --include=$PKGS bookworm "$ROOT.tmp" http://deb.debian.org/debian >"$T/debootstrap.log" 2>&1; then
-        fail nspawn_image "debootstrap failed: $(tail -3 "$T/debootstrap.log")"; exit 1
+    if ! debootstrap --variant=minbase --include=$PKGS "$SUITE" "$ROOT.tmp" "$MIRROR" >"$T/debootstrap.log" 2>&1; then
+        fail nspawn_image "debootstrap $SUITE from $MIRROR failed: $(tail -3 "$T/debootstrap.log")"; exit 1
     fi
-    echo "$PKGS" >"$ROOT.tmp/.dflash-pkgs"
+    echo "$SUITE $PKGS" >"$ROOT.tmp/.dflash-pkgs"
     mv "$ROOT.tmp" "$ROOT"
-    echo "nspawn: built $ROOT in $((SECONDS - t0)) s"
+    echo "nspawn: built $ROOT ($SUITE from $MIRROR) in $((SECONDS - t0)) s"
 fi
 make_fixture || { fail nspawn_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 J=/var/lib/dflash
