@@ -13,6 +13,11 @@ skip() { echo "ok nspawn skipped: $1"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "not root"
 command -v systemd-nspawn >/dev/null || skip "systemd-nspawn is not installed (Debian package systemd-container)"
 command -v debootstrap >/dev/null || skip "debootstrap is not installed"
+if [ ! -x "$ROOT/lib/systemd/systemd" ]; then # building the image takes ~400 MB: say so rather than fail half-way
+    mkdir -p build
+    free_mb=$(df -Pm build | awk 'NR == 2 { print $4 }')
+    [ "${free_mb:-0}" -ge 1500 ] || skip "only ${free_mb} MB free under build/ (the image needs ~400 MB, 1500 asked)"
+fi
 # the host's release (the bound-in binaries are built against its libraries) and its Debian mirror
 SUITE=$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-bookworm}")
 MIRROR=$( { sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null; awk '$1 == "deb" { print $2 }' /etc/apt/sources.list 2>/dev/null; } |
