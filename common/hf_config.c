@@ -10,19 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "real";
-    case JSON_TRUE:
-    case JSON_FALSE: return "boolean";
-    default: return "null";
-    }
-}
+#include "json_util.h"
 
 /* Field lookup: `prefix` ("" or "rope_scaling.") only shapes messages. A JSON null counts as absent. */
 static const json_t *field_get(const json_t *obj, const char *key)

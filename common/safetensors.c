@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json_util.h"
+
 /* One mapped .safetensors file. */
 struct st_map {
     char *path;
@@ -48,20 +50,6 @@ static int dtype_parse(const char *s)
     for (int i = 0; i < ST_NDTYPES; i++)
         if (strcmp(s, dtype_names[i]) == 0) return i;
     return -1;
-}
-
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "real";
-    case JSON_TRUE:
-    case JSON_FALSE: return "boolean";
-    default: return "null";
-    }
 }
 
 /* "[a, b, c]" into buf. */

@@ -219,28 +219,29 @@ static int wait_restart(ctl_ctx *x, uint64_t id, const char *what)
     }
 }
 
+/* Send a restart or rolling-restart body, then follow it until it completes. */
+static int restart_and_wait(ctl_ctx *x, Dflash__Envelope__BodyCase body, void *msg, const char *what)
+{
+    Dflash__Envelope *r;
+    int rc = simple(x, body, msg, &r);
+    if (rc) return rc;
+    uint64_t id = r->request_id;
+    ctl_envelope_free(&r);
+    return wait_restart(x, id, what);
+}
+
 static int cmd_restart(ctl_ctx *x, char **args)
 {
     Dflash__Restart m = DFLASH__RESTART__INIT;
     m.worker = args[0];
-    Dflash__Envelope *r;
-    int rc = simple(x, DFLASH__ENVELOPE__BODY_RESTART, &m, &r);
-    if (rc) return rc;
-    uint64_t id = r->request_id;
-    ctl_envelope_free(&r);
-    return wait_restart(x, id, args[0]);
+    return restart_and_wait(x, DFLASH__ENVELOPE__BODY_RESTART, &m, args[0]);
 }
 
 static int cmd_rolling(ctl_ctx *x, char **args)
 {
     Dflash__RollingRestart m = DFLASH__ROLLING_RESTART__INIT;
     m.role = args[0];
-    Dflash__Envelope *r;
-    int rc = simple(x, DFLASH__ENVELOPE__BODY_ROLLING_RESTART, &m, &r);
-    if (rc) return rc;
-    uint64_t id = r->request_id;
-    ctl_envelope_free(&r);
-    return wait_restart(x, id, args[0]);
+    return restart_and_wait(x, DFLASH__ENVELOPE__BODY_ROLLING_RESTART, &m, args[0]);
 }
 
 static int cmd_config(ctl_ctx *x, char **args)
