@@ -48,6 +48,20 @@ typedef struct job_rank_record {
     uint32_t per_slot_total[DRAFTER_MAX_BLOCK], per_slot_correct[DRAFTER_MAX_BLOCK]; /* by slot k = 1..B-1 */
 } job_rank_record;
 
+/* A restart operation of the control plane (dflashctl restart / rolling-restart): workers first .. first+count-1 of
+ * a role, one at a time. It lives here, not in dflashd's memory, so that a restarted dflashd carries it on. Only
+ * dflashd reads or writes it. Times are CLOCK_MONOTONIC. */
+typedef struct job_restart_op {
+    uint32_t active, role;      /* role: enum job_role */
+    int32_t first, count, cur, done;
+    int32_t requested;          /* the current worker has been asked to restart */
+    uint64_t old_epoch;         /* its epoch when asked */
+    uint64_t healthy_ns;        /* since when its new instance has been ready and current (0: not yet) */
+    uint64_t id;                /* request id of the dflashctl request that started it */
+    double deadline;            /* now_seconds() by which the current worker must be back */
+    char error[256];            /* why it stopped, when it failed */
+} job_restart_op;
+
 typedef struct job_state_header {
     char run_id[JOB_RUN_ID_MAX];
     _Atomic uint64_t next_epoch;
@@ -64,6 +78,7 @@ typedef struct job_state_header {
     double wsum[JOB_MAX_DRAFTERS], sq[JOB_MAX_DRAFTERS];
     double norm_of_step[JOB_RECORD_RING];   /* gradient norm of step k (before clipping), by k % ring */
     job_worker workers[JOB_MAX_WORKERS];
+    job_restart_op restart_op;
     job_rank_record records[JOB_RECORD_RING][JOB_MAX_DRAFTERS];
 } job_state_header;
 

@@ -84,7 +84,10 @@ int shm_segment_open(struct shm_segment *seg, const char *name, uint32_t kind, e
         rc = errbuf_set(err, EPROTO, "shm segment %s: bad magic 0x%016llx (not a dflash segment, or not yet "
                         "initialised)", name, (unsigned long long)magic);
     else if (h->version != SHM_VERSION)
-        rc = errbuf_set(err, EPROTO, "shm segment %s: version %u, expected %d", name, h->version, SHM_VERSION);
+        rc = errbuf_set(err, EPROTO,
+                        "shm segment %s: layout version %u, this build speaks %d (made by another dflash build: stop "
+                        "the job's processes, remove /dev/shm%s, start again)",
+                        name, h->version, SHM_VERSION, name);
     else if (h->kind != kind)
         rc = errbuf_set(err, EPROTO, "shm segment %s: kind %u, expected %u", name, h->kind, kind);
     else if (h->total_bytes != bytes)

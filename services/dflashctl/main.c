@@ -41,14 +41,15 @@ static void nap(double sec)
     nanosleep(&ts, NULL);
 }
 
-/* Send a request with this body; 0 with *reply, 1 refused (printed), 2 unreachable (printed). */
-static int request(ctl_ctx *x, Dflash__Envelope *e, Dflash__Envelope **reply)
+/* Send a request with this body; 0 with *reply, 1 refused (printed), 2 unreachable (printed unless quiet). */
+static int request_q(ctl_ctx *x, Dflash__Envelope *e, Dflash__Envelope **reply, int quiet)
 {
     errbuf err = {{0}};
     *reply = NULL;
     int rc = conn_request(x->c, e, x->timeout, reply, &err);
     if (rc) {
-        fprintf(stderr, PROG ": %s%s\n", err.msg, rc == -ETIMEDOUT ? " (is the job running? is this its config?)" : "");
+        if (!quiet)
+            fprintf(stderr, PROG ": %s%s\n", err.msg, rc == -ETIMEDOUT ? " (is the job running? is this its config?)" : "");
         return 2;
     }
     if ((*reply)->body_case == DFLASH__ENVELOPE__BODY_ERROR) {
@@ -59,6 +60,8 @@ static int request(ctl_ctx *x, Dflash__Envelope *e, Dflash__Envelope **reply)
     return 0;
 }
 
+static int request(ctl_ctx *x, Dflash__Envelope *e, Dflash__Envelope **reply) { return request_q(x, e, reply, 0); }
+
 static int expect(Dflash__Envelope **r, Dflash__Envelope__BodyCase want)
 {
     if ((*r)->body_case == want) return 0;
@@ -67,16 +70,18 @@ static int expect(Dflash__Envelope **r, Dflash__Envelope__BodyCase want)
     return 1;
 }
 
-static int fetch_status(ctl_ctx *x, Dflash__Envelope **r)
+static int fetch_status_q(ctl_ctx *x, Dflash__Envelope **r, int quiet)
 {
     Dflash__Envelope e;
     Dflash__StatusRequest sr = DFLASH__STATUS_REQUEST__INIT;
     ctl_envelope_init(&e, 0);
     e.body_case = DFLASH__ENVELOPE__BODY_STATUS_REQUEST;
     e.status_request = &sr;
-    int rc = request(x, &e, r);
+    int rc = request_q(x, &e, r, quiet);
     return rc ? rc : expect(r, DFLASH__ENVELOPE__BODY_STATUS_REPLY);
 }
+
+static int fetch_status(ctl_ctx *x, Dflash__Envelope **r) { return fetch_status_q(x, r, 0); }
 
 static int cmd_status(ctl_ctx *x, char **args)
 {
@@ -184,19 +189,32 @@ static int cmd_drain(ctl_ctx *x, char **args)
     }
 }
 
-/* Follow the restart operation that request `id` started until it completes. */
+/* Follow the restart operation that request `id` started until it completes. The operation lives in the job state,
+ * so a dflashd that restarts meanwhile carries it on: while dflashd does not answer, keep asking until --wait. */
 static int wait_restart(ctl_ctx *x, uint64_t id, const char *what)
 {
-    int shown = 0;
+    int shown = 0, silent = 0;
     double deadline = now_seconds() + x->wait;
     for (;;) {
         nap(0.25);
         Dflash__Envelope *r;
-        int rc = fetch_status(x, &r);
+        int rc = fetch_status_q(x, &r, 1);
+        if (rc == 2) {
+            if (!silent) fprintf(stderr, PROG ": dflashd at %s is not answering; still following the restart of %s\n",
+                                 x->endpoint, what);
+            silent = 1;
+            if (now_seconds() > deadline) {
+                fprintf(stderr, PROG ": dflashd at %s did not answer again within --wait %.0f s\n", x->endpoint, x->wait);
+                return 2;
+            }
+            continue;
+        }
         if (rc) return rc;
+        if (silent) fprintf(stderr, PROG ": dflashd answers again\n");
+        silent = 0;
         const Dflash__RollingStatus *op = r->status_reply->rolling;
         if (!op || op->id != id) {
-            fprintf(stderr, PROG ": dflashd no longer knows the restart of %s (did dflashd itself restart?)\n", what);
+            fprintf(stderr, PROG ": dflashd no longer knows the restart of %s (was the job state lost?)\n", what);
             ctl_envelope_free(&r);
             return 1;
         }

@@ -29,17 +29,6 @@ typedef struct worker_ctl {
     double tokens_per_sec;
 } worker_ctl;
 
-/* One restart operation: workers first .. first+count-1 of a role, one at a time. */
-typedef struct rolling {
-    int active;
-    enum job_role role;
-    int first, count, cur, done;
-    int requested;
-    uint64_t old_epoch, healthy_ns, id;
-    double deadline;
-    char error[256];
-} rolling;
-
 typedef struct waiter {
     uint8_t id[CTL_ID_MAX];
     size_t idlen;
@@ -52,7 +41,7 @@ struct control {
     int fd;
     char endpoint[CONFIG_STRING_MAX + 16];
     worker_ctl ws[JOB_MAX_WORKERS];
-    rolling op;
+    job_restart_op *op; /* the restart operation in the job state (it outlives this process) */
     waiter waiters[CONTROL_MAX_WAITERS];
     int nwaiters;
     double last_timers, last_rates;
@@ -320,14 +309,14 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
     }
     s.workers = b->wp;
     dflash__rolling_status__init(&b->rolling);
-    b->rolling.active = c->op.active;
-    snprintf(b->rolling_role, sizeof b->rolling_role, "%s", c->op.role ? job_role_name(c->op.role) : "");
+    b->rolling.active = c->op->active;
+    snprintf(b->rolling_role, sizeof b->rolling_role, "%s", c->op->role ? job_role_name(c->op->role) : "");
     b->rolling.role = b->rolling_role;
-    b->rolling.current = c->op.first + c->op.cur;
-    b->rolling.done = c->op.done;
-    b->rolling.total = c->op.count;
-    b->rolling.error = c->op.error;
-    b->rolling.id = c->op.id;
+    b->rolling.current = c->op->first + c->op->cur;
+    b->rolling.done = c->op->done;
+    b->rolling.total = c->op->count;
+    b->rolling.error = c->op->error;
+    b->rolling.id = c->op->id;
     s.rolling = &b->rolling;
     Dflash__Envelope out;
     ctl_envelope_init(&out, e->request_id);
@@ -409,13 +398,13 @@ static void handle_drain(control *c, const ctl_msg *m, const Dflash__Envelope *e
 static int rolling_start(control *c, const ctl_msg *m, uint64_t req, enum job_role role, int first, int count)
 {
     job_state_header *h = c->v.js->h;
-    const char *why = c->op.active ? "a restart is already running" : atomic_load(&h->finished) ? "the job is finished"
+    const char *why = c->op->active ? "a restart is already running" : atomic_load(&h->finished) ? "the job is finished"
                       : atomic_load(&h->stop_step) ? "the job is draining" : NULL;
     if (why) {
         reply_error(c, m, req, DFLASH__ERROR_CODE__ERROR_CODE_REFUSED, "%s", why);
         return -1;
     }
-    c->op = (rolling){.active = 1, .role = role, .first = first, .count = count, .id = req};
+    *c->op = (job_restart_op){.active = 1, .role = (uint32_t)role, .first = first, .count = count, .id = req};
     log_info("control: restart of %s %d..%d, one at a time", job_role_name(role), first, first + count - 1);
     return 0;
 }
@@ -547,17 +536,17 @@ static void rolling_fail(control *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->op.error, sizeof c->op.error, fmt, ap);
+    vsnprintf(c->op->error, sizeof c->op->error, fmt, ap);
     va_end(ap);
-    c->op.active = 0;
-    log_warn("control: restart of %s stopped: %s", job_role_name(c->op.role), c->op.error);
+    c->op->active = 0;
+    log_warn("control: restart of %s stopped: %s", job_role_name(c->op->role), c->op->error);
 }
 
 /* One worker at a time: ask it to restart, wait until its next instance is ready and has kept heartbeating for
  * CONTROL_HEALTHY_SEC, then the next. */
 static void rolling_step(control *c, uint64_t now)
 {
-    rolling *op = &c->op;
+    job_restart_op *op = c->op;
     if (!op->active) return;
     int index = op->first + op->cur, slot = worker_slot(c, op->role, index);
     job_worker *w = slot_worker(c, slot);
@@ -638,6 +627,12 @@ int control_new(control **out, const control_view *view, errbuf *err)
     control *c = xcalloc(1, sizeof *c);
     int rc = 0, one = 1, linger = 1000, hwm = 1000;
     c->v = *view;
+    c->op = &view->js->h->restart_op;
+    if (c->op->active) { /* begun by the dflashd before this one: carry it on (heartbeats are counted afresh) */
+        c->op->healthy_ns = 0;
+        log_info("control: carrying on the restart of %s %d..%d begun before dflashd restarted (%d of %d done)",
+                 job_role_name(c->op->role), c->op->first, c->op->first + c->op->count - 1, c->op->done, c->op->count);
+    }
     const job_config *cfg = &view->plan->cfg;
     ctl_endpoint(cfg, c->endpoint, sizeof c->endpoint);
     int ipc = strncmp(c->endpoint, "ipc://", 6) == 0;

@@ -74,6 +74,26 @@ done
 r=$(field "' '.join('%s=%d' % (n, w[n]['restarts']) for n in sorted(w))")
 if [ "$r" = "drafter-0=1 drafter-1=1 prefetch-0=1 target-0=1 target-1=1" ]; then ok "control_restart_counts ($r)"
 else fail control_restart_counts "$r"; fi
+# a rolling restart outlives a restart of dflashd itself: SIGKILL dflashd while the first target is being replaced;
+# the restarted dflashd finds the operation in the job state and carries it on, dflashctl keeps following it
+keeper=$(field "d['keeper_pid']")
+nrestarting=$(grep -c "control: restarting target-" "$T/ctl/logs/dflashd.log")
+( ctl rolling-restart target >"$T/roll.out" 2>"$T/roll.err"; echo $? >"$T/roll.rc" ) &
+roller=$!
+deadline=$((SECONDS + 30))
+until [ "$(grep -c "control: restarting target-" "$T/ctl/logs/dflashd.log")" -gt "$nrestarting" ] || [ $SECONDS -ge $deadline ]; do
+    sleep 0.05
+done
+kill -9 "$keeper"
+wait $roller
+r2=$(field "' '.join('%s=%d' % (n, w[n]['restarts']) for n in sorted(w) if n.startswith('target'))")
+if [ "$(cat "$T/roll.rc")" = 0 ] && grep -q "restart of target complete" "$T/roll.out" &&
+   grep -q "carrying on the restart of target 0..1" "$T/ctl/logs/dflashd.log" && [ "$r2" = "target-0=2 target-1=2" ] &&
+   [ "$(field "d['keeper_pid']")" != "$keeper" ]; then
+    ok "control_rolling_restart_outlives_dflashd ($(tr '\n' ';' <"$T/roll.out"); $r2)"
+else
+    fail control_rolling_restart_outlives_dflashd "exit $(cat "$T/roll.rc"): $(cat "$T/roll.out" "$T/roll.err" | tr '\n' ';'); $r2; $(grep -E "carrying|restart" "$T/ctl/logs/dflashd.log" | tail -3)"
+fi
 if out=$(ctl restart no-such-worker 2>&1); then fail control_restart_unknown_refused "exit 0: $out"
 elif [ $? -eq 1 ]; then ok control_restart_unknown_refused; else fail control_restart_unknown_refused "$out"; fi
 
