@@ -83,7 +83,7 @@ int ctl_client_new(ctl_client **out, const job_config *cfg, enum job_role role, 
     }
     int64_t maxmsg = CTL_MSG_MAX;
     zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    if ((rc = ctl_curve_client(c->sock, cfg, c->endpoint, err))) goto fail;
+    if ((rc = ctl_curve_client(c->sock, cfg, c->endpoint, NULL, err))) goto fail;
     if (zmq_connect(c->sock, c->endpoint) != 0) {
         rc = errbuf_set(err, errno, "control.endpoint %s: %s", c->endpoint, zmq_strerror(errno));
         goto fail;

@@ -177,42 +177,100 @@ int ctl_key_read(const char *path, const char *field, char key[41], errbuf *err)
     return 0;
 }
 
-static int curve_client_setup(void *sock, const char server_public[41], errbuf *err)
+/* The CURVE options of a client socket: the server's public key, and the client's pair (client_secret NULL: an
+ * ephemeral pair). */
+static int curve_client_setup(void *sock, const char server_public[41], const char *client_secret, errbuf *err)
 {
     char pub[41], sec[41];
     if (!zmq_has("curve")) return errbuf_set(err, ENOTSUP, "this libzmq has no CURVE support");
-    if (zmq_curve_keypair(pub, sec) != 0) return errbuf_set(err, errno, "zmq_curve_keypair: %s", zmq_strerror(errno));
+    if (client_secret) {
+        memcpy(sec, client_secret, 41);
+        if (zmq_curve_public(pub, sec) != 0) return errbuf_set(err, EINVAL, "cannot derive the client's public key");
+    } else if (zmq_curve_keypair(pub, sec) != 0) {
+        return errbuf_set(err, errno, "zmq_curve_keypair: %s", zmq_strerror(errno));
+    }
+    int rc = 0;
     if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server_public, 40) != 0 ||
         zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 40) != 0 || zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 40) != 0)
-        return errbuf_set(err, errno, "CURVE options: %s", zmq_strerror(errno));
-    return 0;
+        rc = errbuf_set(err, errno, "CURVE options: %s", zmq_strerror(errno));
+    memset(sec, 0, sizeof sec);
+    return rc;
 }
 
-int ctl_curve_client_key(void *sock, const char *server_key_file, errbuf *err)
+/* The client's secret key from client_key_file into sec[41]; 1 when read, 0 when no file is given. */
+static int client_secret_read(const char *client_key_file, char sec[41], errbuf *err)
+{
+    if (!client_key_file || !client_key_file[0]) return 0;
+    int rc = ctl_key_read(client_key_file, "--client-key", sec, err);
+    return rc ? rc : 1;
+}
+
+int ctl_curve_client_key(void *sock, const char *server_key_file, const char *client_key_file, errbuf *err)
 {
     if (!server_key_file || !server_key_file[0]) return 0;
-    char key[41];
+    char key[41], sec[41];
     int rc = ctl_key_read(server_key_file, "--server-key", key, err);
-    return rc ? rc : curve_client_setup(sock, key, err);
+    if (rc) return rc;
+    int have = client_secret_read(client_key_file, sec, err);
+    if (have < 0) return have;
+    rc = curve_client_setup(sock, key, have ? sec : NULL, err);
+    memset(sec, 0, sizeof sec);
+    return rc;
 }
 
-int ctl_curve_client(void *sock, const job_config *cfg, const char *endpoint, errbuf *err)
+int ctl_curve_client(void *sock, const job_config *cfg, const char *endpoint, const char *client_key_file,
+                     errbuf *err)
 {
     if (strncmp(endpoint, "ipc://", 6) == 0 || strncmp(endpoint, "inproc://", 9) == 0) return 0;
-    char key[41];
-    int rc;
+    char key[41], sec[41];
+    int rc = 0, have = client_secret_read(client_key_file, sec, err);
+    if (have < 0) return have;
     if (cfg->control.curve_public_key_file[0]) {
         rc = ctl_key_read(cfg->control.curve_public_key_file, "control.curve_public_key_file", key, err);
     } else if (cfg->control.curve_secret_key_file[0]) {
-        char sec[41];
-        rc = ctl_key_read(cfg->control.curve_secret_key_file, "control.curve_secret_key_file", sec, err);
-        if (rc == 0 && zmq_curve_public(key, sec) != 0)
+        char server_sec[41];
+        rc = ctl_key_read(cfg->control.curve_secret_key_file, "control.curve_secret_key_file", server_sec, err);
+        if (rc == 0 && zmq_curve_public(key, server_sec) != 0)
             rc = errbuf_set(err, EINVAL, "%s: cannot derive the public key", cfg->control.curve_secret_key_file);
+        if (rc == 0 && !have) memcpy(sec, server_sec, 41), have = 1; /* dflashd's own pair: always allowed */
+        memset(server_sec, 0, sizeof server_sec);
     } else {
         return errbuf_set(err, EPERM, "control.endpoint %s: tcp needs control.curve_public_key_file (or the secret)",
                           endpoint);
     }
-    return rc ? rc : curve_client_setup(sock, key, err);
+    if (!rc) rc = curve_client_setup(sock, key, have ? sec : NULL, err);
+    memset(sec, 0, sizeof sec);
+    return rc;
+}
+
+int ctl_keys_load(const char *path, const char *field, uint8_t (*keys)[32], int max, int *n, errbuf *err)
+{
+    *n = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return errbuf_set(err, errno, "%s: %s (%s)", path, strerror(errno), field);
+    char line[256];
+    int lineno = 0, rc = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+            rc = errbuf_set(err, EINVAL, "%s:%d: line too long for a key (%s)", path, lineno, field);
+            break;
+        }
+        char *p = line;
+        while (isspace((unsigned char)*p)) p++;
+        len = strlen(p);
+        while (len > 0 && isspace((unsigned char)p[len - 1])) p[--len] = '\0';
+        if (len == 0 || p[0] == '#') continue;
+        if (*n == max) rc = errbuf_set(err, E2BIG, "%s:%d: more than %d keys (%s)", path, lineno, max, field);
+        else if (len != 40 || !zmq_z85_decode(keys[*n], p))
+            rc = errbuf_set(err, EINVAL, "%s:%d: not a CURVE public key of 40 Z85 characters (%s)", path, lineno,
+                            field);
+        else (*n)++;
+    }
+    if (!rc && ferror(f)) rc = errbuf_set(err, EIO, "%s: read error (%s)", path, field);
+    fclose(f);
+    return rc;
 }
 
 /* Write key + newline to a fresh temporary file in dir with the given mode, fsync it, then link it to path (fails
@@ -237,13 +295,18 @@ static int keyfile_write(const char *dir, const char *path, const char key[41], 
     return rc;
 }
 
-int ctl_keygen(const char *dir, errbuf *err)
+int ctl_keygen(const char *dir, const char *name, errbuf *err)
 {
+    if (!name[0] || name[0] == '.' || strlen(name) > 64)
+        return errbuf_set(err, EINVAL, "key name \"%.80s\": 1 to 64 characters, not starting with '.'", name);
+    for (const char *q = name; *q; q++)
+        if (!isalnum((unsigned char)*q) && !strchr("-_.", *q))
+            return errbuf_set(err, EINVAL, "key name \"%.80s\": letters, digits, '-', '_' and '.' only", name);
     if (!zmq_has("curve")) return errbuf_set(err, ENOTSUP, "this libzmq has no CURVE support");
     char pub[41], sec[41], pub_path[PATH_MAX], sec_path[PATH_MAX];
     if (zmq_curve_keypair(pub, sec) != 0) return errbuf_set(err, errno, "zmq_curve_keypair: %s", zmq_strerror(errno));
-    snprintf(sec_path, sizeof sec_path, "%s/dflashd.key", dir);
-    snprintf(pub_path, sizeof pub_path, "%s/dflashd.pub", dir);
+    snprintf(sec_path, sizeof sec_path, "%s/%s.key", dir, name);
+    snprintf(pub_path, sizeof pub_path, "%s/%s.pub", dir, name);
     struct stat st;
     if (stat(dir, &st) != 0) return errbuf_set(err, errno, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return errbuf_set(err, ENOTDIR, "%s: not a folder", dir);

@@ -52,14 +52,22 @@ int ctl_worker_name_parse(const char *s, size_t n, enum job_role *role, int *ind
 void ctl_endpoint(const job_config *cfg, char *out, size_t n);
 /* Read a 40-character Z85 CURVE key from a file into key[41]; errors name the file. */
 int ctl_key_read(const char *path, const char *field, char key[41], errbuf *err);
-/* Client side of CURVE for a tcp:// endpoint: the server's public key from control.curve_public_key_file, or
- * derived from control.curve_secret_key_file; an ephemeral client key pair. No-op for ipc://. */
-int ctl_curve_client(void *sock, const job_config *cfg, const char *endpoint, errbuf *err);
-/* Same with the server's public key given as a file (dflashctl --server-key); NULL: no CURVE. */
-int ctl_curve_client_key(void *sock, const char *server_key_file, errbuf *err);
-/* A new CURVE key pair for dflashd, written as <dir>/dflashd.key (secret, mode 0600) and <dir>/dflashd.pub (public,
- * 0644), each 40 Z85 characters and a newline, each written to a temporary file, fsync'd and linked into place:
- * an existing key file is never replaced (EEXIST names it) and a failure leaves neither file behind. */
-int ctl_keygen(const char *dir, errbuf *err);
+/* Client side of CURVE for a tcp:// endpoint. The server's public key comes from control.curve_public_key_file, or
+ * is derived from control.curve_secret_key_file; the client's own key pair is client_key_file's (a secret key
+ * file, public part derived) when given, else dflashd's own pair when the secret is readable (so that workers pass
+ * an allow-list), else an ephemeral pair. No-op for ipc://. */
+int ctl_curve_client(void *sock, const job_config *cfg, const char *endpoint, const char *client_key_file,
+                     errbuf *err);
+/* Same with the server's public key given as a file (dflashctl --server-key); client_key_file as above (NULL:
+ * ephemeral). server_key_file NULL: no CURVE. */
+int ctl_curve_client_key(void *sock, const char *server_key_file, const char *client_key_file, errbuf *err);
+/* Read an allow-list of CURVE public keys: one 40-character Z85 key per line; blank lines and lines starting with
+ * '#' are skipped. Decoded keys go to keys[0..*n) (at most max). Errors name the file and line. */
+int ctl_keys_load(const char *path, const char *field, uint8_t (*keys)[32], int max, int *n, errbuf *err);
+/* A new CURVE key pair written as <dir>/<name>.key (secret, mode 0600) and <dir>/<name>.pub (public, 0644), each 40
+ * Z85 characters and a newline, each written to a temporary file, fsync'd and linked into place: an existing key
+ * file is never replaced (EEXIST names it) and a failure leaves neither file behind. name: letters, digits, '-',
+ * '_' and '.', not starting with '.'. */
+int ctl_keygen(const char *dir, const char *name, errbuf *err);
 
 #endif

@@ -46,6 +46,9 @@ const config_field job_config_table[] = {
       "file holding dflashd's CURVE secret key (40 Z85 characters); clients derive the public key when readable"),
     F(control, curve_public_key_file, CONFIG_STRING, 0, 0, NULL, 0,
       "file holding dflashd's CURVE public key (40 Z85 characters), for clients that cannot read the secret"),
+    F(control, curve_client_keys_file, CONFIG_STRING, 0, 0, NULL, 0,
+      "tcp only: file of the CURVE public keys (Z85, one per line, # comments) allowed to connect; empty: any "
+      "client that knows dflashd's public key. Peers that can read the secret key are always allowed"),
     F(control, heartbeat_sec, CONFIG_DOUBLE, 0.05, 60, "1", 0,
       "control-plane heartbeat interval (a worker silent for workers.heartbeat_timeout_sec is killed)"),
     {0},

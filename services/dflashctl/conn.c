@@ -13,7 +13,8 @@ struct conn {
     uint64_t next_id;
 };
 
-int conn_open(conn **out, const char *endpoint, const job_config *cfg, const char *server_key_file, errbuf *err)
+int conn_open(conn **out, const char *endpoint, const job_config *cfg, const char *server_key_file,
+              const char *client_key_file, errbuf *err)
 {
     conn *c = xcalloc(1, sizeof *c);
     int rc = 0, zero = 0;
@@ -30,8 +31,8 @@ int conn_open(conn **out, const char *endpoint, const job_config *cfg, const cha
     zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, id, strlen(id));
     zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    if (server_key_file && server_key_file[0]) rc = ctl_curve_client_key(c->sock, server_key_file, err);
-    else if (cfg) rc = ctl_curve_client(c->sock, cfg, endpoint, err);
+    if (server_key_file && server_key_file[0]) rc = ctl_curve_client_key(c->sock, server_key_file, client_key_file, err);
+    else if (cfg) rc = ctl_curve_client(c->sock, cfg, endpoint, client_key_file, err);
     else if (strncmp(endpoint, "ipc://", 6) && strncmp(endpoint, "inproc://", 9))
         rc = errbuf_set(err, EPERM, "%s: a tcp endpoint needs --server-key FILE (dflashd's CURVE public key)", endpoint);
     if (rc) goto fail;

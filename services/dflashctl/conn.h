@@ -8,8 +8,10 @@
 
 typedef struct conn conn;
 
-/* Connect to endpoint; cfg (may be NULL) supplies the CURVE keys of a tcp endpoint, server_key_file overrides. */
-int conn_open(conn **out, const char *endpoint, const job_config *cfg, const char *server_key_file, errbuf *err);
+/* Connect to endpoint; cfg (may be NULL) supplies the CURVE keys of a tcp endpoint, server_key_file overrides;
+ * client_key_file (may be NULL) is this client's secret key, for a dflashd that admits listed clients only. */
+int conn_open(conn **out, const char *endpoint, const job_config *cfg, const char *server_key_file,
+              const char *client_key_file, errbuf *err);
 /* Send req (its request id is assigned here) and wait up to timeout seconds for the reply with that id. */
 int conn_request(conn *c, Dflash__Envelope *req, double timeout, Dflash__Envelope **reply, errbuf *err);
 /* Wait up to timeout seconds for a further message with request id `id` (e.g. a drain's completion). */

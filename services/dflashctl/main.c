@@ -19,9 +19,11 @@
 #define OPT_JSON 1u
 #define OPT_WATCH 2u
 #define OPT_LOCAL 4u /* runs here, without dflashd: no -c/--endpoint */
+#define OPT_NAME 8u  /* takes --name */
 
 typedef struct ctl_ctx {
     conn *c;
+    const char *key_name; /* keygen --name */
     char endpoint[CONFIG_STRING_MAX + 16];
     double timeout, wait;
     int json, watch;
@@ -281,18 +283,24 @@ static int cmd_keygen(ctl_ctx *x, char **args)
 {
     (void)x;
     errbuf err = {{0}};
-    if (ctl_keygen(args[0], &err)) {
+    const char *dir = args[0], *name = x->key_name ? x->key_name : "dflashd";
+    if (ctl_keygen(dir, name, &err)) {
         fprintf(stderr, PROG " keygen: %s\n", err.msg);
         return 1;
     }
-    printf("wrote %s/dflashd.key (secret, 0600) and %s/dflashd.pub (public)\n"
-           "job config, for a tcp:// control endpoint:\n"
-           "[control]\n"
-           "endpoint = tcp://HOST:PORT\n"
-           "curve_secret_key_file = %s/dflashd.key   # dflashd, and workers that may read it\n"
-           "curve_public_key_file = %s/dflashd.pub   # peers that only get the public key\n"
-           "clients elsewhere: " PROG " --endpoint tcp://HOST:PORT --server-key %s/dflashd.pub status\n",
-           args[0], args[0], args[0], args[0], args[0]);
+    printf("wrote %s/%s.key (secret, 0600) and %s/%s.pub (public)\n", dir, name, dir, name);
+    if (!strcmp(name, "dflashd"))
+        printf("job config, for a tcp:// control endpoint:\n"
+               "[control]\n"
+               "endpoint = tcp://HOST:PORT\n"
+               "curve_secret_key_file = %s/dflashd.key   # dflashd, and workers that may read it\n"
+               "curve_public_key_file = %s/dflashd.pub   # peers that only get the public key\n"
+               "clients elsewhere: " PROG " --endpoint tcp://HOST:PORT --server-key %s/dflashd.pub status\n",
+               dir, dir, dir);
+    else
+        printf("a client key: add the line of %s/%s.pub to control.curve_client_keys_file, then\n"
+               "  " PROG " --endpoint tcp://HOST:PORT --server-key DFLASHD.pub --client-key %s/%s.key status\n",
+               dir, name, dir, name);
     return 0;
 }
 
@@ -311,9 +319,10 @@ static const command commands[] = {
      "restart every worker of a role (prefetch, target, drafter) one at a time, each ready and healthy before\n"
      "the next; training continues throughout"},
     {"config", "", 0, 0, cmd_config, "print the job config dflashd runs with (INI)"},
-    {"keygen", "DIR", 1, OPT_LOCAL, cmd_keygen,
-     "write a new CURVE key pair for dflashd's tcp:// endpoint: DIR/dflashd.key (secret, mode 0600) and\n"
-     "DIR/dflashd.pub (public); never replaces an existing key; needs no running job"},
+    {"keygen", "DIR", 1, OPT_LOCAL | OPT_NAME, cmd_keygen,
+     "write a new CURVE key pair: DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public), NAME from\n"
+     "--name (default dflashd: the server's pair for a tcp:// endpoint; any other name: a client's pair, whose\n"
+     ".pub line goes into control.curve_client_keys_file). Never replaces an existing key; needs no running job"},
     {NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -330,6 +339,9 @@ static void usage(FILE *f)
                "  -c, --config FILE     the job config: dflashd's endpoint is control.endpoint or ipc://<run_dir>/ctl\n"
                "  --endpoint EP         dflashd's control endpoint (ipc://PATH, or tcp://HOST:PORT with --server-key)\n"
                "  --server-key FILE     dflashd's CURVE public key (tcp endpoints)\n"
+               "  --client-key FILE     this client's CURVE secret key, for a dflashd that admits listed clients only\n"
+               "                        (control.curve_client_keys_file); default: an ephemeral key\n"
+               "  --name NAME           keygen: the key pair's file name (default dflashd)\n"
                "  --timeout SEC         how long dflashd may take to answer (default 5)\n"
                "  --wait SEC            how long to wait for pause, drain and restarts to complete (default 900)\n"
                "  --json, --watch       status output (see `" PROG " status --help`)\n"
@@ -339,9 +351,9 @@ static void usage(FILE *f)
 
 static void usage_command(FILE *f, const command *c)
 {
-    fprintf(f, "usage: " PROG "%s %s%s%s%s%s\n\n%s\n", c->opts & OPT_LOCAL ? "" : " [-c CONFIG | --endpoint EP]", c->name,
-            c->args[0] ? " " : "",
-            c->args, c->opts & OPT_JSON ? " [--json]" : "", c->opts & OPT_WATCH ? " [--watch]" : "", c->help);
+    fprintf(f, "usage: " PROG "%s %s%s%s%s%s%s\n\n%s\n", c->opts & OPT_LOCAL ? "" : " [-c CONFIG | --endpoint EP]",
+            c->name, c->opts & OPT_NAME ? " [--name NAME]" : "", c->args[0] ? " " : "", c->args,
+            c->opts & OPT_JSON ? " [--json]" : "", c->opts & OPT_WATCH ? " [--watch]" : "", c->help);
 }
 
 static int bad_usage(const char *fmt, const char *arg)
@@ -367,7 +379,7 @@ static int parse_seconds(const char *opt, const char *v, double *out)
 int main(int argc, char **argv)
 {
     ctl_ctx x = {.timeout = 5.0, .wait = 900.0};
-    const char *config = NULL, *endpoint = NULL, *server_key = NULL;
+    const char *config = NULL, *endpoint = NULL, *server_key = NULL, *client_key = NULL;
     char *pos[8];
     int npos = 0, help = 0;
     signal(SIGPIPE, SIG_IGN);
@@ -380,7 +392,8 @@ int main(int argc, char **argv)
         }
         if (!strncmp(a, "--", 2) && (eq = strchr(a, '='))) *eq = '\0', val = eq + 1;
         int takes = !strcmp(a, "-c") || !strcmp(a, "--config") || !strcmp(a, "--endpoint") ||
-                    !strcmp(a, "--server-key") || !strcmp(a, "--timeout") || !strcmp(a, "--wait");
+                    !strcmp(a, "--server-key") || !strcmp(a, "--client-key") || !strcmp(a, "--timeout") ||
+                    !strcmp(a, "--wait") || !strcmp(a, "--name");
         if (takes && !val) {
             if (i + 1 >= argc) return bad_usage("option %s needs a value", a);
             val = argv[++i];
@@ -390,6 +403,8 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-c") || !strcmp(a, "--config")) config = val;
         else if (!strcmp(a, "--endpoint")) endpoint = val;
         else if (!strcmp(a, "--server-key")) server_key = val;
+        else if (!strcmp(a, "--client-key")) client_key = val;
+        else if (!strcmp(a, "--name")) x.key_name = val;
         else if (!strcmp(a, "--timeout")) { if (parse_seconds(a, val, &x.timeout)) return 2; }
         else if (!strcmp(a, "--wait")) { if (parse_seconds(a, val, &x.wait)) return 2; }
         else if (!strcmp(a, "--json")) x.json = 1;
@@ -413,8 +428,10 @@ int main(int argc, char **argv)
     }
     if ((x.json && !(cmd->opts & OPT_JSON)) || (x.watch && !(cmd->opts & OPT_WATCH)))
         return bad_usage("--json and --watch apply to status only (%s)", cmd->name);
+    if (x.key_name && !(cmd->opts & OPT_NAME)) return bad_usage("--name applies to keygen only (%s)", cmd->name);
     if (cmd->opts & OPT_LOCAL) {
-        if (config || endpoint || server_key) return bad_usage("%s needs no job (-c, --endpoint, --server-key)", cmd->name);
+        if (config || endpoint || server_key || client_key)
+            return bad_usage("%s needs no job (-c, --endpoint, --server-key, --client-key)", cmd->name);
         return cmd->run(&x, pos + 1);
     }
     if (!config && !endpoint) return bad_usage("%s", "say which job: -c CONFIG or --endpoint EP");
@@ -428,7 +445,7 @@ int main(int argc, char **argv)
         ctl_endpoint(&cfg, x.endpoint, sizeof x.endpoint);
     }
     if (endpoint) snprintf(x.endpoint, sizeof x.endpoint, "%s", endpoint);
-    if (conn_open(&x.c, x.endpoint, config ? &cfg : NULL, server_key, &err)) {
+    if (conn_open(&x.c, x.endpoint, config ? &cfg : NULL, server_key, client_key, &err)) {
         fprintf(stderr, PROG ": %s\n", err.msg);
         return 2;
     }

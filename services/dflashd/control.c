@@ -13,6 +13,7 @@
 
 #include "ctl_proto.h"
 #include "log.h"
+#include "zap.h"
 
 #define CONTROL_RESTART_TIMEOUT_SEC 300.0 /* a restarted worker must be ready and healthy within this */
 #define CONTROL_HEALTHY_SEC 1.0           /* ... and keep heartbeating this long before the next one restarts */
@@ -42,6 +43,7 @@ struct control {
     char endpoint[CONFIG_STRING_MAX + 16];
     worker_ctl ws[JOB_MAX_WORKERS];
     job_restart_op *op; /* the restart operation in the job state (it outlives this process) */
+    zap_handler *zap;   /* tcp with control.curve_client_keys_file: the client allow-list */
     waiter waiters[CONTROL_MAX_WAITERS];
     int nwaiters;
     double last_timers, last_rates;
@@ -669,6 +671,10 @@ int control_new(control **out, const control_view *view, errbuf *err)
             rc = errbuf_set(err, errno, "control: CURVE options: %s", zmq_strerror(errno));
             goto fail;
         }
+        /* the allow-list's handler must be there before the first handshake, i.e. before the bind */
+        if (cfg->control.curve_client_keys_file[0] &&
+            (rc = zap_start(&c->zap, c->ctx, cfg->control.curve_client_keys_file, key, err)))
+            goto fail;
     }
     if (zmq_bind(c->sock, c->endpoint) != 0) {
         rc = errbuf_set(err, errno, "control.endpoint %s: %s", c->endpoint, zmq_strerror(errno));
@@ -725,6 +731,7 @@ void control_destroy(control **pc)
     control *c = *pc;
     if (!c) return;
     if (c->sock) zmq_close(c->sock);
+    zap_stop(&c->zap);
     if (c->ctx) zmq_ctx_term(c->ctx);
     free(c);
     *pc = NULL;

@@ -4,7 +4,9 @@
 # a whole job runs with every worker on tcp (each derives dflashd's public key from the secret it may read);
 # dflashctl reaches it with the public key alone (--server-key, or a config naming only the public key file); a
 # client with the wrong server key, without a key, or speaking plaintext gets no answer while dflashd keeps
-# serving; drain over tcp ends the job with every batch in the ledger exactly once.
+# serving; drain over tcp ends the job with every batch in the ledger exactly once. With an allow-list of client
+# keys (control.curve_client_keys_file), only a listed client key gets an answer (the workers, which use dflashd's
+# own pair, keep training); a bad allow-list is refused at start with file:line.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 CTL="$BIN/dflashctl"
@@ -95,5 +97,58 @@ if out=$(ctl drain 2>&1); then
 else
     fail curve_drain_over_tcp "$out"
     kill $sup 2>/dev/null; wait $sup 2>/dev/null
+fi
+# an allow-list of client keys: alice is listed, bob is not
+"$CTL" keygen --name alice "$T/keys" >/dev/null && "$CTL" keygen --name bob "$T/keys" >/dev/null ||
+    fail curve_keygen_client_keys "keygen --name"
+printf '# who may steer the job\n\n%s\n' "$(cat "$T/keys/alice.pub")" >"$T/allowed.keys"
+port2=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+EP2=tcp://127.0.0.1:$port2
+write_config acl 1000000 "[control]
+endpoint = $EP2
+curve_secret_key_file = $T/keys/dflashd.key
+curve_client_keys_file = $T/allowed.keys"
+sed -i 's/^checkpoint_every = .*/checkpoint_every = 0/' "$T/acl.ini"
+actl() { "$CTL" --endpoint "$EP2" --server-key "$T/keys/dflashd.pub" --timeout 2 "$@"; }
+astep() { actl --client-key "$T/keys/alice.key" status 2>/dev/null | awk 'NR == 2 { split($2, a, "/"); print a[1] }'; }
+"$BIN/dflash" run -c "$T/acl.ini" >"$T/acl.out" 2>&1 &
+sup=$!
+deadline=$((SECONDS + 60))
+until [ "$(astep)" -gt 3 ] 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] && kill -0 $sup 2>/dev/null || break
+    sleep 0.2
+done
+if [ "$(astep)" -gt 3 ] 2>/dev/null && grep -q "CURVE clients limited to the 1 key(s) of $T/allowed.keys" "$T/acl/logs/dflashd.log"; then
+    ok "curve_allow_list_listed_client_and_workers (step $(astep))"
+else
+    fail curve_allow_list_listed_client_and_workers "$(tail -3 "$T/acl.out"; tail -3 "$T/acl/logs/dflashd.log")"
+fi
+actl --client-key "$T/keys/bob.key" status >"$T/bob.out" 2>&1; a=$?
+actl status >"$T/anon.out" 2>&1; b=$?
+s1=$(astep); sleep 1; s2=$(astep)
+if [ $a = 2 ] && [ $b = 2 ] && grep -q "no answer within" "$T/bob.out" &&
+   grep -qF "control: refused a CURVE client from 127.0.0.1: key $(cat "$T/keys/bob.pub") is not in $T/allowed.keys" "$T/acl/logs/dflashd.log" &&
+   [ "$s2" -gt "$s1" ] 2>/dev/null; then
+    ok "curve_allow_list_refuses_unlisted_clients (bob: exit $a, ephemeral key: exit $b, training continues $s1 -> $s2)"
+else
+    fail curve_allow_list_refuses_unlisted_clients "bob exit $a ($(cat "$T/bob.out")), anonymous exit $b, steps $s1 -> $s2; $(grep refused "$T/acl/logs/dflashd.log" | head -2)"
+fi
+if out=$(actl --client-key "$T/keys/alice.key" --wait 120 drain 2>&1); then
+    wait $sup; rc=$?
+    [ $rc = 0 ] && ok curve_allow_list_drain || fail curve_allow_list_drain "dflash run exit $rc"
+else
+    fail curve_allow_list_drain "$out"
+    kill $sup 2>/dev/null; wait $sup 2>/dev/null
+fi
+
+# a malformed allow-list: dflashd refuses to start, naming the file and line
+printf '%s\nnot-a-key\n' "$(cat "$T/keys/alice.pub")" >"$T/bad.keys"
+sed "s|^curve_client_keys_file = .*|curve_client_keys_file = $T/bad.keys|; s|^run_dir = .*|run_dir = $T/acl-bad|; s|^name = .*|name = t$$-aclbad|" \
+    "$T/acl.ini" >"$T/aclbad.ini"
+if run_job aclbad; then fail curve_bad_allow_list_refused "dflash run exit 0"
+elif grep -qF "$T/bad.keys:2: not a CURVE public key of 40 Z85 characters (control.curve_client_keys_file)" "$T/aclbad.out"; then
+    ok curve_bad_allow_list_refused
+else
+    fail curve_bad_allow_list_refused "$(tail -2 "$T/aclbad.out")"
 fi
 exit $FAILED
