@@ -6,7 +6,7 @@
 # client with the wrong server key, without a key, or speaking plaintext gets no answer while dflashd keeps
 # serving; drain over tcp ends the job with every batch in the ledger exactly once. With an allow-list of client
 # keys (control.curve_client_keys_file), only a listed client key gets an answer (the workers, which use dflashd's
-# own pair, keep training); a bad allow-list is refused at start with file:line.
+# own pair, keep training), also after a SIGKILL of dflashd; a bad allow-list is refused at start with file:line.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 CTL="$BIN/dflashctl"
@@ -132,6 +132,23 @@ if [ $a = 2 ] && [ $b = 2 ] && grep -q "no answer within" "$T/bob.out" &&
     ok "curve_allow_list_refuses_unlisted_clients (bob: exit $a, ephemeral key: exit $b, training continues $s1 -> $s2)"
 else
     fail curve_allow_list_refuses_unlisted_clients "bob exit $a ($(cat "$T/bob.out")), anonymous exit $b, steps $s1 -> $s2; $(grep refused "$T/acl/logs/dflashd.log" | head -2)"
+fi
+# dflashd SIGKILLed under the allow-list: the restarted one loads the list again, the workers reconnect with
+# dflashd's pair and training goes on, alice is still admitted and bob still refused
+afield() { actl --client-key "$T/keys/alice.key" status --json 2>/dev/null | python3 -c "import json, sys; d = json.load(sys.stdin); print($1)" 2>/dev/null; }
+keeper=$(afield "d['keeper_pid']")
+s1=$(astep)
+kill -9 "$keeper"
+deadline=$((SECONDS + 60))
+until [ "$(afield "d['keeper_pid']")" -gt 0 ] 2>/dev/null && [ "$(afield "d['keeper_pid']")" != "$keeper" ] &&
+      [ "$(astep)" -gt "$((${s1:-0} + 20))" ] 2>/dev/null || [ $SECONDS -ge $deadline ]; do sleep 0.3; done
+s2=$(astep)
+actl --client-key "$T/keys/bob.key" status >/dev/null 2>&1; a=$?
+if [ "$(afield "d['keeper_pid']")" != "$keeper" ] && [ "$s2" -gt "$((${s1:-0} + 20))" ] 2>/dev/null && [ $a = 2 ] &&
+   [ "$(grep -c "CURVE clients limited to the 1 key(s)" "$T/acl/logs/dflashd.log")" -ge 2 ]; then
+    ok "curve_allow_list_survives_dflashd_restart (dflashd pid $keeper -> $(afield "d['keeper_pid']"), step ${s1:-?} -> $s2, bob: exit $a)"
+else
+    fail curve_allow_list_survives_dflashd_restart "dflashd $keeper -> $(afield "d['keeper_pid']"), steps ${s1:-?} -> $s2, bob exit $a; $(tail -3 "$T/acl/logs/dflashd.log")"
 fi
 if out=$(actl --client-key "$T/keys/alice.key" --wait 120 drain 2>&1); then
     wait $sup; rc=$?
