@@ -96,6 +96,8 @@ int ctl_recv(void *sock, int router, ctl_msg *m)
             memcpy(m->id, zmq_msg_data(&part), m->idlen);
         } else {
             if (m->nframes++ == 0) {
+                const char *user = zmq_msg_gets(&part, "User-Id");
+                if (user) snprintf(m->user, sizeof m->user, "%s", user);
                 m->len = sz;
                 m->data = xmalloc(sz ? sz : 1);
                 memcpy(m->data, zmq_msg_data(&part), sz);

@@ -25,6 +25,7 @@ typedef struct ctl_msg {
     uint8_t *data;               /* malloc'd copy of the single payload frame (NULL otherwise) */
     size_t len;                  /* bytes of the payload (of the first frame when there were several) */
     int nframes;                 /* payload frames */
+    char user[32];               /* ZAP user id of the sender's connection ("" without authentication) */
 } ctl_msg;
 
 /* An envelope with version and request id set and no body. */

@@ -47,8 +47,12 @@ const config_field job_config_table[] = {
     F(control, curve_public_key_file, CONFIG_STRING, 0, 0, NULL, 0,
       "file holding dflashd's CURVE public key (40 Z85 characters), for clients that cannot read the secret"),
     F(control, curve_client_keys_file, CONFIG_STRING, 0, 0, NULL, 0,
-      "tcp only: file of the CURVE public keys (Z85, one per line, # comments) allowed to connect; empty: any "
-      "client that knows dflashd's public key. Peers that can read the secret key are always allowed"),
+      "tcp only: file of the CURVE public keys (Z85, one per line, # comments) allowed to connect; empty (and no "
+      "curve_readonly_keys_file): any client that knows dflashd's public key. Peers that can read the secret key "
+      "are always allowed"),
+    F(control, curve_readonly_keys_file, CONFIG_STRING, 0, 0, NULL, 0,
+      "tcp only: file of CURVE public keys (same format) admitted for status and config only (monitoring); with "
+      "it, unlisted keys are refused as with curve_client_keys_file"),
     F(control, heartbeat_sec, CONFIG_DOUBLE, 0.05, 60, "1", 0,
       "control-plane heartbeat interval (a worker silent for workers.heartbeat_timeout_sec is killed)"),
     {0},

@@ -46,6 +46,7 @@ typedef struct job_config {
         char curve_secret_key_file[CONFIG_STRING_MAX]; /* dflashd's CURVE secret key (Z85); required for tcp:// */
         char curve_public_key_file[CONFIG_STRING_MAX]; /* dflashd's CURVE public key, for clients */
         char curve_client_keys_file[CONFIG_STRING_MAX]; /* allowed client public keys (Z85 lines); empty: any */
+        char curve_readonly_keys_file[CONFIG_STRING_MAX]; /* client keys admitted for status and config only */
         double heartbeat_sec;
     } control;
 } job_config;

@@ -482,6 +482,14 @@ static void handle_message(control *c, const ctl_msg *m)
         ctl_envelope_free(&e);
         return;
     }
+    /* a read-only client key (control.curve_readonly_keys_file) may look, not steer nor pose as a worker */
+    if (!strcmp(m->user, ZAP_USER_READONLY) && e->body_case != DFLASH__ENVELOPE__BODY_STATUS_REQUEST &&
+        e->body_case != DFLASH__ENVELOPE__BODY_CONFIG_REQUEST) {
+        reply_error(c, m, e->request_id, DFLASH__ERROR_CODE__ERROR_CODE_FORBIDDEN,
+                    "this client's key is read-only (control.curve_readonly_keys_file): status and config only");
+        ctl_envelope_free(&e);
+        return;
+    }
     switch (e->body_case) {
     case DFLASH__ENVELOPE__BODY_REGISTER_WORKER: handle_register(c, m, e); break;
     case DFLASH__ENVELOPE__BODY_HEARTBEAT: handle_heartbeat(c, m, e); break;
@@ -672,8 +680,9 @@ int control_new(control **out, const control_view *view, errbuf *err)
             goto fail;
         }
         /* the allow-list's handler must be there before the first handshake, i.e. before the bind */
-        if (cfg->control.curve_client_keys_file[0] &&
-            (rc = zap_start(&c->zap, c->ctx, cfg->control.curve_client_keys_file, key, err)))
+        if ((cfg->control.curve_client_keys_file[0] || cfg->control.curve_readonly_keys_file[0]) &&
+            (rc = zap_start(&c->zap, c->ctx, cfg->control.curve_client_keys_file, cfg->control.curve_readonly_keys_file,
+                            key, err)))
             goto fail;
     }
     if (zmq_bind(c->sock, c->endpoint) != 0) {

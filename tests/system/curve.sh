@@ -6,7 +6,8 @@
 # client with the wrong server key, without a key, or speaking plaintext gets no answer while dflashd keeps
 # serving; drain over tcp ends the job with every batch in the ledger exactly once. With an allow-list of client
 # keys (control.curve_client_keys_file), only a listed client key gets an answer (the workers, which use dflashd's
-# own pair, keep training), also after a SIGKILL of dflashd; a bad allow-list is refused at start with file:line.
+# own pair, keep training), also after a SIGKILL of dflashd; a read-only key (control.curve_readonly_keys_file)
+# gets status and config, and every steering command refused; a bad allow-list is refused at start with file:line.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 CTL="$BIN/dflashctl"
@@ -99,15 +100,17 @@ else
     kill $sup 2>/dev/null; wait $sup 2>/dev/null
 fi
 # an allow-list of client keys: alice is listed, bob is not
-"$CTL" keygen --name alice "$T/keys" >/dev/null && "$CTL" keygen --name bob "$T/keys" >/dev/null ||
-    fail curve_keygen_client_keys "keygen --name"
+"$CTL" keygen --name alice "$T/keys" >/dev/null && "$CTL" keygen --name bob "$T/keys" >/dev/null &&
+    "$CTL" keygen --name carol "$T/keys" >/dev/null || fail curve_keygen_client_keys "keygen --name"
 printf '# who may steer the job\n\n%s\n' "$(cat "$T/keys/alice.pub")" >"$T/allowed.keys"
+printf '# dashboards: status and config only\n%s\n' "$(cat "$T/keys/carol.pub")" >"$T/readonly.keys"
 port2=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 EP2=tcp://127.0.0.1:$port2
 write_config acl 1000000 "[control]
 endpoint = $EP2
 curve_secret_key_file = $T/keys/dflashd.key
-curve_client_keys_file = $T/allowed.keys"
+curve_client_keys_file = $T/allowed.keys
+curve_readonly_keys_file = $T/readonly.keys"
 sed -i 's/^checkpoint_every = .*/checkpoint_every = 0/' "$T/acl.ini"
 actl() { "$CTL" --endpoint "$EP2" --server-key "$T/keys/dflashd.pub" --timeout 2 "$@"; }
 astep() { actl --client-key "$T/keys/alice.key" status 2>/dev/null | awk 'NR == 2 { split($2, a, "/"); print a[1] }'; }
@@ -118,7 +121,7 @@ until [ "$(astep)" -gt 3 ] 2>/dev/null; do
     [ $SECONDS -lt $deadline ] && kill -0 $sup 2>/dev/null || break
     sleep 0.2
 done
-if [ "$(astep)" -gt 3 ] 2>/dev/null && grep -q "CURVE clients limited to the 1 key(s) of $T/allowed.keys" "$T/acl/logs/dflashd.log"; then
+if [ "$(astep)" -gt 3 ] 2>/dev/null && grep -qF "CURVE clients limited to 1 key(s) of $T/allowed.keys, 1 read-only key(s) of $T/readonly.keys, and dflashd's own" "$T/acl/logs/dflashd.log"; then
     ok "curve_allow_list_listed_client_and_workers (step $(astep))"
 else
     fail curve_allow_list_listed_client_and_workers "$(tail -3 "$T/acl.out"; tail -3 "$T/acl/logs/dflashd.log")"
@@ -127,12 +130,30 @@ actl --client-key "$T/keys/bob.key" status >"$T/bob.out" 2>&1; a=$?
 actl status >"$T/anon.out" 2>&1; b=$?
 s1=$(astep); sleep 1; s2=$(astep)
 if [ $a = 2 ] && [ $b = 2 ] && grep -q "no answer within" "$T/bob.out" &&
-   grep -qF "control: refused a CURVE client from 127.0.0.1: key $(cat "$T/keys/bob.pub") is not in $T/allowed.keys" "$T/acl/logs/dflashd.log" &&
+   grep -qF "control: refused a CURVE client from 127.0.0.1: key $(cat "$T/keys/bob.pub") is not in $T/allowed.keys or $T/readonly.keys" "$T/acl/logs/dflashd.log" &&
    [ "$s2" -gt "$s1" ] 2>/dev/null; then
     ok "curve_allow_list_refuses_unlisted_clients (bob: exit $a, ephemeral key: exit $b, training continues $s1 -> $s2)"
 else
     fail curve_allow_list_refuses_unlisted_clients "bob exit $a ($(cat "$T/bob.out")), anonymous exit $b, steps $s1 -> $s2; $(grep refused "$T/acl/logs/dflashd.log" | head -2)"
 fi
+# a read-only key (carol): status and config answer, every command that steers is refused (exit 1), training goes on
+cctl() { actl --client-key "$T/keys/carol.key" "$@"; }
+ro_ok=1 ro_msg=""
+cctl status >/dev/null 2>&1 || { ro_ok=0; ro_msg+="status failed; "; }
+cctl config | grep -q "^curve_readonly_keys_file = " || { ro_ok=0; ro_msg+="config failed; "; }
+for cmd in pause resume drain "restart target-0" "rolling-restart drafter"; do
+    out=$(cctl --wait 10 $cmd 2>&1); rc=$?
+    [ $rc = 1 ] && [[ "$out" == *"refused: this client's key is read-only (control.curve_readonly_keys_file): status and config only"* ]] ||
+        { ro_ok=0; ro_msg+="$cmd: exit $rc $out; "; }
+done
+held=$(actl --client-key "$T/keys/alice.key" status --json | python3 -c "import json, sys; d = json.load(sys.stdin); print(d['held'], d.get('stop_step', 0), [w['restarts'] for w in d['workers']])")
+s1=$(astep); sleep 1; s2=$(astep)
+if [ $ro_ok = 1 ] && [ "$held" = "False 0 [0, 0, 0, 0, 0]" ] && [ "$s2" -gt "$s1" ] 2>/dev/null; then
+    ok "curve_readonly_key_status_only (status and config answered; pause, resume, drain, restart, rolling-restart refused; step $s1 -> $s2)"
+else
+    fail curve_readonly_key_status_only "$ro_msg held/stop/restarts: $held; steps $s1 -> $s2"
+fi
+
 # dflashd SIGKILLed under the allow-list: the restarted one loads the list again, the workers reconnect with
 # dflashd's pair and training goes on, alice is still admitted and bob still refused
 afield() { actl --client-key "$T/keys/alice.key" status --json 2>/dev/null | python3 -c "import json, sys; d = json.load(sys.stdin); print($1)" 2>/dev/null; }
@@ -145,7 +166,7 @@ until [ "$(afield "d['keeper_pid']")" -gt 0 ] 2>/dev/null && [ "$(afield "d['kee
 s2=$(astep)
 actl --client-key "$T/keys/bob.key" status >/dev/null 2>&1; a=$?
 if [ "$(afield "d['keeper_pid']")" != "$keeper" ] && [ "$s2" -gt "$((${s1:-0} + 20))" ] 2>/dev/null && [ $a = 2 ] &&
-   [ "$(grep -c "CURVE clients limited to the 1 key(s)" "$T/acl/logs/dflashd.log")" -ge 2 ]; then
+   [ "$(grep -c "CURVE clients limited to 1 key(s)" "$T/acl/logs/dflashd.log")" -ge 2 ]; then
     ok "curve_allow_list_survives_dflashd_restart (dflashd pid $keeper -> $(afield "d['keeper_pid']"), step ${s1:-?} -> $s2, bob: exit $a)"
 else
     fail curve_allow_list_survives_dflashd_restart "dflashd $keeper -> $(afield "d['keeper_pid']"), steps ${s1:-?} -> $s2, bob exit $a; $(tail -3 "$T/acl/logs/dflashd.log")"
