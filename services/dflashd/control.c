@@ -646,6 +646,13 @@ int control_new(control **out, const control_view *view, errbuf *err)
     const job_config *cfg = &view->plan->cfg;
     ctl_endpoint(cfg, c->endpoint, sizeof c->endpoint);
     int ipc = strncmp(c->endpoint, "ipc://", 6) == 0;
+    if (ipc && (cfg->control.curve_client_keys_file[0] || cfg->control.curve_readonly_keys_file[0])) {
+        /* the folder's mode guards an ipc socket; a key list there would guard nothing: say so, do not ignore it */
+        rc = errbuf_set(err, EINVAL, "control.%s is set but control.endpoint %s is not tcp://: the key lists apply to "
+                        "tcp endpoints only", cfg->control.curve_client_keys_file[0] ? "curve_client_keys_file"
+                        : "curve_readonly_keys_file", c->endpoint);
+        goto fail;
+    }
     if (ipc && (rc = prepare_ipc(c->endpoint + 6, err))) goto fail;
     c->ctx = zmq_ctx_new();
     if (!c->ctx || !(c->sock = zmq_socket(c->ctx, ZMQ_ROUTER))) {

@@ -179,6 +179,16 @@ else
     kill $sup 2>/dev/null; wait $sup 2>/dev/null
 fi
 
+# a key list with an ipc endpoint would guard nothing: refused at start, naming the field
+write_config aclipc 100 "[control]
+curve_readonly_keys_file = $T/readonly.keys"
+if run_job aclipc; then fail curve_key_list_needs_tcp "dflash run exit 0"
+elif grep -qF "control.curve_readonly_keys_file is set but control.endpoint ipc://$T/aclipc/ctl is not tcp://" "$T/aclipc.out"; then
+    ok curve_key_list_needs_tcp
+else
+    fail curve_key_list_needs_tcp "$(tail -2 "$T/aclipc.out")"
+fi
+
 # a malformed allow-list: dflashd refuses to start, naming the file and line
 printf '%s\nnot-a-key\n' "$(cat "$T/keys/alice.pub")" >"$T/bad.keys"
 sed "s|^curve_client_keys_file = .*|curve_client_keys_file = $T/bad.keys|; s|^run_dir = .*|run_dir = $T/acl-bad|; s|^name = .*|name = t$$-aclbad|" \
