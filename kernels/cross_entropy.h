@@ -5,6 +5,7 @@
 #ifndef DFLASH_KERNEL_CROSS_ENTROPY_H
 #define DFLASH_KERNEL_CROSS_ENTROPY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* h (n, H); lm_head (V, H); labels, weights (n); outputs: ce (n) unweighted CE (0 where weight == 0), argmax (n)
@@ -13,5 +14,32 @@
 void cross_entropy_chunk_cpu(float *ce, int32_t *argmax, float *dh, const float *h, int n, int H,
                              const float *lm_head, int V, const int32_t *labels, const float *weights,
                              float loss_scale, float *logits_ws);
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CUDA (cuBLASLt + two row kernels), bf16 operands, fp32 logits. Rows go in chunks of C = min(max_rows, 1024):
+ * logits (C, V) fp32 = h·lm_headᵀ; one block per row gives max, log-sum-exp, argmax and CE; then (backward) the
+ * same block overwrites its logits in place with the bf16 row (softmax - onehot)·w·loss_scale, and
+ * dh = G · lm_head. Workspace: C·round_up(V, 64)·4 bytes (622 MB at C 1024, V 151936) + C floats + 32 MiB for
+ * cuBLASLt, all allocated by _create. Deterministic: no atomics, fixed-order reductions, GEMM algorithms by
+ * heuristic, cached per shape. One context per stream; no host synchronisation; errors exit through CHECK_*. */
+typedef struct cross_entropy_cuda_ctx cross_entropy_cuda_ctx;
+/* Context for hidden size H and vocabulary V (H % 8 == 0); max_rows sizes the chunk, any n works. */
+cross_entropy_cuda_ctx *cross_entropy_cuda_create(int max_rows, int H, int V);
+void cross_entropy_cuda_destroy(cross_entropy_cuda_ctx **ctx);
+/* Device bytes the context holds. */
+size_t cross_entropy_cuda_workspace_bytes(const cross_entropy_cuda_ctx *ctx);
+/* All pointers on the device. h (n, H; ldh) and lm_head (V, H) bf16, 16-byte aligned, ldh % 8 == 0; labels,
+ * weights (n); outputs: ce (n) unweighted CE (0 where weight == 0), argmax (n, lowest index on ties; may be NULL),
+ * wce_sum (1 double: Σ weight·CE in a fixed order; may be NULL), dh (n, H; lddh, bf16, 16-byte aligned,
+ * lddh % 8 == 0) = ∂(loss_scale·Σ weight·CE)/∂h, 0 on rows of weight 0 (NULL: forward only). A weighted row whose
+ * label is outside [0, V) gets ce NaN. stream is a cudaStream_t. */
+void cross_entropy_cuda(cross_entropy_cuda_ctx *ctx, float *ce, int32_t *argmax, double *wce_sum, uint16_t *dh,
+                        int lddh, const uint16_t *h, int ldh, const uint16_t *lm_head, const int32_t *labels,
+                        const float *weights, float loss_scale, int n, void *stream);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -542,8 +542,7 @@ int main(int argc, char **argv)
         log_error("%s", err.msg);
         return 1;
     }
-    ledger_set_schedule(k.ledger, k.plan.drafter.block_size, k.plan.cfg.train.warmup_steps, k.plan.cfg.train.steps,
-                        (float)k.plan.cfg.train.lr, (float)k.plan.cfg.train.min_lr);
+    ledger_set_block_size(k.ledger, k.plan.drafter.block_size);
     if ((k.listen_fd = listen_socket(k.plan.keeper_socket, &err)) < 0) {
         log_error("%s", err.msg);
         return 1;

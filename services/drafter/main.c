@@ -146,7 +146,8 @@ static int compute_gradients(drafter_rank *d, uint64_t k)
     h->wsum[d->rank] = mt.weight_sum;
     job_rank_record *rec = &h->records[k % JOB_RECORD_RING][d->rank];
     *rec = (job_rank_record){.step_plus1 = k + 1, .batch_id = b, .tokens = (uint64_t)T, .loss_sum = mt.loss_sum,
-                             .weight_sum = mt.weight_sum, .accept_sum = mt.accept_sum, .nblocks = (uint64_t)mt.nblocks};
+                             .weight_sum = mt.weight_sum, .accept_sum = mt.accept_sum,
+                             .lr = lr_schedule((long)k, p->cfg.train.warmup_steps, p->cfg.train.steps, (float)p->cfg.train.lr, (float)p->cfg.train.min_lr), .nblocks = (uint64_t)mt.nblocks};
     for (int s = 1; s < DRAFTER_MAX_BLOCK; s++) {
         rec->slot_total += (uint64_t)mt.slot_total[s];
         rec->slot_correct += (uint64_t)mt.slot_correct[s];

@@ -9,6 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The largest drafter block size anything in dflash supports (per-slot metrics arrays are this long). */
+#define DFLASH_MAX_BLOCK 64
+
 #define DF_ASSERT(cond) \
     do { if (!(cond)) df_assert_fail(#cond, __FILE__, __LINE__); } while (0)
 _Noreturn void df_assert_fail(const char *expr, const char *file, int line);

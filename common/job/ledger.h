@@ -18,8 +18,8 @@ typedef struct ledger ledger;
 /* Open (create) the ledger and reconcile it with the job state: lines beyond the committed step (from an earlier
  * run, or steps a resume will redo) are cut off, and the shared frontier is set to the lines kept. */
 int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafters, errbuf *err);
-/* Say what the metrics lines need beyond the records: the block size and the learning rate schedule. */
-void ledger_set_schedule(ledger *l, int block_size, long warmup, long total, float lr, float min_lr);
+/* Say what the metrics lines need beyond the records: the block size (the learning rate comes with each record). */
+void ledger_set_block_size(ledger *l, int block_size);
 /* Append the lines of every step committed since the last call; returns lines written or -errno. */
 int ledger_append_committed(ledger *l, job_state *js);
 void ledger_close(ledger **l);

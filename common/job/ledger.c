@@ -8,15 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "adamw.h"
 #include "log.h"
 
 struct ledger {
     char path[4096];
     int fd, metrics_fd;
     int block_size;
-    long warmup, total;
-    float lr, min_lr;
     uint32_t ndrafters;
 };
 
@@ -111,7 +108,7 @@ int ledger_append_committed(ledger *l, job_state *js)
         if (l->metrics_fd >= 0) {
             int m = snprintf(line, sizeof line, "{\"step\": %llu, \"loss\": %.6f, \"slot_accuracy\": [",
                              (unsigned long long)k, wsum > 0 ? loss / wsum : 0.0);
-            for (int s = 1; s < l->block_size && s < DRAFTER_MAX_BLOCK; s++) {
+            for (int s = 1; s < l->block_size && s < DFLASH_MAX_BLOCK; s++) {
                 uint64_t t = 0, c = 0;
                 for (uint32_t r = 0; r < l->ndrafters; r++) {
                     t += rec[r].per_slot_total[s];
@@ -122,7 +119,7 @@ int ledger_append_committed(ledger *l, job_state *js)
             m += snprintf(line + m, sizeof line - (size_t)m,
                           "], \"acceptance\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens\": %llu}\n",
                           nblocks ? acc_sum / (double)nblocks : 0.0, h->norm_of_step[k % JOB_RECORD_RING],
-                          (double)lr_schedule((long)k, l->warmup, l->total, l->lr, l->min_lr),
+                          rec[0].lr,
                           (unsigned long long)tokens);
             if (write(l->metrics_fd, line, (size_t)m) != m) log_warn("metrics.jsonl: write failed");
         }
@@ -133,14 +130,7 @@ int ledger_append_committed(ledger *l, job_state *js)
     return written;
 }
 
-void ledger_set_schedule(ledger *l, int block_size, long warmup, long total, float lr, float min_lr)
-{
-    l->block_size = block_size;
-    l->warmup = warmup;
-    l->total = total;
-    l->lr = lr;
-    l->min_lr = min_lr;
-}
+void ledger_set_block_size(ledger *l, int block_size) { l->block_size = block_size; }
 
 void ledger_close(ledger **lp)
 {

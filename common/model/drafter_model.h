@@ -54,7 +54,7 @@ float *drafter_adam_v(drafter_model *m);
 void drafter_grads_zero(drafter_model *m);
 
 /* Per-batch results of a forward(+backward). */
-#define DRAFTER_MAX_BLOCK 64
+#define DRAFTER_MAX_BLOCK DFLASH_MAX_BLOCK
 typedef struct drafter_metrics {
     double loss_sum;       /* Σ w·CE over valid slots */
     double weight_sum;     /* Σ w */

@@ -11,7 +11,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "drafter_model.h"
 #include "shm.h"
 #include "util.h"
 
@@ -44,8 +43,9 @@ typedef struct job_rank_record {
     uint64_t step_plus1;        /* k+1 when valid */
     uint64_t batch_id, tokens;
     double loss_sum, weight_sum, accept_sum;
+    double lr;                  /* the learning rate the step is applied with */
     uint64_t nblocks, slot_total, slot_correct;
-    uint32_t per_slot_total[DRAFTER_MAX_BLOCK], per_slot_correct[DRAFTER_MAX_BLOCK]; /* by slot k = 1..B-1 */
+    uint32_t per_slot_total[DFLASH_MAX_BLOCK], per_slot_correct[DFLASH_MAX_BLOCK]; /* by slot k = 1..B-1 */
 } job_rank_record;
 
 /* A restart operation of the control plane (dflashctl restart / rolling-restart): workers first .. first+count-1 of
