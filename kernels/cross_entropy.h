@@ -18,15 +18,16 @@ void cross_entropy_chunk_cpu(float *ce, int32_t *argmax, float *dh, const float 
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* CUDA (cuBLASLt + two row kernels), bf16 operands, fp32 logits. Rows go in chunks of C = min(max_rows, 1024):
+/* CUDA (cuBLASLt + two row kernels), bf16 operands, fp32 logits. Rows go in chunks of C = min(max_rows, chunk):
  * logits (C, V) fp32 = h·lm_headᵀ; one block per row gives max, log-sum-exp, argmax and CE; then (backward) the
  * same block overwrites its logits in place with the bf16 row (softmax - onehot)·w·loss_scale, and
  * dh = G · lm_head. Workspace: C·round_up(V, 64)·4 bytes (622 MB at C 1024, V 151936) + C floats + 32 MiB for
  * cuBLASLt, all allocated by _create. Deterministic: no atomics, fixed-order reductions, GEMM algorithms by
  * heuristic, cached per shape. One context per stream; no host synchronisation; errors exit through CHECK_*. */
 typedef struct cross_entropy_cuda_ctx cross_entropy_cuda_ctx;
-/* Context for hidden size H and vocabulary V (H % 8 == 0); max_rows sizes the chunk, any n works. */
-cross_entropy_cuda_ctx *cross_entropy_cuda_create(int max_rows, int H, int V);
+/* Context for hidden size H and vocabulary V (H % 8 == 0); rows per chunk min(max_rows, chunk_rows), chunk_rows 0
+ * means 1024; any n works (in ceil(n / chunk) chunks). */
+cross_entropy_cuda_ctx *cross_entropy_cuda_create(int max_rows, int H, int V, int chunk_rows);
 void cross_entropy_cuda_destroy(cross_entropy_cuda_ctx **ctx);
 /* Device bytes the context holds. */
 size_t cross_entropy_cuda_workspace_bytes(const cross_entropy_cuda_ctx *ctx);

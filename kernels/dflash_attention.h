@@ -27,4 +27,43 @@ void dflash_attention_backward_cpu(float *dq, float *dkc, float *dvc, float *dkb
                                    const float *vc, const float *kb, const float *vb, const int32_t *ctx_start,
                                    const int32_t *ctx_len, const dflash_attn_shape *s);
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CUDA: bf16 tensors (uint16_t bits), fp32 softmax and accumulation, the lse in fp32. Device pointers; each row
+ * stride (elements) may exceed the row so a tensor can be a column block of a wider one. ctx_start/ctx_len are
+ * device arrays with 0 <= ctx_start[j] and ctx_start[j] + ctx_len[j] <= T. Tensor cores for hd 16/32/64/128 with
+ * 16-byte aligned rows, a scalar path otherwise. Deterministic: the same inputs give the same bits (no atomics).
+ * Fastest with the anchors of a sequence sorted (a block's context is then a prefix of the sequence). */
+typedef struct dflash_attn_cuda_in {
+    const uint16_t *q;  int ldq;   /* (N*B, nh*hd) */
+    const uint16_t *kc; int ldkc;  /* (T, nkv*hd) context keys */
+    const uint16_t *vc; int ldvc;  /* (T, nkv*hd) context values */
+    const uint16_t *kb; int ldkb;  /* (N*B, nkv*hd) block keys */
+    const uint16_t *vb; int ldvb;  /* (N*B, nkv*hd) block values */
+    const int32_t *ctx_start, *ctx_len; /* (N), device */
+    int T;                         /* context rows */
+} dflash_attn_cuda_in;
+
+typedef struct dflash_attn_cuda_grads {
+    uint16_t *dq;  int lddq;   /* (N*B, nh*hd) */
+    uint16_t *dkc; int lddkc;  /* (T, nkv*hd) */
+    uint16_t *dvc; int lddvc;  /* (T, nkv*hd) */
+    uint16_t *dkb; int lddkb;  /* (N*B, nkv*hd) */
+    uint16_t *dvb; int lddvb;  /* (N*B, nkv*hd) */
+} dflash_attn_cuda_grads;
+
+/* out (N*B, nh*hd; ldo) and lse (N*B, nh; fp32, natural log) for the backward, on stream. */
+void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse, const dflash_attn_cuda_in *in,
+                                   const dflash_attn_shape *s, void *stream);
+/* All five gradients are OVERWRITTEN (unlike the CPU version, which accumulates into dkc..dvb); rows of kc/vc that
+ * no block sees get 0. dout (N*B, nh*hd; lddo); out and lse from the forward; delta (N*B, nh) fp32 workspace
+ * (rowsum(dout*out), overwritten). On stream. */
+void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delta, const uint16_t *dout, int lddo,
+                                    const uint16_t *out, int ldo, const float *lse, const dflash_attn_cuda_in *in,
+                                    const dflash_attn_shape *s, void *stream);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

@@ -1,8 +1,15 @@
 // matmul: the linear layer on cuBLASLt, bf16 operands with fp32 accumulation. Row-major y = x·wᵀ (+ beta·c) is the
 // column-major product yᵀ = w·xᵀ: A = w seen as (k, n) column-major and transposed, B = x seen as (k, m), C/D = y
-// seen as (n, m). Descriptors and the heuristic's first algorithm are cached per shape/stride/alignment key, so a
-// steady-state forward creates nothing. C and D may be different buffers with different row strides: that is how a
-// residual add lands straight in a tap column block.
+// seen as (n, m). The backward, in the same column-major view: dxᵀ (k, m) = w (k, n) · dyᵀ (n, m), and
+// dwᵀ (k, n) = xᵀ (k, m) · dy (m, n) with dy seen as (n, m) and transposed, into fp32. Descriptors and the
+// heuristic's first algorithm are cached per kind/shape/stride/alignment key, so a steady-state call creates
+// nothing. C and D may be different buffers with different row strides: that is how a residual add lands straight in
+// a tap column block.
+//
+// Determinism: the algorithm comes from the heuristic (never from timing) and is cached, and the preference allows
+// only split-K reductions through a separate fp32 workspace pass (CUBLASLT_REDUCTION_SCHEME_NONE | COMPUTE_TYPE): no
+// in-place reduction into the output (counters/atomics, and bf16 partials for a bf16 output). With the handle's own
+// workspace on one stream, cuBLASLt then gives the same bits for the same call.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cstdint>
@@ -14,8 +21,10 @@
 
 namespace {
 
+enum matmul_kind { MATMUL_FWD = 0, MATMUL_FWD_F32, MATMUL_BWD_DX, MATMUL_BWD_DW };
+
 struct matmul_key {
-    int m, n, k, ldx, ldy, ldc, has_c, same_cd;
+    int kind, m, n, k, ldx, ldy, ldc, has_c, same_cd;
     int align_x, align_w, align_c, align_y;
 };
 
@@ -79,24 +88,62 @@ extern "C" void matmul_cuda_destroy(matmul_cuda **hp)
     *hp = NULL;
 }
 
+static const char *matmul_kind_name(int kind)
+{
+    static const char *names[] = {"matmul_forward_cuda", "matmul_forward_f32_cuda", "matmul_backward_cuda (dx)",
+                                  "matmul_backward_cuda (dw)"};
+    return names[kind];
+}
+
+// Key fields by kind (row-major names): x is the B-side operand and w the A side, y the output D and c the input C.
+//   FWD / FWD_F32: A = w (n, k), B = x (m, k; ldx), D = y (m, n; ldy) bf16 / fp32
+//   BWD_DX:        A = w (n, k), B = dy (m, n; ldx), D = dx (m, k; ldy) bf16
+//   BWD_DW:        A = x (m, k; ldc), B = dy (m, n; ldx), D = dw (n, k; ldy) fp32
 static void matmul_entry_init(matmul_cuda *h, matmul_entry *e, const matmul_key &key)
 {
     e->key = key;
+    const uint64_t m = (uint64_t)key.m, n = (uint64_t)key.n, k = (uint64_t)key.k;
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cudaDataType_t dt = CUDA_R_16BF;
+    switch (key.kind) {
+    case MATMUL_FWD:
+    case MATMUL_FWD_F32:
+        ta = CUBLAS_OP_T;
+        dt = key.kind == MATMUL_FWD ? CUDA_R_16BF : CUDA_R_32F;
+        // A: w as column-major (k, n), ld k; B: x as (k, m), ld ldx; C/D: (n, m), ld ldc/ldy
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->la, CUDA_R_16BF, k, n, key.k));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lb, CUDA_R_16BF, k, m, key.ldx));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lc, dt, n, m, key.has_c ? key.ldc : key.ldy));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->ld, dt, n, m, key.ldy));
+        break;
+    case MATMUL_BWD_DX:
+        // A: w as (k, n), ld k; B: dy as (n, m), ld lddy; C = D: dx as (k, m), ld lddx
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->la, CUDA_R_16BF, k, n, key.k));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lb, CUDA_R_16BF, n, m, key.ldx));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lc, CUDA_R_16BF, k, m, key.ldy));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->ld, CUDA_R_16BF, k, m, key.ldy));
+        break;
+    default: // MATMUL_BWD_DW
+        // A: x as (k, m), ld ldx; B: dy as (n, m), ld lddy, transposed; C = D: dw as (k, n), ld k, fp32
+        tb = CUBLAS_OP_T;
+        dt = CUDA_R_32F;
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->la, CUDA_R_16BF, k, m, key.ldc));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lb, CUDA_R_16BF, n, m, key.ldx));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lc, CUDA_R_32F, k, n, key.ldy));
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->ld, CUDA_R_32F, k, n, key.ldy));
+        break;
+    }
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    // A: w as column-major (k, n), ld k; B: x as (k, m), ld ldx; C/D: (n, m), ld ldc/ldy
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->la, CUDA_R_16BF, (uint64_t)key.k, (uint64_t)key.n, key.k));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lb, CUDA_R_16BF, (uint64_t)key.k, (uint64_t)key.m, key.ldx));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lc, CUDA_R_16BF, (uint64_t)key.n, (uint64_t)key.m,
-                                            key.has_c ? key.ldc : key.ldy));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->ld, CUDA_R_16BF, (uint64_t)key.n, (uint64_t)key.m, key.ldy));
 
     cublasLtMatmulPreference_t pref;
     CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
     CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &h->workspace_bytes, sizeof h->workspace_bytes));
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
+                                                      sizeof red));
     uint32_t al_a = (uint32_t)key.align_w, al_b = (uint32_t)key.align_x, al_c = (uint32_t)key.align_c,
              al_d = (uint32_t)key.align_y;
     CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
@@ -112,26 +159,17 @@ static void matmul_entry_init(matmul_cuda *h, matmul_entry *e, const matmul_key 
     CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h->lt, e->desc, e->la, e->lb, e->lc, e->ld, pref, 1, &res, &nres));
     cublasLtMatmulPreferenceDestroy(pref);
     if (nres < 1) {
-        fprintf(stderr, "matmul_forward_cuda: cuBLASLt has no algorithm for m=%d n=%d k=%d ldx=%d ldy=%d ldc=%d\n",
+        fprintf(stderr, "%s: cuBLASLt has no algorithm for m=%d n=%d k=%d ld=%d/%d/%d\n", matmul_kind_name(key.kind),
                 key.m, key.n, key.k, key.ldx, key.ldy, key.ldc);
         exit(1);
     }
     e->algo = res.algo;
 }
 
-extern "C" void matmul_forward_cuda(matmul_cuda *h, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
-                                    const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k, void *stream)
+// D = A·B (+ beta·C) for the key, through the cached entry (made on the first call of the key).
+static void matmul_run(matmul_cuda *h, const matmul_key &key, const void *a, const void *b, float beta, const void *c,
+                       void *d, cudaStream_t st)
 {
-    if (m <= 0 || n <= 0) return;
-    if (beta == 0.0f) c = NULL;
-    matmul_key key;
-    memset(&key, 0, sizeof key);
-    key.m = m, key.n = n, key.k = k, key.ldx = ldx, key.ldy = ldy;
-    key.has_c = c != NULL;
-    key.same_cd = c == y;
-    key.ldc = c ? ldc : 0;
-    key.align_x = matmul_alignment(x), key.align_w = matmul_alignment(w);
-    key.align_y = matmul_alignment(y), key.align_c = c ? matmul_alignment(c) : key.align_y;
     matmul_entry *e = NULL, tmp;
     for (int i = 0; i < h->nentries && !e; i++)
         if (!memcmp(&h->entries[i].key, &key, sizeof key)) e = &h->entries[i];
@@ -145,7 +183,73 @@ extern "C" void matmul_forward_cuda(matmul_cuda *h, uint16_t *y, int ldy, const 
         matmul_entry_init(h, e, key);
     }
     float alpha = 1.0f;
-    CHECK_CUBLAS(cublasLtMatmul(h->lt, e->desc, &alpha, w, e->la, x, e->lb, &beta, c ? (const void *)c : (const void *)y,
-                                e->lc, y, e->ld, &e->algo, h->workspace, h->workspace_bytes, (cudaStream_t)stream));
+    CHECK_CUBLAS(cublasLtMatmul(h->lt, e->desc, &alpha, a, e->la, b, e->lb, &beta, c, e->lc, d, e->ld, &e->algo,
+                                h->workspace, h->workspace_bytes, st));
     if (transient) matmul_entry_free(e);
+}
+
+static void matmul_forward_any(matmul_cuda *h, int kind, void *y, int ldy, const void *c, int ldc, float beta,
+                               const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k, void *stream)
+{
+    if (m <= 0 || n <= 0) return;
+    if (beta == 0.0f) c = NULL;
+    matmul_key key;
+    memset(&key, 0, sizeof key);
+    key.kind = kind;
+    key.m = m, key.n = n, key.k = k, key.ldx = ldx, key.ldy = ldy;
+    key.has_c = c != NULL;
+    key.same_cd = c == y;
+    key.ldc = c ? ldc : 0;
+    key.align_x = matmul_alignment(x), key.align_w = matmul_alignment(w);
+    key.align_y = matmul_alignment(y), key.align_c = c ? matmul_alignment(c) : key.align_y;
+    matmul_run(h, key, w, x, beta, c ? c : y, y, (cudaStream_t)stream);
+}
+
+extern "C" void matmul_forward_cuda(matmul_cuda *h, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
+                                    const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k, void *stream)
+{
+    matmul_forward_any(h, MATMUL_FWD, y, ldy, c, ldc, beta, x, ldx, w, m, n, k, stream);
+}
+
+extern "C" void matmul_forward_f32_cuda(matmul_cuda *h, float *y, int ldy, float beta, const uint16_t *x, int ldx,
+                                        const uint16_t *w, int m, int n, int k, void *stream)
+{
+    matmul_forward_any(h, MATMUL_FWD_F32, y, ldy, y, ldy, beta, x, ldx, w, m, n, k, stream);
+}
+
+extern "C" void matmul_backward_cuda(matmul_cuda *h, uint16_t *dx, int lddx, int accumulate_dx, float *dw,
+                                     int accumulate_dw, const uint16_t *dy, int lddy, const uint16_t *x, int ldx,
+                                     const uint16_t *w, int m, int n, int k, void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    if (m < 0 || n < 0 || k <= 0) return;
+    if (dx && m > 0) {
+        if (n == 0) {
+            if (!accumulate_dx) CHECK_CUDA(cudaMemset2DAsync(dx, (size_t)lddx * 2, 0, (size_t)k * 2, (size_t)m, st));
+        } else {
+            matmul_key key;
+            memset(&key, 0, sizeof key);
+            key.kind = MATMUL_BWD_DX;
+            key.m = m, key.n = n, key.k = k, key.ldx = lddy, key.ldy = lddx;
+            key.has_c = key.same_cd = accumulate_dx != 0;
+            key.align_x = matmul_alignment(dy), key.align_w = matmul_alignment(w);
+            key.align_y = key.align_c = matmul_alignment(dx);
+            matmul_run(h, key, w, dy, accumulate_dx ? 1.0f : 0.0f, dx, dx, st);
+        }
+    }
+    if (dw && n > 0) {
+        if (m == 0) {
+            if (!accumulate_dw) CHECK_CUDA(cudaMemsetAsync(dw, 0, (size_t)n * k * sizeof(float), st));
+            return;
+        }
+        matmul_key key;
+        memset(&key, 0, sizeof key);
+        key.kind = MATMUL_BWD_DW;
+        key.m = m, key.n = n, key.k = k, key.ldx = lddy, key.ldy = k, key.ldc = ldx;
+        key.has_c = key.same_cd = accumulate_dw != 0;
+        // A is x here: its alignment goes in the A slot (align_w), dy in the B slot (align_x)
+        key.align_w = matmul_alignment(x), key.align_x = matmul_alignment(dy);
+        key.align_y = key.align_c = matmul_alignment(dw);
+        matmul_run(h, key, x, dy, accumulate_dw ? 1.0f : 0.0f, dw, dw, st);
+    }
 }

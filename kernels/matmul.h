@@ -29,6 +29,17 @@ void matmul_cuda_destroy(matmul_cuda **h);
  * (then ldc must equal ldy); with c != y the residual add reads c and writes y (zero-copy capture). */
 void matmul_forward_cuda(matmul_cuda *h, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
                          const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k, void *stream);
+/* y (m, n; ldy) fp32 = x (m, k; ldx) · w (n, k)ᵀ + beta · y (bf16 operands, fp32 accumulation and output). */
+void matmul_forward_f32_cuda(matmul_cuda *h, float *y, int ldy, float beta, const uint16_t *x, int ldx,
+                             const uint16_t *w, int m, int n, int k, void *stream);
+/* Backward of matmul_forward_cuda for dy (m, n; lddy), bf16 operands, fp32 accumulation:
+ *   dx (m, k; lddx) bf16  = dy · w    (+ old dx when accumulate_dx; skipped when dx is NULL)
+ *   dw (n, k)      fp32   = dyᵀ · x   (+ old dw when accumulate_dw, else overwritten unread; skipped when NULL)
+ * Deterministic (heuristic algorithm cached per shape, no in-place split-K reduction): the same call gives the same
+ * bits; nothing is allocated after the first call of a shape. */
+void matmul_backward_cuda(matmul_cuda *h, uint16_t *dx, int lddx, int accumulate_dx, float *dw, int accumulate_dw,
+                          const uint16_t *dy, int lddy, const uint16_t *x, int ldx, const uint16_t *w, int m, int n,
+                          int k, void *stream);
 #ifdef __cplusplus
 }
 #endif

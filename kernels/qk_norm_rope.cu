@@ -1,7 +1,7 @@
 // qk_norm_rope: CUDA per-head RMSNorm + rotate-half RoPE, in place, bf16 with fp32 math. One warp per (token,
 // head) row: lane l holds the pairs (i, i + hd/2) for i = l, l+32, ...; the sum of squares is a warp reduction.
 // The angle pos·inv_freq is formed in double and reduced to [-π, π] before sincosf, so long positions keep the
-// CPU reference's accuracy.
+// CPU reference's accuracy. The backward is described above its kernel.
 #include <cuda_bf16.h>
 #include <cstdint>
 
@@ -149,4 +149,254 @@ extern "C" void qk_norm_rope_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, in
         (__nv_bfloat16 *)q, ldq, (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w,
         (const __nv_bfloat16 *)k_w, eps, pos, inv_freq);
     CHECK_CUDA_LAUNCH();
+}
+
+// ---- backward ----
+// One warp per chunk of consecutive (token, head) rows of q or of k (q chunks first); the chunking depends on the
+// shape only. Lane l holds elements i = VEC·l + e (+ 32·VEC per step) and their partners at i + hd/2. Per row: the
+// inverse rotation of the output gradient, then the rmsnorm backward against the saved pre-norm row; the warp's
+// share of the weight gradient stays in registers and goes to its own workspace row, summed afterwards in a fixed
+// order (no atomics). The next row is loaded before this row's reductions so that the loads overlap them.
+
+#define QKR_BWD_MAX_CHUNKS 2048 /* per tensor: warps of the larger of q and k */
+
+static int qkr_bwd_rows_per_chunk(long long rows_q, long long rows_k)
+{
+    long long mx = rows_q > rows_k ? rows_q : rows_k;
+    long long chunks = mx < QKR_BWD_MAX_CHUNKS ? mx : QKR_BWD_MAX_CHUNKS;
+    return chunks > 0 ? (int)((mx + chunks - 1) / chunks) : 1;
+}
+
+template <int VEC> struct qkr_raw;
+template <> struct qkr_raw<1> {
+    typedef __nv_bfloat16 type;
+    static __device__ __forceinline__ void unpack(type v, float *f) { f[0] = __bfloat162float(v); }
+    static __device__ __forceinline__ type pack(const float *f) { return __float2bfloat16_rn(f[0]); }
+};
+template <> struct qkr_raw<2> {
+    typedef __nv_bfloat162 type;
+    static __device__ __forceinline__ void unpack(type v, float *f)
+    {
+        float2 t = __bfloat1622float2(v);
+        f[0] = t.x, f[1] = t.y;
+    }
+    static __device__ __forceinline__ type pack(const float *f) { return __floats2bfloat162_rn(f[0], f[1]); }
+};
+
+template <int VEC, int NJ>
+static __global__ void qk_norm_rope_backward_kernel(__nv_bfloat16 *dq, int lddq, __nv_bfloat16 *dk, int lddk,
+                                                    const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk,
+                                                    int nh, int nkv, int hd, const __nv_bfloat16 *q_w,
+                                                    const __nv_bfloat16 *k_w, float eps, const int32_t *pos,
+                                                    const double *inv_freq, long long rows_q, long long rows_k,
+                                                    int rpc, int chunks_q, int chunks_k, float *part_q, float *part_k)
+{
+    typedef qkr_raw<VEC> R;
+    typedef typename R::type raw;
+    const double two_pi = 6.283185307179586476925, inv_two_pi = 0.15915494309189533577;
+    const int lane = threadIdx.x & 31;
+    const int gw = (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
+    if (gw >= chunks_q + chunks_k) return;
+    const bool isq = gw < chunks_q;
+    const int chunk = isq ? gw : gw - chunks_q, heads = isq ? nh : nkv;
+    __nv_bfloat16 *d = isq ? dq : dk;
+    const __nv_bfloat16 *x = isq ? q : k, *w = isq ? q_w : k_w;
+    const int ldd = isq ? lddq : lddk, ldx = isq ? ldq : ldk;
+    float *part = isq ? part_q : part_k;
+    const long long rows = isq ? rows_q : rows_k, r0 = (long long)chunk * rpc;
+    const long long r1 = r0 + rpc < rows ? r0 + rpc : rows;
+    const int half = hd / 2;
+
+    float wa[NJ][VEC], wb[NJ][VEC], acc_a[NJ][VEC], acc_b[NJ][VEC];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int i = VEC * lane + 32 * VEC * j;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            acc_a[j][e] = acc_b[j][e] = 0.0f;
+            wa[j][e] = w && i < half ? __bfloat162float(w[i + e]) : 0.0f;
+            wb[j][e] = w && i < half ? __bfloat162float(w[i + half + e]) : 0.0f;
+        }
+    }
+    raw nda[NJ], ndb[NJ], nxa[NJ], nxb[NJ];
+    int npos = 0;
+    auto load = [&](long long r) {
+        const int t = (int)(r / heads), h = (int)(r - (long long)t * heads);
+        const __nv_bfloat16 *dr = d + (size_t)t * ldd + (size_t)h * hd, *xr = x + (size_t)t * ldx + (size_t)h * hd;
+        npos = pos[t];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int i = VEC * lane + 32 * VEC * j;
+            if (i < half) {
+                nda[j] = *reinterpret_cast<const raw *>(dr + i), ndb[j] = *reinterpret_cast<const raw *>(dr + i + half);
+                nxa[j] = *reinterpret_cast<const raw *>(xr + i), nxb[j] = *reinterpret_cast<const raw *>(xr + i + half);
+            }
+        }
+    };
+    if (r0 < r1) load(r0);
+    for (long long r = r0; r < r1; r++) {
+        float ga[NJ][VEC], gb[NJ][VEC], xa[NJ][VEC], xb[NJ][VEC];
+        const double p = (double)npos;
+        float ss = 0.0f, sd = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int i = VEC * lane + 32 * VEC * j;
+            float da[VEC], db[VEC];
+            R::unpack(nda[j], da), R::unpack(ndb[j], db), R::unpack(nxa[j], xa[j]), R::unpack(nxb[j], xb[j]);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                if (i >= half) { // past the row: contributes nothing
+                    ga[j][e] = gb[j][e] = xa[j][e] = xb[j][e] = 0.0f;
+                    continue;
+                }
+                // the transposed rotation (the forward's sin negated), angle reduced in double as the forward does
+                double ang = p * inv_freq[i + e];
+                ang -= two_pi * rint(ang * inv_two_pi);
+                float s, c;
+                sincosf((float)ang, &s, &c);
+                ga[j][e] = da[e] * c + db[e] * s;
+                gb[j][e] = db[e] * c - da[e] * s;
+                ss += xa[j][e] * xa[j][e] + xb[j][e] * xb[j][e];
+                sd += ga[j][e] * wa[j][e] * xa[j][e] + gb[j][e] * wb[j][e] * xb[j][e];
+            }
+        }
+        const long long rr = r;
+        const int t = (int)(rr / heads), h = (int)(rr - (long long)t * heads);
+        __nv_bfloat16 *dr = d + (size_t)t * ldd + (size_t)h * hd;
+        if (r + 1 < r1) load(r + 1);
+        float rstd = 1.0f, cm = 0.0f;
+        if (w) {
+            for (int o = 16; o > 0; o >>= 1) {
+                ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                sd += __shfl_xor_sync(0xffffffffu, sd, o);
+            }
+            rstd = rsqrtf(ss / (float)hd + eps);
+            cm = sd * rstd / (float)hd;
+        }
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int i = VEC * lane + 32 * VEC * j;
+            if (i >= half) continue;
+            float oa[VEC], ob[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                if (w) {
+                    float xha = xa[j][e] * rstd, xhb = xb[j][e] * rstd;
+                    oa[e] = rstd * (ga[j][e] * wa[j][e] - xha * cm);
+                    ob[e] = rstd * (gb[j][e] * wb[j][e] - xhb * cm);
+                    acc_a[j][e] += ga[j][e] * xha;
+                    acc_b[j][e] += gb[j][e] * xhb;
+                } else {
+                    oa[e] = ga[j][e], ob[e] = gb[j][e];
+                }
+            }
+            *reinterpret_cast<raw *>(dr + i) = R::pack(oa);
+            *reinterpret_cast<raw *>(dr + i + half) = R::pack(ob);
+        }
+    }
+    if (!part || !w) return;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int i = VEC * lane + 32 * VEC * j;
+        if (i >= half) continue;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            part[(size_t)chunk * hd + i + e] = acc_a[j][e];
+            part[(size_t)chunk * hd + half + i + e] = acc_b[j][e];
+        }
+    }
+}
+
+// dw[c] += Σ_p part[p][c] in a fixed order (as rmsnorm.cu): block (32, 32), grid ceil(dim/32).
+static __global__ void qkr_dw_reduce_kernel(float *dw, const float *part, int nparts, int dim)
+{
+    __shared__ float s[32][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float v = 0.0f;
+    if (c < dim)
+        for (int p = threadIdx.y; p < nparts; p += 32) v += part[(size_t)p * dim + c];
+    s[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= dim) return;
+    float t = 0.0f;
+#pragma unroll 8
+    for (int j = 0; j < 32; j++) t += s[j][threadIdx.x];
+    dw[c] += t;
+}
+
+extern "C" size_t qk_norm_rope_backward_cuda_workspace(int n, int nh, int nkv, int hd)
+{
+    // an upper bound that also covers a call with dq or dk NULL (its heads then do not count)
+    long long rq = (long long)n * nh, rk = (long long)n * nkv;
+    long long cq = rq < QKR_BWD_MAX_CHUNKS ? rq : QKR_BWD_MAX_CHUNKS, ck = rk < QKR_BWD_MAX_CHUNKS ? rk : QKR_BWD_MAX_CHUNKS;
+    return (size_t)(cq + ck) * (size_t)(hd > 0 ? hd : 0) * sizeof(float);
+}
+
+template <int VEC, int NJ>
+static void qkr_bwd_launch(unsigned grid, int threads, cudaStream_t st, uint16_t *dq, int lddq, uint16_t *dk, int lddk,
+                           const uint16_t *q, int ldq, const uint16_t *k, int ldk, int nh, int nkv, int hd,
+                           const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
+                           const double *inv_freq, long long rq, long long rk, int rpc, int cq, int ck, float *pq,
+                           float *pk)
+{
+    qk_norm_rope_backward_kernel<VEC, NJ><<<grid, threads, 0, st>>>(
+        (__nv_bfloat16 *)dq, lddq, (__nv_bfloat16 *)dk, lddk, (const __nv_bfloat16 *)q, ldq,
+        (const __nv_bfloat16 *)k, ldk, nh, nkv, hd, (const __nv_bfloat16 *)q_w, (const __nv_bfloat16 *)k_w, eps, pos,
+        inv_freq, rq, rk, rpc, cq, ck, pq, pk);
+}
+
+extern "C" void qk_norm_rope_backward_cuda(uint16_t *dq, int lddq, uint16_t *dk, int lddk, const uint16_t *q,
+                                           int ldq, const uint16_t *k, int ldk, int n, int nh, int nkv, int hd,
+                                           const uint16_t *q_w, const uint16_t *k_w, float *dq_w, float *dk_w,
+                                           float eps, const int32_t *pos, const double *inv_freq, float *workspace,
+                                           void *stream)
+{
+    if (!dq) nh = 0;
+    if (!dk) nkv = 0;
+    if (n <= 0 || nh + nkv <= 0) return;
+    if (hd % 2 != 0 || hd / 2 > 32 * QKR_MAX_PAIRS) {
+        fprintf(stderr, "qk_norm_rope_backward_cuda: head_dim %d unsupported (even, at most %d)\n", hd,
+                64 * QKR_MAX_PAIRS);
+        exit(1);
+    }
+    const bool want_q = nh > 0 && q_w && dq_w, want_k = nkv > 0 && k_w && dk_w;
+    if ((want_q || want_k) && !workspace) {
+        fprintf(stderr, "qk_norm_rope_backward_cuda: weight gradients need qk_norm_rope_backward_cuda_workspace()\n");
+        exit(1);
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    const long long rq = (long long)n * nh, rk = (long long)n * nkv;
+    const int rpc = qkr_bwd_rows_per_chunk(rq, rk);
+    const int cq = (int)((rq + rpc - 1) / rpc), ck = (int)((rk + rpc - 1) / rpc);
+    float *pq = want_q ? workspace : NULL, *pk = want_k ? workspace + (size_t)cq * hd : NULL;
+    const int warps = 8, threads = warps * 32;
+    const unsigned grid = (unsigned)((cq + ck + warps - 1) / warps);
+    const int half = hd / 2;
+    const bool x2 = hd % 4 == 0 && (!nh || (lddq % 2 == 0 && ldq % 2 == 0 && (uintptr_t)dq % 4 == 0 &&
+                                            (uintptr_t)q % 4 == 0)) &&
+                    (!nkv || (lddk % 2 == 0 && ldk % 2 == 0 && (uintptr_t)dk % 4 == 0 && (uintptr_t)k % 4 == 0));
+#define QKR_BWD_ARGS grid, threads, st, dq, lddq, dk, lddk, q, ldq, k, ldk, nh, nkv, hd, q_w, k_w, eps, pos, inv_freq, \
+                     rq, rk, rpc, cq, ck, pq, pk
+    if (x2) {
+        int nj = (half + 63) / 64;
+        if (nj <= 1) qkr_bwd_launch<2, 1>(QKR_BWD_ARGS);
+        else if (nj <= 2) qkr_bwd_launch<2, 2>(QKR_BWD_ARGS);
+        else qkr_bwd_launch<2, 4>(QKR_BWD_ARGS);
+    } else {
+        int nj = (half + 31) / 32;
+        if (nj <= 1) qkr_bwd_launch<1, 1>(QKR_BWD_ARGS);
+        else if (nj <= 2) qkr_bwd_launch<1, 2>(QKR_BWD_ARGS);
+        else if (nj <= 4) qkr_bwd_launch<1, 4>(QKR_BWD_ARGS);
+        else qkr_bwd_launch<1, 8>(QKR_BWD_ARGS);
+    }
+#undef QKR_BWD_ARGS
+    CHECK_CUDA_LAUNCH();
+    if (want_q) {
+        qkr_dw_reduce_kernel<<<(hd + 31) / 32, dim3(32, 32), 0, st>>>(dq_w, pq, cq, hd);
+        CHECK_CUDA_LAUNCH();
+    }
+    if (want_k) {
+        qkr_dw_reduce_kernel<<<(hd + 31) / 32, dim3(32, 32), 0, st>>>(dk_w, pk, ck, hd);
+        CHECK_CUDA_LAUNCH();
+    }
 }

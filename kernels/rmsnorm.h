@@ -3,6 +3,7 @@
 #ifndef DFLASH_KERNEL_RMSNORM_H
 #define DFLASH_KERNEL_RMSNORM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* y (rows, dim; ldy) = rmsnorm(x (rows, dim; ldx)) * w (dim). */
@@ -18,6 +19,14 @@ extern "C" {
 /* CUDA, bf16 in/out, fp32 math: y = rmsnorm(x) * w; stream is a cudaStream_t. */
 void rmsnorm_forward_cuda(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int rows, int dim,
                           float eps, void *stream);
+/* Bytes of fp32 workspace rmsnorm_backward_cuda needs for (rows, dim) when dw != NULL: per-row-chunk partials of dw. */
+size_t rmsnorm_backward_cuda_workspace(int rows, int dim);
+/* CUDA backward, bf16 in/out, fp32 math: dx (rows, dim; lddx) = ∂/∂x (bf16(dx + ∂/∂x) when accumulate_dx); dw (dim,
+ * fp32) += ∂/∂w unless NULL. Deterministic: dw partials go to workspace (rmsnorm_backward_cuda_workspace bytes, may
+ * be NULL when dw is) and are summed in a fixed order, no atomics. dx must not alias x or dy. */
+void rmsnorm_backward_cuda(uint16_t *dx, int lddx, int accumulate_dx, float *dw, const uint16_t *dy, int lddy,
+                           const uint16_t *x, int ldx, const uint16_t *w, int rows, int dim, float eps,
+                           float *workspace, void *stream);
 #ifdef __cplusplus
 }
 #endif

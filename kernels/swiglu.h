@@ -18,6 +18,10 @@ extern "C" {
 /* CUDA, bf16 in/out, fp32 math: out (rows, dim; ldo) = silu(gu[:, :dim]) * gu[:, dim:2*dim] for gu (rows, 2*dim;
  * ldgu), the fused gate|up projection's output. out must not overlap gu. stream is a cudaStream_t. */
 void swiglu_forward_cuda(uint16_t *out, int ldo, const uint16_t *gu, int ldgu, int rows, int dim, void *stream);
+/* CUDA backward, bf16 in/out, fp32 math as swiglu_backward_cpu: dgu (rows, 2*dim; lddgu) = [dgate | dup] from dout
+ * (rows, dim; lddout) and the forward's gu (rows, 2*dim; ldgu); overwritten. dgu may be gu itself (same stride). */
+void swiglu_backward_cuda(uint16_t *dgu, int lddgu, const uint16_t *dout, int lddout, const uint16_t *gu, int ldgu,
+                          int rows, int dim, void *stream);
 #ifdef __cplusplus
 }
 #endif

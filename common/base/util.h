@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* The largest drafter block size anything in dflash supports (per-slot metrics arrays are this long). */
 #define DFLASH_MAX_BLOCK 64

@@ -1,6 +1,7 @@
 #include "slot_pool.h"
 
 #include "shm.h"
+#include "slot_array.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +30,8 @@ struct slot_pool {
     struct shm_segment seg;
     struct slot_pool_shared *hdr;
     struct slot_pool_desc *desc;
+    struct slot_array array;       /* the descriptors' state words and batch ids */
+    char label[SHM_NAME_MAX + 16]; /* "slot pool <name>", for messages */
     int data_fd;
     char *data;
     size_t data_bytes;
@@ -39,10 +42,14 @@ static size_t pool_control_bytes(uint32_t nslots)
     return SHM_HEADER_BYTES + sizeof(struct slot_pool_shared) + sizeof(struct slot_pool_desc) * nslots;
 }
 
-static void pool_bind(struct slot_pool *p)
+/* Point the handle at its control segment; nslots is the header's (set by the creator, checked by an opener). */
+static void pool_bind(struct slot_pool *p, uint32_t nslots)
 {
     p->hdr = shm_segment_body(&p->seg);
     p->desc = (struct slot_pool_desc *)(p->hdr + 1);
+    snprintf(p->label, sizeof p->label, "slot pool %s", p->seg.name);
+    slot_array_bind(&p->array, p->label, nslots, &p->desc[0].state, sizeof *p->desc, &p->desc[0].batch_id,
+                    sizeof *p->desc, &p->hdr->generation);
 }
 
 static void pool_free(struct slot_pool *p)
@@ -72,7 +79,7 @@ static int pool_create_segment(const char *name, uint32_t nslots, uint64_t slot_
         pool_free(p);
         return rc;
     }
-    pool_bind(p);
+    pool_bind(p, nslots);
     p->hdr->nslots = nslots;
     p->hdr->slot_bytes = slot_bytes;
     p->hdr->data_bytes = slot_bytes * nslots;
@@ -127,19 +134,20 @@ static int pool_open_segment(const char *name, struct slot_pool **out, errbuf *e
         rc = errbuf_set(err, EPROTO, "slot pool %s: %zu bytes, too small for the pool header", name, p->seg.bytes);
         goto fail;
     }
-    pool_bind(p);
-    uint32_t n = p->hdr->nslots;
-    uint64_t sb = p->hdr->slot_bytes;
+    const struct slot_pool_shared *h = shm_segment_body(&p->seg);
+    uint32_t n = h->nslots;
+    uint64_t sb = h->slot_bytes;
     if (n < 1 || n > SLOT_POOL_MAX_SLOTS || p->seg.bytes != pool_control_bytes(n)) {
         rc = errbuf_set(err, EPROTO, "slot pool %s: nslots %u does not fit the segment (%zu bytes)", name, n,
                         p->seg.bytes);
         goto fail;
     }
-    if (sb == 0 || sb % SLOT_POOL_ALIGN || sb > (UINT64_C(1) << 40) / n || p->hdr->data_bytes != sb * n) {
+    if (sb == 0 || sb % SLOT_POOL_ALIGN || sb > (UINT64_C(1) << 40) / n || h->data_bytes != sb * n) {
         rc = errbuf_set(err, EPROTO, "slot pool %s: slot_bytes %llu / data_bytes %llu inconsistent for %u slots",
-                        name, (unsigned long long)sb, (unsigned long long)p->hdr->data_bytes, n);
+                        name, (unsigned long long)sb, (unsigned long long)h->data_bytes, n);
         goto fail;
     }
+    pool_bind(p, n);
     *out = p;
     return 0;
 fail:
@@ -218,190 +226,99 @@ int slot_pool_data_fd(const struct slot_pool *pool) { return pool->data_fd; }
 uint32_t slot_pool_nslots(const struct slot_pool *pool) { return pool->hdr->nslots; }
 uint64_t slot_pool_slot_bytes(const struct slot_pool *pool) { return pool->hdr->slot_bytes; }
 
-static void pool_check_index(const struct slot_pool *pool, int i)
-{
-    DF_ASSERT(i >= 0 && (uint32_t)i < pool->hdr->nslots);
-}
-
 void *slot_pool_data(struct slot_pool *pool, int i)
 {
-    pool_check_index(pool, i);
+    slot_array_check_index(&pool->array, i);
     DF_ASSERT(pool->data); /* a control-only handle has no host mapping */
     return pool->data + (size_t)i * pool->hdr->slot_bytes;
 }
 
 struct slot_pool_desc *slot_pool_desc(struct slot_pool *pool, int i)
 {
-    pool_check_index(pool, i);
+    slot_array_check_index(&pool->array, i);
     return &pool->desc[i];
 }
 
-/* Wait-loop state for one kind of attempt. */
-struct pool_try {
-    uint16_t owner;
-    uint64_t epoch;
-    int by_id;
-    uint64_t batch_id;
-    slot_pool_pred pred;
-    void *ctx;
-};
-
-static int pool_try_claim(struct slot_pool *pool, const struct pool_try *t)
+int slot_pool_slot_check(struct slot_pool *pool, int i, const struct slot_pool_shape *shape, errbuf *err)
 {
-    for (uint32_t i = 0; i < pool->hdr->nslots; i++) {
-        if (slot_claim(&pool->desc[i].state, t->owner, t->epoch) == 0) {
-            struct slot_pool_desc *d = &pool->desc[i];
-            d->producer_epoch = t->epoch;
-            d->bytes_used = 0;
-            return (int)i;
-        }
+    const struct slot_pool_desc *d = slot_pool_desc(pool, i);
+    const uint64_t sb = pool->hdr->slot_bytes;
+    if (d->bytes_used > sb)
+        return errbuf_set(err, EPROTO, "%s: slot %d (batch %llu): bytes_used %llu exceeds the slot's %llu bytes",
+                          pool->label, i, (unsigned long long)d->batch_id, (unsigned long long)d->bytes_used,
+                          (unsigned long long)sb);
+    struct slot_shape sh = { .ntok = d->ntok, .nseq = d->nseq };
+    if (pool->data) { /* host memory: the token part can be checked too */
+        if (shape->cu_seqlens > sb || (sb - shape->cu_seqlens) / sizeof(int32_t) < (uint64_t)shape->max_seqs + 1)
+            return errbuf_set(err, EINVAL, "%s: cu_seqlens at byte %llu with max_seqs %u do not fit a slot of %llu "
+                              "bytes", pool->label, (unsigned long long)shape->cu_seqlens, shape->max_seqs,
+                              (unsigned long long)sb);
+        sh.cu_seqlens = (const int32_t *)((const char *)slot_pool_data(pool, i) + shape->cu_seqlens);
     }
-    return -EAGAIN;
-}
-
-static int pool_wants(const struct pool_try *t, uint64_t id)
-{
-    if (t->by_id) return id == t->batch_id;
-    return !t->pred || t->pred(id, t->ctx);
-}
-
-/* Lowest wanted batch_id among READY slots. The id is read before the lease CAS, so after winning the lease it is
- * checked again (the slot may have been consumed and refilled in between); a slot that no longer fits is given
- * back with unlease. */
-static int pool_try_lease(struct slot_pool *pool, const struct pool_try *t)
-{
-    for (;;) {
-        int best = -1;
-        uint64_t best_id = UINT64_MAX;
-        for (uint32_t i = 0; i < pool->hdr->nslots; i++) {
-            uint64_t w = atomic_load_explicit(&pool->desc[i].state, memory_order_acquire);
-            if (slot_word_state(w) != SLOT_STATE_READY) continue;
-            uint64_t id = __atomic_load_n(&pool->desc[i].batch_id, __ATOMIC_RELAXED);
-            if ((best < 0 || id < best_id) && pool_wants(t, id)) {
-                best = (int)i;
-                best_id = id;
-            }
-        }
-        if (best < 0) return -EAGAIN;
-        struct slot_pool_desc *d = &pool->desc[best];
-        if (slot_lease(&d->state, t->owner, t->epoch) != 0) continue;
-        if (pool_wants(t, d->batch_id)) return best;
-        if (slot_unlease(&d->state, t->owner, t->epoch) == 0) slot_gen_wake(&pool->hdr->generation);
-    }
-}
-
-struct pool_attempt {
-    struct slot_pool *pool;
-    int (*try)(struct slot_pool *, const struct pool_try *);
-    const struct pool_try *t;
-};
-
-static int pool_attempt_once(void *ctx)
-{
-    struct pool_attempt *a = ctx;
-    return a->try(a->pool, a->t);
-}
-
-static int pool_wait(struct slot_pool *pool, int (*try)(struct slot_pool *, const struct pool_try *),
-                     const struct pool_try *t, int timeout_ms)
-{
-    struct pool_attempt a = {pool, try, t};
-    return slot_gen_retry(&pool->hdr->generation, pool_attempt_once, &a, timeout_ms);
+    return slot_array_check_shape(&pool->array, i, &sh, shape->max_tokens, shape->max_seqs, err);
 }
 
 int slot_pool_claim(struct slot_pool *pool, uint16_t owner, uint64_t epoch, int timeout_ms)
 {
-    struct pool_try t = { .owner = owner, .epoch = epoch };
-    return pool_wait(pool, pool_try_claim, &t, timeout_ms);
+    int i = slot_array_claim(&pool->array, owner, epoch, timeout_ms);
+    if (i >= 0) { /* FILLING and ours: no one else writes the descriptor now */
+        pool->desc[i].producer_epoch = epoch;
+        pool->desc[i].bytes_used = 0;
+    }
+    return i;
+}
+
+int slot_pool_publish(struct slot_pool *pool, int i, uint16_t owner, uint64_t epoch)
+{
+    if (slot_pool_desc(pool, i)->bytes_used > pool->hdr->slot_bytes) return -EINVAL;
+    return slot_array_publish(&pool->array, i, owner, epoch);
+}
+
+int slot_pool_abandon(struct slot_pool *pool, int i, uint16_t owner, uint64_t epoch)
+{
+    return slot_array_abandon(&pool->array, i, owner, epoch);
 }
 
 int slot_pool_lease(struct slot_pool *pool, slot_pool_pred pred, void *ctx, uint16_t owner, uint64_t epoch,
                     int timeout_ms)
 {
-    struct pool_try t = { .owner = owner, .epoch = epoch, .pred = pred, .ctx = ctx };
-    return pool_wait(pool, pool_try_lease, &t, timeout_ms);
+    struct slot_array_want want = { .pred = pred, .ctx = ctx };
+    return slot_array_lease(&pool->array, &want, owner, epoch, timeout_ms);
 }
 
 int slot_pool_lease_batch(struct slot_pool *pool, uint64_t batch_id, uint16_t owner, uint64_t epoch,
                           int timeout_ms)
 {
-    struct pool_try t = { .owner = owner, .epoch = epoch, .by_id = 1, .batch_id = batch_id };
-    return pool_wait(pool, pool_try_lease, &t, timeout_ms);
+    struct slot_array_want want = { .by_id = 1, .batch_id = batch_id };
+    return slot_array_lease(&pool->array, &want, owner, epoch, timeout_ms);
 }
 
 int slot_pool_find_ready(struct slot_pool *pool, uint64_t *batch_ids, int cap)
 {
-    int n = 0;
-    for (uint32_t i = 0; i < pool->hdr->nslots; i++) {
-        uint64_t w = atomic_load_explicit(&pool->desc[i].state, memory_order_acquire);
-        if (slot_word_state(w) != SLOT_STATE_READY) continue;
-        if (n < cap) batch_ids[n] = __atomic_load_n(&pool->desc[i].batch_id, __ATOMIC_RELAXED);
-        n++;
-    }
-    return n;
-}
-
-/* Apply one transition to slot i and wake waiters when it took effect. */
-static int pool_step(struct slot_pool *pool, int i, int (*step)(slot_word *, uint16_t, uint64_t), uint16_t owner,
-                     uint64_t epoch)
-{
-    pool_check_index(pool, i);
-    int rc = step(&pool->desc[i].state, owner, epoch);
-    if (rc == 0) slot_gen_wake(&pool->hdr->generation);
-    return rc;
-}
-
-int slot_pool_publish(struct slot_pool *pool, int i, uint16_t owner, uint64_t epoch)
-{
-    pool_check_index(pool, i);
-    if (pool->desc[i].bytes_used > pool->hdr->slot_bytes) return -EINVAL;
-    return pool_step(pool, i, slot_publish, owner, epoch);
-}
-
-int slot_pool_abandon(struct slot_pool *pool, int i, uint16_t owner, uint64_t epoch)
-{
-    return pool_step(pool, i, slot_abandon, owner, epoch);
+    return slot_array_find_ready(&pool->array, batch_ids, cap);
 }
 
 int slot_pool_release(struct slot_pool *pool, int i, uint16_t owner, uint64_t epoch)
 {
-    return pool_step(pool, i, slot_release, owner, epoch);
+    return slot_array_release(&pool->array, i, owner, epoch);
 }
 
 int slot_pool_unlease(struct slot_pool *pool, int i, uint16_t owner, uint64_t epoch)
 {
-    return pool_step(pool, i, slot_unlease, owner, epoch);
+    return slot_array_unlease(&pool->array, i, owner, epoch);
 }
 
 int slot_pool_reclaim(struct slot_pool *pool, uint64_t epoch, int *freed, int *returned)
 {
-    int nf = 0, nr = 0;
-    for (uint32_t i = 0; i < pool->hdr->nslots; i++) {
-        int r = slot_reclaim_word(&pool->desc[i].state, epoch);
-        nf += r == SLOT_RECLAIM_FREED;
-        nr += r == SLOT_RECLAIM_RETURNED;
-    }
-    if (freed) *freed = nf;
-    if (returned) *returned = nr;
-    if (nf + nr) slot_gen_wake(&pool->hdr->generation);
-    return nf + nr;
+    return slot_array_reclaim(&pool->array, epoch, freed, returned);
 }
 
 void slot_pool_stats(struct slot_pool *pool, int *nfree, int *nfilling, int *nready, int *nleased)
 {
-    int c[4] = { 0, 0, 0, 0 };
-    for (uint32_t i = 0; i < pool->hdr->nslots; i++) {
-        enum slot_state st = slot_word_state(atomic_load_explicit(&pool->desc[i].state, memory_order_relaxed));
-        if ((unsigned)st < 4) c[st]++;
-    }
-    if (nfree) *nfree = c[SLOT_STATE_FREE];
-    if (nfilling) *nfilling = c[SLOT_STATE_FILLING];
-    if (nready) *nready = c[SLOT_STATE_READY];
-    if (nleased) *nleased = c[SLOT_STATE_LEASED];
+    slot_array_stats(&pool->array, nfree, nfilling, nready, nleased);
 }
 
 uint64_t slot_pool_slot_word(struct slot_pool *pool, int i)
 {
-    pool_check_index(pool, i);
-    return atomic_load_explicit(&pool->desc[i].state, memory_order_acquire);
+    return slot_array_word(&pool->array, i);
 }

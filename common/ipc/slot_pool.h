@@ -3,12 +3,13 @@
  * a memfd dflashd creates; GPU backend: a VMM allocation the target creates and deposits, its fd and GPU UUID then
  * kept by dflashd, which creates only the control segment). dflashd keeps the data fd so the data outlives every
  * worker; workers attach with the fd passed to them (fdpass) — on the GPU they import it themselves. Producers (targets)
- * claim/publish, consumers (drafters) lease a READY slot by batch id or predicate and release it; the keeper
- * reclaims a dead worker's epoch. Handles are process-local; shared state changes only by CAS. Errors: 0 / -errno. */
+ * claim/publish, consumers (drafters) lease a READY slot by batch id or predicate, check its shape against their
+ * buffers (slot_pool_slot_check) and release it; the keeper reclaims a dead worker's epoch. The slot protocol is
+ * slot_array's. Handles are process-local; shared state changes only by CAS. Errors: 0 / -errno. */
 #ifndef DFLASH_SLOT_POOL_H
 #define DFLASH_SLOT_POOL_H
 
-#include "slot_state.h"
+#include "slot_array.h"
 #include "util.h"
 
 #include <stdint.h>
@@ -32,7 +33,14 @@ struct slot_pool_desc {
 };
 
 /* Predicate for slot_pool_lease: nonzero when the consumer wants this batch. */
-typedef int (*slot_pool_pred)(uint64_t batch_id, void *ctx);
+typedef slot_array_pred slot_pool_pred;
+
+/* What a reader's buffers hold: a leased slot beyond it is an error, never read. */
+struct slot_pool_shape {
+    uint32_t max_tokens; /* the slot's ntok may not exceed it */
+    uint32_t max_seqs;   /* nor its nseq */
+    uint64_t cu_seqlens; /* byte offset of the slot's int32 cu_seqlens (max_seqs + 1) in its data */
+};
 
 /* Create the control segment `name` and a memfd of nslots * slot_bytes (slot_bytes rounded up to SLOT_POOL_ALIGN). */
 int slot_pool_create(const char *name, uint32_t nslots, uint64_t slot_bytes, struct slot_pool **out, errbuf *err);
@@ -77,6 +85,10 @@ int slot_pool_lease(struct slot_pool *pool, slot_pool_pred pred, void *ctx, uint
 /* Consumer: lease the READY slot holding batch_id, waiting up to timeout_ms. Index or -ETIMEDOUT. */
 int slot_pool_lease_batch(struct slot_pool *pool, uint64_t batch_id, uint16_t owner, uint64_t epoch,
                           int timeout_ms);
+/* Consumer, after leasing slot i and before reading it: its descriptor fits shape (ntok, nseq, and bytes_used within
+ * the slot) and, when the data is mapped here (host memory), its cu_seqlens run from 0 to ntok without decreasing; a
+ * control-only (GPU) handle checks the descriptor only. -EPROTO naming the pool, slot, batch and field. */
+int slot_pool_slot_check(struct slot_pool *pool, int i, const struct slot_pool_shape *shape, errbuf *err);
 /* List the batch ids of READY slots (a snapshot): fills up to cap ids, returns how many are READY. */
 int slot_pool_find_ready(struct slot_pool *pool, uint64_t *batch_ids, int cap);
 /* Consumer: LEASED(owner, epoch) -> FREE; -ESTALE when the lease was reclaimed. */

@@ -1,10 +1,11 @@
 #include "token_ring.h"
 
 #include "shm.h"
-#include "slot_state.h"
+#include "slot_array.h"
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,8 @@ _Static_assert(sizeof(struct token_ring_shared) == 64, "token ring header is one
 struct token_ring {
     struct shm_segment seg;
     struct token_ring_shared *hdr;
-    slot_word *words;
+    struct slot_array array; /* the state words and each slot's batch_id (in its meta) */
+    char label[SHM_NAME_MAX + 16]; /* "token ring <name>", for the slot array's messages */
     char *slots;
     struct token_ring_geometry geom;
     size_t slot_bytes, off_cu, off_ids, off_mask, off_samples;
@@ -61,8 +63,11 @@ static size_t ring_layout(struct token_ring *r, const struct token_ring_geometry
 static void ring_bind(struct token_ring *r)
 {
     r->hdr = shm_segment_body(&r->seg);
-    r->words = (slot_word *)(r->hdr + 1);
-    r->slots = (char *)r->words + align64(sizeof(slot_word) * r->geom.nslots);
+    slot_word *words = (slot_word *)(r->hdr + 1);
+    r->slots = (char *)words + align64(sizeof(slot_word) * r->geom.nslots);
+    snprintf(r->label, sizeof r->label, "token ring %s", r->seg.name);
+    slot_array_bind(&r->array, r->label, r->geom.nslots, words, sizeof(slot_word),
+                    &((struct token_batch_meta *)r->slots)->batch_id, r->slot_bytes, &r->hdr->generation);
 }
 
 int token_ring_create(const char *name, const struct token_ring_geometry *geom, struct token_ring **out, errbuf *err)
@@ -143,14 +148,9 @@ struct token_ring_geometry token_ring_geometry_get(const struct token_ring *ring
     return ring->geom;
 }
 
-static void ring_check_index(const struct token_ring *ring, int i)
-{
-    DF_ASSERT(i >= 0 && (uint32_t)i < ring->geom.nslots);
-}
-
 struct token_batch token_ring_batch(struct token_ring *ring, int i)
 {
-    ring_check_index(ring, i);
+    slot_array_check_index(&ring->array, i);
     char *s = ring->slots + (size_t)i * ring->slot_bytes;
     return (struct token_batch){
         .meta = (struct token_batch_meta *)s,
@@ -161,107 +161,48 @@ struct token_batch token_ring_batch(struct token_ring *ring, int i)
     };
 }
 
-static int ring_try_claim(struct token_ring *ring, uint16_t owner, uint64_t epoch)
+/* The batch's shape against the ring's geometry (every reader's buffers are sized by it). */
+static int ring_check_batch(struct token_ring *ring, int i, errbuf *err)
 {
-    for (uint32_t i = 0; i < ring->geom.nslots; i++)
-        if (slot_claim(&ring->words[i], owner, epoch) == 0) return (int)i;
-    return -EAGAIN;
+    struct token_batch b = token_ring_batch(ring, i);
+    struct slot_shape sh = { .ntok = b.meta->ntok, .nseq = b.meta->nseq, .cu_seqlens = b.cu_seqlens };
+    return slot_array_check_shape(&ring->array, i, &sh, ring->geom.max_tokens, ring->geom.max_seqs, err);
 }
 
-/* Lowest batch_id among READY slots. batch_id is read before the lease CAS; if the slot changes hands in between
- * (READY..READY with another batch) the lease still takes a valid READY batch, just possibly not the lowest. */
-static int ring_try_lease(struct token_ring *ring, uint16_t owner, uint64_t epoch)
+int token_ring_slot_check(struct token_ring *ring, int i, errbuf *err)
 {
-    for (;;) {
-        int best = -1;
-        uint64_t best_id = UINT64_MAX;
-        for (uint32_t i = 0; i < ring->geom.nslots; i++) {
-            uint64_t w = atomic_load_explicit(&ring->words[i], memory_order_acquire);
-            if (slot_word_state(w) != SLOT_STATE_READY) continue;
-            uint64_t id = __atomic_load_n(&token_ring_batch(ring, (int)i).meta->batch_id, __ATOMIC_RELAXED);
-            if (best < 0 || id < best_id) {
-                best = (int)i;
-                best_id = id;
-            }
-        }
-        if (best < 0) return -EAGAIN;
-        if (slot_lease(&ring->words[best], owner, epoch) == 0) return best;
-        /* Someone leased it first: rescan. */
-    }
-}
-
-struct ring_attempt {
-    struct token_ring *ring;
-    int (*try)(struct token_ring *, uint16_t, uint64_t);
-    uint16_t owner;
-    uint64_t epoch;
-};
-
-static int ring_attempt_once(void *ctx)
-{
-    struct ring_attempt *a = ctx;
-    return a->try(a->ring, a->owner, a->epoch);
-}
-
-/* Run try() until it succeeds or timeout_ms passes, sleeping on the generation futex in between. */
-static int ring_wait(struct token_ring *ring, int (*try)(struct token_ring *, uint16_t, uint64_t), uint16_t owner,
-                     uint64_t epoch, int timeout_ms)
-{
-    struct ring_attempt a = {ring, try, owner, epoch};
-    return slot_gen_retry(&ring->hdr->generation, ring_attempt_once, &a, timeout_ms);
+    return ring_check_batch(ring, i, err);
 }
 
 int token_ring_claim(struct token_ring *ring, uint16_t owner, uint64_t epoch, int timeout_ms)
 {
-    return ring_wait(ring, ring_try_claim, owner, epoch, timeout_ms);
-}
-
-int token_ring_lease(struct token_ring *ring, uint16_t owner, uint64_t epoch, int timeout_ms)
-{
-    return ring_wait(ring, ring_try_lease, owner, epoch, timeout_ms);
-}
-
-static int ring_batch_valid(struct token_ring *ring, const struct token_batch *b)
-{
-    const struct token_batch_meta *m = b->meta;
-    if (m->nseq > ring->geom.max_seqs || m->ntok > ring->geom.max_tokens) return 0;
-    if (b->cu_seqlens[0] != 0 || b->cu_seqlens[m->nseq] != (int32_t)m->ntok) return 0;
-    for (uint32_t s = 0; s < m->nseq; s++)
-        if (b->cu_seqlens[s + 1] < b->cu_seqlens[s]) return 0;
-    return 1;
+    return slot_array_claim(&ring->array, owner, epoch, timeout_ms);
 }
 
 int token_ring_publish(struct token_ring *ring, int i, uint16_t owner, uint64_t epoch)
 {
-    struct token_batch b = token_ring_batch(ring, i);
-    if (!ring_batch_valid(ring, &b)) return -EINVAL;
-    int rc = slot_publish(&ring->words[i], owner, epoch);
-    if (rc == 0) slot_gen_wake(&ring->hdr->generation);
-    return rc;
+    if (ring_check_batch(ring, i, NULL)) return -EINVAL;
+    return slot_array_publish(&ring->array, i, owner, epoch);
 }
 
 int token_ring_abandon(struct token_ring *ring, int i, uint16_t owner, uint64_t epoch)
 {
-    ring_check_index(ring, i);
-    int rc = slot_abandon(&ring->words[i], owner, epoch);
-    if (rc == 0) slot_gen_wake(&ring->hdr->generation);
-    return rc;
+    return slot_array_abandon(&ring->array, i, owner, epoch);
+}
+
+int token_ring_lease(struct token_ring *ring, uint16_t owner, uint64_t epoch, int timeout_ms)
+{
+    return slot_array_lease(&ring->array, NULL, owner, epoch, timeout_ms);
 }
 
 int token_ring_release(struct token_ring *ring, int i, uint16_t owner, uint64_t epoch)
 {
-    ring_check_index(ring, i);
-    int rc = slot_release(&ring->words[i], owner, epoch);
-    if (rc == 0) slot_gen_wake(&ring->hdr->generation);
-    return rc;
+    return slot_array_release(&ring->array, i, owner, epoch);
 }
 
 int token_ring_unlease(struct token_ring *ring, int i, uint16_t owner, uint64_t epoch)
 {
-    ring_check_index(ring, i);
-    int rc = slot_unlease(&ring->words[i], owner, epoch);
-    if (rc == 0) slot_gen_wake(&ring->hdr->generation);
-    return rc;
+    return slot_array_unlease(&ring->array, i, owner, epoch);
 }
 
 uint64_t token_ring_next_id_peek(struct token_ring *ring)
@@ -283,26 +224,15 @@ void token_ring_next_id_set(struct token_ring *ring, uint64_t id)
 
 int token_ring_reclaim(struct token_ring *ring, uint64_t epoch, int *freed, int *returned)
 {
-    int n = slot_reclaim_epoch(ring->words, (int)ring->geom.nslots, epoch, freed, returned);
-    if (n) slot_gen_wake(&ring->hdr->generation);
-    return n;
+    return slot_array_reclaim(&ring->array, epoch, freed, returned);
 }
 
 void token_ring_stats(struct token_ring *ring, int *nfree, int *nfilling, int *nready, int *nleased)
 {
-    int c[4] = { 0, 0, 0, 0 };
-    for (uint32_t i = 0; i < ring->geom.nslots; i++) {
-        enum slot_state st = slot_word_state(atomic_load_explicit(&ring->words[i], memory_order_relaxed));
-        if ((unsigned)st < 4) c[st]++;
-    }
-    if (nfree) *nfree = c[SLOT_STATE_FREE];
-    if (nfilling) *nfilling = c[SLOT_STATE_FILLING];
-    if (nready) *nready = c[SLOT_STATE_READY];
-    if (nleased) *nleased = c[SLOT_STATE_LEASED];
+    slot_array_stats(&ring->array, nfree, nfilling, nready, nleased);
 }
 
 uint64_t token_ring_slot_word(struct token_ring *ring, int i)
 {
-    ring_check_index(ring, i);
-    return atomic_load_explicit(&ring->words[i], memory_order_acquire);
+    return slot_array_word(&ring->array, i);
 }

@@ -1,9 +1,10 @@
 /* token_ring: the bounded ring of packed token batches between prefetch (producer) and the targets (consumers),
  * in one named shm segment created by dflashd (DESIGN.md §2). Each slot holds one batch plus a slot_state word;
- * producers claim a FREE slot, fill it, publish it; consumers lease the READY slot with the lowest batch_id and
- * release it when done. A full ring blocks its producer; waits use a cross-process futex with bounded slices.
- * A struct token_ring is a process-local handle (one per thread or guarded by the caller); all shared state is
- * changed by CAS, so any number of processes may use one ring at once. Errors: 0 / -errno (+ errbuf on setup). */
+ * producers claim a FREE slot, fill it, publish it; consumers lease the READY slot with the lowest batch_id, check
+ * it (token_ring_slot_check) and release it when done; the slot protocol is slot_array's. A full ring blocks its
+ * producer; waits use a cross-process futex with bounded slices. A struct token_ring is a process-local handle (one
+ * per thread or guarded by the caller); all shared state is changed by CAS, so any number of processes may use one
+ * ring at once. Errors: 0 / -errno (+ errbuf on setup and on a slot check). */
 #ifndef DFLASH_TOKEN_RING_H
 #define DFLASH_TOKEN_RING_H
 
@@ -61,6 +62,9 @@ int token_ring_publish(struct token_ring *ring, int i, uint16_t owner, uint64_t 
 int token_ring_abandon(struct token_ring *ring, int i, uint16_t owner, uint64_t epoch);
 /* Consumer: lease the READY slot with the lowest batch_id, waiting up to timeout_ms. Slot index or -ETIMEDOUT. */
 int token_ring_lease(struct token_ring *ring, uint16_t owner, uint64_t epoch, int timeout_ms);
+/* Consumer, after leasing slot i and before reading it: its batch fits the ring's geometry (ntok <= max_tokens,
+ * nseq <= max_seqs, cu_seqlens from 0 to ntok, never decreasing). -EPROTO with the ring, slot and field in err. */
+int token_ring_slot_check(struct token_ring *ring, int i, errbuf *err);
 /* Consumer: LEASED(owner, epoch) -> FREE after consuming; -ESTALE when the lease was reclaimed. */
 int token_ring_release(struct token_ring *ring, int i, uint16_t owner, uint64_t epoch);
 /* Consumer: LEASED(owner, epoch) -> READY, giving the batch back unconsumed. */

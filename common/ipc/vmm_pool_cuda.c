@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int cu_fail(errbuf *err, CUresult r, const char *call, int device)
@@ -63,26 +64,27 @@ fail:
     return rc;
 }
 
-int vmm_alloc_create(vmm_alloc *a, int device, size_t bytes, errbuf *err)
+int vmm_alloc_create(int device, size_t bytes, vmm_alloc **out, errbuf *err)
 {
-    memset(a, 0, sizeof *a);
+    *out = NULL;
+    vmm_alloc *a = xcalloc(1, sizeof *a);
     a->device = device;
     CUdevice dev;
+    CUmemGenericAllocationHandle h = 0;
     int rc = context_for(device, &dev, err);
-    if (rc) return rc;
+    if (rc) goto fail;
     CUmemAllocationProp prop;
     prop_for(&prop, dev);
     size_t gran = 0;
     CU_TRY(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), device);
     a->size = (bytes + gran - 1) / gran * gran;
-    CUmemGenericAllocationHandle h;
     CU_TRY(cuMemCreate(&h, a->size, &prop, 0), device);
-    if ((rc = map_handle(a, dev, h, err))) {
-        cuMemRelease(h);
-        return rc;
-    }
+    if ((rc = map_handle(a, dev, h, err))) goto fail;
+    *out = a;
     return 0;
 fail:
+    if (h) cuMemRelease(h);
+    free(a);
     return rc;
 }
 
@@ -95,32 +97,35 @@ fail:
     return rc;
 }
 
-int vmm_alloc_import_fd(vmm_alloc *a, int device, int fd, size_t bytes, errbuf *err)
+int vmm_alloc_attach(int device, int fd, size_t bytes, vmm_alloc **out, errbuf *err)
 {
-    memset(a, 0, sizeof *a);
+    *out = NULL;
+    vmm_alloc *a = xcalloc(1, sizeof *a);
     a->device = device;
     a->size = bytes;
     CUdevice dev;
+    CUmemGenericAllocationHandle h = 0;
     int rc = context_for(device, &dev, err);
-    if (rc) return rc;
-    CUmemGenericAllocationHandle h;
+    if (rc) goto fail;
     CU_TRY(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), device);
-    if ((rc = map_handle(a, dev, h, err))) {
-        cuMemRelease(h);
-        return rc;
-    }
+    if ((rc = map_handle(a, dev, h, err))) goto fail;
+    *out = a;
     return 0;
 fail:
+    if (h) cuMemRelease(h);
+    free(a);
     return rc;
 }
 
-void vmm_alloc_release(vmm_alloc *a)
+void vmm_alloc_destroy(vmm_alloc **a)
 {
-    if (!a->ptr) return;
-    cuMemUnmap((CUdeviceptr)a->ptr, a->size);
-    cuMemAddressFree((CUdeviceptr)a->ptr, a->size);
-    cuMemRelease((CUmemGenericAllocationHandle)a->handle);
-    memset(a, 0, sizeof *a);
+    if (!*a) return;
+    if ((*a)->ptr) {
+        cuMemUnmap((CUdeviceptr)(*a)->ptr, (*a)->size);
+        cuMemAddressFree((CUdeviceptr)(*a)->ptr, (*a)->size);
+        cuMemRelease((CUmemGenericAllocationHandle)(*a)->handle);
+    }
+    XFREE(*a);
 }
 
 int vmm_device_uuid(int device, uint8_t uuid[16], errbuf *err)

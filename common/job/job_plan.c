@@ -5,17 +5,10 @@
 #include <string.h>
 
 #include "anchors.h"
+#include "drafter_layout.h"
 #include "target_model.h"
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
-
-uint64_t job_plan_drafter_numel(const hf_config *d)
-{
-    uint64_t H = (uint64_t)d->hidden_size, hd = (uint64_t)d->head_dim, qd = (uint64_t)d->num_heads * hd;
-    uint64_t kd = (uint64_t)d->num_kv_heads * hd, I = (uint64_t)d->intermediate_size;
-    uint64_t layer = 2 * H + qd * H + 2 * kd * H + H * qd + 2 * hd + 3 * I * H;
-    return H * (uint64_t)d->num_taps * H + 2 * H + (uint64_t)d->num_layers * layer;
-}
 
 /* A fresh drafter: the target's attention/MLP shapes, the job's drafter settings. */
 static int derive_drafter(job_plan *p, errbuf *err)
@@ -73,7 +66,7 @@ int job_plan_load(job_plan *p, const char *config_path, const char *const *overr
     p->hidden = p->target.hidden_size;
     p->vocab = p->target.vocab_size;
     p->gamma = c->drafter.gamma > 0 ? c->drafter.gamma : drafter_default_gamma(p->drafter.block_size);
-    p->numel = job_plan_drafter_numel(&p->drafter);
+    p->numel = drafter_layout_numel(&p->drafter);
     p->ring.nslots = (uint32_t)c->ring.token_slots;
     p->ring.max_tokens = (uint32_t)c->data.max_batch_tokens;
     p->ring.max_seqs = (uint32_t)(c->data.max_batch_seqs < c->data.max_batch_tokens ? c->data.max_batch_seqs

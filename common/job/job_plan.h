@@ -43,7 +43,5 @@ typedef struct job_plan {
 int job_plan_load(job_plan *p, const char *config_path, const char *const *overrides, int noverrides, errbuf *err);
 /* Name of target worker i's pool control segment. */
 void job_plan_pool_name(const job_plan *p, int i, char *out, size_t n);
-/* Parameters of a drafter with this config (no allocation). */
-uint64_t job_plan_drafter_numel(const hf_config *drafter);
 
 #endif

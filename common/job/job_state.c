@@ -9,31 +9,8 @@
 
 #define JOB_STATE_KIND (SHM_KIND_OTHER + 1)
 
-static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-/* Layout after the shm header: header struct, then state[0], state[1], grads, reduced (64-byte aligned). */
-static size_t layout(uint32_t ndrafters, uint64_t numel, size_t *off_state, size_t *off_grads, size_t *off_reduced)
-{
-    size_t off = align_up(SHM_HEADER_BYTES + sizeof(job_state_header), 64);
-    *off_state = off;
-    off += align_up(2 * 3 * numel * sizeof(float), 64);
-    *off_grads = off;
-    off += align_up((size_t)ndrafters * numel * sizeof(float), 64);
-    *off_reduced = off;
-    off += align_up(numel * sizeof(float), 64);
-    return off;
-}
-
-static void bind_views(job_state *js)
-{
-    size_t os, og, orr;
-    layout(js->h->ndrafters, js->h->numel, &os, &og, &orr);
-    char *base = js->seg.base;
-    js->state[0] = (float *)(base + os);
-    js->state[1] = js->state[0] + 3 * js->h->numel;
-    js->grads = (float *)(base + og);
-    js->reduced = (float *)(base + orr);
-}
+/* Layout after the shm header: the header struct (control words and records only). */
+static size_t layout(void) { return SHM_HEADER_BYTES + sizeof(job_state_header); }
 
 void job_state_name(const char *job, char *out, size_t n) { snprintf(out, n, "/dflash-%s-state", job); }
 
@@ -45,8 +22,7 @@ int job_state_create(job_state *js, const char *job, const char *run_id, uint32_
         return errbuf_set(err, EINVAL, "job %s: %u drafters outside [1, %d]", job, ndrafters, JOB_MAX_DRAFTERS);
     char name[SHM_NAME_MAX];
     job_state_name(job, name, sizeof name);
-    size_t os, og, orr, bytes = layout(ndrafters, numel, &os, &og, &orr);
-    int rc = shm_segment_create(&js->seg, name, JOB_STATE_KIND, bytes, err);
+    int rc = shm_segment_create(&js->seg, name, JOB_STATE_KIND, layout(), err);
     if (rc) return rc;
     js->h = (job_state_header *)shm_segment_body(&js->seg);
     snprintf(js->h->run_id, sizeof js->h->run_id, "%s", run_id);
@@ -54,7 +30,6 @@ int job_state_create(job_state *js, const char *job, const char *run_id, uint32_
     js->h->numel = numel;
     js->h->total_steps = total_steps;
     atomic_store(&js->h->next_epoch, 1);
-    bind_views(js);
     return 0;
 }
 
@@ -66,16 +41,14 @@ int job_state_open(job_state *js, const char *job, uint32_t ndrafters, uint64_t 
     int rc = shm_segment_open(&js->seg, name, JOB_STATE_KIND, err);
     if (rc) return rc;
     js->h = (job_state_header *)shm_segment_body(&js->seg);
-    size_t os, og, orr;
     if ((ndrafters && js->h->ndrafters != ndrafters) || (numel && js->h->numel != numel) ||
-        layout(js->h->ndrafters, js->h->numel, &os, &og, &orr) != js->seg.bytes) {
+        layout() != js->seg.bytes) {
         rc = errbuf_set(err, EINVAL, "%s: segment made for %u drafters and %llu parameters, expected %u and %llu",
                         name, js->h->ndrafters, (unsigned long long)js->h->numel, ndrafters,
                         (unsigned long long)numel);
         shm_segment_close(&js->seg);
         return rc;
     }
-    bind_views(js);
     return 0;
 }
 
@@ -85,9 +58,6 @@ void job_state_close(job_state *js)
     js->h = NULL;
 }
 
-float *job_state_weights(job_state *js, uint64_t step) { return js->state[step & 1]; }
-float *job_state_adam_m(job_state *js, uint64_t step) { return js->state[step & 1] + js->h->numel; }
-float *job_state_adam_v(job_state *js, uint64_t step) { return js->state[step & 1] + 2 * js->h->numel; }
 
 job_worker *job_state_worker(job_state *js, enum job_role role, int index)
 {
@@ -134,5 +104,15 @@ const char *job_role_name(enum job_role role)
     case JOB_ROLE_TARGET: return "target";
     case JOB_ROLE_DRAFTER: return "drafter";
     default: return "none";
+    }
+}
+
+const char *step_skip_reason(uint32_t skip)
+{
+    switch (skip) {
+    case STEP_APPLIED: return "applied";
+    case STEP_SKIPPED_LOSS_NOT_FINITE: return "loss not finite";
+    case STEP_SKIPPED_NORM_NOT_FINITE: return "gradient norm not finite";
+    default: return "unknown";
     }
 }

@@ -1,9 +1,9 @@
-/* job_state: the keeper's shared segment of one job ("/dflash-<job>-state"), created by dflashd and mapped by every
- * worker. It holds the epoch counter, the worker table (pid, epoch, heartbeat), and the drafters' training state:
- * the fp32 master weights and AdamW moments double-buffered by step parity, each rank's gradients, and the per-rank
- * progress words of the step protocol (see drafter/train_step.c). It also holds the per-step records from which
- * dflashd appends the ledger. All cross-process fields are atomics; a step is committed by one CAS of
- * committed_step. Errors: 0 / -errno with an errbuf naming the segment. */
+/* job_state: the keeper's shared segment of one job (its name comes from job_plan), created by dflashd and mapped
+ * by every worker. Control words and records only: the epoch counter, the worker table (pid, epoch, heartbeat), the
+ * per-rank progress words of the step protocol (common/train/step.c), the descriptors of the training state that the
+ * drafters' reducer deposited with dflashd (the state itself lives in the reducer's memory, common/train/reducer.h),
+ * and the per-step records from which dflashd appends the ledger. All cross-process fields are atomics; a step is
+ * committed by one CAS of committed_step. Errors: 0 / -errno with an errbuf naming the segment. */
 #ifndef DFLASH_JOB_STATE_H
 #define DFLASH_JOB_STATE_H
 
@@ -44,6 +44,8 @@ typedef struct job_rank_record {
     uint64_t batch_id, tokens;
     double loss_sum, weight_sum, accept_sum;
     double lr;                  /* the learning rate the step is applied with */
+    double grad_norm;           /* global gradient norm before clipping (the same on every rank) */
+    uint32_t skipped;           /* enum step_skip: the step was not applied (weights unchanged) and why */
     uint64_t nblocks, slot_total, slot_correct;
     uint32_t per_slot_total[DFLASH_MAX_BLOCK], per_slot_correct[DFLASH_MAX_BLOCK]; /* by slot k = 1..B-1 */
 } job_rank_record;
@@ -62,6 +64,20 @@ typedef struct job_restart_op {
     char error[256];            /* why it stopped, when it failed */
 } job_restart_op;
 
+/* What a step's record says when it was not applied. */
+enum step_skip { STEP_APPLIED = 0, STEP_SKIPPED_LOSS_NOT_FINITE, STEP_SKIPPED_NORM_NOT_FINITE };
+const char *step_skip_reason(uint32_t skip);
+
+/* The training state a drafter rank's reducer deposited with dflashd (its fd is in dflashd's fd store as
+ * "train-<i>"): host memory (a memfd) or GPU memory (a VMM allocation on the GPU with this UUID). Written by dflashd
+ * when it accepts the deposit; read by the reducer to re-import it. */
+typedef struct job_train_state {
+    _Atomic uint32_t deposited;
+    uint32_t gpu;
+    uint64_t bytes;
+    uint8_t device_uuid[16];
+} job_train_state;
+
 typedef struct job_state_header {
     char run_id[JOB_RUN_ID_MAX];
     _Atomic uint64_t next_epoch;
@@ -75,8 +91,8 @@ typedef struct job_state_header {
     uint64_t numel;                    /* drafter parameters */
     uint64_t total_steps;
     _Atomic uint64_t grad_step[JOB_MAX_DRAFTERS], reduce_step[JOB_MAX_DRAFTERS], apply_step[JOB_MAX_DRAFTERS];
-    double wsum[JOB_MAX_DRAFTERS], sq[JOB_MAX_DRAFTERS];
-    double norm_of_step[JOB_RECORD_RING];   /* gradient norm of step k (before clipping), by k % ring */
+    _Atomic uint64_t skipped_steps;    /* steps not applied (non-finite loss or gradient norm) */
+    job_train_state train_state[JOB_MAX_DRAFTERS];
     job_worker workers[JOB_MAX_WORKERS];
     job_restart_op restart_op;
     job_rank_record records[JOB_RECORD_RING][JOB_MAX_DRAFTERS];
@@ -85,9 +101,6 @@ typedef struct job_state_header {
 typedef struct job_state {
     struct shm_segment seg;
     job_state_header *h;
-    float *state[2];     /* each: weights, adam m, adam v (3 * numel) */
-    float *grads;        /* ndrafters * numel */
-    float *reduced;      /* numel */
 } job_state;
 
 /* Segment name for a job. */
@@ -98,10 +111,6 @@ int job_state_create(job_state *js, const char *job, const char *run_id, uint32_
 /* Open an existing segment; checks numel and ndrafters when non-zero. */
 int job_state_open(job_state *js, const char *job, uint32_t ndrafters, uint64_t numel, errbuf *err);
 void job_state_close(job_state *js);
-/* Weights, m, v of the state for step k (buffer k % 2). */
-float *job_state_weights(job_state *js, uint64_t step);
-float *job_state_adam_m(job_state *js, uint64_t step);
-float *job_state_adam_v(job_state *js, uint64_t step);
 /* Worker table entry of (role, index) (fixed slots: prefetch 0, targets 1.., drafters after). */
 job_worker *job_state_worker(job_state *js, enum job_role role, int index);
 /* Heartbeat of a worker entry: now. */

@@ -50,7 +50,7 @@ static int keeper_exchange(const char *socket_path, const void *rq, size_t rq_le
                         return errbuf_set(err, -reply->status, "keeper %s refused: %s", socket_path, reply->msg);
                     if (!logged_again++) log_info("keeper %s: %s (retrying)", socket_path, reply->msg);
                     last = -EAGAIN;
-                } else if ((int)reply->npools != nfds) {
+                } else if ((int)(reply->npools + reply->ntrain) != nfds) {
                     for (int i = 0; i < nfds; i++) close(fds[i]);
                     return errbuf_set(err, EPROTO, "keeper %s: reply announces %u fds, %d arrived", socket_path,
                                       reply->npools, nfds);
@@ -86,17 +86,18 @@ int keeper_register(const char *socket_path, enum job_role role, int index, keep
     return 0;
 }
 
-int keeper_deposit_pool(const char *socket_path, int index, uint64_t epoch, int fd, const uint8_t uuid[16],
-                        uint64_t bytes, double deadline_sec, errbuf *err)
+int keeper_deposit_memory(const char *socket_path, enum keeper_deposit_kind kind, int index, uint64_t epoch, int fd,
+                   const uint8_t uuid[16], uint64_t bytes, double deadline_sec, errbuf *err)
 {
     const char *run_id = getenv("DFLASH_RUN_ID");
-    keeper_deposit rq = {.magic = KEEPER_DEPOSIT_MAGIC, .index = index, .pid = getpid(), .epoch = epoch,
-                         .bytes = bytes};
-    memcpy(rq.device_uuid, uuid, 16);
+    keeper_deposit rq = {.magic = KEEPER_DEPOSIT_MAGIC, .index = index, .pid = getpid(), .kind = (uint32_t)kind,
+                         .epoch = epoch, .bytes = bytes};
+    if (uuid) memcpy(rq.device_uuid, uuid, 16);
     snprintf(rq.run_id, sizeof rq.run_id, "%s", run_id ? run_id : "");
     keeper_reply rp;
     int none[1];
     int rc = keeper_exchange(socket_path, &rq, sizeof rq, &fd, 1, 0, &rp, none, 0, deadline_sec, err);
-    if (rc) return errbuf_wrap(err, rc, "deposit of pool %d", index);
+    if (rc) return errbuf_wrap(err, rc, "deposit of %s %d", kind == KEEPER_DEPOSIT_POOL ? "pool" : "training state",
+                               index);
     return 0;
 }

@@ -28,16 +28,25 @@ typedef struct keeper_reply {
     int32_t status;       /* 0 or -errno */
     uint64_t epoch;
     uint32_t npools;      /* fds attached: pool data fds, pool i at position i (targets: just their own) */
+    uint32_t ntrain;      /* drafters: 1 when a training state fd follows the pool fds, else 0 */
+    int32_t train_index;  /* whose training state it is (the drafter's own, or drafter 0's shared one) */
     char msg[256];        /* the reason when status != 0 */
 } keeper_reply;
 
-/* A cuda target's pool memory, sent with its fd: accepted only from the registered instance (pid + epoch) of
- * target `index`, once per pool (a restarted target gets the fd back at registration instead). */
+/* What a deposit holds. */
+enum keeper_deposit_kind {
+    KEEPER_DEPOSIT_POOL = 0,        /* a cuda target's pool memory (index = target index) */
+    KEEPER_DEPOSIT_TRAIN_STATE = 1, /* a drafter reducer's training state (index = drafter index) */
+};
+
+/* Memory a worker made and dflashd keeps (fd store), sent with its fd: accepted only from the registered instance
+ * (pid + epoch) of the worker `index` of the kind's role, once (a restarted worker gets the fd back at registration
+ * instead). device_uuid is all zero for host memory (a memfd). */
 typedef struct keeper_deposit {
     uint32_t magic;       /* KEEPER_DEPOSIT_MAGIC */
-    int32_t index;        /* target index = pool index */
+    int32_t index;        /* target index = pool index, or drafter index */
     int32_t pid;
-    uint32_t reserved;
+    uint32_t kind;        /* enum keeper_deposit_kind */
     uint64_t epoch;       /* the depositor's epoch from its registration */
     uint64_t bytes;       /* size of the VMM allocation (>= nslots * slot_bytes) */
     uint8_t device_uuid[16];
@@ -48,9 +57,9 @@ typedef struct keeper_deposit {
  * retries while the keeper answers -EAGAIN, until deadline_sec passes. */
 int keeper_register(const char *socket_path, enum job_role role, int index, keeper_reply *reply, int *fds,
                     int max_fds, double deadline_sec, errbuf *err);
-/* cuda target: deposit its pool's allocation (fd stays the caller's) after registering with `epoch`. Retries
- * connecting until deadline_sec passes; a refusal is returned at once. */
-int keeper_deposit_pool(const char *socket_path, int index, uint64_t epoch, int fd, const uint8_t uuid[16],
-                        uint64_t bytes, double deadline_sec, errbuf *err);
+/* Deposit memory of this kind (fd stays the caller's) after registering with `epoch`; uuid NULL for host memory.
+ * Retries connecting until deadline_sec passes; a refusal is returned at once. */
+int keeper_deposit_memory(const char *socket_path, enum keeper_deposit_kind kind, int index, uint64_t epoch, int fd,
+                   const uint8_t uuid[16], uint64_t bytes, double deadline_sec, errbuf *err);
 
 #endif

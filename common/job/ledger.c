@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "step_metrics.h"
 
 struct ledger {
     char path[4096];
@@ -77,50 +78,38 @@ int ledger_append_committed(ledger *l, job_state *js)
         uint64_t k = atomic_load(&h->ledger_frontier);
         if (k >= atomic_load(&h->committed_step)) break;
         const job_rank_record *rec = h->records[k % JOB_RECORD_RING];
+        step_summary sm;
+        step_metrics_sum(&sm, rec, l->ndrafters, k);
+        if (sm.nranks != l->ndrafters) {
+            log_error("ledger: step %llu committed with %u of %u drafter records", (unsigned long long)k, sm.nranks,
+                      l->ndrafters);
+            return -EPROTO;
+        }
         char line[8192];
         int n = snprintf(line, sizeof line, "{\"step\": %llu, \"batches\": [", (unsigned long long)k);
-        double loss = 0, wsum = 0, acc_sum = 0;
-        uint64_t tokens = 0, nblocks = 0, total = 0, correct = 0;
-        for (uint32_t r = 0; r < l->ndrafters; r++) {
-            if (rec[r].step_plus1 != k + 1) {
-                log_error("ledger: step %llu committed without the record of drafter %u", (unsigned long long)k, r);
-                return -EPROTO;
-            }
+        for (uint32_t r = 0; r < l->ndrafters; r++)
             n += snprintf(line + n, sizeof line - (size_t)n, "%s%llu", r ? ", " : "",
                           (unsigned long long)rec[r].batch_id);
-            loss += rec[r].loss_sum;
-            wsum += rec[r].weight_sum;
-            acc_sum += rec[r].accept_sum;
-            nblocks += rec[r].nblocks;
-            tokens += rec[r].tokens;
-            total += rec[r].slot_total;
-            correct += rec[r].slot_correct;
-        }
         n += snprintf(line + n, sizeof line - (size_t)n,
                       "], \"tokens\": %llu, \"loss\": %.6f, \"slot_accuracy\": %.6f, \"acceptance\": %.6f, "
-                      "\"grad_norm\": %.6f}\n",
-                      (unsigned long long)tokens, wsum > 0 ? loss / wsum : 0.0, total ? (double)correct / total : 0.0,
-                      nblocks ? acc_sum / (double)nblocks : 0.0, h->norm_of_step[k % JOB_RECORD_RING]);
+                      "\"grad_norm\": %.6f",
+                      (unsigned long long)sm.tokens, sm.loss, sm.slot_accuracy, sm.acceptance, sm.grad_norm);
+        if (sm.skipped)
+            n += snprintf(line + n, sizeof line - (size_t)n, ", \"skipped\": \"%s\"", step_skip_reason(sm.skipped));
+        n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
         if (write(l->fd, line, (size_t)n) != n || fsync(l->fd) != 0) {
             log_error("%s: write failed: %s", l->path, strerror(errno));
             return -EIO;
         }
         if (l->metrics_fd >= 0) {
             int m = snprintf(line, sizeof line, "{\"step\": %llu, \"loss\": %.6f, \"slot_accuracy\": [",
-                             (unsigned long long)k, wsum > 0 ? loss / wsum : 0.0);
-            for (int s = 1; s < l->block_size && s < DFLASH_MAX_BLOCK; s++) {
-                uint64_t t = 0, c = 0;
-                for (uint32_t r = 0; r < l->ndrafters; r++) {
-                    t += rec[r].per_slot_total[s];
-                    c += rec[r].per_slot_correct[s];
-                }
-                m += snprintf(line + m, sizeof line - (size_t)m, "%s%.4f", s > 1 ? ", " : "", t ? (double)c / t : 0.0);
-            }
+                             (unsigned long long)k, sm.loss);
+            for (int s = 1; s < l->block_size && s < DFLASH_MAX_BLOCK; s++)
+                m += snprintf(line + m, sizeof line - (size_t)m, "%s%.4f", s > 1 ? ", " : "",
+                              step_metrics_slot_accuracy(&sm, s));
             m += snprintf(line + m, sizeof line - (size_t)m,
                           "], \"acceptance\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens\": %llu}\n",
-                          nblocks ? acc_sum / (double)nblocks : 0.0, h->norm_of_step[k % JOB_RECORD_RING],
-                          rec[0].lr,
-                          (unsigned long long)tokens);
+                          sm.acceptance, sm.grad_norm, sm.lr, (unsigned long long)sm.tokens);
             if (write(l->metrics_fd, line, (size_t)m) != m) log_warn("metrics.jsonl: write failed");
         }
         atomic_store(&h->ledger_frontier, k + 1);

@@ -85,6 +85,8 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
         return 1;
     }
     w->nfds = (int)rp.npools;
+    w->train_fd = rp.ntrain ? w->fds[rp.npools] : -1;
+    w->train_index = rp.ntrain ? rp.train_index : -1;
     w->epoch = rp.epoch;
     if (job_state_open(&w->js, c->job.name, (uint32_t)c->workers.drafters, w->plan.numel, &err)) {
         log_error("%s", err.msg);
@@ -129,6 +131,8 @@ void worker_stop(worker_ctx *w)
     sd_notify(0, "STOPPING=1");
     ctl_client_destroy(&w->ctl);
     for (int i = 0; i < w->nfds; i++) close(w->fds[i]);
+    if (w->train_fd >= 0) close(w->train_fd);
+    w->train_fd = -1;
     job_state_close(&w->js);
 }
 

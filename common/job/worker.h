@@ -21,6 +21,8 @@ typedef struct worker_ctx {
     job_worker *entry;
     int fds[64];           /* pool data fds from the keeper (targets: their pool at [0]; drafters: pool i at [i]) */
     int nfds;
+    int train_fd;          /* drafters: the training state deposited with dflashd (-1: none yet, rank 0 makes it) */
+    int train_index;       /* whose training state train_fd is (common/job/keeper_proto.h) */
     uint64_t watchdog_usec;
     double last_ping;
     char name[32];         /* "target-1" */

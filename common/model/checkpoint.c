@@ -69,12 +69,9 @@ int checkpoint_write(const char *root, const hf_config *drafter, const float *w,
     snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08llu-%d", root, (unsigned long long)st->step, (int)getpid());
     remove_tree(tmp);
     if (mkdir(tmp, 0755) != 0) return errbuf_set(err, errno, "%s: %s", tmp, strerror(errno));
-    /* the z-lab export: a drafter object lays the flat weights out by name */
-    drafter_model *dm = drafter_model_create(drafter, 0);
-    DF_ASSERT(drafter_numel(dm) == numel);
-    memcpy(drafter_weights(dm), w, sizeof(float) * numel);
-    int rc = drafter_model_save(dm, tmp, ST_BF16, err);
-    drafter_model_destroy(&dm);
+    /* the z-lab export: the flat weights laid out by name (drafter_layout) */
+    DF_ASSERT(drafter_layout_numel(drafter) == numel);
+    int rc = drafter_weights_save(drafter, w, tmp, ST_BF16, err);
     if (rc) goto fail;
     st_write_tensor t[3] = {{.name = "master", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)numel}, .data = w},
                             {.name = "adam_m", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)numel}, .data = m},
@@ -103,8 +100,7 @@ fail:
     return rc;
 }
 
-int checkpoint_read(const char *root, const char *dir, float *w, float *m, float *v, uint64_t numel,
-                    checkpoint_state *st, errbuf *err)
+int checkpoint_read_state(const char *root, const char *dir, checkpoint_state *st, errbuf *err)
 {
     char base[4096], path[4200];
     if (dir) snprintf(base, sizeof base, "%s", dir);
@@ -123,9 +119,20 @@ int checkpoint_read(const char *root, const char *dir, float *w, float *m, float
     st->batches_committed = (uint64_t)json_integer_value(fr);
     st->seed = (int)json_integer_value(seed);
     json_decref(o);
+    return 0;
+}
+
+int checkpoint_read(const char *root, const char *dir, float *w, float *m, float *v, uint64_t numel,
+                    checkpoint_state *st, errbuf *err)
+{
+    char base[4096], path[4200];
+    int rc = checkpoint_read_state(root, dir, st, err);
+    if (rc) return rc;
+    if (dir) snprintf(base, sizeof base, "%s", dir);
+    else snprintf(base, sizeof base, "%s/latest", root);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", base);
     st_file *f = NULL;
-    int rc = st_open(&f, path, err);
+    rc = st_open(&f, path, err);
     if (rc) return rc;
     int64_t shape[1] = {(int64_t)numel};
     rc = st_read_f32(f, "master", w, 1, shape, err);

@@ -25,6 +25,8 @@ int checkpoint_exists(const char *root, uint64_t step);
 /* Read `latest` (or the given step folder when dir != NULL) into w/m/v (numel each) and *st. */
 int checkpoint_read(const char *root, const char *dir, float *w, float *m, float *v, uint64_t numel,
                     checkpoint_state *st, errbuf *err);
+/* Only trainer_state.json of `latest` (or dir): the step to resume from. */
+int checkpoint_read_state(const char *root, const char *dir, checkpoint_state *st, errbuf *err);
 /* Path of step's folder. */
 void checkpoint_dir(const char *root, uint64_t step, char *out, size_t n);
 

@@ -16,20 +16,12 @@
 #include "rope.h"
 #include "swiglu.h"
 
-enum { PARAM_FC, PARAM_HIDDEN_NORM, PARAM_NORM, PARAM_LAYER0 };
-enum { LP_IN_NORM, LP_POST_NORM, LP_WQ, LP_WK, LP_WV, LP_WO, LP_Q_NORM, LP_K_NORM, LP_GATE, LP_UP, LP_DOWN, LP_COUNT };
-static const char *layer_param_names[LP_COUNT] = {
-    "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight", "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
-
 struct drafter_model {
     hf_config cfg;
     int K;                      /* taps */
-    drafter_param *params;
-    int nparams;
-    size_t numel;
-    float *w, *g, *adam_m, *adam_v;
+    drafter_layout L;
+    float *w, *g;               /* bound views (drafter_model_bind) or the owned buffers below */
+    float *own_w, *own_g, *adam_m, *adam_v; /* NULL in a view model */
     double *inv_freq;           /* (hd/2) */
 };
 
@@ -40,7 +32,7 @@ typedef struct layer_view {
 
 static layer_view layer_at(const drafter_model *m, float *base, int l)
 {
-    const drafter_param *p = m->params + PARAM_LAYER0 + l * LP_COUNT;
+    const drafter_param *p = drafter_layout_layer(&m->L, l, 0);
     layer_view v = {base + p[LP_IN_NORM].offset, base + p[LP_POST_NORM].offset, base + p[LP_WQ].offset,
                     base + p[LP_WK].offset, base + p[LP_WV].offset, base + p[LP_WO].offset,
                     base + p[LP_Q_NORM].offset, base + p[LP_K_NORM].offset, base + p[LP_GATE].offset,
@@ -48,44 +40,20 @@ static layer_view layer_at(const drafter_model *m, float *base, int l)
     return v;
 }
 
-static void add_param(drafter_model *m, const char *name, int64_t d0, int64_t d1)
-{
-    drafter_param *p = &m->params[m->nparams++];
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = d1 > 0 ? 2 : 1;
-    p->shape[0] = d0;
-    p->shape[1] = d1 > 0 ? d1 : 0;
-    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
-    p->offset = m->numel;
-    p->decay = p->ndim >= 2;
-    m->numel += p->numel;
-}
-
-/* Lay out every parameter and allocate the flat buffers (weights zeroed). */
-static drafter_model *drafter_alloc(const hf_config *cfg)
+/* The layout and the rope table; buffers only when owned (a view model gets its weights from drafter_model_bind). */
+static drafter_model *drafter_alloc(const hf_config *cfg, int owned)
 {
     drafter_model *m = xcalloc(1, sizeof *m);
     m->cfg = *cfg;
     m->K = cfg->num_taps;
-    const int64_t H = cfg->hidden_size, hd = cfg->head_dim, qd = (int64_t)cfg->num_heads * hd;
-    const int64_t kd = (int64_t)cfg->num_kv_heads * hd, I = cfg->intermediate_size;
-    m->params = xcalloc((size_t)(PARAM_LAYER0 + LP_COUNT * cfg->num_layers), sizeof *m->params);
-    add_param(m, "fc.weight", H, (int64_t)m->K * H);
-    add_param(m, "hidden_norm.weight", H, 0);
-    add_param(m, "norm.weight", H, 0);
-    for (int l = 0; l < cfg->num_layers; l++) {
-        const int64_t shapes[LP_COUNT][2] = {{H, 0},  {H, 0},  {qd, H}, {kd, H}, {kd, H}, {H, qd},
-                                             {hd, 0}, {hd, 0}, {I, H},  {I, H},  {H, I}};
-        for (int j = 0; j < LP_COUNT; j++) {
-            char name[96];
-            snprintf(name, sizeof name, "layers.%d.%s", l, layer_param_names[j]);
-            add_param(m, name, shapes[j][0], shapes[j][1]);
-        }
+    drafter_layout_init(&m->L, cfg);
+    if (owned) {
+        m->w = m->own_w = xcalloc(m->L.numel, sizeof(float));
+        m->g = m->own_g = xcalloc(m->L.numel, sizeof(float));
+        m->adam_m = xcalloc(m->L.numel, sizeof(float));
+        m->adam_v = xcalloc(m->L.numel, sizeof(float));
     }
-    m->w = xcalloc(m->numel, sizeof(float));
-    m->g = xcalloc(m->numel, sizeof(float));
-    m->adam_m = xcalloc(m->numel, sizeof(float));
-    m->adam_v = xcalloc(m->numel, sizeof(float));
+    const int64_t hd = cfg->head_dim;
     m->inv_freq = xmalloc(sizeof(double) * (size_t)(hd / 2 > 0 ? hd / 2 : 1));
     rope_params rp = {.theta = cfg->rope_theta, .llama3 = cfg->rope_llama3, .factor = cfg->rope_factor,
                       .low_freq_factor = cfg->rope_low_freq_factor, .high_freq_factor = cfg->rope_high_freq_factor,
@@ -109,15 +77,17 @@ static int check_config(const hf_config *c, const char *where, errbuf *err)
 
 drafter_model *drafter_model_create(const hf_config *cfg, uint64_t seed)
 {
-    drafter_model *m = drafter_alloc(cfg);
-    for (int i = 0; i < m->nparams; i++) {
-        const drafter_param *p = &m->params[i];
-        float *w = m->w + p->offset;
-        rng r;
-        rng_seed(&r, seed, 0x5eed, (uint64_t)i, 0);
-        for (size_t k = 0; k < p->numel; k++) w[k] = p->ndim >= 2 ? (float)(0.02 * rng_normal(&r)) : 1.0f;
-    }
+    drafter_model *m = drafter_alloc(cfg, 1);
+    drafter_layout_init_weights(&m->L, m->w, seed);
     return m;
+}
+
+drafter_model *drafter_model_create_view(const hf_config *cfg) { return drafter_alloc(cfg, 0); }
+
+void drafter_model_bind(drafter_model *m, const float *weights, float *grads)
+{
+    m->w = (float *)weights; /* read only: the forward and backward never write the weights */
+    m->g = grads;
 }
 
 int drafter_model_load(drafter_model **out, const char *dir, const hf_config *target, errbuf *err)
@@ -146,9 +116,9 @@ int drafter_model_load(drafter_model **out, const char *dir, const hf_config *ta
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if ((rc = st_open(&st, path, err))) return rc;
-    m = drafter_alloc(&cfg);
-    for (int i = 0; i < m->nparams; i++) {
-        const drafter_param *p = &m->params[i];
+    m = drafter_alloc(&cfg, 1);
+    for (int i = 0; i < m->L.nparams; i++) {
+        const drafter_param *p = &m->L.params[i];
         rc = st_read_f32(st, p->name, m->w + p->offset, p->ndim, p->shape, err);
         if (rc) goto fail;
     }
@@ -163,23 +133,31 @@ fail:
 
 int drafter_model_save(const drafter_model *m, const char *dir, enum st_dtype dtype, errbuf *err)
 {
+    return drafter_weights_save(&m->cfg, m->w, dir, dtype, err);
+}
+
+int drafter_weights_save(const hf_config *drafter, const float *w, const char *dir, enum st_dtype dtype, errbuf *err)
+{
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return errbuf_set(err, errno, "%s: %s", dir, strerror(errno));
-    st_write_tensor *t = xcalloc((size_t)m->nparams, sizeof *t);
-    for (int i = 0; i < m->nparams; i++) {
-        const drafter_param *p = &m->params[i];
+    drafter_layout L;
+    drafter_layout_init(&L, drafter);
+    st_write_tensor *t = xcalloc((size_t)L.nparams, sizeof *t);
+    for (int i = 0; i < L.nparams; i++) {
+        const drafter_param *p = &L.params[i];
         t[i].name = p->name;
         t[i].dtype = dtype;
         t[i].ndim = p->ndim;
         t[i].shape[0] = p->shape[0];
         t[i].shape[1] = p->shape[1];
-        t[i].data = m->w + p->offset;
+        t[i].data = w + p->offset;
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    int rc = st_write(path, t, m->nparams, NULL, err);
+    int rc = st_write(path, t, L.nparams, NULL, err);
     free(t);
+    drafter_layout_destroy(&L);
     if (rc) return rc;
-    hf_config cfg = m->cfg;
+    hf_config cfg = *drafter;
     snprintf(cfg.torch_dtype, sizeof cfg.torch_dtype, "%s", dtype == ST_BF16 ? "bfloat16" : "float32");
     snprintf(path, sizeof path, "%s/config.json", dir);
     return hf_config_write_dflash(&cfg, path, err);
@@ -189,9 +167,9 @@ void drafter_model_destroy(drafter_model **mp)
 {
     drafter_model *m = *mp;
     if (!m) return;
-    free(m->params);
-    free(m->w);
-    free(m->g);
+    drafter_layout_destroy(&m->L);
+    free(m->own_w);
+    free(m->own_g);
     free(m->adam_m);
     free(m->adam_v);
     free(m->inv_freq);
@@ -200,20 +178,18 @@ void drafter_model_destroy(drafter_model **mp)
 }
 
 const hf_config *drafter_model_config(const drafter_model *m) { return &m->cfg; }
-int drafter_param_count(const drafter_model *m) { return m->nparams; }
-const drafter_param *drafter_param_at(const drafter_model *m, int i) { return &m->params[i]; }
-size_t drafter_numel(const drafter_model *m) { return m->numel; }
+const drafter_layout *drafter_model_layout(const drafter_model *m) { return &m->L; }
+int drafter_param_count(const drafter_model *m) { return m->L.nparams; }
+const drafter_param *drafter_param_at(const drafter_model *m, int i) { return &m->L.params[i]; }
+size_t drafter_numel(const drafter_model *m) { return m->L.numel; }
 float *drafter_weights(drafter_model *m) { return m->w; }
 float *drafter_grads(drafter_model *m) { return m->g; }
 float *drafter_adam_m(drafter_model *m) { return m->adam_m; }
 float *drafter_adam_v(drafter_model *m) { return m->adam_v; }
-void drafter_grads_zero(drafter_model *m) { memset(m->g, 0, sizeof(float) * m->numel); }
-
+void drafter_grads_zero(drafter_model *m) { memset(m->g, 0, sizeof(float) * m->L.numel); }
 const drafter_param *drafter_param_find(const drafter_model *m, const char *name)
 {
-    for (int i = 0; i < m->nparams; i++)
-        if (!strcmp(m->params[i].name, name)) return &m->params[i];
-    return NULL;
+    return drafter_layout_find(&m->L, name);
 }
 
 /* Saved activations of one layer for the backward. Shapes: NB = N*B block rows, T context rows. */
@@ -264,8 +240,8 @@ void drafter_forward_backward(drafter_model *m, const drafter_frozen *fz, const 
     const dflash_attn_shape as = {.nblocks = N, .block_size = B, .nh = nh, .nkv = nkv, .hd = hd,
                                   .scale = 1.0f / sqrtf((float)hd)};
     DF_ASSERT(B == c->block_size && V == c->vocab_size);
-    const float *fc = m->w + m->params[PARAM_FC].offset, *hn = m->w + m->params[PARAM_HIDDEN_NORM].offset;
-    const float *fnorm = m->w + m->params[PARAM_NORM].offset;
+    const float *fc = m->w + m->L.params[DRAFTER_PARAM_FC].offset, *hn = m->w + m->L.params[DRAFTER_PARAM_HIDDEN_NORM].offset;
+    const float *fnorm = m->w + m->L.params[DRAFTER_PARAM_NORM].offset;
 
     /* context: F = hidden_norm(aux · fcᵀ), shared by every layer */
     float *fc_out = fbuf((size_t)T * H), *F = fbuf((size_t)T * H);
@@ -350,7 +326,7 @@ void drafter_forward_backward(drafter_model *m, const drafter_frozen *fz, const 
         float *dkc = fbuf((size_t)T * kd), *dvc = fbuf((size_t)T * kd), *dkc_raw = fbuf((size_t)T * kd);
         float *dkb = fbuf((size_t)NB * kd), *dvb = fbuf((size_t)NB * kd), *dkb_raw = fbuf((size_t)NB * kd);
         float *du = fbuf((size_t)NB * H);
-        rmsnorm_backward_cpu(dx, H, 0, m->g + m->params[PARAM_NORM].offset, dh, H, x, H, fnorm, NB, H, eps);
+        rmsnorm_backward_cpu(dx, H, 0, m->g + m->L.params[DRAFTER_PARAM_NORM].offset, dh, H, x, H, fnorm, NB, H, eps);
         for (int l = L - 1; l >= 0; l--) {
             layer_acts *a = &acts[l];
             layer_view w = layer_at(m, m->w, l), g = layer_at(m, m->g, l);
@@ -385,9 +361,9 @@ void drafter_forward_backward(drafter_model *m, const drafter_frozen *fz, const 
         }
         /* context fusion: F = hidden_norm(fc_out), fc_out = aux · fcᵀ; aux and the embedding are frozen */
         float *dfc_out = fbuf((size_t)T * H);
-        rmsnorm_backward_cpu(dfc_out, H, 0, m->g + m->params[PARAM_HIDDEN_NORM].offset, dF, H, fc_out, H, hn, T, H,
+        rmsnorm_backward_cpu(dfc_out, H, 0, m->g + m->L.params[DRAFTER_PARAM_HIDDEN_NORM].offset, dF, H, fc_out, H, hn, T, H,
                              eps);
-        matmul_backward_cpu(NULL, 0, 0, m->g + m->params[PARAM_FC].offset, dfc_out, H, aux, K * H, fc, T, H, K * H);
+        matmul_backward_cpu(NULL, 0, 0, m->g + m->L.params[DRAFTER_PARAM_FC].offset, dfc_out, H, aux, K * H, fc, T, H, K * H);
         float *bufs[] = {dfc_out, dx, dF, d1, dgate, dup, dy, dq, dq_raw, dkc, dvc, dkc_raw, dkb, dvb, dkb_raw, du};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     }
@@ -398,20 +374,6 @@ void drafter_forward_backward(drafter_model *m, const drafter_frozen *fz, const 
     free(x);
     free(F);
     free(fc_out);
-}
-
-double drafter_grad_norm(drafter_model *m) { return sqrt(grad_sq_sum_cpu(m->g, m->numel)); }
-
-double drafter_optimizer_step(drafter_model *m, const adamw_params *p, long step, float clip)
-{
-    double norm = drafter_grad_norm(m);
-    float coef = grad_clip_coef(norm, clip);
-    for (int i = 0; i < m->nparams; i++) {
-        const drafter_param *q = &m->params[i];
-        adamw_step_cpu(m->w + q->offset, m->g + q->offset, m->adam_m + q->offset, m->adam_v + q->offset, q->numel, p,
-                       step, coef, q->decay);
-    }
-    return norm;
 }
 
 double drafter_metrics_acceptance(const drafter_metrics *mt)

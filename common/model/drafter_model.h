@@ -1,6 +1,6 @@
 /* drafter_model: the trainable DFlash drafter on the CPU backend (spec/dflash.md). Parameters, gradients and the
- * AdamW moments are fp32 flat arrays with one named view per tensor (z-lab names), so that optimizer steps,
- * all-reduce and checkpoints work on whole buffers. The frozen embedding and lm_head belong to the target and are
+ * AdamW moments are fp32 flat arrays laid out by drafter_layout (z-lab names), so that optimizer steps, reductions
+ * and checkpoints work on whole buffers; a view model (drafter_model_create_view) works on buffers it does not own. The frozen embedding and lm_head belong to the target and are
  * passed in; they are never copied into the drafter. One model per thread; errors name the file and tensor. */
 #ifndef DFLASH_DRAFTER_MODEL_H
 #define DFLASH_DRAFTER_MODEL_H
@@ -8,22 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "adamw.h"
 #include "anchors.h"
+#include "drafter_layout.h"
 #include "hf_config.h"
 #include "safetensors.h"
 #include "util.h"
 
 typedef struct drafter_model drafter_model;
-
-/* One named parameter tensor inside the flat buffers. */
-typedef struct drafter_param {
-    char name[96];
-    int ndim;
-    int64_t shape[2];
-    size_t offset, numel;
-    int decay;  /* matrices get weight decay, norm weights do not */
-} drafter_param;
 
 /* Frozen tables of the target, shared by reference. */
 typedef struct drafter_frozen {
@@ -34,14 +25,22 @@ typedef struct drafter_frozen {
 
 /* Fresh model: matrices normal(0, 0.02), norm weights 1, from the seed. cfg must be a DFlash config. */
 drafter_model *drafter_model_create(const hf_config *cfg, uint64_t seed);
+/* A model without buffers of its own: its weights and gradients are views bound by drafter_model_bind (the
+ * training state of the reducer), so a drafter rank keeps no second copy of the parameters. */
+drafter_model *drafter_model_create_view(const hf_config *cfg);
+/* Point the model at weights (read only, numel floats) and a gradient buffer (numel floats, accumulated into). */
+void drafter_model_bind(drafter_model *m, const float *weights, float *grads);
 /* Load a z-lab checkpoint directory (config.json + model.safetensors, bf16 or f32). When target is given, the
  * drafter's hidden size, vocab and tap layers are checked against it. */
 int drafter_model_load(drafter_model **out, const char *dir, const hf_config *target, errbuf *err);
 /* Write config.json + model.safetensors (dtype ST_BF16 or ST_F32) into dir (created), atomically per file. */
 int drafter_model_save(const drafter_model *m, const char *dir, enum st_dtype dtype, errbuf *err);
+/* The same from flat fp32 weights laid out by drafter_layout for this config (no model needed). */
+int drafter_weights_save(const hf_config *drafter, const float *w, const char *dir, enum st_dtype dtype, errbuf *err);
 void drafter_model_destroy(drafter_model **m);
 
 const hf_config *drafter_model_config(const drafter_model *m);
+const drafter_layout *drafter_model_layout(const drafter_model *m);
 int drafter_param_count(const drafter_model *m);
 const drafter_param *drafter_param_at(const drafter_model *m, int i);
 const drafter_param *drafter_param_find(const drafter_model *m, const char *name);
@@ -75,12 +74,6 @@ typedef struct drafter_outputs {
 void drafter_forward_backward(drafter_model *m, const drafter_frozen *fz, const float *aux, int ntok,
                               const int32_t *positions, const drafter_blocks *blk, int backward, float loss_scale,
                               drafter_metrics *metrics, drafter_outputs *out);
-
-/* Global L2 norm of the gradients (before clipping). */
-double drafter_grad_norm(drafter_model *m);
-/* Clip (coef = min(1, clip/(norm+1e-6))) and one AdamW step (1-based step) with this step's lr; weight decay on
- * matrices only. Returns the gradient norm before clipping. */
-double drafter_optimizer_step(drafter_model *m, const adamw_params *p, long step, float clip);
 
 /* Simulated acceptance length of the metrics, and per-slot accuracy of slot k (NaN when no valid slot). */
 double drafter_metrics_acceptance(const drafter_metrics *mt);

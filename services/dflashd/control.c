@@ -13,6 +13,7 @@
 
 #include "ctl_proto.h"
 #include "log.h"
+#include "step_metrics.h"
 #include "zap.h"
 
 #define CONTROL_RESTART_TIMEOUT_SEC 300.0 /* a restarted worker must be ready and healthy within this */
@@ -251,20 +252,11 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
     s.keeper_pid = (int32_t)getpid();
     s.next_batch = token_ring_next_id_peek(c->v.ring);
     if (s.step > 0) { /* the last committed step's records, summed over ranks as the drafters report them */
-        const job_rank_record *rec = h->records[(s.step - 1) % JOB_RECORD_RING];
-        double loss = 0, w = 0, acc = 0, blocks = 0, tot = 0, cor = 0;
-        for (uint32_t i = 0; i < h->ndrafters; i++) {
-            if (rec[i].step_plus1 != s.step) continue;
-            loss += rec[i].loss_sum;
-            w += rec[i].weight_sum;
-            acc += rec[i].accept_sum;
-            blocks += (double)rec[i].nblocks;
-            tot += (double)rec[i].slot_total;
-            cor += (double)rec[i].slot_correct;
-        }
-        s.loss = w > 0 ? loss / w : 0;
-        s.acceptance = blocks > 0 ? acc / blocks : 0;
-        s.slot_accuracy = tot > 0 ? cor / tot : 0;
+        step_summary sm;
+        step_metrics_sum(&sm, h->records[(s.step - 1) % JOB_RECORD_RING], h->ndrafters, s.step - 1);
+        s.loss = sm.loss;
+        s.acceptance = sm.acceptance;
+        s.slot_accuracy = sm.slot_accuracy;
     }
     int fr, fi, rd, le;
     token_ring_stats(c->v.ring, &fr, &fi, &rd, &le);

@@ -1,8 +1,9 @@
 /* dflashd: the keeper of one job. It creates and owns every shared-memory segment (job state, token ring, one
  * hidden-state pool per target worker) and the pools' memfds, registers workers (a new epoch per start, fds passed
  * over its unix socket), watches them by pidfd and heartbeat, reclaims what a dead worker held, and appends the
- * batch ledger from the drafters' step records. It keeps its pool fds in the service manager's fd store, so its
- * own restart loses nothing: it reattaches to the segments and to the running workers. Touches no GPU. */
+ * batch ledger from the drafters' step records. It keeps the memory the workers deposit (a cuda target's pool, a
+ * drafter reducer's training state) and its pool fds in the service manager's fd store, so its own restart loses
+ * nothing: it reattaches to the segments and to the running workers. Touches no GPU and runs no model code. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -21,7 +22,6 @@
 
 #include "checkpoint.h"
 #include "control.h"
-#include "drafter_model.h"
 #include "fdpass.h"
 #include "job_plan.h"
 #include "job_state.h"
@@ -39,6 +39,7 @@ typedef struct keeper {
     struct token_ring *ring;
     struct slot_pool *pools[64];
     int npools;
+    int train_fd[JOB_MAX_DRAFTERS];  /* training states deposited by the drafters' reducers, -1 when none */
     int listen_fd;
     int pidfd[JOB_MAX_WORKERS];      /* watched instance per worker-table entry, -1 when none */
     ledger *ledger;
@@ -129,38 +130,82 @@ static void control_kill_worker(void *ctx, int slot)
     if (k->pidfd[slot] >= 0) pidfd_kill(k->pidfd[slot], SIGKILL);
 }
 
-/* A cuda target deposits its pool's VMM allocation: only the registered instance (pid + epoch) of target i, and
- * only while the pool has none; the fd goes to the fd store like a CPU pool's memfd. */
+/* Keep fd in the service manager's fd store under name. */
+static void fd_store(const char *name, int fd)
+{
+    char store[96];
+    snprintf(store, sizeof store, "FDSTORE=1\nFDNAME=%s", name);
+    if (sd_pid_notify_with_fds(0, 0, store, &fd, 1) <= 0)
+        log_debug("no fd store (NOTIFY_SOCKET unset): a restart of dflashd will start a new run");
+}
+
+/* A drafter's reducer deposits its training state (host memfd or GPU VMM allocation): once per index. */
+static int accept_train_state(keeper *k, const keeper_deposit *rq, int fd, char *msg, size_t n)
+{
+    job_train_state *t = &k->js.h->train_state[rq->index];
+    if (atomic_load(&t->deposited)) {
+        snprintf(msg, n, "training state %d is already deposited", rq->index);
+        return -EEXIST;
+    }
+    static const uint8_t zero[16];
+    t->bytes = rq->bytes;
+    t->gpu = memcmp(rq->device_uuid, zero, 16) != 0;
+    memcpy(t->device_uuid, rq->device_uuid, 16);
+    k->train_fd[rq->index] = fd;
+    atomic_store(&t->deposited, 1);
+    char name[32];
+    snprintf(name, sizeof name, "train-%d", rq->index);
+    fd_store(name, fd);
+    log_info("drafter-%d deposited its training state: %llu bytes in %s memory", rq->index,
+             (unsigned long long)rq->bytes, t->gpu ? "GPU" : "host");
+    return 0;
+}
+
+/* A worker deposits memory it made: a cuda target its pool's VMM allocation, a drafter its training state. Only the
+ * registered instance (pid + epoch) of that worker, and only once; the fd goes to the fd store. */
 static void handle_deposit(keeper *k, int conn, const keeper_deposit *rq, int fd)
 {
     keeper_reply rp = {.magic = KEEPER_MAGIC};
     errbuf err = {{0}};
-    job_worker *w = rq->index >= 0 && rq->index < k->npools ? job_state_worker(&k->js, JOB_ROLE_TARGET, rq->index)
-                                                           : NULL;
-    if (!k->plan.slot.gpu || !w) {
+    const int train = rq->kind == KEEPER_DEPOSIT_TRAIN_STATE;
+    const char *what = train ? "training state" : "pool";
+    job_worker *w = NULL;
+    if (rq->kind == KEEPER_DEPOSIT_POOL && rq->index >= 0 && rq->index < k->npools)
+        w = job_state_worker(&k->js, JOB_ROLE_TARGET, rq->index);
+    else if (train && rq->index >= 0 && rq->index < k->plan.cfg.workers.drafters)
+        w = job_state_worker(&k->js, JOB_ROLE_DRAFTER, rq->index);
+    if (!w || (!train && !k->plan.slot.gpu)) {
         rp.status = -EINVAL;
-        snprintf(rp.msg, sizeof rp.msg, "pool deposit for target-%d: %s", rq->index,
-                 !w ? "no such target in this job" : "job.backend is not cuda");
+        snprintf(rp.msg, sizeof rp.msg, "%s deposit for %s-%d: %s", what, train ? "drafter" : "target", rq->index,
+                 !w ? "no such worker in this job" : "job.backend is not cuda");
     } else if (atomic_load(&w->pid) != rq->pid || atomic_load(&w->epoch) != rq->epoch) {
         rp.status = -ESTALE;
-        snprintf(rp.msg, sizeof rp.msg, "pool deposit for target-%d from pid %d epoch %llu: not the registered "
-                 "instance", rq->index, rq->pid, (unsigned long long)rq->epoch);
+        snprintf(rp.msg, sizeof rp.msg, "%s deposit for index %d from pid %d epoch %llu: not the registered "
+                 "instance", what, rq->index, rq->pid, (unsigned long long)rq->epoch);
     } else if (fd < 0) {
         rp.status = -EINVAL;
-        snprintf(rp.msg, sizeof rp.msg, "pool deposit for target-%d carries no fd", rq->index);
+        snprintf(rp.msg, sizeof rp.msg, "%s deposit for index %d carries no fd", what, rq->index);
+    } else if (train) {
+        if ((rp.status = accept_train_state(k, rq, fd, rp.msg, sizeof rp.msg)) == 0) fd = -1;
     } else if ((rp.status = slot_pool_set_device_data(k->pools[rq->index], fd, rq->device_uuid, rq->bytes, &err))) {
         snprintf(rp.msg, sizeof rp.msg, "pool %d: %.200s", rq->index, err.msg);
     } else {
-        char store[64];
-        snprintf(store, sizeof store, "FDSTORE=1\nFDNAME=pool-%d", rq->index);
-        if (sd_pid_notify_with_fds(0, 0, store, &fd, 1) <= 0)
-            log_debug("no fd store (NOTIFY_SOCKET unset): a restart of dflashd will start a new run");
+        char name[32];
+        snprintf(name, sizeof name, "pool-%d", rq->index);
+        fd_store(name, fd);
         fd = -1; /* the pool handle owns it now */
         log_info("target-%d deposited its GPU pool: %llu bytes", rq->index, (unsigned long long)rq->bytes);
     }
     if (fd >= 0) close(fd);
-    if (rp.status) log_warn("pool deposit refused: %s", rp.msg);
+    if (rp.status) log_warn("deposit refused: %s", rp.msg);
     if (fdpass_send(conn, NULL, 0, &rp, sizeof rp) < 0) log_warn("keeper socket: reply lost: %s", strerror(errno));
+}
+
+/* The training state a drafter registering as `index` gets: its own, else drafter 0's (shared), else -1. */
+static int train_state_for(const keeper *k, int index)
+{
+    if (k->train_fd[index] >= 0) return index;
+    return k->train_fd[0] >= 0 ? 0 : -1;
 }
 
 /* The first GPU pool not yet deposited, or -1 (always -1 on the cpu backend). */
@@ -203,6 +248,9 @@ static void handle_register(keeper *k, int conn)
     } else if (missing >= 0) { /* retryable: keeper_register asks again */
         rp.status = -EAGAIN;
         snprintf(rp.msg, sizeof rp.msg, "GPU pool %d not deposited by target-%d yet", missing, missing);
+    } else if (rq.role == JOB_ROLE_DRAFTER && rq.index > 0 && train_state_for(k, rq.index) < 0) {
+        rp.status = -EAGAIN; /* drafter 0 makes the training state (common/train/reducer.h) */
+        snprintf(rp.msg, sizeof rp.msg, "no training state deposited by drafter-0 yet");
     } else {
         int pfd = pidfd_open_pid(rq.pid);
         if (pfd < 0) {
@@ -228,6 +276,12 @@ static void handle_register(keeper *k, int conn)
                 for (int i = 0; i < k->npools; i++) fds[nfds++] = slot_pool_data_fd(k->pools[i]);
             }
             rp.npools = (uint32_t)nfds;
+            int ti = rq.role == JOB_ROLE_DRAFTER ? train_state_for(k, rq.index) : -1;
+            rp.train_index = ti;
+            if (ti >= 0) {
+                fds[nfds++] = k->train_fd[ti];
+                rp.ntrain = 1;
+            }
             char label[32];
             worker_label(w, label, sizeof label);
             log_info("%s registered: pid %d, epoch %llu", label, rq.pid, (unsigned long long)epoch);
@@ -266,37 +320,19 @@ static void unlink_segments(const job_plan *p)
     }
 }
 
-/* Initial drafter state of a fresh job: a checkpoint to resume, a drafter to start from, or a fresh init. */
-static int init_train_state(keeper *k, errbuf *err)
+/* Where a fresh run starts: step 0, or with --resume the step of <run_dir>/ckpt/latest (the drafters' reducer loads
+ * the state itself: dflashd reads only the step). */
+static int resume_step(keeper *k, errbuf *err)
 {
-    const job_plan *p = &k->plan;
-    job_state *js = &k->js;
-    uint64_t numel = p->numel;
+    if (!k->resume) return 0;
     char root[4096];
-    job_config_path(&p->cfg, "ckpt", root, sizeof root);
-    if (k->resume) {
-        checkpoint_state st;
-        int rc = checkpoint_read(root, NULL, job_state_weights(js, 0), job_state_adam_m(js, 0),
-                                 job_state_adam_v(js, 0), numel, &st, err);
-        if (rc) return errbuf_wrap(err, rc, "--resume");
-        if (st.step & 1) { /* the state of step k lives in buffer k % 2 */
-            memcpy(js->state[1], js->state[0], sizeof(float) * 3 * numel);
-        }
-        atomic_store(&js->h->committed_step, st.step);
-        atomic_store(&js->h->ledger_frontier, st.step);
-        log_info("resuming from %s/latest: step %llu", root, (unsigned long long)st.step);
-        return 0;
-    }
-    drafter_model *dm = NULL;
-    if (p->cfg.drafter.init[0]) {
-        int rc = drafter_model_load(&dm, p->cfg.drafter.init, &p->target, err);
-        if (rc) return errbuf_wrap(err, rc, "drafter.init");
-    } else {
-        dm = drafter_model_create(&p->drafter, (uint64_t)p->cfg.job.seed);
-    }
-    DF_ASSERT(drafter_numel(dm) == numel);
-    memcpy(job_state_weights(js, 0), drafter_weights(dm), sizeof(float) * numel);
-    drafter_model_destroy(&dm);
+    job_config_path(&k->plan.cfg, "ckpt", root, sizeof root);
+    checkpoint_state st;
+    int rc = checkpoint_read_state(root, NULL, &st, err);
+    if (rc) return errbuf_wrap(err, rc, "--resume");
+    atomic_store(&k->js.h->committed_step, st.step);
+    atomic_store(&k->js.h->ledger_frontier, st.step);
+    log_info("resuming from %s/latest: step %llu", root, (unsigned long long)st.step);
     return 0;
 }
 
@@ -308,7 +344,7 @@ static int create_job(keeper *k, errbuf *err)
     int rc = job_state_create(&k->js, p->cfg.job.name, k->run_id, (uint32_t)p->cfg.workers.drafters, p->numel,
                               (uint64_t)p->cfg.train.steps, err);
     if (rc) return rc;
-    if ((rc = init_train_state(k, err))) return rc;
+    if ((rc = resume_step(k, err))) return rc;
     if ((rc = token_ring_create(p->ring_name, &p->ring, &k->ring, err))) return rc;
     token_ring_next_id_set(k->ring, atomic_load(&k->js.h->committed_step) * (uint64_t)p->cfg.workers.drafters);
     k->npools = p->cfg.workers.targets;
@@ -323,12 +359,10 @@ static int create_job(keeper *k, errbuf *err)
         }
         if ((rc = slot_pool_create(name, (uint32_t)p->cfg.ring.pool_slots, p->slot.bytes, &k->pools[i], err)))
             return rc;
-        int fd = slot_pool_data_fd(k->pools[i]);
-        snprintf(store, sizeof store, "FDSTORE=1\nFDNAME=pool-%d", i);
-        if (sd_pid_notify_with_fds(0, 0, store, &fd, 1) <= 0)
-            log_debug("no fd store (NOTIFY_SOCKET unset): a restart of dflashd will start a new run");
+        snprintf(store, sizeof store, "pool-%d", i);
+        fd_store(store, slot_pool_data_fd(k->pools[i]));
     }
-    log_info("job %s: created state (%llu drafter parameters), token ring (%u slots of %u tokens), %d pools of %d "
+    log_info("job %s: created job state (%llu drafter parameters), token ring (%u slots of %u tokens), %d pools of %d "
              "slots (%zu bytes each)", p->cfg.job.name, (unsigned long long)p->numel, p->ring.nslots,
              p->ring.max_tokens, k->npools, p->cfg.ring.pool_slots, p->slot.bytes);
     return 0;
@@ -368,6 +402,17 @@ static int reattach_job(keeper *k, int *fds, char **names, int nfds, errbuf *err
         }
         if (fd < 0) return errbuf_set(err, ENOENT, "fd store has no %s", want);
         if ((rc = slot_pool_attach(name, fd, &k->pools[i], err))) return rc;
+    }
+    for (int i = 0; i < p->cfg.workers.drafters; i++) { /* training states the drafters deposited */
+        char want[32];
+        snprintf(want, sizeof want, "train-%d", i);
+        int fd = -1;
+        for (int j = 0; j < nfds; j++)
+            if (names && names[j] && !strcmp(names[j], want)) fd = fds[j];
+        if (atomic_load(&k->js.h->train_state[i].deposited) != (fd >= 0))
+            return errbuf_set(err, ENOENT, "%s: %s", want, fd < 0 ? "deposited but not in the fd store"
+                                                                 : "in the fd store but never deposited");
+        if (fd >= 0) k->train_fd[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     }
     /* workers that were registered: watch the live ones, reclaim the dead */
     for (int i = 0; i < JOB_MAX_WORKERS; i++) {
@@ -509,6 +554,7 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int i = 0; i < JOB_MAX_WORKERS; i++) k.pidfd[i] = -1;
+    for (int i = 0; i < JOB_MAX_DRAFTERS; i++) k.train_fd[i] = -1;
     const char *rid = getenv("DFLASH_RUN_ID");
     snprintf(k.run_id, sizeof k.run_id, "%s", rid && rid[0] ? rid : "standalone");
     struct sigaction sa = {.sa_handler = on_signal};

@@ -1,10 +1,11 @@
 /* dflash-target: runs the frozen target forward over packed token batches and writes the tapped layers straight
  * into a hidden-state slot of its pool (plus a copy of the batch's tokens, so the drafter needs nothing else), then
  * publishes the slot. A pool slot is claimed before a token batch is leased, so a target never holds a batch while
- * it waits for room; batches already committed (re-deliveries after a crash) are dropped. Built with DFLASH_CUDA
- * (dflash-target-cuda) it also runs job.backend = cuda: the pool is a VMM allocation on its GPU that it creates and
- * deposits with dflashd at its first start and re-imports after a restart; taps are bf16, written by the forward
- * straight into the slot, and a slot is published once the CUDA event after its work has completed. */
+ * it waits for room; batches already committed (re-deliveries after a crash) are dropped. One worker loop (run);
+ * what differs between the backends sits behind struct target_backend. Built with DFLASH_CUDA (dflash-target-cuda)
+ * it also runs job.backend = cuda: the pool is a VMM allocation on its GPU that it creates and deposits with dflashd
+ * at its first start and re-imports after a restart; taps are bf16, written by the forward straight into the slot,
+ * and a slot is published once the CUDA event after its work has completed. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,57 +27,92 @@
 #include "vmm_pool_cuda.h"
 #endif
 
+/* One target worker's run: its ring and pool, and the backend's state. */
+typedef struct target_run {
+    worker_ctx *w;
+    const job_plan *p;
+    uint16_t owner;
+    int deepest; /* the deepest tapped layer: the forward stops there */
+    const char *pool_name;
+    struct token_ring *ring;
+    struct slot_pool *pool;
+    target_model *tm; /* cpu */
+#ifdef DFLASH_CUDA
+    target_cuda *tc;  /* cuda: the model, the pool's VMM mapping, the pinned token stage, the slot's done event */
+    vmm_alloc *va;
+    char *stage;
+    cudaEvent_t done;
+#endif
+} target_run;
+
+/* What differs between the backends. Each returns 0 or -errno with a message in err. */
+typedef struct target_backend {
+    /* map the pool's control segment and its data (sets r->pool) */
+    int (*attach)(target_run *r, errbuf *err);
+    /* load the model and settle its workspaces */
+    int (*load)(target_run *r, errbuf *err);
+    /* batch b's tokens and taps into slot s; returns once the slot's payload is complete */
+    int (*forward)(target_run *r, int s, const struct token_batch *b, errbuf *err);
+    /* free what attach and load made (the pool itself is the loop's) */
+    void (*close)(target_run *r);
+} target_backend;
+
 /* Lease the next token batch, feeding the heartbeat; -1 when the job finished first. */
-static int lease_batch(worker_ctx *w, struct token_ring *ring, uint16_t owner)
+static int lease_batch(target_run *r)
 {
-    while (!worker_job_finished(w)) {
-        worker_tick(w);
-        int i = token_ring_lease(ring, owner, w->epoch, 200);
+    while (!worker_job_finished(r->w)) {
+        worker_tick(r->w);
+        int i = token_ring_lease(r->ring, r->owner, r->w->epoch, 200);
         if (i >= 0) return i;
     }
     return -1;
 }
 
-static int claim_slot(worker_ctx *w, struct slot_pool *pool, uint16_t owner)
+static int claim_slot(target_run *r)
 {
-    while (!worker_job_finished(w)) {
-        worker_tick(w);
-        int i = slot_pool_claim(pool, owner, w->epoch, 200);
+    while (!worker_job_finished(r->w)) {
+        worker_tick(r->w);
+        int i = slot_pool_claim(r->pool, r->owner, r->w->epoch, 200);
         if (i >= 0) return i;
     }
     return -1;
 }
 
 /* One unit of work: a claimed pool slot *s and a leased token batch *t. Returns 1 with both held, 0 to ask again
- * (the batch was held back or dropped), -1 when the job finished. */
-static int next_work(worker_ctx *w, struct slot_pool *pool, struct token_ring *ring, uint16_t owner, int *s, int *t)
+ * (the batch was held back or dropped), -1 when the job finished, -2 (message in err) when the batch does not fit
+ * the ring's geometry. */
+static int next_work(target_run *r, int *s, int *t, errbuf *err)
 {
+    worker_ctx *w = r->w;
     const uint64_t D = (uint64_t)w->plan.cfg.workers.drafters;
-    if ((*s = claim_slot(w, pool, owner)) < 0) return -1;
-    if ((*t = lease_batch(w, ring, owner)) < 0) {
-        slot_pool_abandon(pool, *s, owner, w->epoch);
+    if ((*s = claim_slot(r)) < 0) return -1;
+    if ((*t = lease_batch(r)) < 0) {
+        slot_pool_abandon(r->pool, *s, r->owner, w->epoch);
         return -1;
     }
-    uint64_t id = token_ring_batch(ring, *t).meta->batch_id;
-    if (job_state_batch_held(&w->js, id, (uint32_t)D)) { /* paused (beyond the step in flight) or drained */
-        token_ring_unlease(ring, *t, owner, w->epoch);
-        slot_pool_abandon(pool, *s, owner, w->epoch);
+    int bad = token_ring_slot_check(r->ring, *t, err);
+    uint64_t id = token_ring_batch(r->ring, *t).meta->batch_id;
+    if (bad || job_state_batch_held(&w->js, id, (uint32_t)D)) { /* broken, or paused (beyond the step in flight) */
+        token_ring_unlease(r->ring, *t, r->owner, w->epoch);
+        slot_pool_abandon(r->pool, *s, r->owner, w->epoch);
+        if (bad) return -2;
         uint32_t seen = atomic_load(&w->js.h->gen);
         job_state_wait(&w->js, seen, 200);
         return 0;
     }
     if (id < atomic_load(&w->js.h->committed_step) * D) { /* re-delivered after a crash, already trained */
         log_info("batch %llu already committed: dropped", (unsigned long long)id);
-        token_ring_release(ring, *t, owner, w->epoch);
-        slot_pool_abandon(pool, *s, owner, w->epoch);
+        token_ring_release(r->ring, *t, r->owner, w->epoch);
+        slot_pool_abandon(r->pool, *s, r->owner, w->epoch);
         return 0;
     }
     return 1;
 }
 
 /* The slot's token part from batch b: input_ids, positions (restarting at each sequence), cu_seqlens, loss_mask,
- * laid out as in the slot from offset p->slot.input_ids (tok points at that offset, host memory). */
-static void fill_tokens(const job_plan *p, char *tok, const struct token_batch *b)
+ * laid out as in the slot from offset p->slot.input_ids (tok points at that offset, host memory). Returns the
+ * forward's view of them. */
+static target_batch fill_tokens(const job_plan *p, char *tok, const struct token_batch *b)
 {
     const size_t base = p->slot.input_ids;
     int T = (int)b->meta->ntok, S = (int)b->meta->nseq;
@@ -87,88 +123,130 @@ static void fill_tokens(const job_plan *p, char *tok, const struct token_batch *
     memcpy(tok + p->slot.loss_mask - base, b->loss_mask, (size_t)T);
     for (int q = 0; q < S; q++)
         for (int i = cu[q]; i < cu[q + 1]; i++) pos[i] = i - cu[q];
+    return (target_batch){.ntok = T, .nseq = S, .input_ids = ids, .positions = pos, .cu_seqlens = cu};
 }
 
 /* Descriptor fields, then READY (the payload is complete: written by this thread, or by a completed CUDA event). */
-static int publish_slot(worker_ctx *w, struct slot_pool *pool, int s, uint64_t id, int T, int S, uint16_t owner)
+static int publish_slot(target_run *r, int s, const struct token_batch *b)
 {
-    struct slot_pool_desc *d = slot_pool_desc(pool, s);
-    d->batch_id = id;
-    d->ntok = (uint32_t)T;
-    d->nseq = (uint32_t)S;
-    d->bytes_used = w->plan.slot.bytes;
-    int rc = slot_pool_publish(pool, s, owner, w->epoch);
-    if (rc) log_error("publish of batch %llu: %s (slot reclaimed?)", (unsigned long long)id, strerror(-rc));
+    struct slot_pool_desc *d = slot_pool_desc(r->pool, s);
+    d->batch_id = b->meta->batch_id;
+    d->ntok = b->meta->ntok;
+    d->nseq = b->meta->nseq;
+    d->bytes_used = r->p->slot.bytes;
+    int rc = slot_pool_publish(r->pool, s, r->owner, r->w->epoch);
+    if (rc) log_error("publish of batch %llu: %s (slot reclaimed?)", (unsigned long long)d->batch_id, strerror(-rc));
     return rc;
 }
 
-/* The cpu backend: the pool is a memfd mapped here; the forward writes fp32 taps into the slot. */
-static int run_cpu(worker_ctx *w, struct token_ring *ring, const char *pool_name, int deepest)
+/* The worker loop of every backend: attach the pool, load, then claim a slot, lease a batch, forward, publish,
+ * until the job finishes. Returns the process's exit status. */
+static int run(target_run *r, const target_backend *be)
 {
-    const job_plan *p = &w->plan;
-    const uint16_t owner = (uint16_t)(1 + w->index);
+    worker_ctx *w = r->w;
+    const job_plan *p = r->p;
     errbuf err = {{0}};
-    struct slot_pool *pool = NULL;
-    target_model *tm = NULL;
-    int rc;
-    if (w->nfds != 1 || slot_pool_attach(pool_name, w->fds[0], &pool, &err) ||
-        target_model_load(&tm, p->cfg.target.model, deepest, &err)) {
-        log_error("%s", w->nfds != 1 ? "keeper passed no pool fd" : err.msg);
-        return 1;
+    int ret = 1;
+    if (be->attach(r, &err)) {
+        log_error("%s", err.msg);
+        goto out;
     }
-    if (slot_pool_slot_bytes(pool) < p->slot.bytes) {
-        log_error("%s: slots of %llu bytes, %zu needed", pool_name, (unsigned long long)slot_pool_slot_bytes(pool),
-                  p->slot.bytes);
-        return 1;
+    if (slot_pool_slot_bytes(r->pool) < p->slot.bytes) {
+        log_error("%s: slots of %llu bytes, %zu needed", r->pool_name,
+                  (unsigned long long)slot_pool_slot_bytes(r->pool), p->slot.bytes);
+        goto out;
     }
-    log_info("target %s loaded up to layer %d; taps %d", p->cfg.target.model, deepest, p->ntaps);
+    if (be->load(r, &err)) {
+        log_error("%s", err.msg);
+        goto out;
+    }
     worker_ready(w, "running");
+    ret = 0;
     while (!worker_job_finished(w)) {
         if (worker_restart_requested(w)) {
             log_info("restart requested by dflashd");
-            return JOB_EXIT_RESTART;
+            ret = JOB_EXIT_RESTART;
+            break;
         }
-        int s, t, got = next_work(w, pool, ring, owner, &s, &t);
+        int s, t, got = next_work(r, &s, &t, &err);
+        if (got == -2) {
+            log_error("%s", err.msg);
+            ret = 1;
+            break;
+        }
         if (got < 0) break;
         if (got == 0) continue;
-        struct token_batch b = token_ring_batch(ring, t);
+        struct token_batch b = token_ring_batch(r->ring, t);
         uint64_t id = b.meta->batch_id;
-        char *slot = slot_pool_data(pool, s);
-        int T = (int)b.meta->ntok, S = (int)b.meta->nseq;
-        fill_tokens(p, slot + p->slot.input_ids, &b);
-        target_batch tb = {.ntok = T, .nseq = S, .input_ids = (int32_t *)(slot + p->slot.input_ids),
-                           .positions = (int32_t *)(slot + p->slot.positions),
-                           .cu_seqlens = (int32_t *)(slot + p->slot.cu_seqlens)};
-        if ((rc = target_model_forward(tm, &tb, p->drafter.taps, p->ntaps, (float *)(slot + p->slot.aux), NULL, NULL,
-                                       &err))) {
+        if (be->forward(r, s, &b, &err)) {
             log_error("batch %llu: %s", (unsigned long long)id, err.msg);
-            return 1;
+            ret = 1;
+            break;
         }
-        if (publish_slot(w, pool, s, id, T, S, owner)) return 1;
-        token_ring_release(ring, t, owner, w->epoch);
-        worker_count_batch(w, (uint64_t)T);
-        log_debug("batch %llu: %d tokens published in slot %d", (unsigned long long)id, T, s);
+        if (publish_slot(r, s, &b)) {
+            ret = 1;
+            break;
+        }
+        token_ring_release(r->ring, t, r->owner, w->epoch);
+        worker_count_batch(w, (uint64_t)b.meta->ntok);
+        log_debug("batch %llu: %u tokens published in slot %d", (unsigned long long)id, b.meta->ntok, s);
     }
-    target_model_destroy(&tm);
-    slot_pool_destroy(&pool);
-    return 0;
+out:
+    be->close(r);
+    slot_pool_destroy(&r->pool);
+    return ret;
 }
 
-#ifdef DFLASH_CUDA
-/* The GPU pool: re-import the deposited allocation on the GPU its UUID names (restart), or create one on GPU
- * `index` and deposit it with dflashd (first start). Leaves that GPU current. */
-static int gpu_pool_open(worker_ctx *w, struct slot_pool *pool, vmm_alloc *va, errbuf *err)
+/* ---- the cpu backend: the pool is a memfd mapped here; the forward writes fp32 taps into the slot ---- */
+
+static int cpu_attach(target_run *r, errbuf *err)
 {
-    const job_plan *p = &w->plan;
+    if (r->w->nfds != 1)
+        return errbuf_set(err, EPROTO, "%s: keeper passed %d pool fds, expected 1", r->pool_name, r->w->nfds);
+    return slot_pool_attach(r->pool_name, r->w->fds[0], &r->pool, err);
+}
+
+static int cpu_load(target_run *r, errbuf *err)
+{
+    const job_plan *p = r->p;
+    int rc = target_model_load(&r->tm, p->cfg.target.model, r->deepest, err);
+    if (!rc) log_info("target %s loaded up to layer %d; taps %d", p->cfg.target.model, r->deepest, p->ntaps);
+    return rc;
+}
+
+static int cpu_forward(target_run *r, int s, const struct token_batch *b, errbuf *err)
+{
+    const job_plan *p = r->p;
+    char *slot = slot_pool_data(r->pool, s);
+    target_batch tb = fill_tokens(p, slot + p->slot.input_ids, b);
+    return target_model_forward(r->tm, &tb, p->drafter.taps, p->ntaps, (float *)(slot + p->slot.aux), NULL, NULL,
+                                err);
+}
+
+static void cpu_close(target_run *r) { target_model_destroy(&r->tm); }
+
+static const target_backend cpu_backend = {cpu_attach, cpu_load, cpu_forward, cpu_close};
+
+#ifdef DFLASH_CUDA
+/* ---- the cuda backend: the pool lives in GPU memory; per batch the tokens go into the slot, the forward writes its
+ * bf16 taps straight into the slot's aux (row stride K*H), and the slot is complete once the event behind that work
+ * has (cudaEventSynchronize on that event, never a device-wide wait). No allocation per batch. ---- */
+
+/* Re-import the deposited allocation on the GPU its UUID names (restart), or create one on GPU `index` and deposit
+ * it with dflashd (first start). Leaves that GPU current. */
+static int cuda_attach(target_run *r, errbuf *err)
+{
+    worker_ctx *w = r->w;
     uint8_t uuid[16];
     uint64_t bytes = 0;
     int dev = -1, rc;
+    if ((rc = slot_pool_attach_control(r->pool_name, &r->pool, err))) return rc;
     if (w->nfds == 1) {
-        if (slot_pool_device(pool, uuid, &bytes))
+        if (slot_pool_device(r->pool, uuid, &bytes))
             return errbuf_set(err, EPROTO, "keeper passed a pool fd but the pool records no GPU");
         if ((rc = vmm_device_by_uuid(uuid, &dev, err))) return errbuf_wrap(err, rc, "pool %d", w->index);
         CHECK_CUDA(cudaSetDevice(dev));
-        if ((rc = vmm_alloc_import_fd(va, dev, w->fds[0], (size_t)bytes, err))) return rc;
+        if ((rc = vmm_alloc_attach(dev, w->fds[0], (size_t)bytes, &r->va, err))) return rc;
         log_info("re-imported pool %d (%llu bytes) on GPU %d", w->index, (unsigned long long)bytes, dev);
         return 0;
     }
@@ -180,15 +258,16 @@ static int gpu_pool_open(worker_ctx *w, struct slot_pool *pool, vmm_alloc *va, e
                           w->index, ndev);
     dev = w->index;
     CHECK_CUDA(cudaSetDevice(dev));
-    size_t need = (size_t)slot_pool_nslots(pool) * slot_pool_slot_bytes(pool);
+    size_t need = (size_t)slot_pool_nslots(r->pool) * slot_pool_slot_bytes(r->pool);
     int fd = -1;
-    if ((rc = vmm_alloc_create(va, dev, need, err)) || (rc = vmm_device_uuid(dev, uuid, err)) ||
-        (rc = vmm_alloc_export_fd(va, &fd, err)))
+    if ((rc = vmm_alloc_create(dev, need, &r->va, err)) || (rc = vmm_device_uuid(dev, uuid, err)) ||
+        (rc = vmm_alloc_export_fd(r->va, &fd, err)))
         return rc;
-    rc = keeper_deposit_pool(p->keeper_socket, w->index, w->epoch, fd, uuid, va->size, 30.0, err);
+    rc = keeper_deposit_memory(r->p->keeper_socket, KEEPER_DEPOSIT_POOL, w->index, w->epoch, fd, uuid, r->va->size,
+                               30.0, err);
     close(fd);
     if (rc) return rc;
-    log_info("created and deposited pool %d: %zu bytes on GPU %d", w->index, va->size, dev);
+    log_info("created and deposited pool %d: %zu bytes on GPU %d", w->index, r->va->size, dev);
     return 0;
 }
 
@@ -215,82 +294,47 @@ static int gpu_warm_up(target_cuda *tc, const job_plan *p, errbuf *err)
     return rc;
 }
 
-/* The cuda backend: the pool lives in GPU memory; per batch the tokens go into the slot, the forward writes its bf16
- * taps straight into the slot's aux (row stride K*H), and the slot is published after the event behind that work
- * has completed (cudaEventSynchronize on that event, never a device-wide wait). No allocation per batch. */
-static int run_cuda(worker_ctx *w, struct token_ring *ring, const char *pool_name, int deepest)
+static int cuda_load(target_run *r, errbuf *err)
 {
-    const job_plan *p = &w->plan;
-    const uint16_t owner = (uint16_t)(1 + w->index);
-    errbuf err = {{0}};
-    struct slot_pool *pool = NULL;
-    target_cuda *tc = NULL;
-    vmm_alloc va = {0};
+    const job_plan *p = r->p;
     int rc;
-    if ((rc = slot_pool_attach_control(pool_name, &pool, &err)) || (rc = gpu_pool_open(w, pool, &va, &err))) {
-        log_error("%s", err.msg);
-        return 1;
-    }
-    if (slot_pool_slot_bytes(pool) < p->slot.bytes) {
-        log_error("%s: slots of %llu bytes, %zu needed", pool_name, (unsigned long long)slot_pool_slot_bytes(pool),
-                  p->slot.bytes);
-        return 1;
-    }
-    if ((rc = target_cuda_load(&tc, p->cfg.target.model, deepest, (int)p->ring.max_tokens, (int)p->ring.max_seqs,
-                               NULL, &err)) ||
-        (rc = gpu_warm_up(tc, p, &err))) {
-        log_error("%s", err.msg);
-        return 1;
-    }
-    cudaStream_t st = (cudaStream_t)target_cuda_stream(tc);
-    const size_t tok_bytes = p->slot.bytes - p->slot.input_ids;
-    char *stage = NULL; /* pinned: the slot's token part, uploaded with one copy */
-    CHECK_CUDA(cudaMallocHost((void **)&stage, tok_bytes));
-    cudaEvent_t done;
-    CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    if ((rc = target_cuda_load(&r->tc, p->cfg.target.model, r->deepest, (int)p->ring.max_tokens,
+                               (int)p->ring.max_seqs, NULL, err)) ||
+        (rc = gpu_warm_up(r->tc, p, err)))
+        return rc;
+    /* pinned: the slot's token part, uploaded with one copy */
+    CHECK_CUDA(cudaMallocHost((void **)&r->stage, p->slot.bytes - p->slot.input_ids));
+    CHECK_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
     log_info("target %s on the GPU up to layer %d; taps %d; %.1f MiB of weights and workspaces",
-             p->cfg.target.model, deepest, p->ntaps, (double)target_cuda_device_bytes(tc) / (1 << 20));
-    worker_ready(w, "running");
-    const size_t sb = slot_pool_slot_bytes(pool);
-    int ret = 0;
-    while (!worker_job_finished(w)) {
-        if (worker_restart_requested(w)) {
-            log_info("restart requested by dflashd");
-            ret = JOB_EXIT_RESTART;
-            break;
-        }
-        int s, t, got = next_work(w, pool, ring, owner, &s, &t);
-        if (got < 0) break;
-        if (got == 0) continue;
-        struct token_batch b = token_ring_batch(ring, t);
-        uint64_t id = b.meta->batch_id;
-        int T = (int)b.meta->ntok, S = (int)b.meta->nseq;
-        char *slot = (char *)(uintptr_t)va.ptr + (size_t)s * sb;
-        fill_tokens(p, stage, &b);
-        CHECK_CUDA(cudaMemcpyAsync(slot + p->slot.input_ids, stage, tok_bytes, cudaMemcpyHostToDevice, st));
-        const size_t base = p->slot.input_ids;
-        target_batch tb = {.ntok = T, .nseq = S, .input_ids = (int32_t *)(stage + p->slot.input_ids - base),
-                           .positions = (int32_t *)(stage + p->slot.positions - base),
-                           .cu_seqlens = (int32_t *)(stage + p->slot.cu_seqlens - base)};
-        if ((rc = target_cuda_forward(tc, &tb, p->drafter.taps, p->ntaps, (uint16_t *)(slot + p->slot.aux),
-                                      p->ntaps * p->hidden, NULL, NULL, &err))) {
-            log_error("batch %llu: %s", (unsigned long long)id, err.msg);
-            return 1;
-        }
-        CHECK_CUDA(cudaEventRecord(done, st));
-        CHECK_CUDA(cudaEventSynchronize(done)); /* the slot's payload (and the stage's upload) is complete */
-        if (publish_slot(w, pool, s, id, T, S, owner)) return 1;
-        token_ring_release(ring, t, owner, w->epoch);
-        worker_count_batch(w, (uint64_t)T);
-        log_debug("batch %llu: %d tokens published in slot %d", (unsigned long long)id, T, s);
-    }
-    CHECK_CUDA(cudaEventDestroy(done));
-    CHECK_CUDA(cudaFreeHost(stage));
-    target_cuda_destroy(&tc);
-    vmm_alloc_release(&va);
-    slot_pool_destroy(&pool);
-    return ret;
+             p->cfg.target.model, r->deepest, p->ntaps, (double)target_cuda_device_bytes(r->tc) / (1 << 20));
+    return 0;
 }
+
+static int cuda_forward(target_run *r, int s, const struct token_batch *b, errbuf *err)
+{
+    const job_plan *p = r->p;
+    cudaStream_t st = (cudaStream_t)target_cuda_stream(r->tc);
+    char *slot = (char *)(uintptr_t)r->va->ptr + (size_t)s * slot_pool_slot_bytes(r->pool);
+    target_batch tb = fill_tokens(p, r->stage, b);
+    CHECK_CUDA(cudaMemcpyAsync(slot + p->slot.input_ids, r->stage, p->slot.bytes - p->slot.input_ids,
+                               cudaMemcpyHostToDevice, st));
+    int rc = target_cuda_forward(r->tc, &tb, p->drafter.taps, p->ntaps, (uint16_t *)(slot + p->slot.aux),
+                                 p->ntaps * p->hidden, NULL, NULL, err);
+    if (rc) return rc;
+    CHECK_CUDA(cudaEventRecord(r->done, st));
+    CHECK_CUDA(cudaEventSynchronize(r->done)); /* the slot's payload (and the stage's upload) is complete */
+    return 0;
+}
+
+static void cuda_close(target_run *r)
+{
+    if (r->done) CHECK_CUDA(cudaEventDestroy(r->done));
+    if (r->stage) CHECK_CUDA(cudaFreeHost(r->stage));
+    target_cuda_destroy(&r->tc);
+    vmm_alloc_destroy(&r->va);
+}
+
+static const target_backend cuda_backend = {cuda_attach, cuda_load, cuda_forward, cuda_close};
 #endif
 
 int main(int argc, char **argv)
@@ -304,27 +348,25 @@ int main(int argc, char **argv)
     errbuf err = {{0}};
     char pool_name[128];
     job_plan_pool_name(p, w.index, pool_name, sizeof pool_name);
-    struct token_ring *ring = NULL;
-    int deepest = 0;
+    const target_backend *be = &cpu_backend;
+    if (p->slot.gpu) {
+#ifdef DFLASH_CUDA
+        be = &cuda_backend;
+#else
+        log_error("%s: job.backend = cuda needs dflash-target-cuda (this is the cpu build)", p->cfg.target.model);
+        return 1;
+#endif
+    }
+    target_run r = {.w = &w, .p = p, .owner = (uint16_t)(1 + w.index), .pool_name = pool_name};
     for (int i = 0; i < p->ntaps; i++)
-        if (p->drafter.taps[i] > deepest) deepest = p->drafter.taps[i];
-    if (token_ring_open(p->ring_name, &p->ring, &ring, &err)) {
+        if (p->drafter.taps[i] > r.deepest) r.deepest = p->drafter.taps[i];
+    if (token_ring_open(p->ring_name, &p->ring, &r.ring, &err)) {
         log_error("%s", err.msg);
         return 1;
     }
-    if (p->slot.gpu) {
-#ifdef DFLASH_CUDA
-        rc = run_cuda(&w, ring, pool_name, deepest);
-#else
-        log_error("%s: job.backend = cuda needs dflash-target-cuda (this is the cpu build)", p->cfg.target.model);
-        rc = 1;
-#endif
-    } else {
-        rc = run_cpu(&w, ring, pool_name, deepest);
-    }
-    if (rc) return rc;
+    if ((rc = run(&r, be))) return rc;
     log_info("job finished");
-    token_ring_destroy(&ring);
+    token_ring_destroy(&r.ring);
     worker_stop(&w);
     return 0;
 }

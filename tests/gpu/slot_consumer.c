@@ -43,7 +43,7 @@ typedef struct consumer {
     uint64_t epoch;
     int npools;
     struct slot_pool *pools[64];
-    vmm_alloc va[64];
+    vmm_alloc *va[64];
     target_model *tm;
     double tol_norm;
 } consumer;
@@ -77,7 +77,7 @@ static int setup(consumer *c, const char *config, errbuf *err)
                 return errbuf_set(err, EPROTO, "%s: slot %u's descriptor names another GPU", name, s);
         if ((rc = vmm_device_by_uuid(uuid, &dev, err))) return rc;
         CHECK_CUDA(cudaSetDevice(dev));
-        if ((rc = vmm_alloc_import_fd(&c->va[i], dev, fds[i], (size_t)bytes, err))) return rc;
+        if ((rc = vmm_alloc_attach(dev, fds[i], (size_t)bytes, &c->va[i], err))) return rc;
         close(fds[i]);
         printf("ok gpu_consumer_import_pool_%d %llu bytes on GPU %d (found by UUID)\n", i,
                (unsigned long long)bytes, dev);
@@ -122,12 +122,19 @@ static int check_slot(consumer *c, int i, int s, uint64_t id, char *host, float 
     const job_plan *p = &c->plan;
     const struct slot_pool_desc *d = slot_pool_desc(c->pools[i], s);
     int T = (int)d->ntok, S = (int)d->nseq, KH = p->ntaps * p->hidden;
+    struct slot_pool_shape shape = {p->ring.max_tokens, p->ring.max_seqs, p->slot.cu_seqlens};
+    errbuf err = {{0}};
+    if (slot_pool_slot_check(c->pools[i], s, &shape, &err)) { /* GPU data: the descriptor only */
+        printf("FAIL gpu_consumer_batch_%llu shape: %s\n", (unsigned long long)id, err.msg);
+        return 0;
+    }
     if (T < 1 || T > (int)p->ring.max_tokens || S < 1 || S > (int)p->ring.max_seqs || d->bytes_used != p->slot.bytes) {
         printf("FAIL gpu_consumer_batch_%llu descriptor: %d tokens, %d sequences, %llu bytes\n",
                (unsigned long long)id, T, S, (unsigned long long)d->bytes_used);
         return 0;
     }
-    const char *slot = (const char *)(uintptr_t)c->va[i].ptr + (size_t)s * slot_pool_slot_bytes(c->pools[i]);
+    const size_t sb = slot_pool_slot_bytes(c->pools[i]);
+    const char *slot = (const char *)(uintptr_t)c->va[i]->ptr + (size_t)s * sb;
     CHECK_CUDA(cudaMemcpy(host, slot, p->slot.bytes, cudaMemcpyDeviceToHost));
     const int32_t *ids = (const int32_t *)(host + p->slot.input_ids), *pos = (const int32_t *)(host + p->slot.positions);
     const int32_t *cu = (const int32_t *)(host + p->slot.cu_seqlens);
@@ -140,7 +147,6 @@ static int check_slot(consumer *c, int i, int s, uint64_t id, char *host, float 
         printf("FAIL gpu_consumer_batch_%llu tokens: cu_seqlens/positions/ids inconsistent\n", (unsigned long long)id);
         return 0;
     }
-    errbuf err = {{0}};
     target_batch tb = {.ntok = T, .nseq = S, .input_ids = ids, .positions = pos, .cu_seqlens = cu};
     if (target_model_forward(c->tm, &tb, p->drafter.taps, p->ntaps, ref, NULL, NULL, &err)) {
         printf("FAIL gpu_consumer_batch_%llu cpu forward: %s\n", (unsigned long long)id, err.msg);
@@ -255,7 +261,7 @@ int main(int argc, char **argv)
     atomic_store(&c.js.h->finished, 1); /* the test's end: workers exit 0 */
     job_state_wake(&c.js);
     for (int i = 0; i < c.npools; i++) {
-        vmm_alloc_release(&c.va[i]);
+        vmm_alloc_destroy(&c.va[i]);
         slot_pool_destroy(&c.pools[i]);
     }
     target_model_destroy(&c.tm);

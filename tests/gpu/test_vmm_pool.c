@@ -48,13 +48,13 @@ int main(void)
     pid_t exporter = fork();
     if (exporter == 0) {
         errbuf err = {{0}};
-        vmm_alloc a;
+        vmm_alloc *a = NULL;
         int fd;
-        if (vmm_alloc_create(&a, 0, BYTES, &err) || !pattern(&a, 7, 0) || vmm_alloc_export_fd(&a, &fd, &err)) {
+        if (vmm_alloc_create(0, BYTES, &a, &err) || !pattern(a, 7, 0) || vmm_alloc_export_fd(a, &fd, &err)) {
             fprintf(stderr, "exporter: %s\n", err.msg);
             _exit(1);
         }
-        size_t size = a.size;
+        size_t size = a->size;
         fdpass_send(sv[1], &fd, 1, &size, sizeof size);
         pause();
         _exit(0);
@@ -71,14 +71,15 @@ int main(void)
         pid_t importer = fork();
         if (importer == 0) {
             errbuf err = {{0}};
-            vmm_alloc a;
-            if (vmm_alloc_import_fd(&a, 0, fd, size, &err)) {
+            vmm_alloc *a = NULL;
+            if (vmm_alloc_attach(0, fd, size, &a, &err)) {
                 fprintf(stderr, "importer: %s\n", err.msg);
                 _exit(2);
             }
-            if (!pattern(&a, 7 + (unsigned)round, 1)) _exit(3);
-            if (!pattern(&a, 8 + (unsigned)round, 0)) _exit(4);
-            vmm_alloc_release(&a);
+            if (!pattern(a, 7 + (unsigned)round, 1)) _exit(3);
+            if (!pattern(a, 8 + (unsigned)round, 0)) _exit(4);
+            vmm_alloc_destroy(&a);
+            if (a) _exit(5);
             _exit(0);
         }
         int st = 0;

@@ -357,4 +357,50 @@ TEST(concurrent_producers_consumers_exactly_once)
     slot_pool_unlink(name, NULL);
 }
 
+/* A reader checks a leased slot against its own buffers (max tokens, max seqs, where cu_seqlens sit) before reading:
+ * a descriptor or token part that does not fit is an error naming the pool, the slot and the field. */
+TEST(reader_check_names_pool_slot_and_field)
+{
+    const char *name = pool_name("rcheck");
+    struct slot_pool *p = NULL;
+    errbuf err = { "" };
+    REQUIRE(slot_pool_create(name, 2, 8192, &p, &err) == 0);
+    const struct slot_pool_shape shape = { .max_tokens = 16, .max_seqs = 4, .cu_seqlens = 1024 };
+    int i = slot_pool_claim(p, 1, 1, 0);
+    REQUIRE(i >= 0);
+    struct slot_pool_desc *d = slot_pool_desc(p, i);
+    int32_t *cu = (int32_t *)((char *)slot_pool_data(p, i) + shape.cu_seqlens);
+    cu[0] = 0, cu[1] = 4, cu[2] = 10;
+    d->batch_id = 31, d->ntok = 10, d->nseq = 2, d->bytes_used = 4096;
+    REQUIRE(slot_pool_publish(p, i, 1, 1) == 0);
+    REQUIRE(slot_pool_lease_batch(p, 31, 2, 2, 0) == i);
+    EXPECT(slot_pool_slot_check(p, i, &shape, &err) == 0);
+    char slot[32];
+    snprintf(slot, sizeof slot, "slot %d", i);
+    d->ntok = 17;
+    EXPECT(slot_pool_slot_check(p, i, &shape, &err) == -EPROTO);
+    EXPECT_CONTAINS(err.msg, name);
+    EXPECT_CONTAINS(err.msg, slot);
+    EXPECT_CONTAINS(err.msg, "batch 31");
+    EXPECT_CONTAINS(err.msg, "ntok 17");
+    d->ntok = 10, d->nseq = 5;
+    EXPECT(slot_pool_slot_check(p, i, &shape, &err) == -EPROTO);
+    EXPECT_CONTAINS(err.msg, "nseq 5");
+    d->nseq = 2, cu[2] = 9;
+    EXPECT(slot_pool_slot_check(p, i, &shape, &err) == -EPROTO);
+    EXPECT_CONTAINS(err.msg, "cu_seqlens[2]");
+    cu[2] = 10, d->bytes_used = 8193;
+    EXPECT(slot_pool_slot_check(p, i, &shape, &err) == -EPROTO);
+    EXPECT_CONTAINS(err.msg, "bytes_used");
+    d->bytes_used = 4096;
+    /* the reader's own shape must fit the slot: cu_seqlens beyond its end is refused, not read */
+    const struct slot_pool_shape outside = { .max_tokens = 16, .max_seqs = 4, .cu_seqlens = 8192 - 8 };
+    EXPECT(slot_pool_slot_check(p, i, &outside, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "cu_seqlens");
+    EXPECT(slot_pool_slot_check(p, i, &shape, &err) == 0);
+    EXPECT(slot_pool_release(p, i, 2, 2) == 0);
+    slot_pool_destroy(&p);
+    slot_pool_unlink(name, NULL);
+}
+
 TEST_MAIN

@@ -57,4 +57,27 @@ TEST(control_only_pool_takes_a_device_deposit_once)
     slot_pool_unlink(name, NULL);
 }
 
+/* On a control-only (GPU) handle the data cannot be read here: the reader's check covers the descriptor alone. */
+TEST(control_only_reader_check_covers_the_descriptor)
+{
+    char name[128];
+    snprintf(name, sizeof name, "/dflash-test-%d-gpucheck", (int)getpid());
+    errbuf err = {{0}};
+    struct slot_pool *k = NULL;
+    REQUIRE(slot_pool_create_control(name, 2, 8192, &k, &err) == 0);
+    const struct slot_pool_shape shape = { .max_tokens = 16, .max_seqs = 4, .cu_seqlens = 1 << 20 };
+    int s = slot_pool_claim(k, 1, 5, 0);
+    REQUIRE(s >= 0);
+    struct slot_pool_desc *d = slot_pool_desc(k, s);
+    d->batch_id = 8, d->ntok = 16, d->nseq = 4, d->bytes_used = 8192;
+    EXPECT(slot_pool_slot_check(k, s, &shape, &err) == 0); /* cu_seqlens is not looked at */
+    d->nseq = 9;
+    EXPECT(slot_pool_slot_check(k, s, &shape, &err) == -EPROTO);
+    EXPECT_CONTAINS(err.msg, name);
+    EXPECT_CONTAINS(err.msg, "nseq 9");
+    EXPECT(slot_pool_abandon(k, s, 1, 5) == 0);
+    slot_pool_destroy(&k);
+    slot_pool_unlink(name, NULL);
+}
+
 TEST_MAIN

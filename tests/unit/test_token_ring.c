@@ -390,4 +390,40 @@ TEST(full_ring_blocks_producer)
     token_ring_unlink(name, NULL);
 }
 
+/* A reader checks a leased batch against the ring's geometry before reading it: a batch written past the checks of
+ * publish (a rogue or stale writer) is an error naming the ring, the slot and the field, never a read past the end. */
+TEST(reader_check_names_ring_slot_and_field)
+{
+    const char *name = ring_name("rcheck");
+    struct token_ring_geometry g = { 2, 64, 4 };
+    struct token_ring *r = NULL;
+    errbuf err = { "" };
+    REQUIRE(token_ring_create(name, &g, &r, &err) == 0);
+    publish_batch(r, 3, 1, 1);
+    int i = token_ring_lease(r, 2, 2, 0);
+    REQUIRE(i >= 0);
+    EXPECT(token_ring_slot_check(r, i, &err) == 0);
+    struct token_batch b = token_ring_batch(r, i);
+    b.meta->ntok = 65;
+    EXPECT(token_ring_slot_check(r, i, &err) == -EPROTO);
+    EXPECT_CONTAINS(err.msg, name);
+    char slot[32];
+    snprintf(slot, sizeof slot, "slot %d", i);
+    EXPECT_CONTAINS(err.msg, slot);
+    EXPECT_CONTAINS(err.msg, "ntok 65");
+    batch_fill(&b, 3, g.max_seqs);
+    b.meta->nseq = 5;
+    EXPECT(token_ring_slot_check(r, i, &err) == -EPROTO);
+    EXPECT_CONTAINS(err.msg, "nseq 5");
+    batch_fill(&b, 3, g.max_seqs);
+    b.cu_seqlens[1] = -1;
+    EXPECT(token_ring_slot_check(r, i, &err) == -EPROTO);
+    EXPECT_CONTAINS(err.msg, "cu_seqlens");
+    batch_fill(&b, 3, g.max_seqs);
+    EXPECT(token_ring_slot_check(r, i, &err) == 0);
+    EXPECT(token_ring_release(r, i, 2, 2) == 0);
+    token_ring_destroy(&r);
+    token_ring_unlink(name, NULL);
+}
+
 TEST_MAIN

@@ -1,0 +1,254 @@
+#include "step.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+
+#include "checkpoint.h"
+#include "log.h"
+#include "optim.h"
+#include "step_metrics.h"
+#include "step_plan.h"
+
+static void tick(step_ctx *s)
+{
+    if (s->w) worker_tick(s->w);
+}
+
+static int finished(step_ctx *s)
+{
+    return s->w ? worker_job_finished(s->w) : (int)atomic_load(&s->js->h->finished);
+}
+
+/* Wait until every rank's progress word for step k reads k+1. 0, or 1 when the step was committed meanwhile (or
+ * the job finished), so the caller goes back to the top. */
+static int wait_all(step_ctx *s, _Atomic uint64_t *progress, uint64_t k)
+{
+    for (;;) {
+        tick(s);
+        uint32_t seen = atomic_load(&s->js->h->gen);
+        if (atomic_load(&s->js->h->committed_step) != k || finished(s)) return 1;
+        int all = 1;
+        for (int i = 0; i < s->nranks && all; i++) all = atomic_load(&progress[i]) == k + 1;
+        if (all) return 0;
+        job_state_wait(s->js, seen, 200);
+    }
+}
+
+static void publish(step_ctx *s, _Atomic uint64_t *progress, uint64_t k)
+{
+    atomic_store(&progress[s->rank], k + 1);
+    job_state_wake(s->js);
+}
+
+/* Phase 1: gradients of this rank's batch of step k, and its record. */
+static int phase_gradients(step_ctx *s, uint64_t k, errbuf *err)
+{
+    job_state_header *h = s->js->h;
+    /* the ledger writer must have consumed the record slot we are about to overwrite */
+    while (atomic_load(&h->ledger_frontier) + JOB_RECORD_RING <= k) {
+        tick(s);
+        uint32_t seen = atomic_load(&h->gen);
+        if (atomic_load(&h->committed_step) != k || finished(s)) return 1;
+        job_state_wait(s->js, seen, 200);
+    }
+    const uint64_t b = step_plan_batch(k, (uint32_t)s->nranks, (uint32_t)s->rank);
+    drafter_batch batch;
+    int rc = s->src->ops->lease(s->src, b, k, &batch, err);
+    if (rc) return rc;
+    drafter_metrics mt;
+    float *grads = s->red->ops->grads(s->red, k);
+    if ((rc = s->model->ops->forward_backward(s->model, s->red->ops->weights(s->red, k), grads, &batch, &mt, err)))
+        return rc;
+    job_rank_record *rec = &h->records[k % JOB_RECORD_RING][s->rank];
+    *rec = (job_rank_record){.step_plus1 = k + 1, .batch_id = b, .tokens = (uint64_t)batch.ntok,
+                             .loss_sum = mt.loss_sum, .weight_sum = mt.weight_sum, .accept_sum = mt.accept_sum,
+                             .nblocks = (uint64_t)mt.nblocks};
+    for (int i = 1; i < DRAFTER_MAX_BLOCK; i++) {
+        rec->slot_total += (uint64_t)mt.slot_total[i];
+        rec->slot_correct += (uint64_t)mt.slot_correct[i];
+        rec->per_slot_total[i] = (uint32_t)mt.slot_total[i];
+        rec->per_slot_correct[i] = (uint32_t)mt.slot_correct[i];
+    }
+    publish(s, h->grad_step, k);
+    if (s->w) worker_count_batch(s->w, (uint64_t)batch.ntok);
+    return 0;
+}
+
+/* Σ over ranks of the step's loss weights (rank order). */
+static double step_weight_sum(step_ctx *s, uint64_t k, double *loss_sum)
+{
+    const job_rank_record *rec = s->js->h->records[k % JOB_RECORD_RING];
+    double w = 0, l = 0;
+    for (int i = 0; i < s->nranks; i++) {
+        w += rec[i].weight_sum;
+        l += rec[i].loss_sum;
+    }
+    if (loss_sum) *loss_sum = l;
+    return w;
+}
+
+/* Phase 3: norm, clip, AdamW (or the NaN guard's skip) on this rank's share; the record gets the outcome. */
+static void phase_apply(step_ctx *s, uint64_t k)
+{
+    optim_config oc;
+    optim_config_from_job(&oc, &s->plan->cfg);
+    double loss_sum;
+    const double W = step_weight_sum(s, k, &loss_sum);
+    const int loss_ok = isfinite(loss_sum);
+    adamw_params ap = optim_adamw_params(&oc, k);
+    int applied = 0;
+    double norm = s->red->ops->apply(s->red, k, W, &ap, oc.clip, loss_ok, &applied);
+    job_rank_record *rec = &s->js->h->records[k % JOB_RECORD_RING][s->rank];
+    rec->grad_norm = norm;
+    rec->lr = ap.lr;
+    rec->skipped = applied ? STEP_APPLIED : !loss_ok ? STEP_SKIPPED_LOSS_NOT_FINITE : STEP_SKIPPED_NORM_NOT_FINITE;
+    if (!applied && s->rank == 0)
+        log_warn("step %llu not applied: %s (weights unchanged)", (unsigned long long)k,
+                 step_skip_reason(rec->skipped));
+    publish(s, s->js->h->apply_step, k);
+}
+
+static int stop_here(step_ctx *s, uint64_t k, enum step_phase ph)
+{
+    return s->after_phase && s->after_phase(s->after_phase_ctx, k, ph);
+}
+
+int step_run_one(step_ctx *s, uint64_t k, errbuf *err)
+{
+    job_state_header *h = s->js->h;
+    int rc;
+    if (atomic_load(&h->grad_step[s->rank]) != k + 1 && (rc = phase_gradients(s, k, err))) return rc;
+    if (stop_here(s, k, STEP_PHASE_GRADIENTS)) return -EINTR;
+    if (wait_all(s, h->grad_step, k)) return 1;
+    if (atomic_load(&h->reduce_step[s->rank]) != k + 1) {
+        s->red->ops->reduce(s->red, k, step_weight_sum(s, k, NULL));
+        publish(s, h->reduce_step, k);
+    }
+    if (stop_here(s, k, STEP_PHASE_REDUCE)) return -EINTR;
+    if (wait_all(s, h->reduce_step, k)) return 1;
+    if (atomic_load(&h->apply_step[s->rank]) != k + 1) phase_apply(s, k);
+    if (stop_here(s, k, STEP_PHASE_APPLY)) return -EINTR;
+    if (wait_all(s, h->apply_step, k)) return 1;
+    uint64_t expect = k;
+    if (atomic_compare_exchange_strong(&h->committed_step, &expect, k + 1)) {
+        if (h->records[k % JOB_RECORD_RING][0].skipped) atomic_fetch_add(&h->skipped_steps, 1);
+        job_state_wake(s->js);
+    }
+    s->src->ops->release(s->src);
+    if (stop_here(s, k, STEP_PHASE_COMMIT)) return -EINTR;
+    return 0;
+}
+
+/* Rank 0 writes the checkpoints of committed steps (its peers cannot get past step c+1's reduction meanwhile, so
+ * state c stays put while it is written). */
+static int maybe_checkpoint(step_ctx *s, uint64_t c)
+{
+    const job_config *cfg = &s->plan->cfg;
+    if (s->rank != 0 || c == 0) return 0;
+    if (!(c == job_state_last_step(s->js) || (cfg->train.checkpoint_every > 0 && c % (uint64_t)cfg->train.checkpoint_every == 0)))
+        return 0;
+    char root[4096];
+    job_config_path(cfg, "ckpt", root, sizeof root);
+    if (checkpoint_exists(root, c)) return 0;
+    /* a checkpoint promises that the ledger holds every step before it: wait for dflashd's ledger writer */
+    while (atomic_load(&s->js->h->ledger_frontier) < c) {
+        tick(s);
+        uint32_t seen = atomic_load(&s->js->h->gen);
+        job_state_wait(s->js, seen, 200);
+    }
+    checkpoint_state st = {.step = c, .batches_committed = step_plan_first_batch(c, (uint32_t)s->nranks),
+                           .seed = cfg->job.seed};
+    errbuf err = {{0}};
+    double t0 = now_seconds();
+    optim_state host;
+    int rc = s->red->ops->export_state(s->red, c, &host, &err);
+    if (!rc) rc = checkpoint_write(root, &s->plan->drafter, host.w, host.m, host.v, s->plan->numel, &st, &err);
+    if (rc) {
+        log_error("checkpoint of step %llu: %s", (unsigned long long)c, err.msg);
+        return rc;
+    }
+    log_info("checkpoint: %s/step-%08llu (%.2f s)", root, (unsigned long long)c, now_seconds() - t0);
+    return 0;
+}
+
+static void report_progress(step_ctx *s, uint64_t k)
+{
+    step_summary sm;
+    step_metrics_sum(&sm, s->js->h->records[k % JOB_RECORD_RING], (uint32_t)s->nranks, k);
+    if (s->steps_seen++ == 0) {
+        s->t_start = now_seconds();
+        s->first_step = k;
+    } else {
+        s->tokens_seen += sm.tokens;
+    }
+    double el = now_seconds() - s->t_start, steps_done = (double)(k - s->first_step);
+    double tps = el > 0 ? (double)s->tokens_seen / el : 0, per_step = steps_done > 0 ? el / steps_done : 0;
+    double eta = per_step * (double)((uint64_t)s->plan->cfg.train.steps - k - 1);
+    sd_notifyf(0, "STATUS=step %llu/%d  loss %.4f  slot acc %.3f  accept %.3f  %.0f tok/s  ETA %02d:%02d",
+               (unsigned long long)(k + 1), s->plan->cfg.train.steps, sm.loss, sm.slot_accuracy, sm.acceptance, tps,
+               (int)(eta / 60), (int)fmod(eta, 60.0));
+}
+
+/* Whether any rank has started the step after the committed one: then every rank must take part in it. */
+static int step_started(void *ctx)
+{
+    step_ctx *s = ctx;
+    job_state_header *h = s->js->h;
+    uint64_t k = atomic_load(&h->committed_step);
+    for (int i = 0; i < s->nranks; i++)
+        if (atomic_load(&h->grad_step[i]) == k + 1) return 1;
+    return 0;
+}
+
+int step_train(step_ctx *s)
+{
+    job_state_header *h = s->js->h;
+    s->reported = atomic_load(&h->committed_step);
+    while (!finished(s)) {
+        tick(s);
+        /* between steps: a pause lets the step in flight finish; a step any rank started runs to its end first */
+        if (s->w) worker_hold_while_paused_unless(s->w, step_started, s);
+        if (s->w && worker_restart_requested(s->w)) {
+            log_info("restart requested by dflashd");
+            s->src->ops->release(s->src);
+            return JOB_EXIT_RESTART;
+        }
+        const uint64_t steps = job_state_last_step(s->js);
+        uint64_t k = atomic_load(&h->committed_step);
+        if (s->rank == 0 && k > s->reported) { /* whoever committed it, rank 0 reports each step once */
+            if (s->reported + 1 == k || s->steps_seen == 0) report_progress(s, k - 1);
+            s->reported = k;
+        }
+        uint64_t held = s->src->ops->held(s->src);
+        if (held != UINT64_MAX && held < step_plan_first_batch(k, (uint32_t)s->nranks)) s->src->ops->release(s->src);
+        if (maybe_checkpoint(s, k)) return 1;
+        if (k >= steps) {
+            if (s->rank == 0) {
+                atomic_store(&h->finished, 1);
+                job_state_wake(s->js);
+            } else {
+                uint32_t seen = atomic_load(&h->gen);
+                job_state_wait(s->js, seen, 200);
+            }
+            continue;
+        }
+        errbuf err = {{0}};
+        int rc = step_run_one(s, k, &err);
+        if (rc < 0) {
+            log_error("step %llu: %s", (unsigned long long)k, err.msg);
+            return 1;
+        }
+    }
+    s->src->ops->release(s->src);
+    return 0;
+}
+
+void batch_source_destroy(batch_source **s)
+{
+    if (*s) (*s)->ops->destroy(*s);
+    *s = NULL;
+}

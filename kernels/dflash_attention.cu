@@ -1,0 +1,1068 @@
+// dflash_attention (CUDA): the DFlash training attention, forward and backward, bf16 in/out, fp32 softmax and
+// accumulation; deterministic (no atomics: every sum is taken in a fixed order by one thread or one warp).
+//
+// Mask as intervals: a query row of block j sees the keys [lo, hi) of two sources, the context rows of kc/vc
+// ([ctx_start[j], ctx_start[j] + ctx_len[j])) and the block rows of kb/vb ([j*B, j*B + B)). Every kernel walks the
+// union of the intervals its rows need, tile by tile, skips a tile where a warp's rows see none of it and masks
+// element-wise only where some row sees part of it (with anchors sorted, a block's context is a prefix of its
+// sequence: one masked tile per block).
+//
+// Query rows are taken per kv head in the order (block j, group head g, slot i), so the B*G rows of one block that
+// share one K/V (64 for B = 16 and 4 query heads per kv head) are neighbours.
+// Forward (flash-2): a CTA of 4 warps owns 128 query rows, 32 per warp (two m16 tiles share every K/V fragment);
+// 64-key K/V tiles stream through shared memory (cp.async, two stages, rows padded by 16 bytes so ldmatrix is
+// conflict-free); S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16 with fp32 accumulators; online softmax in log2
+// units with the scale folded in; saves lse (natural log).
+// Backward, one launch of two CTA kinds (the dq tiles fill the SMs while the long dk/dv tiles run):
+//  - dk/dv CTA: 64 key rows of one kv head (16 per warp; dK and dV accumulate in registers) loop over the blocks
+//    that see them, in block order (a context tile scans the N blocks for those whose interval meets it; a
+//    block-row tile only its own blocks), 64 query rows (a block's B*G rows, all the query heads of the group) at a
+//    time: Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ - lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ(dPᵀ - D), dK += dSᵀ·Q.
+//  - dq CTA: the forward's 128 query rows over 32-key tiles: S, P, dP = dO·Vᵀ, dS, dQ += dS·K.
+//  D = rowsum(dout * out) comes from a small kernel first (into the caller's delta buffer).
+// Scalar path (head_dim not 16/32/64/128, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
+// key row (dk/dv).
+#include <cuda_bf16.h>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "dflash_attention.h"
+#include "cuda_check.h"
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kQRows = 128;   // forward / dq: query rows per CTA, 32 per warp
+constexpr int kFwdKeys = 64;  // forward: keys per K/V tile
+constexpr int kDqKeys = 32;   // dq: keys per K/V tile (the dP accumulators take the registers of the other 32)
+constexpr int kKvRows = 64;   // dk/dv: key rows per CTA, 16 per warp
+constexpr int kItemRows = 64; // dk/dv: query rows per step (a chunk of one block's B*G rows)
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+struct Args {
+    const bf16 *q, *kc, *vc, *kb, *vb;
+    int ldq, ldkc, ldvc, ldkb, ldvb;
+    const int32_t *ctx_start, *ctx_len;
+    int T, N, B, nh, nkv, G, hd;
+    float scale, scale_log2;
+    bf16 *out; // forward
+    int ldo;
+    float *lse_out;
+    const bf16 *dout; // backward
+    int lddo;
+    const float *lse, *delta;
+    bf16 *dq, *dkc, *dvc, *dkb, *dvb;
+    int lddq, lddkc, lddvc, lddkb, lddvb;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    int n = valid ? 16 : 0; // 0 source bytes: the 16 destination bytes are zero-filled
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid)
+{
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t *r, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t *r, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+// d = a(16x16 bf16, row) · b(16x8 bf16, col) + d, fp32
+__device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) // ex2.approx: 2^-inf = 0, as the softmax needs
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// Fragment addresses (bf16 elements) in a padded tile of row stride S, for lane `lane`:
+// A operand (16 rows x 16 k) at rows r0.., k0..
+template <int S> __device__ __forceinline__ int frag_a(int r0, int k0, int lane)
+{
+    return (r0 + (lane & 15)) * S + k0 + (lane >> 4) * 8;
+}
+// B operands of two n8 tiles whose n index is the tile row (K in Q·Kᵀ): rows n0..n0+15, k0..k0+15
+template <int S> __device__ __forceinline__ int frag_b_rows(int n0, int k0, int lane)
+{
+    return (n0 + (lane & 7) + ((lane >> 4) << 3)) * S + k0 + ((lane >> 3) & 1) * 8;
+}
+// B operands of two n8 tiles whose k index is the tile row (V in P·V, through .trans): rows k0..k0+15, n0..n0+15
+template <int S> __device__ __forceinline__ int frag_b_trans(int k0, int n0, int lane)
+{
+    return (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + n0 + (lane >> 4) * 8;
+}
+
+// Copy rows [row0, row0+ROWS) of a (bound, HD) slice with row stride ld into a padded smem tile; rows >= bound are 0.
+template <int HD, int ROWS>
+__device__ __forceinline__ void load_rows(bf16 *tile, const bf16 *base, int ld, int row0, int bound)
+{
+    constexpr int kChunks = HD / 8, kStride = HD + 8;
+#pragma unroll 1
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
+        int r = c / kChunks, col = (c % kChunks) * 8;
+        bool valid = row0 + r < bound;
+        cp_async16(tile + r * kStride + col, base + (size_t)(valid ? row0 + r : 0) * ld + col, valid);
+    }
+}
+
+// Visible interval of block j in source src (0: context rows of kc/vc, 1: block rows of kb/vb).
+__device__ __forceinline__ void block_interval(const Args &a, int src, int j, int &lo, int &hi)
+{
+    if (src == 0) {
+        lo = a.ctx_start[j];
+        hi = lo + a.ctx_len[j];
+    } else {
+        lo = j * a.B;
+        hi = lo + a.B;
+    }
+}
+
+// ---- query-row CTAs (forward, dq) ----
+
+struct QRows {
+    int qrow[kQRows], head[kQRows]; // query row (-1: past the end) and head of each CTA row
+    int lo[2][kQRows], hi[2][kQRows]; // visible key interval per source
+    int4 warp[2][kWarps]; // per warp and source: union lo, hi (rows with keys there); intersection lo, hi
+    int2 cta[2];          // per source: union over the CTA
+};
+
+// Rows of query tile `tile` of kv head kh: row ρ = tile*128 + t is (block j, head kh*G + g, slot i) with
+// ρ = (j*G + g)*B + i.
+__device__ void qrows_setup(QRows &r, const Args &a, int tile, int kh)
+{
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+    const int GB = a.G * a.B;
+    const long long rho = (long long)tile * kQRows + t;
+    int qrow = -1, head = 0, lo[2] = {0, 0}, hi[2] = {0, 0};
+    if (rho < (long long)a.N * GB) {
+        int j = (int)(rho / GB), rem = (int)(rho % GB), g = rem / a.B, i = rem % a.B;
+        qrow = j * a.B + i;
+        head = kh * a.G + g;
+        block_interval(a, 0, j, lo[0], hi[0]);
+        block_interval(a, 1, j, lo[1], hi[1]);
+    }
+    r.qrow[t] = qrow;
+    r.head[t] = head;
+#pragma unroll
+    for (int src = 0; src < 2; src++) {
+        r.lo[src][t] = lo[src];
+        r.hi[src][t] = hi[src];
+        const bool valid = qrow >= 0, any = valid && lo[src] < hi[src];
+        // rows past the end are neutral in both (their results are never stored)
+        int ulo = any ? lo[src] : INT_MAX, uhi = any ? hi[src] : INT_MIN;
+        int ilo = valid ? lo[src] : INT_MIN, ihi = valid ? hi[src] : INT_MAX;
+        ulo = __reduce_min_sync(0xffffffffu, ulo);
+        uhi = __reduce_max_sync(0xffffffffu, uhi);
+        ilo = __reduce_max_sync(0xffffffffu, ilo);
+        ihi = __reduce_min_sync(0xffffffffu, ihi);
+        if (lane == 0) r.warp[src][warp] = make_int4(ulo, uhi, ilo, ihi);
+    }
+    __syncthreads();
+    if (t < 2) {
+        int ulo = INT_MAX, uhi = INT_MIN;
+        for (int w = 0; w < kWarps; w++) ulo = min(ulo, r.warp[t][w].x), uhi = max(uhi, r.warp[t][w].y);
+        r.cta[t] = make_int2(ulo, uhi);
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ int ntiles(int2 u, int kt) { return u.x < u.y ? (u.y - u.x + kt - 1) / kt : 0; }
+
+// Key tile it of a query-row CTA: the context tiles first, then the block-row tiles.
+struct KTile {
+    int src, row0, bound;
+};
+__device__ __forceinline__ KTile ktile(const QRows &r, int it, int nct, int kt)
+{
+    if (it < nct) return {0, r.cta[0].x + it * kt, r.cta[0].y};
+    return {1, r.cta[1].x + (it - nct) * kt, r.cta[1].y};
+}
+
+template <int HD, int KT>
+__device__ __forceinline__ void load_kv_tile(bf16 *sk, bf16 *sv, const Args &a, const KTile &t, int kh)
+{
+    const bf16 *k = t.src == 0 ? a.kc : a.kb, *v = t.src == 0 ? a.vc : a.vb;
+    const int ldk = t.src == 0 ? a.ldkc : a.ldkb, ldv = t.src == 0 ? a.ldvc : a.ldvb;
+    load_rows<HD, KT>(sk, k + (size_t)kh * HD, ldk, t.row0, t.bound);
+    load_rows<HD, KT>(sv, v + (size_t)kh * HD, ldv, t.row0, t.bound);
+}
+
+// Gather the CTA's 128 query rows of x (row qrow, columns head*HD..) into a padded tile; rows past the end are 0.
+template <int HD>
+__device__ __forceinline__ void load_qrows(bf16 *tile, const bf16 *x, int ld, const QRows &r)
+{
+    constexpr int kChunks = HD / 8, kStride = HD + 8;
+#pragma unroll 1
+    for (int c = threadIdx.x; c < kQRows * kChunks; c += kThreads) {
+        int row = c / kChunks, col = (c % kChunks) * 8, qrow = r.qrow[row];
+        bool valid = qrow >= 0;
+        const bf16 *src = x + (valid ? (size_t)qrow * ld + (size_t)r.head[row] * HD + col : 0);
+        cp_async16(tile + row * kStride + col, src, valid);
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
+{
+    constexpr int kStride = HD + 8, kTile = kFwdKeys * kStride, kNT = kFwdKeys / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ QRows rows;
+    bf16 *sq = reinterpret_cast<bf16 *>(smem_raw);
+    bf16 *sk = sq + kQRows * kStride; // 2 stages
+    bf16 *sv = sk + 2 * kTile;        // 2 stages
+    const int kh = blockIdx.y, tile = (int)gridDim.x - 1 - (int)blockIdx.x; // later blocks (longer contexts) first
+    qrows_setup(rows, a, tile, kh);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+    const int nct = ntiles(rows.cta[0], kFwdKeys), nt = nct + ntiles(rows.cta[1], kFwdKeys);
+
+    load_qrows<HD>(sq, a.q, a.ldq, rows);
+    load_kv_tile<HD, kFwdKeys>(sk, sv, a, ktile(rows, 0, nct, kFwdKeys), kh);
+    cp_async_commit();
+
+    float o[2][HD / 8][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.0f;
+    // row r of m-tile m: warp*32 + m*16 + g + 8*r, index m*2 + r. m_run stays -inf until a row has seen a key.
+    float m_run[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l_run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int wrow = warp * 32;
+
+    for (int it = 0; it < nt; it++) {
+        const int stage = it & 1;
+        if (it + 1 < nt) {
+            load_kv_tile<HD, kFwdKeys>(sk + (stage ^ 1) * kTile, sv + (stage ^ 1) * kTile, a,
+                                       ktile(rows, it + 1, nct, kFwdKeys), kh);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const KTile kt = ktile(rows, it, nct, kFwdKeys);
+        const int4 w = rows.warp[kt.src][warp];
+        const int k0 = kt.row0;
+        if (k0 < w.y && k0 + kFwdKeys > w.x) { // some row of the warp sees a key of the tile (warp-uniform)
+            const bf16 *tk = sk + stage * kTile, *tv = sv + stage * kTile;
+            const bool need_mask = !(w.z <= k0 && k0 + kFwdKeys <= w.w);
+
+            float s[2][kNT][4];
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int t = 0; t < kNT; t++) s[m][t][0] = s[m][t][1] = s[m][t][2] = s[m][t][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t qa[2][4];
+#pragma unroll
+                for (int m = 0; m < 2; m++) ldmatrix_x4(qa[m], sq + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
+#pragma unroll
+                for (int t = 0; t < kNT; t += 2) {
+                    uint32_t b[4];
+                    ldmatrix_x4(b, tk + frag_b_rows<kStride>(t * 8, kk * 16, lane));
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        mma_bf16(s[m][t], qa[m], b[0], b[1]);
+                        mma_bf16(s[m][t + 1], qa[m], b[2], b[3]);
+                    }
+                }
+            }
+
+            float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                int lo0 = INT_MIN, hi0 = INT_MAX, lo1 = INT_MIN, hi1 = INT_MAX;
+                if (need_mask) {
+                    const int r0 = wrow + m * 16 + g;
+                    lo0 = rows.lo[kt.src][r0], hi0 = rows.hi[kt.src][r0];
+                    lo1 = rows.lo[kt.src][r0 + 8], hi1 = rows.hi[kt.src][r0 + 8];
+                }
+#pragma unroll
+                for (int t = 0; t < kNT; t++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        if (need_mask) {
+                            const int key = k0 + t * 8 + tig * 2 + (e & 1);
+                            const int lo = e < 2 ? lo0 : lo1, hi = e < 2 ? hi0 : hi1;
+                            if (key < lo || key >= hi) s[m][t][e] = -INFINITY;
+                        }
+                        mx[m * 2 + (e >> 1)] = fmaxf(mx[m * 2 + (e >> 1)], s[m][t][e]);
+                    }
+                }
+            }
+            float corr[4], neg_m[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float m_new = fmaxf(m_run[r], mx[r] * a.scale_log2);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row that has seen nothing yet
+                corr[r] = fast_exp2(m_run[r] - m_use);
+                m_run[r] = m_new;
+                neg_m[r] = -m_use;
+            }
+            uint32_t pf[2][kFwdKeys / 16][4];
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+                for (int t = 0; t < kNT; t++) {
+                    float p0 = fast_exp2(fmaf(s[m][t][0], a.scale_log2, neg_m[m * 2]));
+                    float p1 = fast_exp2(fmaf(s[m][t][1], a.scale_log2, neg_m[m * 2]));
+                    float p2 = fast_exp2(fmaf(s[m][t][2], a.scale_log2, neg_m[m * 2 + 1]));
+                    float p3 = fast_exp2(fmaf(s[m][t][3], a.scale_log2, neg_m[m * 2 + 1]));
+                    rs0 += p0 + p1, rs1 += p2 + p3;
+                    pf[m][t / 2][(t & 1) * 2 + 0] = pack_bf16(p0, p1);
+                    pf[m][t / 2][(t & 1) * 2 + 1] = pack_bf16(p2, p3);
+                }
+                l_run[m * 2] = l_run[m * 2] * corr[m * 2] + rs0;
+                l_run[m * 2 + 1] = l_run[m * 2 + 1] * corr[m * 2 + 1] + rs1;
+#pragma unroll
+                for (int i = 0; i < HD / 8; i++) {
+                    o[m][i][0] *= corr[m * 2], o[m][i][1] *= corr[m * 2];
+                    o[m][i][2] *= corr[m * 2 + 1], o[m][i][3] *= corr[m * 2 + 1];
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < kFwdKeys / 16; kk++) {
+#pragma unroll
+                for (int n0 = 0; n0 < HD / 8; n0 += 2) {
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, tv + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        mma_bf16(o[m][n0], pf[m][kk], b[0], b[1]);
+                        mma_bf16(o[m][n0 + 1], pf[m][kk], b[2], b[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); // the next iteration's prefetch overwrites this stage
+    }
+
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = wrow + m * 16 + g + rr * 8, qrow = rows.qrow[row], head = rows.head[row];
+            if (qrow < 0) continue;
+            const float l = l_run[m * 2 + rr], inv = 1.0f / l;
+            bf16 *orow = a.out + (size_t)qrow * a.ldo + (size_t)head * HD;
+#pragma unroll
+            for (int i = 0; i < HD / 8; i++)
+                *reinterpret_cast<uint32_t *>(orow + i * 8 + tig * 2) =
+                    pack_bf16(o[m][i][rr * 2] * inv, o[m][i][rr * 2 + 1] * inv);
+            if (tig == 0) a.lse_out[(size_t)qrow * a.nh + head] = (m_run[m * 2 + rr] + log2f(l)) * kLn2;
+        }
+    }
+}
+
+// ---- backward ----
+
+// D = rowsum(dout * out) per (query row, head): one warp each, lanes over the head dim, a fixed butterfly.
+__global__ void delta_kernel(float *delta, const bf16 *dout, int lddo, const bf16 *out, int ldo, int rows, int nh,
+                             int hd)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const long long item = (long long)blockIdx.x * (blockDim.x / 32) + warp;
+    if (item >= (long long)rows * nh) return;
+    const int r = (int)(item / nh), h = (int)(item % nh);
+    const bf16 *d = dout + (size_t)r * lddo + (size_t)h * hd, *o = out + (size_t)r * ldo + (size_t)h * hd;
+    float acc = 0.0f;
+    for (int i = lane; i < hd; i += 32) acc += __bfloat162float(d[i]) * __bfloat162float(o[i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) delta[item] = acc;
+}
+
+// dq for one query tile (the forward's rows) over 32-key tiles.
+template <int HD>
+__device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, int tile, int kh)
+{
+    constexpr int kStride = HD + 8, kTile = kDqKeys * kStride, kNT = kDqKeys / 8;
+    __shared__ QRows rows;
+    bf16 *sq = reinterpret_cast<bf16 *>(smem_raw);
+    bf16 *sdo = sq + kQRows * kStride;
+    bf16 *sk = sdo + kQRows * kStride; // 2 stages
+    bf16 *sv = sk + 2 * kTile;         // 2 stages
+    qrows_setup(rows, a, tile, kh);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+    const int nct = ntiles(rows.cta[0], kDqKeys), nt = nct + ntiles(rows.cta[1], kDqKeys);
+    const int wrow = warp * 32;
+
+    load_qrows<HD>(sq, a.q, a.ldq, rows);
+    load_qrows<HD>(sdo, a.dout, a.lddo, rows);
+    load_kv_tile<HD, kDqKeys>(sk, sv, a, ktile(rows, 0, nct, kDqKeys), kh);
+    cp_async_commit();
+
+    // lse (log2 units) and D of the lane's 4 rows; rows past the end have Q = dO = 0 and so dS = 0
+    float lse2[4], dd[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int row = wrow + (r >> 1) * 16 + g + (r & 1) * 8, qrow = rows.qrow[row];
+        const size_t i = (size_t)qrow * a.nh + rows.head[row];
+        lse2[r] = qrow >= 0 ? a.lse[i] * kLog2e : 0.0f;
+        dd[r] = qrow >= 0 ? a.delta[i] : 0.0f;
+    }
+    float dq[2][HD / 8][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) dq[m][i][0] = dq[m][i][1] = dq[m][i][2] = dq[m][i][3] = 0.0f;
+
+    for (int it = 0; it < nt; it++) {
+        const int stage = it & 1;
+        if (it + 1 < nt) {
+            load_kv_tile<HD, kDqKeys>(sk + (stage ^ 1) * kTile, sv + (stage ^ 1) * kTile, a,
+                                      ktile(rows, it + 1, nct, kDqKeys), kh);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const KTile kt = ktile(rows, it, nct, kDqKeys);
+        const int4 w = rows.warp[kt.src][warp];
+        const int k0 = kt.row0;
+        if (k0 < w.y && k0 + kDqKeys > w.x) {
+            const bf16 *tk = sk + stage * kTile, *tv = sv + stage * kTile;
+            const bool need_mask = !(w.z <= k0 && k0 + kDqKeys <= w.w);
+            float s[2][kNT][4], dp[2][kNT][4];
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int t = 0; t < kNT; t++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[m][t][e] = dp[m][t][e] = 0.0f;
+            // S = Q·Kᵀ
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t qa[2][4];
+#pragma unroll
+                for (int m = 0; m < 2; m++) ldmatrix_x4(qa[m], sq + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
+#pragma unroll
+                for (int t = 0; t < kNT; t += 2) {
+                    uint32_t b[4];
+                    ldmatrix_x4(b, tk + frag_b_rows<kStride>(t * 8, kk * 16, lane));
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        mma_bf16(s[m][t], qa[m], b[0], b[1]);
+                        mma_bf16(s[m][t + 1], qa[m], b[2], b[3]);
+                    }
+                }
+            }
+            // dP = dO·Vᵀ
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t da[2][4];
+#pragma unroll
+                for (int m = 0; m < 2; m++) ldmatrix_x4(da[m], sdo + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
+#pragma unroll
+                for (int t = 0; t < kNT; t += 2) {
+                    uint32_t b[4];
+                    ldmatrix_x4(b, tv + frag_b_rows<kStride>(t * 8, kk * 16, lane));
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        mma_bf16(dp[m][t], da[m], b[0], b[1]);
+                        mma_bf16(dp[m][t + 1], da[m], b[2], b[3]);
+                    }
+                }
+            }
+            // P = exp(S·scale - lse) (0 where masked), dS = P (dP - D), as bf16 A fragments
+            uint32_t dsf[2][kDqKeys / 16][4];
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                int lo0 = INT_MIN, hi0 = INT_MAX, lo1 = INT_MIN, hi1 = INT_MAX;
+                if (need_mask) {
+                    const int r0 = wrow + m * 16 + g;
+                    lo0 = rows.lo[kt.src][r0], hi0 = rows.hi[kt.src][r0];
+                    lo1 = rows.lo[kt.src][r0 + 8], hi1 = rows.hi[kt.src][r0 + 8];
+                }
+#pragma unroll
+                for (int t = 0; t < kNT; t++) {
+                    float v[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = m * 2 + (e >> 1);
+                        float p = fast_exp2(fmaf(s[m][t][e], a.scale_log2, -lse2[r]));
+                        if (need_mask) {
+                            const int key = k0 + t * 8 + tig * 2 + (e & 1);
+                            const int lo = e < 2 ? lo0 : lo1, hi = e < 2 ? hi0 : hi1;
+                            if (key < lo || key >= hi) p = 0.0f;
+                        }
+                        v[e] = p * (dp[m][t][e] - dd[r]);
+                    }
+                    dsf[m][t / 2][(t & 1) * 2 + 0] = pack_bf16(v[0], v[1]);
+                    dsf[m][t / 2][(t & 1) * 2 + 1] = pack_bf16(v[2], v[3]);
+                }
+            }
+            // dQ += dS·K
+#pragma unroll
+            for (int kk = 0; kk < kDqKeys / 16; kk++) {
+#pragma unroll
+                for (int n0 = 0; n0 < HD / 8; n0 += 2) {
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, tk + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        mma_bf16(dq[m][n0], dsf[m][kk], b[0], b[1]);
+                        mma_bf16(dq[m][n0 + 1], dsf[m][kk], b[2], b[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = wrow + m * 16 + g + rr * 8, qrow = rows.qrow[row];
+            if (qrow < 0) continue;
+            bf16 *drow = a.dq + (size_t)qrow * a.lddq + (size_t)rows.head[row] * HD;
+#pragma unroll
+            for (int i = 0; i < HD / 8; i++)
+                *reinterpret_cast<uint32_t *>(drow + i * 8 + tig * 2) =
+                    pack_bf16(dq[m][i][rr * 2] * a.scale, dq[m][i][rr * 2 + 1] * a.scale);
+        }
+    }
+}
+
+// One step's query rows of a dk/dv CTA: chunk c (64 rows) of block j's B*G rows (head kh*G + g, slot i), with their
+// lse and D; rows past the block's B*G are zero (Q = dO = 0, lse = D = 0: P = 1 there but dV, dK get 0 from them).
+template <int HD>
+__device__ __forceinline__ void load_item(bf16 *sq, bf16 *sdo, float *slse, float *sd, const Args &a, int j, int c,
+                                          int kh)
+{
+    constexpr int kChunks = HD / 8, kStride = HD + 8;
+    const int GB = a.G * a.B;
+#pragma unroll 1
+    for (int x = threadIdx.x; x < kItemRows * kChunks; x += kThreads) {
+        const int r = x / kChunks, col = (x % kChunks) * 8, rho = c * kItemRows + r;
+        const bool valid = rho < GB;
+        const int gq = valid ? rho / a.B : 0, i = valid ? rho % a.B : 0;
+        const size_t qrow = (size_t)j * a.B + i, head = (size_t)kh * a.G + gq;
+        cp_async16(sq + r * kStride + col, a.q + (valid ? qrow * a.ldq + head * HD + col : 0), valid);
+        cp_async16(sdo + r * kStride + col, a.dout + (valid ? qrow * a.lddo + head * HD + col : 0), valid);
+    }
+    if (threadIdx.x < kItemRows) {
+        const int r = threadIdx.x, rho = c * kItemRows + r;
+        const bool valid = rho < GB;
+        const size_t i = valid ? ((size_t)j * a.B + rho % a.B) * a.nh + (size_t)kh * a.G + rho / a.B : 0;
+        cp_async4(slse + r, a.lse + i, valid);
+        cp_async4(sd + r, a.delta + i, valid);
+    }
+}
+
+// dk, dv of one 64-row key tile of source src (0: context rows, 1: block rows) of kv head kh.
+template <int HD>
+__device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw, int src, int tile, int kh)
+{
+    constexpr int kStride = HD + 8, kQT = kItemRows * kStride;
+    __shared__ int s_list[kThreads];
+    __shared__ int s_wcount[kWarps];
+    bf16 *sk = reinterpret_cast<bf16 *>(smem_raw);
+    bf16 *sv = sk + kKvRows * kStride;
+    bf16 *sq = sv + kKvRows * kStride; // 2 stages
+    bf16 *sdo = sq + 2 * kQT;          // 2 stages
+    float *slse = reinterpret_cast<float *>(sdo + 2 * kQT); // 2 stages of kItemRows
+    float *sd = slse + 2 * kItemRows;                         // 2 stages
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+    const int row0 = tile * kKvRows, bound = src == 0 ? a.T : a.N * a.B, rend = min(row0 + kKvRows, bound);
+    {
+        const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
+        load_rows<HD, kKvRows>(sk, k + (size_t)kh * HD, src == 0 ? a.ldkc : a.ldkb, row0, bound);
+        load_rows<HD, kKvRows>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
+        cp_async_commit();
+    }
+    const int wr0 = row0 + warp * 16; // the warp's first key row
+    float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
+    const int nchunk = (a.G * a.B + kItemRows - 1) / kItemRows;
+    // candidate blocks: any block for a context tile; for a block-row tile, the blocks owning its rows
+    int cand_lo = 0, cand_hi = a.N;
+    if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
+
+    for (int cb = cand_lo; cb < cand_hi; cb += kThreads) {
+        // the blocks of [cb, cb+128) whose interval meets [row0, rend), in block order
+        const int j = cb + (int)threadIdx.x;
+        bool hit = false;
+        if (j < cand_hi) {
+            int lo, hi;
+            block_interval(a, src, j, lo, hi);
+            hit = lo < hi && lo < rend && hi > row0;
+        }
+        const unsigned bal = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) s_wcount[warp] = __popc(bal);
+        __syncthreads();
+        int before = 0, count = 0;
+        for (int w = 0; w < kWarps; w++) before += w < warp ? s_wcount[w] : 0, count += s_wcount[w];
+        if (hit) s_list[before + __popc(bal & ((1u << lane) - 1u))] = j;
+        __syncthreads();
+        const int items = count * nchunk;
+        if (items == 0) continue;
+        load_item<HD>(sq, sdo, slse, sd, a, s_list[0], 0, kh);
+        cp_async_commit();
+        for (int it = 0; it < items; it++) {
+            const int stage = it & 1;
+            if (it + 1 < items) {
+                const int n = it + 1, ns = stage ^ 1;
+                load_item<HD>(sq + ns * kQT, sdo + ns * kQT, slse + ns * kItemRows, sd + ns * kItemRows, a,
+                              s_list[n / nchunk], n % nchunk, kh);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+            int lo, hi;
+            block_interval(a, src, s_list[it / nchunk], lo, hi);
+            if (wr0 < hi && wr0 + 16 > lo) { // the block sees some key row of the warp (warp-uniform)
+                const bool need_mask = !(lo <= wr0 && wr0 + 16 <= hi);
+                const bool vis0 = !need_mask || (lo <= wr0 + g && wr0 + g < hi);
+                const bool vis1 = !need_mask || (lo <= wr0 + g + 8 && wr0 + g + 8 < hi);
+                const bf16 *tq = sq + stage * kQT, *tdo = sdo + stage * kQT;
+                const float *tl = slse + stage * kItemRows, *td = sd + stage * kItemRows;
+                // Sᵀ = K·Qᵀ: 16 key rows x 64 query columns
+                float st[kItemRows / 8][4];
+#pragma unroll
+                for (int t = 0; t < kItemRows / 8; t++) st[t][0] = st[t][1] = st[t][2] = st[t][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    uint32_t ka[4];
+                    ldmatrix_x4(ka, sk + frag_a<kStride>(warp * 16, kk * 16, lane));
+#pragma unroll
+                    for (int t = 0; t < kItemRows / 8; t += 2) {
+                        uint32_t b[4];
+                        ldmatrix_x4(b, tq + frag_b_rows<kStride>(t * 8, kk * 16, lane));
+                        mma_bf16(st[t], ka, b[0], b[1]);
+                        mma_bf16(st[t + 1], ka, b[2], b[3]);
+                    }
+                }
+                // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on rows the block does not see
+                uint32_t pa[kItemRows / 16][4];
+#pragma unroll
+                for (int t = 0; t < kItemRows / 8; t++) {
+                    const float l0 = tl[t * 8 + tig * 2] * kLog2e, l1 = tl[t * 8 + tig * 2 + 1] * kLog2e;
+                    st[t][0] = vis0 ? fast_exp2(fmaf(st[t][0], a.scale_log2, -l0)) : 0.0f;
+                    st[t][1] = vis0 ? fast_exp2(fmaf(st[t][1], a.scale_log2, -l1)) : 0.0f;
+                    st[t][2] = vis1 ? fast_exp2(fmaf(st[t][2], a.scale_log2, -l0)) : 0.0f;
+                    st[t][3] = vis1 ? fast_exp2(fmaf(st[t][3], a.scale_log2, -l1)) : 0.0f;
+                    pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(st[t][0], st[t][1]);
+                    pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(st[t][2], st[t][3]);
+                }
+                // dV += Pᵀ·dO
+#pragma unroll
+                for (int kk = 0; kk < kItemRows / 16; kk++) {
+#pragma unroll
+                    for (int n0 = 0; n0 < HD / 8; n0 += 2) {
+                        uint32_t b[4];
+                        ldmatrix_x4_trans(b, tdo + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
+                        mma_bf16(dv[n0], pa[kk], b[0], b[1]);
+                        mma_bf16(dv[n0 + 1], pa[kk], b[2], b[3]);
+                    }
+                }
+                // dPᵀ = V·dOᵀ
+                float dpt[kItemRows / 8][4];
+#pragma unroll
+                for (int t = 0; t < kItemRows / 8; t++) dpt[t][0] = dpt[t][1] = dpt[t][2] = dpt[t][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    uint32_t va[4];
+                    ldmatrix_x4(va, sv + frag_a<kStride>(warp * 16, kk * 16, lane));
+#pragma unroll
+                    for (int t = 0; t < kItemRows / 8; t += 2) {
+                        uint32_t b[4];
+                        ldmatrix_x4(b, tdo + frag_b_rows<kStride>(t * 8, kk * 16, lane));
+                        mma_bf16(dpt[t], va, b[0], b[1]);
+                        mma_bf16(dpt[t + 1], va, b[2], b[3]);
+                    }
+                }
+                // dSᵀ = Pᵀ (dPᵀ - D[column])
+#pragma unroll
+                for (int t = 0; t < kItemRows / 8; t++) {
+                    const float d0 = td[t * 8 + tig * 2], d1 = td[t * 8 + tig * 2 + 1];
+                    pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(st[t][0] * (dpt[t][0] - d0), st[t][1] * (dpt[t][1] - d1));
+                    pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(st[t][2] * (dpt[t][2] - d0), st[t][3] * (dpt[t][3] - d1));
+                }
+                // dK += dSᵀ·Q
+#pragma unroll
+                for (int kk = 0; kk < kItemRows / 16; kk++) {
+#pragma unroll
+                    for (int n0 = 0; n0 < HD / 8; n0 += 2) {
+                        uint32_t b[4];
+                        ldmatrix_x4_trans(b, tq + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
+                        mma_bf16(dk[n0], pa[kk], b[0], b[1]);
+                        mma_bf16(dk[n0 + 1], pa[kk], b[2], b[3]);
+                    }
+                }
+            }
+            __syncthreads(); // the next prefetch overwrites this stage; the next scan overwrites s_list
+        }
+    }
+    cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
+
+    // every row of the tile is written (zeros where no block sees it)
+    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
+    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = wr0 + g + rr * 8;
+        if (row >= bound) continue;
+        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
+                pack_bf16(dk[i][rr * 2] * a.scale, dk[i][rr * 2 + 1] * a.scale);
+            *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[i][rr * 2], dv[i][rr * 2 + 1]);
+        }
+    }
+}
+
+// The backward's CTAs, heaviest kinds first: context dk/dv tiles (row-major over tiles: with sorted anchors the
+// first context rows are seen by the most blocks), dq tiles (latest blocks first), block-row dk/dv tiles.
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 2) bwd_kernel(const Args a, int n_ctx, int n_q)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    int w = blockIdx.x;
+    if (w < n_ctx) {
+        dkv_tile<HD>(a, smem_raw, 0, w / a.nkv, w % a.nkv);
+        return;
+    }
+    w -= n_ctx;
+    if (w < n_q) {
+        dq_tile<HD>(a, smem_raw, n_q / a.nkv - 1 - w / a.nkv, w % a.nkv);
+        return;
+    }
+    w -= n_q;
+    dkv_tile<HD>(a, smem_raw, 1, w / a.nkv, w % a.nkv);
+}
+
+// ---- scalar path ----
+
+// Key row r (0 <= r < ctx_len + B) of block j: the context rows first, then the block's rows.
+__device__ __forceinline__ const bf16 *key_row(const bf16 *ctx, int ldc, const bf16 *blk, int ldb, int j, int B,
+                                               int cs, int cl, int r)
+{
+    return r < cl ? ctx + (size_t)(cs + r) * ldc : blk + (size_t)(j * B + r - cl) * ldb;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// Forward: one warp per (query row, head); each lane scores one key of a 32-key chunk, online softmax.
+__global__ void fwd_scalar_kernel(const Args a)
+{
+    extern __shared__ float sh[]; // per warp: q, acc (hd floats each)
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hd = a.hd;
+    const long long item = (long long)blockIdx.x * (blockDim.x / 32) + warp;
+    if (item >= (long long)a.N * a.B * a.nh) return;
+    const int qrow = (int)(item / a.nh), h = (int)(item % a.nh), j = qrow / a.B, kh = h / a.G;
+    float *qs = sh + (size_t)warp * 2 * hd, *acc = qs + hd;
+    for (int d = lane; d < hd; d += 32) {
+        qs[d] = __bfloat162float(a.q[(size_t)qrow * a.ldq + (size_t)h * hd + d]);
+        acc[d] = 0.0f;
+    }
+    __syncwarp();
+    const int cs = a.ctx_start[j], cl = a.ctx_len[j], L = cl + a.B;
+    float m = -INFINITY, l = 0.0f;
+    for (int base = 0; base < L; base += 32) {
+        const int r = base + lane;
+        float sc = -INFINITY;
+        if (r < L) {
+            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, j, a.B, cs, cl, r) + (size_t)kh * hd;
+            float dot = 0.0f;
+            for (int d = 0; d < hd; d++) dot += qs[d] * __bfloat162float(kr[d]);
+            sc = dot * a.scale;
+        }
+        float bm = sc;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, off));
+        const float m_new = fmaxf(m, bm); // finite: lane 0's key exists
+        const float corr = expf(m - m_new), p = r < L ? expf(sc - m_new) : 0.0f;
+        l = l * corr + warp_sum(p);
+        m = m_new;
+        const int nk = min(32, L - base);
+        for (int d = lane; d < hd; d += 32) acc[d] *= corr;
+        for (int jj = 0; jj < nk; jj++) {
+            const float pj = __shfl_sync(0xffffffffu, p, jj);
+            const bf16 *vr = key_row(a.vc, a.ldvc, a.vb, a.ldvb, j, a.B, cs, cl, base + jj) + (size_t)kh * hd;
+            for (int d = lane; d < hd; d += 32) acc[d] += pj * __bfloat162float(vr[d]);
+        }
+    }
+    for (int d = lane; d < hd; d += 32)
+        a.out[(size_t)qrow * a.ldo + (size_t)h * hd + d] = __float2bfloat16_rn(acc[d] / l);
+    if (lane == 0) a.lse_out[item] = m + logf(l);
+}
+
+// dq: one warp per (query row, head); each lane takes one key of a 32-key chunk, then the chunk's dS·K in key order.
+__global__ void dq_scalar_kernel(const Args a)
+{
+    extern __shared__ float sh[]; // per warp: q, dout, acc
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hd = a.hd;
+    const long long item = (long long)blockIdx.x * (blockDim.x / 32) + warp;
+    if (item >= (long long)a.N * a.B * a.nh) return;
+    const int qrow = (int)(item / a.nh), h = (int)(item % a.nh), j = qrow / a.B, kh = h / a.G;
+    float *qs = sh + (size_t)warp * 3 * hd, *ds_ = qs + hd, *acc = ds_ + hd;
+    for (int d = lane; d < hd; d += 32) {
+        qs[d] = __bfloat162float(a.q[(size_t)qrow * a.ldq + (size_t)h * hd + d]);
+        ds_[d] = __bfloat162float(a.dout[(size_t)qrow * a.lddo + (size_t)h * hd + d]);
+        acc[d] = 0.0f;
+    }
+    __syncwarp();
+    const float lse = a.lse[item], D = a.delta[item];
+    const int cs = a.ctx_start[j], cl = a.ctx_len[j], L = cl + a.B;
+    for (int base = 0; base < L; base += 32) {
+        const int r = base + lane;
+        float ds = 0.0f;
+        if (r < L) {
+            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, j, a.B, cs, cl, r) + (size_t)kh * hd;
+            const bf16 *vr = key_row(a.vc, a.ldvc, a.vb, a.ldvb, j, a.B, cs, cl, r) + (size_t)kh * hd;
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < hd; d++)
+                s += qs[d] * __bfloat162float(kr[d]), dp += ds_[d] * __bfloat162float(vr[d]);
+            ds = expf(s * a.scale - lse) * (dp - D);
+        }
+        const int nk = min(32, L - base);
+        for (int jj = 0; jj < nk; jj++) {
+            const float dj = __shfl_sync(0xffffffffu, ds, jj);
+            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, j, a.B, cs, cl, base + jj) + (size_t)kh * hd;
+            for (int d = lane; d < hd; d += 32) acc[d] += dj * __bfloat162float(kr[d]);
+        }
+    }
+    for (int d = lane; d < hd; d += 32)
+        a.dq[(size_t)qrow * a.lddq + (size_t)h * hd + d] = __float2bfloat16_rn(acc[d] * a.scale);
+}
+
+// dk, dv: one warp per (key row, kv head), key rows = the T context rows then the N*B block rows; the blocks that see
+// the row in block order, their query rows in (head, slot) order.
+__global__ void dkv_scalar_kernel(const Args a)
+{
+    extern __shared__ float sh[]; // per warp: k, v, dk, dv
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hd = a.hd;
+    const long long item = (long long)blockIdx.x * (blockDim.x / 32) + warp;
+    const long long nrows = (long long)a.T + (long long)a.N * a.B;
+    if (item >= nrows * a.nkv) return;
+    const int vr = (int)(item / a.nkv), kh = (int)(item % a.nkv), src = vr < a.T ? 0 : 1, row = src ? vr - a.T : vr;
+    const bf16 *kp = (src ? a.kb + (size_t)row * a.ldkb : a.kc + (size_t)row * a.ldkc) + (size_t)kh * hd;
+    const bf16 *vp = (src ? a.vb + (size_t)row * a.ldvb : a.vc + (size_t)row * a.ldvc) + (size_t)kh * hd;
+    float *ks = sh + (size_t)warp * 4 * hd, *vs = ks + hd, *dk = vs + hd, *dv = dk + hd;
+    for (int d = lane; d < hd; d += 32) {
+        ks[d] = __bfloat162float(kp[d]), vs[d] = __bfloat162float(vp[d]);
+        dk[d] = dv[d] = 0.0f;
+    }
+    __syncwarp();
+    const int jlo = src ? row / a.B : 0, jhi = src ? row / a.B + 1 : a.N;
+    for (int j = jlo; j < jhi; j++) {
+        int lo, hi;
+        block_interval(a, src, j, lo, hi);
+        if (row < lo || row >= hi) continue;
+        for (int g = 0; g < a.G; g++) {
+            const int h = kh * a.G + g;
+            for (int i = 0; i < a.B; i++) {
+                const size_t qrow = (size_t)j * a.B + i;
+                const bf16 *qr = a.q + qrow * a.ldq + (size_t)h * hd, *dr = a.dout + qrow * a.lddo + (size_t)h * hd;
+                float s = 0.0f, dp = 0.0f;
+                for (int d = lane; d < hd; d += 32)
+                    s += __bfloat162float(qr[d]) * ks[d], dp += __bfloat162float(dr[d]) * vs[d];
+                s = warp_sum(s), dp = warp_sum(dp);
+                const float p = expf(s * a.scale - a.lse[qrow * a.nh + h]);
+                const float ds = p * (dp - a.delta[qrow * a.nh + h]) * a.scale;
+                for (int d = lane; d < hd; d += 32) {
+                    dv[d] += p * __bfloat162float(dr[d]);
+                    dk[d] += ds * __bfloat162float(qr[d]);
+                }
+            }
+        }
+    }
+    bf16 *dkp = (src ? a.dkb + (size_t)row * a.lddkb : a.dkc + (size_t)row * a.lddkc) + (size_t)kh * hd;
+    bf16 *dvp = (src ? a.dvb + (size_t)row * a.lddvb : a.dvc + (size_t)row * a.lddvc) + (size_t)kh * hd;
+    for (int d = lane; d < hd; d += 32) dkp[d] = __float2bfloat16_rn(dk[d]), dvp[d] = __float2bfloat16_rn(dv[d]);
+}
+
+// ---- host ----
+
+constexpr int kScalarWarps = 4;
+
+template <int HD> constexpr size_t fwd_smem() { return (size_t)(kQRows + 4 * kFwdKeys) * (HD + 8) * sizeof(bf16); }
+template <int HD> constexpr size_t bwd_smem()
+{
+    const size_t dq = (size_t)(2 * kQRows + 4 * kDqKeys) * (HD + 8) * sizeof(bf16);
+    const size_t dkv = (size_t)(2 * kKvRows + 4 * kItemRows) * (HD + 8) * sizeof(bf16) + 4 * kItemRows * sizeof(float);
+    return dq > dkv ? dq : dkv;
+}
+
+template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
+{
+    static bool attr_set = false; // per template instance, once per process
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_smem<HD>()));
+        attr_set = true;
+    }
+    const long long rows = (long long)a.N * a.B * a.G;
+    dim3 grid((unsigned)((rows + kQRows - 1) / kQRows), (unsigned)a.nkv);
+    fwd_kernel<HD><<<grid, kThreads, fwd_smem<HD>(), st>>>(a);
+    CHECK_CUDA_LAUNCH();
+}
+
+template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
+{
+    static bool attr_set = false;
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(bwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_smem<HD>()));
+        attr_set = true;
+    }
+    const long long rows = (long long)a.N * a.B * a.G;
+    const int n_ctx = (a.T + kKvRows - 1) / kKvRows * a.nkv;
+    const int n_q = (int)((rows + kQRows - 1) / kQRows) * a.nkv;
+    const int n_blk = (a.N * a.B + kKvRows - 1) / kKvRows * a.nkv;
+    bwd_kernel<HD><<<(unsigned)(n_ctx + n_q + n_blk), kThreads, bwd_smem<HD>(), st>>>(a, n_ctx, n_q);
+    CHECK_CUDA_LAUNCH();
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// Tensor cores: head dims 16..128 and every row 16-byte aligned.
+bool use_tc(const Args &a, bool bwd)
+{
+    if (a.hd != 16 && a.hd != 32 && a.hd != 64 && a.hd != 128) return false;
+    bool ok = a.ldq % 8 == 0 && a.ldkc % 8 == 0 && a.ldvc % 8 == 0 && a.ldkb % 8 == 0 && a.ldvb % 8 == 0 &&
+              aligned16(a.q) && aligned16(a.kc) && aligned16(a.vc) && aligned16(a.kb) && aligned16(a.vb);
+    if (!bwd) return ok && a.ldo % 2 == 0 && ((uintptr_t)a.out & 3) == 0;
+    return ok && a.lddo % 8 == 0 && aligned16(a.dout) && a.lddq % 2 == 0 && a.lddkc % 2 == 0 && a.lddvc % 2 == 0 &&
+           a.lddkb % 2 == 0 && a.lddvb % 2 == 0 && ((uintptr_t)a.dq & 3) == 0 && ((uintptr_t)a.dkc & 3) == 0 &&
+           ((uintptr_t)a.dvc & 3) == 0 && ((uintptr_t)a.dkb & 3) == 0 && ((uintptr_t)a.dvb & 3) == 0;
+}
+
+Args make_args(const dflash_attn_cuda_in *in, const dflash_attn_shape *s, const char *who)
+{
+    if (!in || !s || s->nblocks < 0 || s->block_size <= 0 || s->hd <= 0 || s->nkv <= 0 || s->nh <= 0 ||
+        s->nh % s->nkv != 0 || in->T < 0) {
+        fprintf(stderr, "%s: bad shape (N=%d B=%d nh=%d nkv=%d hd=%d T=%d)\n", who, s ? s->nblocks : -1,
+                s ? s->block_size : -1, s ? s->nh : -1, s ? s->nkv : -1, s ? s->hd : -1, in ? in->T : -1);
+        exit(1);
+    }
+    Args a = {};
+    a.q = (const bf16 *)in->q, a.kc = (const bf16 *)in->kc, a.vc = (const bf16 *)in->vc;
+    a.kb = (const bf16 *)in->kb, a.vb = (const bf16 *)in->vb;
+    a.ldq = in->ldq, a.ldkc = in->ldkc, a.ldvc = in->ldvc, a.ldkb = in->ldkb, a.ldvb = in->ldvb;
+    a.ctx_start = in->ctx_start, a.ctx_len = in->ctx_len;
+    a.T = in->T, a.N = s->nblocks, a.B = s->block_size, a.nh = s->nh, a.nkv = s->nkv, a.G = s->nh / s->nkv;
+    a.hd = s->hd;
+    a.scale = s->scale, a.scale_log2 = s->scale * kLog2e;
+    return a;
+}
+
+unsigned scalar_grid(long long items) { return (unsigned)((items + kScalarWarps - 1) / kScalarWarps); }
+
+} // namespace
+
+extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse, const dflash_attn_cuda_in *in,
+                                              const dflash_attn_shape *s, void *stream)
+{
+    Args a = make_args(in, s, "dflash_attention_forward_cuda");
+    if (a.N == 0) return;
+    a.out = (bf16 *)out, a.ldo = ldo, a.lse_out = lse;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (use_tc(a, false)) {
+        switch (a.hd) {
+        case 16: launch_fwd<16>(a, st); return;
+        case 32: launch_fwd<32>(a, st); return;
+        case 64: launch_fwd<64>(a, st); return;
+        case 128: launch_fwd<128>(a, st); return;
+        default: break;
+        }
+    }
+    fwd_scalar_kernel<<<scalar_grid((long long)a.N * a.B * a.nh), kScalarWarps * 32,
+                        (size_t)kScalarWarps * 2 * a.hd * sizeof(float), st>>>(a);
+    CHECK_CUDA_LAUNCH();
+}
+
+extern "C" void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delta, const uint16_t *dout,
+                                               int lddo, const uint16_t *out, int ldo, const float *lse,
+                                               const dflash_attn_cuda_in *in, const dflash_attn_shape *s,
+                                               void *stream)
+{
+    Args a = make_args(in, s, "dflash_attention_backward_cuda");
+    cudaStream_t st = (cudaStream_t)stream;
+    const size_t kd = (size_t)a.nkv * a.hd * sizeof(uint16_t);
+    if (a.N == 0) { // no query sees the context: its gradients are zero
+        if (a.T > 0) {
+            CHECK_CUDA(cudaMemset2DAsync(g->dkc, (size_t)g->lddkc * 2, 0, kd, (size_t)a.T, st));
+            CHECK_CUDA(cudaMemset2DAsync(g->dvc, (size_t)g->lddvc * 2, 0, kd, (size_t)a.T, st));
+        }
+        return;
+    }
+    a.dout = (const bf16 *)dout, a.lddo = lddo, a.lse = lse, a.delta = delta;
+    a.dq = (bf16 *)g->dq, a.dkc = (bf16 *)g->dkc, a.dvc = (bf16 *)g->dvc, a.dkb = (bf16 *)g->dkb;
+    a.dvb = (bf16 *)g->dvb;
+    a.lddq = g->lddq, a.lddkc = g->lddkc, a.lddvc = g->lddvc, a.lddkb = g->lddkb, a.lddvb = g->lddvb;
+    const long long qitems = (long long)a.N * a.B * a.nh;
+    delta_kernel<<<(unsigned)((qitems + 7) / 8), 256, 0, st>>>(delta, a.dout, lddo, (const bf16 *)out, ldo,
+                                                                 a.N * a.B, a.nh, a.hd);
+    CHECK_CUDA_LAUNCH();
+    if (use_tc(a, true)) {
+        switch (a.hd) {
+        case 16: launch_bwd<16>(a, st); return;
+        case 32: launch_bwd<32>(a, st); return;
+        case 64: launch_bwd<64>(a, st); return;
+        case 128: launch_bwd<128>(a, st); return;
+        default: break;
+        }
+    }
+    dq_scalar_kernel<<<scalar_grid(qitems), kScalarWarps * 32, (size_t)kScalarWarps * 3 * a.hd * sizeof(float),
+                       st>>>(a);
+    CHECK_CUDA_LAUNCH();
+    const long long kitems = ((long long)a.T + (long long)a.N * a.B) * a.nkv;
+    dkv_scalar_kernel<<<scalar_grid(kitems), kScalarWarps * 32, (size_t)kScalarWarps * 4 * a.hd * sizeof(float),
+                        st>>>(a);
+    CHECK_CUDA_LAUNCH();
+}

@@ -1,0 +1,419 @@
+/* dflash_attention CUDA forward and backward against the CPU reference (run on the GPU machine). Inputs are drawn in
+ * fp32 and rounded to bf16; the CPU reference runs in fp32 on the same values. The CPU backward is given the GPU's
+ * out (bf16) and lse, so the backward is checked on its own. Every tensor lives in a strided device buffer (column
+ * blocks of wider tensors, padding columns that must stay untouched); outputs start as NaN so an element the kernels
+ * fail to write fails. Errors are max|got - ref| / max|ref| over the tensor (lse: absolute). Large shapes compare a
+ * subset of blocks (and the context rows only those blocks see). Also: two runs must give the same bits. Prints one
+ * line per tensor, "ok"/"FAIL" at the end of it, the timing of the Qwen3-8B drafter shape, and exits 1 on a failure. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_check.h"
+#include "dflash_attention.h"
+#include "util.h"
+
+/* bf16 rounding of out / P / dS (2^-9 relative each) plus fp32 order: relative to the tensor's largest value */
+#define TOL_OUT 1e-2
+#define TOL_GRAD 2e-2
+#define TOL_LSE 2e-3 /* absolute, natural log */
+
+static int failures;
+static cudaStream_t stream;
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static double rnd_uniform(void) /* [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+static int rnd_int(int n) { return (int)((rnd_uniform() + 1.0) * 0.5 * n) % n; }
+
+/* n floats of amplitude amp, each exactly a bf16 value */
+static float *rnd_f(size_t n, double amp)
+{
+    float *f = xmalloc((n ? n : 1) * sizeof *f);
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(f32_to_bf16((float)(amp * rnd_uniform())));
+    return f;
+}
+
+/* rows x cols of src (contiguous) into host bf16 rows of stride ld at column col0 */
+static void put_bf16(uint16_t *dst, int ld, int col0, const float *src, int rows, int cols)
+{
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)r * ld + col0 + c] = f32_to_bf16(src[(size_t)r * cols + c]);
+}
+
+static void *dev_alloc(size_t bytes, int poison)
+{
+    void *d = NULL;
+    CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
+    CHECK_CUDA(cudaMemset(d, poison ? 0xff : 0, bytes ? bytes : 16));
+    return d;
+}
+static void *dev_upload(const void *src, size_t bytes)
+{
+    void *d = dev_alloc(bytes, 0);
+    if (bytes) CHECK_CUDA(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static void *host_download(const void *d, size_t bytes)
+{
+    void *h = xmalloc(bytes ? bytes : 1);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    if (bytes) CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* Compare: got (bf16, stride ldg, column col0) on the rows where sel is non-zero (NULL: all) against ref (contiguous,
+ * cols wide, rows indexed by the ref row map rmap: ref row of got row r is rmap[r], -1 = not compared). */
+typedef struct cmp {
+    double max_err, max_ref;
+    int nan;
+} cmp;
+static void cmp_rows(cmp *c, const uint16_t *got, int ldg, int col0, const float *ref, int cols, const int *rmap,
+                     int rows)
+{
+    for (int r = 0; r < rows; r++) {
+        int rr = rmap ? rmap[r] : r;
+        if (rr < 0) continue;
+        for (int i = 0; i < cols; i++) {
+            double g = bf16_to_f32(got[(size_t)r * ldg + col0 + i]), w = ref[(size_t)rr * cols + i];
+            if (isnan(g)) c->nan = 1;
+            c->max_err = fmax(c->max_err, fabs(g - w));
+            c->max_ref = fmax(c->max_ref, fabs(w));
+        }
+    }
+}
+
+static void report(const char *cname, const char *tensor, cmp c, double tol, int absolute)
+{
+    double rel = absolute ? c.max_err : (c.max_ref > 0 ? c.max_err / c.max_ref : c.max_err);
+    int ok = !c.nan && rel <= tol;
+    printf("%s %s max_abs_err=%.3g max|ref|=%.3g %s=%.3g tol=%.3g %s\n", cname, tensor, c.max_err, c.max_ref,
+           absolute ? "abs" : "rel", rel, tol, ok ? "ok" : (c.nan ? "FAIL (NaN: element not written)" : "FAIL"));
+    fflush(stdout);
+    if (!ok) failures++;
+}
+
+/* padding columns [col0, col0+n) of every row must still hold the poison 0xffff */
+static void check_pad(const char *cname, const char *what, const uint16_t *h, int rows, int ld, int col0, int n)
+{
+    size_t bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) bad += h[(size_t)r * ld + col0 + i] != 0xffff;
+    printf("%s %s padding columns changed=%zu %s\n", cname, what, bad, bad ? "FAIL" : "ok");
+    if (bad) failures++;
+}
+
+static void check_same(const char *cname, const char *what, const void *d, const void *h_prev, size_t bytes)
+{
+    void *h = host_download(d, bytes);
+    int same = memcmp(h, h_prev, bytes) == 0;
+    printf("%s determinism %s bitwise_identical=%s %s\n", cname, what, same ? "yes" : "no", same ? "ok" : "FAIL");
+    if (!same) failures++;
+    free(h);
+}
+
+typedef struct attn_case {
+    const char *name;
+    int N, B, nh, nkv, hd, T;
+    int32_t *cs, *cl;  /* (N) */
+    int nsub, *sub;    /* blocks compared on the CPU (all when sub == NULL) */
+    int pad;           /* extra columns on every strided buffer */
+    int timing;
+} attn_case;
+
+static void run_case(const attn_case *k)
+{
+    const int N = k->N, B = k->B, nh = k->nh, nkv = k->nkv, hd = k->hd, T = k->T, NB = N * B;
+    const int qd = nh * hd, kd = nkv * hd, pad = k->pad;
+    const dflash_attn_shape s = {.nblocks = N, .block_size = B, .nh = nh, .nkv = nkv, .hd = hd,
+                                 .scale = 1.0f / sqrtf((float)hd)};
+    /* fp32 inputs (bf16 values) */
+    float *q = rnd_f((size_t)NB * qd, 2.0), *kc = rnd_f((size_t)T * kd, 2.0), *vc = rnd_f((size_t)T * kd, 1.0);
+    float *kb = rnd_f((size_t)NB * kd, 2.0), *vb = rnd_f((size_t)NB * kd, 1.0), *dout = rnd_f((size_t)NB * qd, 1.0);
+
+    /* device layouts: q (ldq), kc|vc packed in one buffer, kb and vb apart, out and dq padded, dkc|dvc packed */
+    const int ldq = qd + pad, ldkv = 2 * kd + pad, ldb = kd + pad, ldo = qd + pad, lddo = qd;
+    uint16_t *h = xcalloc((size_t)(NB > T ? NB : T) * (ldkv > ldq ? ldkv : ldq), 2);
+    put_bf16(h, ldq, 0, q, NB, qd);
+    uint16_t *d_q = dev_upload(h, (size_t)NB * ldq * 2);
+    put_bf16(h, ldkv, 0, kc, T, kd), put_bf16(h, ldkv, kd, vc, T, kd);
+    uint16_t *d_kvc = dev_upload(h, (size_t)T * ldkv * 2);
+    put_bf16(h, ldb, 0, kb, NB, kd);
+    uint16_t *d_kb = dev_upload(h, (size_t)NB * ldb * 2);
+    put_bf16(h, ldb, 0, vb, NB, kd);
+    uint16_t *d_vb = dev_upload(h, (size_t)NB * ldb * 2);
+    put_bf16(h, lddo, 0, dout, NB, qd);
+    uint16_t *d_dout = dev_upload(h, (size_t)NB * lddo * 2);
+    free(h);
+    int32_t *d_cs = dev_upload(k->cs, sizeof(int32_t) * (size_t)N), *d_cl = dev_upload(k->cl, sizeof(int32_t) * (size_t)N);
+    uint16_t *d_out = dev_alloc((size_t)NB * ldo * 2, 1);
+    float *d_lse = dev_alloc((size_t)NB * nh * 4, 1), *d_delta = dev_alloc((size_t)NB * nh * 4, 1);
+    uint16_t *d_dq = dev_alloc((size_t)NB * ldo * 2, 1), *d_dkvc = dev_alloc((size_t)T * ldkv * 2, 1);
+    uint16_t *d_dkb = dev_alloc((size_t)NB * kd * 2, 1), *d_dvb = dev_alloc((size_t)NB * kd * 2, 1);
+
+    const dflash_attn_cuda_in in = {.q = d_q, .ldq = ldq, .kc = d_kvc, .ldkc = ldkv, .vc = d_kvc + kd, .ldvc = ldkv,
+                                    .kb = d_kb, .ldkb = ldb, .vb = d_vb, .ldvb = ldb, .ctx_start = d_cs,
+                                    .ctx_len = d_cl, .T = T};
+    const dflash_attn_cuda_grads gr = {.dq = d_dq, .lddq = ldo, .dkc = d_dkvc, .lddkc = ldkv, .dvc = d_dkvc + kd,
+                                       .lddvc = ldkv, .dkb = d_dkb, .lddkb = kd, .dvb = d_dvb, .lddvb = kd};
+    dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
+    dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    uint16_t *out = host_download(d_out, (size_t)NB * ldo * 2);
+    float *lse = host_download(d_lse, (size_t)NB * nh * 4);
+    uint16_t *gdq = host_download(d_dq, (size_t)NB * ldo * 2), *gdkvc = host_download(d_dkvc, (size_t)T * ldkv * 2);
+    uint16_t *gdkb = host_download(d_dkb, (size_t)NB * kd * 2), *gdvb = host_download(d_dvb, (size_t)NB * kd * 2);
+    float *gdelta = host_download(d_delta, (size_t)NB * nh * 4);
+
+    /* CPU sub-problem: the compared blocks */
+    const int ns = k->sub ? k->nsub : N, nsb = ns * B;
+    int *blk = xmalloc(sizeof(int) * (size_t)ns);
+    for (int i = 0; i < ns; i++) blk[i] = k->sub ? k->sub[i] : i;
+    float *sq = xmalloc((size_t)nsb * qd * 4), *sdo = xmalloc((size_t)nsb * qd * 4), *sout = xmalloc((size_t)nsb * qd * 4);
+    float *skb = xmalloc((size_t)nsb * kd * 4), *svb = xmalloc((size_t)nsb * kd * 4), *slse = xmalloc((size_t)nsb * nh * 4);
+    int32_t *scs = xmalloc(sizeof(int32_t) * (size_t)ns), *scl = xmalloc(sizeof(int32_t) * (size_t)ns);
+    int *qmap = xmalloc(sizeof(int) * (size_t)NB), *cmap = xmalloc(sizeof(int) * (size_t)(T ? T : 1));
+    for (int r = 0; r < NB; r++) qmap[r] = -1;
+    for (int i = 0; i < ns; i++) {
+        const int j = blk[i];
+        scs[i] = k->cs[j], scl[i] = k->cl[j];
+        for (int b = 0; b < B; b++) {
+            const size_t src = (size_t)j * B + b, dst = (size_t)i * B + b;
+            qmap[src] = (int)dst;
+            memcpy(sq + dst * qd, q + src * qd, (size_t)qd * 4);
+            memcpy(sdo + dst * qd, dout + src * qd, (size_t)qd * 4);
+            memcpy(skb + dst * kd, kb + src * kd, (size_t)kd * 4);
+            memcpy(svb + dst * kd, vb + src * kd, (size_t)kd * 4);
+            memcpy(slse + dst * nh, lse + src * nh, (size_t)nh * 4);
+            for (int c = 0; c < qd; c++) sout[dst * qd + c] = bf16_to_f32(out[src * ldo + c]);
+        }
+    }
+    /* context rows compared: those no block outside the subset sees */
+    char *inset = xcalloc((size_t)N, 1);
+    for (int i = 0; i < ns; i++) inset[blk[i]] = 1;
+    for (int r = 0; r < T; r++) cmap[r] = r;
+    for (int j = 0; j < N; j++)
+        if (!inset[j])
+            for (int r = k->cs[j]; r < k->cs[j] + k->cl[j]; r++) cmap[r] = -1;
+    int ncmp = 0;
+    for (int r = 0; r < T; r++) ncmp += cmap[r] >= 0;
+
+    float *rout = xmalloc((size_t)nsb * qd * 4), *rlse = xmalloc((size_t)nsb * nh * 4);
+    dflash_attention_forward_cpu(rout, rlse, sq, kc, vc, skb, svb, scs, scl, &s);
+    float *rdq = xmalloc((size_t)nsb * qd * 4), *rdkc = xcalloc((size_t)T * kd + 1, 4), *rdvc = xcalloc((size_t)T * kd + 1, 4);
+    float *rdkb = xcalloc((size_t)nsb * kd, 4), *rdvb = xcalloc((size_t)nsb * kd, 4);
+    dflash_attention_backward_cpu(rdq, rdkc, rdvc, rdkb, rdvb, sdo, sout, slse, sq, kc, vc, skb, svb, scs, scl, &s);
+
+    char cname[200];
+    snprintf(cname, sizeof cname, "%s[N=%d B=%d nh=%d nkv=%d hd=%d T=%d, %d blocks / %d ctx rows compared]", k->name, N,
+             B, nh, nkv, hd, T, ns, ncmp);
+    cmp c = {0};
+    cmp_rows(&c, out, ldo, 0, rout, qd, qmap, NB);
+    report(cname, "out", c, TOL_OUT, 0);
+    c = (cmp){0};
+    for (int r = 0; r < NB; r++)
+        if (qmap[r] >= 0)
+            for (int h2 = 0; h2 < nh; h2++) {
+                double g = lse[(size_t)r * nh + h2], w = rlse[(size_t)qmap[r] * nh + h2];
+                if (isnan(g)) c.nan = 1;
+                c.max_err = fmax(c.max_err, fabs(g - w)), c.max_ref = fmax(c.max_ref, fabs(w));
+            }
+    report(cname, "lse", c, TOL_LSE, 1);
+    c = (cmp){0}, cmp_rows(&c, gdq, ldo, 0, rdq, qd, qmap, NB), report(cname, "dq", c, TOL_GRAD, 0);
+    c = (cmp){0}, cmp_rows(&c, gdkvc, ldkv, 0, rdkc, kd, cmap, T), report(cname, "dkc", c, TOL_GRAD, 0);
+    c = (cmp){0}, cmp_rows(&c, gdkvc, ldkv, kd, rdvc, kd, cmap, T), report(cname, "dvc", c, TOL_GRAD, 0);
+    c = (cmp){0}, cmp_rows(&c, gdkb, kd, 0, rdkb, kd, qmap, NB), report(cname, "dkb", c, TOL_GRAD, 0);
+    c = (cmp){0}, cmp_rows(&c, gdvb, kd, 0, rdvb, kd, qmap, NB), report(cname, "dvb", c, TOL_GRAD, 0);
+    if (pad) {
+        check_pad(cname, "out", out, NB, ldo, qd, pad);
+        check_pad(cname, "dq", gdq, NB, ldo, qd, pad);
+        check_pad(cname, "dkc|dvc", gdkvc, T, ldkv, 2 * kd, pad);
+    }
+
+    /* a second run must give the same bits */
+    dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
+    check_same(cname, "out", d_out, out, (size_t)NB * ldo * 2);
+    check_same(cname, "lse", d_lse, lse, (size_t)NB * nh * 4);
+    CHECK_CUDA(cudaMemset(d_dq, 0x55, (size_t)NB * ldo * 2));
+    CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
+    CHECK_CUDA(cudaMemset(d_dkb, 0x55, (size_t)NB * kd * 2));
+    CHECK_CUDA(cudaMemset(d_dvb, 0x55, (size_t)NB * kd * 2));
+    dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+    /* the padding was poisoned with 0xff the first time and 0x55 now: compare the tensors' own columns only */
+    {
+        uint16_t *a2 = host_download(d_dq, (size_t)NB * ldo * 2), *b2 = host_download(d_dkvc, (size_t)T * ldkv * 2);
+        size_t diff = 0;
+        for (int r = 0; r < NB; r++) diff += memcmp(a2 + (size_t)r * ldo, gdq + (size_t)r * ldo, (size_t)qd * 2) != 0;
+        for (int r = 0; r < T; r++)
+            diff += memcmp(b2 + (size_t)r * ldkv, gdkvc + (size_t)r * ldkv, (size_t)2 * kd * 2) != 0;
+        printf("%s determinism dq,dkc,dvc rows_differing=%zu %s\n", cname, diff, diff ? "FAIL" : "ok");
+        if (diff) failures++;
+        free(a2), free(b2);
+    }
+    check_same(cname, "dkb", d_dkb, gdkb, (size_t)NB * kd * 2);
+    check_same(cname, "dvb", d_dvb, gdvb, (size_t)NB * kd * 2);
+    check_same(cname, "delta", d_delta, gdelta, (size_t)NB * nh * 4);
+
+    if (k->timing) {
+        double keys = 0;
+        for (int j = 0; j < N; j++) keys += k->cl[j] + B;
+        const double fwd_flop = 4.0 * nh * hd * B * keys; /* only the unmasked pairs, as the torch anchor counts */
+        cudaEvent_t e0, e1;
+        CHECK_CUDA(cudaEventCreate(&e0));
+        CHECK_CUDA(cudaEventCreate(&e1));
+        const int iters = 20;
+        float ms_f = 0, ms_b = 0;
+        CHECK_CUDA(cudaEventRecord(e0, stream));
+        for (int i = 0; i < iters; i++) dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
+        CHECK_CUDA(cudaEventRecord(e1, stream));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms_f, e0, e1));
+        CHECK_CUDA(cudaEventRecord(e0, stream));
+        for (int i = 0; i < iters; i++)
+            dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+        CHECK_CUDA(cudaEventRecord(e1, stream));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms_b, e0, e1));
+        ms_f /= iters, ms_b /= iters;
+        const double tf = fwd_flop / (ms_f * 1e-3) / 1e12, tb = 2 * fwd_flop / (ms_b * 1e-3) / 1e12;
+        printf("timing %s forward %.3f ms %.1f TFLOP/s (%.0f%% of 790) backward %.3f ms %.1f TFLOP/s (%.0f%% of 790) "
+               "[useful flops: fwd %.1f G, bwd %.1f G]\n",
+               k->name, ms_f, tf, 100 * tf / 790, ms_b, tb, 100 * tb / 790, fwd_flop / 1e9, 2 * fwd_flop / 1e9);
+        CHECK_CUDA(cudaEventDestroy(e0));
+        CHECK_CUDA(cudaEventDestroy(e1));
+    }
+
+    CHECK_CUDA(cudaFree(d_q)); CHECK_CUDA(cudaFree(d_kvc)); CHECK_CUDA(cudaFree(d_kb)); CHECK_CUDA(cudaFree(d_vb));
+    CHECK_CUDA(cudaFree(d_dout)); CHECK_CUDA(cudaFree(d_cs)); CHECK_CUDA(cudaFree(d_cl)); CHECK_CUDA(cudaFree(d_out));
+    CHECK_CUDA(cudaFree(d_lse)); CHECK_CUDA(cudaFree(d_delta)); CHECK_CUDA(cudaFree(d_dq));
+    CHECK_CUDA(cudaFree(d_dkvc)); CHECK_CUDA(cudaFree(d_dkb)); CHECK_CUDA(cudaFree(d_dvb));
+    free(q), free(kc), free(vc), free(kb), free(vb), free(dout), free(out), free(lse), free(gdq), free(gdkvc);
+    free(gdkb), free(gdvb), free(gdelta), free(blk), free(sq), free(sdo), free(sout), free(skb), free(svb);
+    free(slse), free(scs), free(scl), free(qmap), free(cmap), free(inset), free(rout), free(rlse), free(rdq);
+    free(rdkc), free(rdvc), free(rdkb), free(rdvb);
+}
+
+/* Sequences of the given lengths packed into T rows; per sequence, nanch sorted distinct anchors in
+ * [0, len - 1) (block j's context: its sequence's rows before the anchor). */
+static void make_blocks(attn_case *k, const int *lens, const int *nanch, int nseq, int B)
+{
+    int N = 0, T = 0;
+    for (int i = 0; i < nseq; i++) N += nanch[i], T += lens[i];
+    k->N = N, k->T = T, k->B = B;
+    k->cs = xmalloc(sizeof(int32_t) * (size_t)N), k->cl = xmalloc(sizeof(int32_t) * (size_t)N);
+    int j = 0, start = 0;
+    for (int i = 0; i < nseq; i++) {
+        const int span = lens[i] - 1 > nanch[i] ? lens[i] - 1 : nanch[i];
+        char *used = xcalloc((size_t)span, 1);
+        for (int n = 0; n < nanch[i]; n++) { /* distinct draws */
+            int a;
+            do a = rnd_int(span); while (used[a]);
+            used[a] = 1;
+        }
+        if (nanch[i] > 1) used[0] = 1, used[1] = 0; /* some block sees no context */
+        int got = 0;
+        for (int a = 0; a < span && got < nanch[i]; a++)
+            if (used[a]) k->cs[j] = start, k->cl[j] = a, j++, got++;
+        while (got < nanch[i]) k->cs[j] = start, k->cl[j] = span - 1, j++, got++;
+        free(used);
+        start += lens[i];
+    }
+}
+
+static void free_case(attn_case *k) { free(k->cs), free(k->cl), free(k->sub); }
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("FAIL test_dflash_attention_gpu: no CUDA device (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 1;
+    }
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaStreamCreate(&stream));
+    const int skip_big = argc > 1 && strcmp(argv[1], "--small") == 0;
+
+    { /* the goldens' shape: two sequences, blocks without context */
+        attn_case k = {.name = "tiny", .nh = 4, .nkv = 2, .hd = 16, .pad = 8};
+        k.N = 3, k.B = 4, k.T = 16;
+        k.cs = xmalloc(3 * sizeof(int32_t)), k.cl = xmalloc(3 * sizeof(int32_t));
+        k.cs[0] = 0, k.cl[0] = 0, k.cs[1] = 0, k.cl[1] = 5, k.cs[2] = 7, k.cl[2] = 0;
+        run_case(&k);
+        free_case(&k);
+    }
+    { /* GQA groups of 3, head_dim 64, two sequences, odd T */
+        attn_case k = {.name = "gqa3", .nh = 6, .nkv = 2, .hd = 64, .pad = 8};
+        static const int lens[] = {150, 151}, na[] = {9, 11};
+        make_blocks(&k, lens, na, 2, 16);
+        run_case(&k);
+        free_case(&k);
+    }
+    { /* 8B heads, odd T, tile edges everywhere */
+        attn_case k = {.name = "oddT", .nh = 8, .nkv = 2, .hd = 128, .pad = 8};
+        static const int lens[] = {1001}, na[] = {37};
+        make_blocks(&k, lens, na, 1, 16);
+        run_case(&k);
+        free_case(&k);
+    }
+    { /* head_dim 32, one kv head, B = 8, three sequences */
+        attn_case k = {.name = "hd32", .nh = 4, .nkv = 1, .hd = 32, .pad = 0};
+        static const int lens[] = {300, 2, 253}, na[] = {30, 1, 19};
+        make_blocks(&k, lens, na, 3, 8);
+        run_case(&k);
+        free_case(&k);
+    }
+    { /* arbitrary context intervals (not prefixes, unsorted, overlapping), B = 5, MHA */
+        attn_case k = {.name = "intervals", .nh = 4, .nkv = 4, .hd = 64, .pad = 8};
+        k.N = 40, k.B = 5, k.T = 300;
+        k.cs = xmalloc(40 * sizeof(int32_t)), k.cl = xmalloc(40 * sizeof(int32_t));
+        for (int j = 0; j < 40; j++) {
+            k.cs[j] = rnd_int(300);
+            k.cl[j] = j % 7 == 3 ? 0 : rnd_int(300 - k.cs[j] + 1);
+        }
+        run_case(&k);
+        free_case(&k);
+    }
+    { /* head_dim 24: the scalar path */
+        attn_case k = {.name = "scalar_hd24", .nh = 4, .nkv = 2, .hd = 24, .pad = 8};
+        static const int lens[] = {40, 23}, na[] = {5, 3};
+        make_blocks(&k, lens, na, 2, 4);
+        run_case(&k);
+        free_case(&k);
+    }
+    if (!skip_big) { /* Qwen3-8B drafter: 512 anchors sorted in [0, T - B), one sequence of 3072 */
+        attn_case k = {.name = "qwen3_8b", .nh = 32, .nkv = 8, .hd = 128, .pad = 0, .timing = 1};
+        const int T = 3072, N = 512, B = 16;
+        k.N = N, k.B = B, k.T = T;
+        k.cs = xmalloc(N * sizeof(int32_t)), k.cl = xmalloc(N * sizeof(int32_t));
+        char *used = xcalloc(T, 1);
+        for (int n = 0; n < N; n++) {
+            int a;
+            do a = rnd_int(T - B); while (used[a]);
+            used[a] = 1;
+        }
+        for (int a = 0, j = 0; a < T - B; a++)
+            if (used[a]) k.cs[j] = 0, k.cl[j] = a, j++;
+        free(used);
+        /* CPU: the first 4, 4 in the middle and the last 12 blocks (the context rows past the 500th anchor are
+         * seen by those last blocks only) */
+        k.nsub = 20, k.sub = xmalloc(20 * sizeof(int));
+        for (int i = 0; i < 4; i++) k.sub[i] = i, k.sub[4 + i] = 254 + i;
+        for (int i = 0; i < 12; i++) k.sub[8 + i] = N - 12 + i;
+        run_case(&k);
+        free_case(&k);
+    }
+    printf("%s test_dflash_attention_gpu: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
+    CHECK_CUDA(cudaStreamDestroy(stream));
+    return failures ? 1 : 0;
+}
