@@ -64,13 +64,26 @@ fail:
     return rc;
 }
 
+/* Map handle h into a new handle a: *out = a, or a and h released on failure. */
+static int adopt(vmm_alloc *a, CUdevice dev, CUmemGenericAllocationHandle h, vmm_alloc **out, errbuf *err)
+{
+    int rc = map_handle(a, dev, h, err);
+    if (rc) {
+        cuMemRelease(h);
+        free(a);
+        return rc;
+    }
+    *out = a;
+    return 0;
+}
+
 int vmm_alloc_create(int device, size_t bytes, vmm_alloc **out, errbuf *err)
 {
     *out = NULL;
     vmm_alloc *a = xcalloc(1, sizeof *a);
     a->device = device;
     CUdevice dev;
-    CUmemGenericAllocationHandle h = 0;
+    CUmemGenericAllocationHandle h;
     int rc = context_for(device, &dev, err);
     if (rc) goto fail;
     CUmemAllocationProp prop;
@@ -79,11 +92,8 @@ int vmm_alloc_create(int device, size_t bytes, vmm_alloc **out, errbuf *err)
     CU_TRY(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), device);
     a->size = (bytes + gran - 1) / gran * gran;
     CU_TRY(cuMemCreate(&h, a->size, &prop, 0), device);
-    if ((rc = map_handle(a, dev, h, err))) goto fail;
-    *out = a;
-    return 0;
+    return adopt(a, dev, h, out, err);
 fail:
-    if (h) cuMemRelease(h);
     free(a);
     return rc;
 }
@@ -104,15 +114,12 @@ int vmm_alloc_attach(int device, int fd, size_t bytes, vmm_alloc **out, errbuf *
     a->device = device;
     a->size = bytes;
     CUdevice dev;
-    CUmemGenericAllocationHandle h = 0;
+    CUmemGenericAllocationHandle h;
     int rc = context_for(device, &dev, err);
     if (rc) goto fail;
     CU_TRY(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), device);
-    if ((rc = map_handle(a, dev, h, err))) goto fail;
-    *out = a;
-    return 0;
+    return adopt(a, dev, h, out, err);
 fail:
-    if (h) cuMemRelease(h);
     free(a);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "slot_state.h"
+#include "step_plan.h"
 
 #define JOB_STATE_KIND (SHM_KIND_OTHER + 1)
 
@@ -93,8 +94,9 @@ uint64_t job_state_last_step(const job_state *js)
 
 int job_state_batch_held(const job_state *js, uint64_t batch_id, uint32_t ndrafters)
 {
-    if (batch_id >= job_state_last_step(js) * ndrafters) return 1;
-    return atomic_load(&js->h->paused) && batch_id >= (atomic_load(&js->h->committed_step) + 1) * ndrafters;
+    if (batch_id >= step_plan_first_batch(job_state_last_step(js), ndrafters)) return 1;
+    return atomic_load(&js->h->paused) && batch_id >= step_plan_first_batch(atomic_load(&js->h->committed_step) + 1,
+                                                                            ndrafters);
 }
 
 const char *job_role_name(enum job_role role)

@@ -1,6 +1,7 @@
 #include "ledger.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,14 @@ int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafter
     return 0;
 }
 
+/* A JSON number, or null for a non-finite one (a step the NaN guard skipped). */
+static const char *num(char *buf, size_t n, double x)
+{
+    if (!isfinite(x)) return "null";
+    snprintf(buf, n, "%.6f", x);
+    return buf;
+}
+
 int ledger_append_committed(ledger *l, job_state *js)
 {
     job_state_header *h = js->h;
@@ -85,15 +94,16 @@ int ledger_append_committed(ledger *l, job_state *js)
                       l->ndrafters);
             return -EPROTO;
         }
-        char line[8192];
+        char line[8192], nl[32], ng[32];
         int n = snprintf(line, sizeof line, "{\"step\": %llu, \"batches\": [", (unsigned long long)k);
         for (uint32_t r = 0; r < l->ndrafters; r++)
             n += snprintf(line + n, sizeof line - (size_t)n, "%s%llu", r ? ", " : "",
                           (unsigned long long)rec[r].batch_id);
         n += snprintf(line + n, sizeof line - (size_t)n,
-                      "], \"tokens\": %llu, \"loss\": %.6f, \"slot_accuracy\": %.6f, \"acceptance\": %.6f, "
-                      "\"grad_norm\": %.6f",
-                      (unsigned long long)sm.tokens, sm.loss, sm.slot_accuracy, sm.acceptance, sm.grad_norm);
+                      "], \"tokens\": %llu, \"loss\": %s, \"slot_accuracy\": %.6f, \"acceptance\": %.6f, "
+                      "\"grad_norm\": %s",
+                      (unsigned long long)sm.tokens, num(nl, sizeof nl, sm.loss), sm.slot_accuracy, sm.acceptance,
+                      num(ng, sizeof ng, sm.grad_norm));
         if (sm.skipped)
             n += snprintf(line + n, sizeof line - (size_t)n, ", \"skipped\": \"%s\"", step_skip_reason(sm.skipped));
         n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
@@ -102,14 +112,14 @@ int ledger_append_committed(ledger *l, job_state *js)
             return -EIO;
         }
         if (l->metrics_fd >= 0) {
-            int m = snprintf(line, sizeof line, "{\"step\": %llu, \"loss\": %.6f, \"slot_accuracy\": [",
-                             (unsigned long long)k, sm.loss);
+            int m = snprintf(line, sizeof line, "{\"step\": %llu, \"loss\": %s, \"slot_accuracy\": [",
+                             (unsigned long long)k, num(nl, sizeof nl, sm.loss));
             for (int s = 1; s < l->block_size && s < DFLASH_MAX_BLOCK; s++)
                 m += snprintf(line + m, sizeof line - (size_t)m, "%s%.4f", s > 1 ? ", " : "",
                               step_metrics_slot_accuracy(&sm, s));
             m += snprintf(line + m, sizeof line - (size_t)m,
-                          "], \"acceptance\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens\": %llu}\n",
-                          sm.acceptance, sm.grad_norm, sm.lr, (unsigned long long)sm.tokens);
+                          "], \"acceptance\": %.6f, \"grad_norm\": %s, \"lr\": %.6g, \"tokens\": %llu}\n",
+                          sm.acceptance, num(ng, sizeof ng, sm.grad_norm), sm.lr, (unsigned long long)sm.tokens);
             if (write(l->metrics_fd, line, (size_t)m) != m) log_warn("metrics.jsonl: write failed");
         }
         atomic_store(&h->ledger_frontier, k + 1);

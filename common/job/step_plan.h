@@ -14,6 +14,11 @@ static inline uint64_t step_plan_batch(uint64_t step, uint32_t ndrafters, uint32
 }
 /* The first batch of step k (= batches committed when k steps are). */
 static inline uint64_t step_plan_first_batch(uint64_t step, uint32_t ndrafters) { return step * (uint64_t)ndrafters; }
+/* Steps needed to train every batch below nbatches (a drain's stop step). */
+static inline uint64_t step_plan_steps_covering(uint64_t nbatches, uint32_t ndrafters)
+{
+    return (nbatches + ndrafters - 1) / ndrafters;
+}
 /* The step a batch belongs to, and the rank that trains it. */
 static inline uint64_t step_plan_step_of(uint64_t batch, uint32_t ndrafters) { return batch / ndrafters; }
 static inline uint32_t step_plan_rank_of(uint64_t batch, uint32_t ndrafters) { return (uint32_t)(batch % ndrafters); }

@@ -2,7 +2,8 @@
  * of the DFlash drafter against weights it does not own (a read-only view of the reducer's state of step k, in the
  * backend's memory) and accumulates the gradients into a buffer it does not own either (the reducer's); it keeps
  * only its frozen tables (the target's embedding and lm_head) and workspaces. It draws the batch's anchors itself
- * (deterministic in job.seed and the batch id) from the batch's tokens. Backends: drafter_cpu.c (host fp32,
+ * (deterministic in job.seed and the batch id) from the batch's tokens. For tests of the NaN guard, the environment
+ * variable DFLASH_FAULT_NAN_BATCH=<batch id> makes that batch's loss NaN. Backends: drafter_cpu.c (host fp32,
  * kernels' CPU references); the CUDA backend is added beside it. Errors: 0 / -errno with an errbuf. */
 #ifndef DFLASH_DRAFTER_H
 #define DFLASH_DRAFTER_H
@@ -12,13 +13,14 @@
 #include "drafter_model.h"
 #include "util.h"
 
-/* One packed batch as the hidden-state slot holds it, every pointer in the backend's memory. */
+/* One packed batch as the hidden-state slot holds it: the taps in the backend's memory, the tokens on the host (the
+ * anchors are drawn there). */
 typedef struct drafter_batch {
     uint64_t id;                       /* batch id: picks the anchors (with the seed) */
     int ntok, nseq;
     const void *aux;                   /* (ntok, K*H) target taps: float on the cpu backend, bf16 on cuda */
-    const int32_t *input_ids, *positions, *cu_seqlens;
-    const uint8_t *loss_mask;
+    const int32_t *input_ids, *positions, *cu_seqlens; /* host */
+    const uint8_t *loss_mask;                          /* host */
 } drafter_batch;
 
 /* How a backend trains: the drafter's config and the anchor settings of the job. */
@@ -33,7 +35,7 @@ typedef struct drafter_backend drafter_backend;
 
 typedef struct drafter_backend_ops {
     /* grads += ∂(Σ w·CE)/∂weights over the batch; the batch's metrics into *mt (zeroed first). */
-    int (*forward_backward)(drafter_backend *b, const float *weights, float *grads, const drafter_batch *batch,
+    int (*forward_backward)(drafter_backend *b, const void *weights, float *grads, const drafter_batch *batch,
                             drafter_metrics *mt, errbuf *err);
     void (*destroy)(drafter_backend *b);
 } drafter_backend_ops;

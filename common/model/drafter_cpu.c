@@ -1,5 +1,7 @@
 /* The CPU model backend (common/model/drafter.h): drafter_model's forward and backward in fp32 on a view model
  * bound to the reducer's weights and gradients, with the target's frozen embedding and lm_head. */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "drafter.h"
@@ -12,9 +14,10 @@ typedef struct drafter_cpu {
     target_model *tm;
     drafter_model *view;
     drafter_frozen fz;
+    uint64_t fault_nan_batch;  /* DFLASH_FAULT_NAN_BATCH: this batch's loss reads NaN (UINT64_MAX: none) */
 } drafter_cpu;
 
-static int cpu_forward_backward(drafter_backend *b, const float *weights, float *grads, const drafter_batch *bt,
+static int cpu_forward_backward(drafter_backend *b, const void *weights, float *grads, const drafter_batch *bt,
                                 drafter_metrics *mt, errbuf *err)
 {
     drafter_cpu *d = (drafter_cpu *)b;
@@ -27,6 +30,7 @@ static int cpu_forward_backward(drafter_backend *b, const float *weights, float 
     *mt = (drafter_metrics){0};
     drafter_model_bind(d->view, weights, grads);
     drafter_forward_backward(d->view, &d->fz, (const float *)bt->aux, bt->ntok, bt->positions, &blk, 1, 1.0f, mt, NULL);
+    if (d->fault_nan_batch == bt->id) mt->loss_sum = NAN; /* fault injection (tests of the NaN guard) */
     drafter_blocks_free(&blk);
     free(anchors);
     free(anchor_seq);
@@ -59,6 +63,8 @@ int drafter_cpu_create(drafter_backend **out, const drafter_train_config *tc, co
     d->fz = (drafter_frozen){.embed = target_model_embedding(d->tm), .lm_head = target_model_lm_head(d->tm),
                              .vocab = d->cfg.vocab_size};
     d->view = drafter_model_create_view(&d->cfg);
+    const char *fault = getenv("DFLASH_FAULT_NAN_BATCH");
+    d->fault_nan_batch = fault && *fault ? strtoull(fault, NULL, 10) : UINT64_MAX;
     *out = &d->base;
     return 0;
 }

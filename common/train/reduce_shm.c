@@ -46,7 +46,7 @@ static optim_state state_of(reduce_shm *s, uint64_t step)
     return (optim_state){b, b + s->numel, b + 2 * s->numel};
 }
 
-static const float *shm_weights(reducer *r, uint64_t step) { return state_of((reduce_shm *)r, step).w; }
+static const void *shm_weights(reducer *r, uint64_t step) { return state_of((reduce_shm *)r, step).w; }
 
 static float *shm_grads(reducer *r, uint64_t step)
 {

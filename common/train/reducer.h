@@ -19,8 +19,9 @@
 typedef struct reducer reducer;
 
 typedef struct reducer_ops {
-    /* The weights of step k (read only; numel floats in the backend's memory). */
-    const float *(*weights)(reducer *r, uint64_t step);
+    /* The weights of step k (read only) in the backend's memory and compute format: fp32 for the CPU backend, a
+     * bf16 copy made by apply for the CUDA backend (laid out like the fp32 state, drafter_layout offsets). */
+    const void *(*weights)(reducer *r, uint64_t step);
     /* This rank's gradient buffer for step k (numel floats in the backend's memory), zeroed. */
     float *(*grads)(reducer *r, uint64_t step);
     /* Phase 2, after every rank's gradients are in: this rank's share of Σ_ranks grads / weight_sum (rank order)

@@ -31,6 +31,10 @@ int run_summary_print(const job_config *cfg, double seconds, FILE *out, errbuf *
             json_decref(o);
             break;
         }
+        if (json_object_get(o, "skipped")) { /* not applied (NaN guard): not part of the figures */
+            json_decref(o);
+            continue;
+        }
         if (n == cap) steps = xrealloc(steps, sizeof *steps * (cap = cap ? 2 * cap : 256));
         steps[n++] = (step_line){.loss = json_number_value(json_object_get(o, "loss")),
                                  .acceptance = json_number_value(json_object_get(o, "acceptance")),

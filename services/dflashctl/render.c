@@ -35,9 +35,11 @@ void render_status(FILE *f, const Dflash__StatusReply *s)
     char st[64];
     fprintf(f, "job %s  run %s  dflashd pid %d  %s\n", s->job, s->run_id, s->keeper_pid,
             job_state_text(s, st, sizeof st));
-    fprintf(f, "step %llu/%llu  ledger %llu  loss %.4f  acceptance %.3f  slot accuracy %.3f  next batch %llu\n",
+    fprintf(f, "step %llu/%llu  ledger %llu  loss %.4f  acceptance %.3f  slot accuracy %.3f  next batch %llu  "
+            "skipped %llu\n",
             (unsigned long long)s->step, (unsigned long long)s->total_steps, (unsigned long long)s->ledger_steps,
-            s->loss, s->acceptance, s->slot_accuracy, (unsigned long long)s->next_batch);
+            s->loss, s->acceptance, s->slot_accuracy, (unsigned long long)s->next_batch,
+            (unsigned long long)s->skipped_steps);
     ring_line(f, s->token_ring);
     for (size_t i = 0; i < s->n_pools; i++) ring_line(f, s->pools[i]);
     fprintf(f, "%-12s %-8s %-8s %8s %-10s %6s %9s %8s %9s %10s %9s\n", "WORKER", "ROLE", "GPU", "PID", "STATE", "EPOCH",

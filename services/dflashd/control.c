@@ -14,6 +14,7 @@
 #include "ctl_proto.h"
 #include "log.h"
 #include "step_metrics.h"
+#include "step_plan.h"
 #include "zap.h"
 
 #define CONTROL_RESTART_TIMEOUT_SEC 300.0 /* a restarted worker must be ready and healthy within this */
@@ -249,6 +250,7 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
     s.held = job_held(c);
     s.finished = atomic_load(&h->finished) != 0;
     s.ledger_steps = atomic_load(&h->ledger_frontier);
+    s.skipped_steps = atomic_load(&h->skipped_steps);
     s.keeper_pid = (int32_t)getpid();
     s.next_batch = token_ring_next_id_peek(c->v.ring);
     if (s.step > 0) { /* the last committed step's records, summed over ranks as the drafters report them */
@@ -366,9 +368,9 @@ static void handle_drain(control *c, const ctl_msg *m, const Dflash__Envelope *e
     uint64_t stop = atomic_load(&h->stop_step);
     if (!stop && !atomic_load(&h->finished)) {
         /* every batch already issued into the token ring belongs to a step up to this one */
-        uint64_t D = (uint64_t)c->v.plan->cfg.workers.drafters, next = token_ring_next_id_peek(c->v.ring);
+        uint64_t next = token_ring_next_id_peek(c->v.ring);
         uint64_t committed = atomic_load(&h->committed_step);
-        stop = (next + D - 1) / D;
+        stop = step_plan_steps_covering(next, (uint32_t)c->v.plan->cfg.workers.drafters);
         if (stop < committed) stop = committed;
         if (stop == 0) stop = 1; /* 0 would mean "no drain" */
         if (stop > h->total_steps) stop = h->total_steps;

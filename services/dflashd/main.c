@@ -29,6 +29,7 @@
 #include "ledger.h"
 #include "log.h"
 #include "slot_pool.h"
+#include "step_plan.h"
 #include "token_ring.h"
 
 #define MAX_OVERRIDES 64
@@ -346,7 +347,8 @@ static int create_job(keeper *k, errbuf *err)
     if (rc) return rc;
     if ((rc = resume_step(k, err))) return rc;
     if ((rc = token_ring_create(p->ring_name, &p->ring, &k->ring, err))) return rc;
-    token_ring_next_id_set(k->ring, atomic_load(&k->js.h->committed_step) * (uint64_t)p->cfg.workers.drafters);
+    token_ring_next_id_set(k->ring, step_plan_first_batch(atomic_load(&k->js.h->committed_step),
+                                                         (uint32_t)p->cfg.workers.drafters));
     k->npools = p->cfg.workers.targets;
     for (int i = 0; i < k->npools; i++) {
         char name[128], store[64];

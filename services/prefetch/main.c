@@ -10,6 +10,7 @@
 #include "log.h"
 #include "shard.h"
 #include "slot_state.h"
+#include "step_plan.h"
 #include "token_ring.h"
 #include "worker.h"
 
@@ -53,7 +54,7 @@ int main(int argc, char **argv)
         return 1;
     }
     batch_plan *bp = batch_plan_new(ds, (uint64_t)p->cfg.job.seed, p->ring.max_tokens, p->ring.max_seqs);
-    const uint64_t total = (uint64_t)p->cfg.train.steps * (uint64_t)p->cfg.workers.drafters;
+    const uint64_t total = step_plan_first_batch((uint64_t)p->cfg.train.steps, (uint32_t)p->cfg.workers.drafters);
     const uint16_t owner = 0;
     skip_published(ring);
     log_info("%llu samples in %zu shards; epoch 0 has %llu batches; producing from batch %llu",
@@ -68,7 +69,7 @@ int main(int argc, char **argv)
             return JOB_EXIT_RESTART;
         }
         uint64_t id = token_ring_next_id_peek(ring);
-        uint64_t committed = atomic_load(&w.js.h->committed_step) * (uint64_t)p->cfg.workers.drafters;
+        uint64_t committed = step_plan_first_batch(atomic_load(&w.js.h->committed_step), D);
         if (id < committed) { /* already trained (e.g. after a resume): no need to produce it */
             token_ring_next_id_advance(ring, id);
             continue;

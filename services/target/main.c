@@ -57,22 +57,14 @@ typedef struct target_backend {
     void (*close)(target_run *r);
 } target_backend;
 
-/* Lease the next token batch, feeding the heartbeat; -1 when the job finished first. */
-static int lease_batch(target_run *r)
+/* A token batch to lease (lease = 1) or a pool slot to claim, waiting in 200 ms slices that feed the heartbeat.
+ * The index, or -1 when the job finished first. */
+static int wait_slot(target_run *r, int lease)
 {
     while (!worker_job_finished(r->w)) {
         worker_tick(r->w);
-        int i = token_ring_lease(r->ring, r->owner, r->w->epoch, 200);
-        if (i >= 0) return i;
-    }
-    return -1;
-}
-
-static int claim_slot(target_run *r)
-{
-    while (!worker_job_finished(r->w)) {
-        worker_tick(r->w);
-        int i = slot_pool_claim(r->pool, r->owner, r->w->epoch, 200);
+        int i = lease ? token_ring_lease(r->ring, r->owner, r->w->epoch, 200)
+                      : slot_pool_claim(r->pool, r->owner, r->w->epoch, 200);
         if (i >= 0) return i;
     }
     return -1;
@@ -85,8 +77,8 @@ static int next_work(target_run *r, int *s, int *t, errbuf *err)
 {
     worker_ctx *w = r->w;
     const uint64_t D = (uint64_t)w->plan.cfg.workers.drafters;
-    if ((*s = claim_slot(r)) < 0) return -1;
-    if ((*t = lease_batch(r)) < 0) {
+    if ((*s = wait_slot(r, 0)) < 0) return -1;
+    if ((*t = wait_slot(r, 1)) < 0) {
         slot_pool_abandon(r->pool, *s, r->owner, w->epoch);
         return -1;
     }

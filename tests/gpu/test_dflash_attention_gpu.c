@@ -6,6 +6,7 @@
  * subset of blocks (and the context rows only those blocks see). Also: two runs must give the same bits. Prints one
  * line per tensor, "ok"/"FAIL" at the end of it, the timing of the Qwen3-8B drafter shape, and exits 1 on a failure. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,60 @@ static void check_same(const char *cname, const char *what, const void *d, const
     free(h);
 }
 
+/* The CPU reference one block at a time on up to 16 threads (block i on thread i % nthreads); each thread sums its
+ * dkc/dvc in its own buffer, added up at the end. */
+typedef struct cpu_job {
+    dflash_attn_shape s; /* nblocks = 1 per call */
+    int ns, T, nthreads;
+    const float *q, *dout, *out, *lse, *kc, *vc, *kb, *vb;
+    const int32_t *cs, *cl;
+    float *rout, *rlse, *rdq, *rdkb, *rdvb;
+} cpu_job;
+typedef struct cpu_thread {
+    cpu_job *job;
+    int t;
+    float *dkc, *dvc;
+    pthread_t tid;
+} cpu_thread;
+
+static void *cpu_thread_main(void *arg)
+{
+    cpu_thread *th = arg;
+    const cpu_job *j = th->job;
+    dflash_attn_shape s1 = j->s;
+    s1.nblocks = 1;
+    const int B = s1.block_size;
+    const size_t qd = (size_t)s1.nh * s1.hd, kd = (size_t)s1.nkv * s1.hd, nh = (size_t)s1.nh;
+    for (int i = th->t; i < j->ns; i += j->nthreads) {
+        const size_t r = (size_t)i * B;
+        dflash_attention_forward_cpu(j->rout + r * qd, j->rlse + r * nh, j->q + r * qd, j->kc, j->vc, j->kb + r * kd,
+                                     j->vb + r * kd, j->cs + i, j->cl + i, &s1);
+        dflash_attention_backward_cpu(j->rdq + r * qd, th->dkc, th->dvc, j->rdkb + r * kd, j->rdvb + r * kd,
+                                      j->dout + r * qd, j->out + r * qd, j->lse + r * nh, j->q + r * qd, j->kc, j->vc,
+                                      j->kb + r * kd, j->vb + r * kd, j->cs + i, j->cl + i, &s1);
+    }
+    return NULL;
+}
+
+static void cpu_reference(cpu_job *job, float *rdkc, float *rdvc)
+{
+    const size_t n = (size_t)job->T * job->s.nkv * job->s.hd;
+    job->nthreads = job->ns < 16 ? (job->ns > 0 ? job->ns : 1) : 16;
+    cpu_thread th[16];
+    for (int t = 0; t < job->nthreads; t++) {
+        th[t] = (cpu_thread){.job = job, .t = t, .dkc = xcalloc(n + 1, 4), .dvc = xcalloc(n + 1, 4)};
+        if (pthread_create(&th[t].tid, NULL, cpu_thread_main, &th[t]) != 0) {
+            perror("pthread_create");
+            exit(1);
+        }
+    }
+    for (int t = 0; t < job->nthreads; t++) {
+        pthread_join(th[t].tid, NULL);
+        for (size_t i = 0; i < n; i++) rdkc[i] += th[t].dkc[i], rdvc[i] += th[t].dvc[i];
+        free(th[t].dkc), free(th[t].dvc);
+    }
+}
+
 typedef struct attn_case {
     const char *name;
     int N, B, nh, nkv, hd, T;
@@ -208,10 +263,14 @@ static void run_case(const attn_case *k)
     for (int r = 0; r < T; r++) ncmp += cmap[r] >= 0;
 
     float *rout = xmalloc((size_t)nsb * qd * 4), *rlse = xmalloc((size_t)nsb * nh * 4);
-    dflash_attention_forward_cpu(rout, rlse, sq, kc, vc, skb, svb, scs, scl, &s);
     float *rdq = xmalloc((size_t)nsb * qd * 4), *rdkc = xcalloc((size_t)T * kd + 1, 4), *rdvc = xcalloc((size_t)T * kd + 1, 4);
     float *rdkb = xcalloc((size_t)nsb * kd, 4), *rdvb = xcalloc((size_t)nsb * kd, 4);
-    dflash_attention_backward_cpu(rdq, rdkc, rdvc, rdkb, rdvb, sdo, sout, slse, sq, kc, vc, skb, svb, scs, scl, &s);
+    {
+        cpu_job job = {.s = s, .ns = ns, .T = T, .q = sq, .dout = sdo, .out = sout, .lse = slse, .kc = kc, .vc = vc,
+                       .kb = skb, .vb = svb, .cs = scs, .cl = scl, .rout = rout, .rlse = rlse, .rdq = rdq,
+                       .rdkb = rdkb, .rdvb = rdvb};
+        cpu_reference(&job, rdkc, rdvc);
+    }
 
     char cname[200];
     snprintf(cname, sizeof cname, "%s[N=%d B=%d nh=%d nkv=%d hd=%d T=%d, %d blocks / %d ctx rows compared]", k->name, N,

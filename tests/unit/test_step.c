@@ -27,7 +27,7 @@ typedef struct fake_model { drafter_backend base; shared *sh; } fake_model;
 typedef struct fake_source { batch_source base; uint64_t held; } fake_source;
 
 static size_t lo_of(int r) { return (size_t)N * r / D; }
-static const float *fr_weights(reducer *r, uint64_t k) { return ((fake_reducer *)r)->sh->state[k & 1]; }
+static const void *fr_weights(reducer *r, uint64_t k) { return ((fake_reducer *)r)->sh->state[k & 1]; }
 static float *fr_grads(reducer *r, uint64_t k)
 {
     fake_reducer *f = (fake_reducer *)r;
@@ -60,9 +60,10 @@ static int fr_export(reducer *r, uint64_t k, optim_state *h, errbuf *e) { return
 static void fr_destroy(reducer *r) {}
 static const reducer_ops fr_ops = {fr_weights, fr_grads, fr_reduce, fr_apply, fr_export, fr_destroy};
 
-static int fm_fb(drafter_backend *b, const float *w, float *g, const drafter_batch *bt, drafter_metrics *mt, errbuf *e)
+static int fm_fb(drafter_backend *b, const void *wv, float *g, const drafter_batch *bt, drafter_metrics *mt, errbuf *e)
 {
     fake_model *m = (fake_model *)b;
+    const float *w = wv;
     *mt = (drafter_metrics){0};
     for (size_t j = 0; j < N; j++) g[j] += sinf(w[j] * (float)(bt->id + 1) + (float)j);
     mt->loss_sum = (int)(bt->id / D) == m->sh->nan_step ? NAN : 1.0 + (double)bt->id;
