@@ -3,11 +3,11 @@
 #include <errno.h>
 #include <stdatomic.h>
 
-void slot_array_bind(struct slot_array *a, const char *name, uint32_t nslots, slot_word *word0, size_t word_stride,
-                     uint64_t *id0, size_t id_stride, _Atomic uint32_t *gen)
+struct slot_array slot_array_view(const char *name, uint32_t nslots, slot_word *word0, size_t word_stride,
+                                  uint64_t *id0, size_t id_stride, _Atomic uint32_t *gen)
 {
-    *a = (struct slot_array){ .name = name, .nslots = nslots, .words = (char *)word0, .word_stride = word_stride,
-                              .ids = (char *)id0, .id_stride = id_stride, .gen = gen };
+    return (struct slot_array){ .name = name, .nslots = nslots, .words = (char *)word0, .word_stride = word_stride,
+                                .ids = (char *)id0, .id_stride = id_stride, .gen = gen };
 }
 
 void slot_array_check_index(const struct slot_array *a, int i)

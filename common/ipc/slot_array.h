@@ -42,9 +42,9 @@ struct slot_shape {
     const int32_t *cu_seqlens;
 };
 
-/* Point a at its container's shared memory (all pointers into one mapping). */
-void slot_array_bind(struct slot_array *a, const char *name, uint32_t nslots, slot_word *word0, size_t word_stride,
-                     uint64_t *id0, size_t id_stride, _Atomic uint32_t *gen);
+/* The view of a container's slots (all pointers into one mapping; name is kept, not copied). */
+struct slot_array slot_array_view(const char *name, uint32_t nslots, slot_word *word0, size_t word_stride,
+                                  uint64_t *id0, size_t id_stride, _Atomic uint32_t *gen);
 
 /* Producer: claim a FREE slot as FILLING(owner, epoch), waiting up to timeout_ms (<0 forever, 0 try once) while
  * none is free. The slot index or -ETIMEDOUT. */

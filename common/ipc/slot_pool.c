@@ -48,8 +48,8 @@ static void pool_bind(struct slot_pool *p, uint32_t nslots)
     p->hdr = shm_segment_body(&p->seg);
     p->desc = (struct slot_pool_desc *)(p->hdr + 1);
     snprintf(p->label, sizeof p->label, "slot pool %s", p->seg.name);
-    slot_array_bind(&p->array, p->label, nslots, &p->desc[0].state, sizeof *p->desc, &p->desc[0].batch_id,
-                    sizeof *p->desc, &p->hdr->generation);
+    p->array = slot_array_view(p->label, nslots, &p->desc[0].state, sizeof *p->desc, &p->desc[0].batch_id,
+                               sizeof *p->desc, &p->hdr->generation);
 }
 
 static void pool_free(struct slot_pool *p)

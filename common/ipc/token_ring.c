@@ -66,8 +66,8 @@ static void ring_bind(struct token_ring *r)
     slot_word *words = (slot_word *)(r->hdr + 1);
     r->slots = (char *)words + align64(sizeof(slot_word) * r->geom.nslots);
     snprintf(r->label, sizeof r->label, "token ring %s", r->seg.name);
-    slot_array_bind(&r->array, r->label, r->geom.nslots, words, sizeof(slot_word),
-                    &((struct token_batch_meta *)r->slots)->batch_id, r->slot_bytes, &r->hdr->generation);
+    r->array = slot_array_view(r->label, r->geom.nslots, words, sizeof(slot_word),
+                               &((struct token_batch_meta *)r->slots)->batch_id, r->slot_bytes, &r->hdr->generation);
 }
 
 int token_ring_create(const char *name, const struct token_ring_geometry *geom, struct token_ring **out, errbuf *err)

@@ -11,6 +11,7 @@
 
 typedef struct pools_source {
     batch_source base;
+    pool_access acc;
     worker_ctx *w;
     const job_plan *p;
     struct slot_pool *pools[64];
@@ -60,26 +61,39 @@ static void drop_stale(pools_source *s, uint64_t frontier)
     }
 }
 
-static void fill(pools_source *s, drafter_batch *bt)
+/* Host pools (memfd mapped here): the batch is read in place. */
+static int host_attach(void *ctx, int i, const char *name, int fd, struct slot_pool **pool, errbuf *err)
 {
-    const hidden_slot_layout *L = &s->p->slot;
-    char *slot = slot_pool_data(s->pools[s->held_pool], s->held_slot);
+    return slot_pool_attach(name, fd, pool, err);
+}
+
+static int host_fill(void *ctx, const job_plan *p, struct slot_pool *pool, int i, int slot, drafter_batch *bt,
+                     errbuf *err)
+{
+    const hidden_slot_layout *L = &p->slot;
+    char *data = slot_pool_data(pool, slot);
+    bt->aux = data + L->aux;
+    bt->input_ids = (const int32_t *)(data + L->input_ids);
+    bt->positions = (const int32_t *)(data + L->positions);
+    bt->cu_seqlens = (const int32_t *)(data + L->cu_seqlens);
+    bt->loss_mask = (const uint8_t *)(data + L->loss_mask);
+    return 0;
+}
+
+static const pool_access host_access = {.attach = host_attach, .fill = host_fill};
+
+static int fill(pools_source *s, drafter_batch *bt, errbuf *err)
+{
     const struct slot_pool_desc *desc = slot_pool_desc(s->pools[s->held_pool], s->held_slot);
-    *bt = (drafter_batch){.id = s->held_batch, .ntok = (int)desc->ntok, .nseq = (int)desc->nseq,
-                          .aux = slot + L->aux, .input_ids = (const int32_t *)(slot + L->input_ids),
-                          .positions = (const int32_t *)(slot + L->positions),
-                          .cu_seqlens = (const int32_t *)(slot + L->cu_seqlens),
-                          .loss_mask = (const uint8_t *)(slot + L->loss_mask)};
+    *bt = (drafter_batch){.id = s->held_batch, .ntok = (int)desc->ntok, .nseq = (int)desc->nseq};
+    return s->acc.fill(s->acc.ctx, s->p, s->pools[s->held_pool], s->held_pool, s->held_slot, bt, err);
 }
 
 static int pools_lease(batch_source *bs, uint64_t b, uint64_t k, drafter_batch *bt, errbuf *err)
 {
     pools_source *s = (pools_source *)bs;
     job_state *js = &s->w->js;
-    if (s->held_slot >= 0 && s->held_batch == b) {
-        fill(s, bt);
-        return 0;
-    }
+    if (s->held_slot >= 0 && s->held_batch == b) return fill(s, bt, err);
     pools_release(bs);
     const uint32_t D = (uint32_t)s->p->cfg.workers.drafters;
     for (int spins = 0;; spins++) {
@@ -92,9 +106,7 @@ static int pools_lease(batch_source *bs, uint64_t b, uint64_t k, drafter_batch *
             s->held_slot = slot;
             s->held_batch = b;
             int rc = slot_pool_slot_check(s->pools[i], slot, &s->shape, err);
-            if (rc) return rc;
-            fill(s, bt);
-            return 0;
+            return rc ? rc : fill(s, bt, err);
         }
         if (spins % 16 == 0) drop_stale(s, step_plan_first_batch(k, D));
         nap_ms(2);
@@ -107,16 +119,18 @@ static void pools_destroy(batch_source *bs)
     pools_release(bs);
     if (s->dropped) log_info("%llu re-delivered batches dropped", (unsigned long long)s->dropped);
     for (int i = 0; i < s->npools; i++) slot_pool_destroy(&s->pools[i]);
+    if (s->acc.destroy) s->acc.destroy(s->acc.ctx);
     free(s);
 }
 
 static const batch_source_ops pools_ops = {.lease = pools_lease, .release = pools_release, .held = pools_held,
                                            .destroy = pools_destroy};
 
-int batch_source_pools_create(batch_source **out, worker_ctx *w, errbuf *err)
+int batch_source_pools_create(batch_source **out, worker_ctx *w, const pool_access *acc, errbuf *err)
 {
     pools_source *s = xcalloc(1, sizeof *s);
     s->base.ops = &pools_ops;
+    s->acc = acc ? *acc : host_access;
     s->w = w;
     s->p = &w->plan;
     s->owner = (uint16_t)(100 + w->index);
@@ -127,7 +141,7 @@ int batch_source_pools_create(batch_source **out, worker_ctx *w, errbuf *err)
     for (int i = 0; i < s->npools; i++) {
         char name[128];
         job_plan_pool_name(s->p, i, name, sizeof name);
-        int rc = slot_pool_attach(name, w->fds[i], &s->pools[i], err);
+        int rc = s->acc.attach(s->acc.ctx, i, name, w->fds[i], &s->pools[i], err);
         if (rc) {
             pools_destroy(&s->base);
             return rc;

@@ -37,9 +37,21 @@ struct batch_source {
     const batch_source_ops *ops;
 };
 
+/* How a batch source reaches the pools' data: host pools are mapped and read in place (acc NULL); GPU pools are
+ * imported by the CUDA build (batch_source_pools_cuda.c), the tokens copied to the host. */
+struct slot_pool;
+typedef struct pool_access {
+    int (*attach)(void *ctx, int i, const char *name, int fd, struct slot_pool **pool, errbuf *err);
+    /* batch (id, ntok, nseq set) of the leased slot: aux in the backend's memory, tokens on the host */
+    int (*fill)(void *ctx, const job_plan *p, struct slot_pool *pool, int i, int slot, drafter_batch *batch,
+                errbuf *err);
+    void (*destroy)(void *ctx);
+    void *ctx;
+} pool_access;
+
 /* The hidden-state pools of a job (dflashd passed their fds at registration), leased by batch id; re-delivered
  * batches of committed steps are dropped; a slot whose shape does not fit the job's layout is an error. */
-int batch_source_pools_create(batch_source **out, worker_ctx *w, errbuf *err);
+int batch_source_pools_create(batch_source **out, worker_ctx *w, const pool_access *acc, errbuf *err);
 void batch_source_destroy(batch_source **s);
 
 /* Phases, for tests that stop a rank between them. */

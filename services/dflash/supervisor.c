@@ -700,15 +700,17 @@ static int supervisor_setup(supervisor *s, errbuf *err)
     char name[32];
     if ((rc = child_init(s, &s->ch[k++], "dflashd", "dflashd", -1, s->o->resume, err))) return rc;
     if ((rc = child_init(s, &s->ch[k++], "prefetch", "dflash-prefetch", -1, 0, err))) return rc;
+    /* the CUDA backend's GPU workers are their own builds (they link the CUDA runtime) */
+    const int gpu = strcmp(cfg->job.backend, "cuda") == 0;
     for (int i = 0; i < cfg->workers.targets; i++) {
         snprintf(name, sizeof name, "target-%d", i);
-        /* the CUDA backend's target worker is its own build (it links the CUDA runtime) */
-        const char *target_bin = strcmp(cfg->job.backend, "cuda") == 0 ? "dflash-target-cuda" : "dflash-target";
-        if ((rc = child_init(s, &s->ch[k++], name, target_bin, i, 0, err))) return rc;
+        if ((rc = child_init(s, &s->ch[k++], name, gpu ? "dflash-target-cuda" : "dflash-target", i, 0, err)))
+            return rc;
     }
     for (int i = 0; i < cfg->workers.drafters; i++) {
         snprintf(name, sizeof name, "drafter-%d", i);
-        if ((rc = child_init(s, &s->ch[k++], name, "dflash-drafter", i, 0, err))) return rc;
+        if ((rc = child_init(s, &s->ch[k++], name, gpu ? "dflash-drafter-cuda" : "dflash-drafter", i, 0, err)))
+            return rc;
     }
 
     s->notify_fd = notify_socket_open(s->notify_path, err);

@@ -27,8 +27,8 @@ static struct shared *shared_new(struct slot_array *a, uint32_t nslots)
 {
     struct shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     REQUIRE(s != MAP_FAILED);
-    slot_array_bind(a, "test array", nslots, &s->line[0].state, sizeof s->line[0], &s->ids[0], sizeof s->ids[0],
-                    &s->gen);
+    *a = slot_array_view("test array", nslots, &s->line[0].state, sizeof s->line[0], &s->ids[0], sizeof s->ids[0],
+                         &s->gen);
     return s;
 }
 
