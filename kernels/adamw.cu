@@ -1,4 +1,5 @@
-// adamw: CUDA optimizer over the flat fp32 state. grad_sq_sum_cuda: one pass over the gradient, each thread sums its
+// adamw: CUDA optimizer over the flat fp32 state; the gradient is read as fp32(grad · grad_scale) in both passes, as
+// the CPU reducer scales its summed gradient. grad_sq_sum_cuda: one pass over the gradient, each thread sums its
 // fixed share in double, blocks reduce in a fixed tree into workspace partials, one block sums those in order (no
 // atomics: the same bits every run). adamw_apply_cuda: one pass over w, m, v, grad; every thread reads the device
 // Σg² itself, forms the clip coefficient and the NaN guard, and applies adamw_step_cpu's operations in its order with
@@ -28,7 +29,7 @@ static __device__ double gsq_block_sum(double v)
 }
 
 template <int VEC>
-static __global__ void grad_sq_partial_kernel(double *part, const float *grad, size_t n)
+static __global__ void grad_sq_partial_kernel(double *part, const float *grad, size_t n, float scale)
 {
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nthreads = (size_t)gridDim.x * blockDim.x;
     double acc = 0.0;
@@ -37,14 +38,22 @@ static __global__ void grad_sq_partial_kernel(double *part, const float *grad, s
         const size_t n4 = n / 4;
         for (size_t i = tid; i < n4; i += nthreads) {
             float4 g = g4[i];
-            acc += (double)g.x * g.x;
-            acc += (double)g.y * g.y;
-            acc += (double)g.z * g.z;
-            acc += (double)g.w * g.w;
+            float a = __fmul_rn(g.x, scale), b = __fmul_rn(g.y, scale), c = __fmul_rn(g.z, scale),
+                  d = __fmul_rn(g.w, scale);
+            acc += (double)a * a;
+            acc += (double)b * b;
+            acc += (double)c * c;
+            acc += (double)d * d;
         }
-        if (tid < n - n4 * 4) acc += (double)grad[n4 * 4 + tid] * grad[n4 * 4 + tid];
+        if (tid < n - n4 * 4) {
+            float a = __fmul_rn(grad[n4 * 4 + tid], scale);
+            acc += (double)a * a;
+        }
     } else {
-        for (size_t i = tid; i < n; i += nthreads) acc += (double)grad[i] * grad[i];
+        for (size_t i = tid; i < n; i += nthreads) {
+            float a = __fmul_rn(grad[i], scale);
+            acc += (double)a * a;
+        }
     }
     acc = gsq_block_sum(acc);
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
@@ -66,15 +75,16 @@ static int gsq_blocks(size_t n)
 
 extern "C" size_t grad_sq_sum_cuda_workspace(size_t n) { return (size_t)gsq_blocks(n) * sizeof(double); }
 
-extern "C" void grad_sq_sum_cuda(double *sq_sum, const float *grad, size_t n, void *workspace, void *stream)
+extern "C" void grad_sq_sum_cuda(double *sq_sum, const float *grad, size_t n, float grad_scale, void *workspace,
+                                 void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
     const int blocks = gsq_blocks(n);
     double *part = (double *)workspace;
     if ((uintptr_t)grad % 16 == 0)
-        grad_sq_partial_kernel<4><<<blocks, GSQ_THREADS, 0, st>>>(part, grad, n);
+        grad_sq_partial_kernel<4><<<blocks, GSQ_THREADS, 0, st>>>(part, grad, n, grad_scale);
     else
-        grad_sq_partial_kernel<1><<<blocks, GSQ_THREADS, 0, st>>>(part, grad, n);
+        grad_sq_partial_kernel<1><<<blocks, GSQ_THREADS, 0, st>>>(part, grad, n, grad_scale);
     CHECK_CUDA_LAUNCH();
     grad_sq_final_kernel<<<1, 1024, 0, st>>>(sq_sum, part, blocks);
     CHECK_CUDA_LAUNCH();
@@ -82,7 +92,7 @@ extern "C" void grad_sq_sum_cuda(double *sq_sum, const float *grad, size_t n, vo
 
 // The host-computed scalars of one step (adamw_step_cpu's, rounded to float where it rounds them).
 struct adamw_consts {
-    float step_size, bc2_sqrt, w1, w2, one_minus_w1, b2f, eps, keep, clip;
+    float step_size, bc2_sqrt, w1, w2, one_minus_w1, b2f, eps, keep, clip, grad_scale;
     int do_decay;
 };
 
@@ -110,7 +120,7 @@ static __device__ __forceinline__ void adamw_elem(const adamw_consts &c, float c
 {
     float x = *w;
     if (decay) x = __fmul_rn(x, c.keep);
-    const float g = __fmul_rn(grad, coef);
+    const float g = __fmul_rn(__fmul_rn(grad, c.grad_scale), coef);
     const float mi = fabsf(c.w1) < 0.5f ? __fadd_rn(*m, __fmul_rn(c.w1, __fsub_rn(g, *m)))
                                         : __fsub_rn(g, __fmul_rn(__fsub_rn(g, *m), c.one_minus_w1));
     const float vi = __fadd_rn(__fmul_rn(*v, c.b2f), __fmul_rn(__fmul_rn(c.w2, g), g));
@@ -186,9 +196,10 @@ static __global__ void adamw_apply_kernel(float *w_dst, float *m_dst, float *v_d
 }
 
 extern "C" void adamw_apply_cuda(float *w_dst, float *m_dst, float *v_dst, uint16_t *w_bf16, const float *w_src,
-                                 const float *m_src, const float *v_src, const float *grad, size_t n,
-                                 const adamw_range *ranges, int nranges, const double *sq_sum, const float *loss,
-                                 float clip, const adamw_params *p, long step, int *skipped, void *stream)
+                                 const float *m_src, const float *v_src, const float *grad, float grad_scale,
+                                 size_t n, const adamw_range *ranges, int nranges, const double *sq_sum,
+                                 const float *loss, float clip, const adamw_params *p, long step, int *skipped,
+                                 void *stream)
 {
     if (step < 1) {
         fprintf(stderr, "adamw_apply_cuda: step %ld (1-based)\n", step);
@@ -205,6 +216,7 @@ extern "C" void adamw_apply_cuda(float *w_dst, float *m_dst, float *v_dst, uint1
     c.keep = (float)(1.0 - lr * (double)p->weight_decay);
     c.do_decay = p->weight_decay != 0.0f && ranges && nranges > 0;
     c.clip = clip;
+    c.grad_scale = grad_scale;
     if (n == 0) return;
     cudaStream_t st = (cudaStream_t)stream;
     const int threads = 256;

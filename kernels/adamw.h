@@ -38,17 +38,18 @@ extern "C" {
 /* CUDA optimizer over the flat fp32 state, no host synchronisation. All pointers are device pointers except p.
  * Bytes of workspace grad_sq_sum_cuda needs (a fixed number of per-block partial sums). */
 size_t grad_sq_sum_cuda_workspace(size_t n);
-/* *sq_sum (device double) = Σ grad² over n fp32, accumulated in double; deterministic (per-block partials in
- * workspace, then a fixed-order sum). */
-void grad_sq_sum_cuda(double *sq_sum, const float *grad, size_t n, void *workspace, void *stream);
-/* One AdamW step as adamw_step_cpu over n elements with the clip coefficient grad_clip_coef(sqrt(*sq_sum), clip):
+/* *sq_sum (device double) = Σ (grad·grad_scale)² over n fp32 (the product rounded to fp32, its square accumulated
+ * in double); deterministic (per-block partials in workspace, then a fixed-order sum). */
+void grad_sq_sum_cuda(double *sq_sum, const float *grad, size_t n, float grad_scale, void *workspace, void *stream);
+/* One AdamW step as adamw_step_cpu over n elements of the gradient fp32(grad·grad_scale) (e.g. 1/Σ loss weights) with
+ * the clip coefficient grad_clip_coef(sqrt(*sq_sum), clip) (*sq_sum from grad_sq_sum_cuda with the same grad_scale):
  * reads w/m/v from the *_src buffers, writes the *_dst buffers (may be the same as src) and w_bf16 = bf16(new w).
  * Decay per element from ranges (device, nranges). NaN guard: when sqrt(*sq_sum) or *loss (device, may be NULL) is
  * not finite the step is skipped: dst = src, w_bf16 = bf16(src w), and *skipped (device int) = 1 (else 0). lr is
  * p->lr (host, this step's schedule value); step is 1-based (bias correction, computed on the host). */
 void adamw_apply_cuda(float *w_dst, float *m_dst, float *v_dst, uint16_t *w_bf16, const float *w_src,
-                      const float *m_src, const float *v_src, const float *grad, size_t n, const adamw_range *ranges,
-                      int nranges, const double *sq_sum, const float *loss, float clip, const adamw_params *p,
+                      const float *m_src, const float *v_src, const float *grad, float grad_scale, size_t n,
+                      const adamw_range *ranges, int nranges, const double *sq_sum, const float *loss, float clip, const adamw_params *p,
                       long step, int *skipped, void *stream);
 #ifdef __cplusplus
 }

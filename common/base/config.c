@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *const type_names[] = {"int", "double", "bool", "string", "int list"};
+static const char *const type_names[] = {"int", "double", "bool", "string", "int list", "enum"};
 
 static int table_len(const config_field *table)
 {
@@ -22,7 +22,8 @@ static size_t field_size(const config_field *f)
 {
     switch (f->type) {
     case CONFIG_INT:
-    case CONFIG_BOOL: return sizeof(int);
+    case CONFIG_BOOL:
+    case CONFIG_ENUM: return sizeof(int);
     case CONFIG_DOUBLE: return sizeof(double);
     case CONFIG_STRING: return CONFIG_STRING_MAX;
     case CONFIG_INT_LIST: return sizeof(config_int_list);
@@ -128,6 +129,15 @@ static int parse_list(const config_field *f, const char *s, config_int_list *out
     return 0;
 }
 
+/* The accepted names of an ENUM field, "a, b, c", into buf[n]. */
+static void choices_format(const config_field *f, char *buf, size_t n)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; f->choices && f->choices[i] && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? ", " : "", f->choices[i]);
+}
+
 /* Parse value s into the storage dst of field f; on failure write the reason into why. */
 static int value_parse(const config_field *f, const char *s, void *dst, char *why, size_t n)
 {
@@ -199,6 +209,19 @@ static int value_parse(const config_field *f, const char *s, void *dst, char *wh
         memcpy(dst, &tmp, sizeof tmp);
         return 0;
     }
+    case CONFIG_ENUM: {
+        DF_ASSERT(f->choices && f->choices[0]);
+        for (int v = 0; f->choices[v]; v++) {
+            if (strcmp(s, f->choices[v]) == 0) {
+                memcpy(dst, &v, sizeof v);
+                return 0;
+            }
+        }
+        char names[128];
+        choices_format(f, names, sizeof names);
+        snprintf(why, n, "expected one of %s; got \"%.64s\"", names, s);
+        return -1;
+    }
     }
     DF_ASSERT(!"unknown config type");
 }
@@ -253,6 +276,14 @@ static int value_format(const config_field *f, const void *src, char *buf, size_
     case CONFIG_STRING:
         w = snprintf(buf, n, "%s", (const char *)src);
         break;
+    case CONFIG_ENUM: {
+        int v, k = 0;
+        memcpy(&v, src, sizeof v);
+        while (f->choices[k] && k < v) k++;
+        DF_ASSERT(v >= 0 && k == v && f->choices[k]);
+        w = snprintf(buf, n, "%s", f->choices[v]);
+        break;
+    }
     case CONFIG_INT_LIST: {
         const config_int_list *l = src;
         size_t off = 0;
@@ -451,10 +482,15 @@ void config_dump(const config_field *table, const void *obj, FILE *out)
 void config_help(const config_field *table, FILE *out)
 {
     for (const config_field *f = table; f->name; f++) {
-        char key[160], bounds[96] = "";
+        char key[160], bounds[224] = "";
         snprintf(key, sizeof key, "%s.%s", f->section, f->name);
-        if (has_bounds(f) && f->type != CONFIG_BOOL && f->type != CONFIG_STRING)
+        if (f->type == CONFIG_ENUM) {
+            char names[200];
+            choices_format(f, names, sizeof names);
+            snprintf(bounds, sizeof bounds, "  {%s}", names);
+        } else if (has_bounds(f) && f->type != CONFIG_BOOL && f->type != CONFIG_STRING) {
             snprintf(bounds, sizeof bounds, "  [%g, %g]", f->min, f->max);
+        }
         fprintf(out, "%-32s %-8s%s  default: %s%s\n", key, type_names[f->type], bounds,
                 f->default_value && *f->default_value ? f->default_value : "(empty)",
                 f->runtime_changeable ? "  (runtime)" : "");

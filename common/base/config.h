@@ -14,7 +14,7 @@
 #define CONFIG_STRING_MAX 256 /* char[CONFIG_STRING_MAX] including the NUL */
 #define CONFIG_LIST_MAX 64
 
-enum config_type { CONFIG_INT, CONFIG_DOUBLE, CONFIG_BOOL, CONFIG_STRING, CONFIG_INT_LIST };
+enum config_type { CONFIG_INT, CONFIG_DOUBLE, CONFIG_BOOL, CONFIG_STRING, CONFIG_INT_LIST, CONFIG_ENUM };
 
 /* Storage of a CONFIG_INT_LIST field; written as "1, 2, 3" (brackets optional) in a file. */
 typedef struct config_int_list {
@@ -22,8 +22,9 @@ typedef struct config_int_list {
     int v[CONFIG_LIST_MAX];
 } config_int_list;
 
-/* One field. Storage at `offset`: int (INT, BOOL), double, char[CONFIG_STRING_MAX], config_int_list.
- * Bounds [min, max] apply when min < max (to each element of a list; ignored for BOOL and STRING).
+/* One field. Storage at `offset`: int (INT, BOOL, ENUM), double, char[CONFIG_STRING_MAX], config_int_list.
+ * Bounds [min, max] apply when min < max (to each element of a list; ignored for BOOL, STRING and ENUM).
+ * An ENUM's value is the index of its name in `choices` (NULL-terminated), e.g. {"cpu", "cuda", NULL}.
  * default_value is parsed like a file value (NULL: 0 / empty). A table ends with an all-zero entry. */
 typedef struct config_field {
     const char *section, *name;
@@ -33,6 +34,7 @@ typedef struct config_field {
     const char *default_value;
     int runtime_changeable;
     const char *help;
+    const char *const *choices; /* ENUM only: the accepted names, NULL-terminated */
 } config_field;
 
 /* Apply every default (an invalid default in a table is a programming error: DF_ASSERT). */

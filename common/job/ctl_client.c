@@ -100,9 +100,9 @@ static void handle_reply(ctl_client *c, const ctl_msg *m)
 {
     Dflash__Envelope *e = NULL;
     errbuf err = {{0}};
-    if (m->nframes != 1 || ctl_envelope_decode(m->data, m->len, &e, &err)) {
+    if (m->nframes != 1 || ctl_envelope_decode(&e, m->data, m->len, &err)) {
         log_warn("control: malformed message from dflashd (%s): ignored", m->nframes != 1 ? "several frames" : err.msg);
-        ctl_envelope_free(&e);
+        ctl_envelope_destroy(&e);
         return;
     }
     c->last_heard = now_seconds();
@@ -123,7 +123,7 @@ static void handle_reply(ctl_client *c, const ctl_msg *m)
         break;
     default: log_warn("control: unexpected message (body %d) from dflashd: ignored", (int)e->body_case); break;
     }
-    ctl_envelope_free(&e);
+    ctl_envelope_destroy(&e);
 }
 
 void ctl_client_tick(ctl_client *c)

@@ -18,7 +18,7 @@ void ctl_envelope_init(Dflash__Envelope *e, uint64_t request_id)
     e->request_id = request_id;
 }
 
-int ctl_envelope_decode(const void *buf, size_t n, Dflash__Envelope **out, errbuf *err)
+int ctl_envelope_decode(Dflash__Envelope **out, const void *buf, size_t n, errbuf *err)
 {
     *out = NULL;
     if (n > CTL_MSG_MAX)
@@ -31,7 +31,7 @@ int ctl_envelope_decode(const void *buf, size_t n, Dflash__Envelope **out, errbu
     return 0;
 }
 
-void ctl_envelope_free(Dflash__Envelope **e)
+void ctl_envelope_destroy(Dflash__Envelope **e)
 {
     if (*e) dflash__envelope__free_unpacked(*e, NULL);
     *e = NULL;

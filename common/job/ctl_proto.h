@@ -30,10 +30,10 @@ typedef struct ctl_msg {
 
 /* An envelope with version and request id set and no body. */
 void ctl_envelope_init(Dflash__Envelope *e, uint64_t request_id);
-/* Decode one payload. 0: *out holds the envelope (ctl_envelope_free). -EMSGSIZE (too large), -EBADMSG (not an
+/* Decode one payload. 0: *out holds the envelope (ctl_envelope_destroy). -EMSGSIZE (too large), -EBADMSG (not an
  * Envelope), -EPROTO (unknown version; *out is still set so the caller can echo its request id). */
-int ctl_envelope_decode(const void *buf, size_t n, Dflash__Envelope **out, errbuf *err);
-void ctl_envelope_free(Dflash__Envelope **e);
+int ctl_envelope_decode(Dflash__Envelope **out, const void *buf, size_t n, errbuf *err);
+void ctl_envelope_destroy(Dflash__Envelope **e);
 /* Encode into a malloc'd buffer; -EMSGSIZE when it would exceed CTL_MSG_MAX. */
 int ctl_envelope_encode(const Dflash__Envelope *e, uint8_t **buf, size_t *n, errbuf *err);
 /* Send an envelope as one frame, preceded by the routing id frame when id != NULL. Never blocks: -EAGAIN when the

@@ -4,13 +4,21 @@
 #include <stdio.h>
 
 #define F(sec, field, type, lo, hi, def, rt, help) \
-    {#sec, #field, type, offsetof(job_config, sec.field), lo, hi, def, rt, help}
+    {#sec, #field, type, offsetof(job_config, sec.field), lo, hi, def, rt, help, NULL}
+#define E(sec, field, choices, def, rt, help) \
+    {#sec, #field, CONFIG_ENUM, offsetof(job_config, sec.field), 0, 0, def, rt, help, choices}
+
+const char *const job_backend_names[] = {"cpu", "cuda", NULL};
+_Static_assert(sizeof(enum job_backend) == sizeof(int), "a CONFIG_ENUM field is stored as an int");
 
 const config_field job_config_table[] = {
-    F(job, name, CONFIG_STRING, 0, 0, "dflash", 0, "job name; names the shared-memory segments (unique per job)"),
-    F(job, run_dir, CONFIG_STRING, 0, 0, "run", 0, "folder for logs, ledger, checkpoints and sockets"),
+    F(job, name, CONFIG_STRING, 0, 0, "dflash", 0,
+      "job name; with run_dir it names the shared-memory segments (/dev/shm/dflash-<name>-<run_dir hash>-*)"),
+    F(job, run_dir, CONFIG_STRING, 0, 0, "run", 0,
+      "folder for logs, ledger, checkpoints and sockets; one live job each (a second dflashd is refused)"),
     F(job, seed, CONFIG_INT, 0, 2147483647, "1234", 0, "seed of data order, anchors and initial weights"),
-    F(job, backend, CONFIG_STRING, 0, 0, "cpu", 0, "compute backend: cpu or cuda"),
+    E(job, backend, job_backend_names, "cpu", 0,
+      "compute backend: cpu (the reference) or cuda (the CUDA builds of the GPU workers)"),
     F(data, path, CONFIG_STRING, 0, 0, NULL, 0, "token shard file or folder of *.shard (dflash-prepare output)"),
     F(data, max_batch_tokens, CONFIG_INT, 2, 1 << 24, "512", 0, "token budget of one packed batch"),
     F(data, max_batch_seqs, CONFIG_INT, 1, 65536, "16", 0, "most sequences in one packed batch"),

@@ -10,12 +10,16 @@
 #include "config.h"
 #include "util.h"
 
+/* job.backend: the index of its name in job_backend_names. */
+enum job_backend { JOB_BACKEND_CPU = 0, JOB_BACKEND_CUDA = 1 };
+extern const char *const job_backend_names[]; /* {"cpu", "cuda", NULL} */
+
 typedef struct job_config {
     struct {
-        char name[CONFIG_STRING_MAX];     /* unique per job: names its shared-memory segments */
-        char run_dir[CONFIG_STRING_MAX];  /* logs, ledger, checkpoints, sockets */
+        char name[CONFIG_STRING_MAX];     /* with run_dir, names its shared-memory segments (job_plan) */
+        char run_dir[CONFIG_STRING_MAX];  /* logs, ledger, checkpoints, sockets; one live dflashd each (run_lock) */
         int seed;
-        char backend[CONFIG_STRING_MAX];  /* cpu | cuda */
+        enum job_backend backend;         /* a CONFIG_ENUM: stored as an int */
     } job;
     struct {
         char path[CONFIG_STRING_MAX];     /* a shard file or a folder of *.shard */

@@ -1,14 +1,67 @@
 #include "job_plan.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "anchors.h"
 #include "drafter_layout.h"
 #include "target_model.h"
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* dir made absolute and canonical: the realpath of its longest existing ancestor, then the components that do not
+ * exist yet. dflashd loads the plan before it creates run_dir and the workers after, and both must get the same. */
+static void canonical_dir(const char *dir, char *out, size_t n)
+{
+    char abs[2 * PATH_MAX], head[2 * PATH_MAX], real[PATH_MAX];
+    abs[0] = '\0';
+    if (dir[0] != '/' && !getcwd(abs, sizeof abs)) abs[0] = '\0';
+    size_t k = strlen(abs);
+    snprintf(abs + k, sizeof abs - k, "/%s", dir);
+    /* no repeated or trailing slashes, so that the part that does not exist yet reads the same later */
+    char *w = abs;
+    for (const char *r = abs; *r; r++)
+        if (!(*r == '/' && (r[1] == '/' || r[1] == '\0') && w > abs)) *w++ = *r;
+    *w = '\0';
+    snprintf(head, sizeof head, "%s", abs);
+    while (!realpath(head, real)) {
+        char *slash = strrchr(head, '/');
+        if (!slash || slash == head) {
+            snprintf(real, sizeof real, "/");
+            head[0] = '\0';
+            break;
+        }
+        *slash = '\0';
+    }
+    const char *tail = abs + strlen(head);
+    snprintf(out, n, "%s%s", strcmp(real, "/") == 0 && tail[0] ? "" : real, tail);
+}
+
+/* FNV-1a, folded to 32 bits: the run_dir part of the segment names. */
+static uint32_t name_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* The segment names of the job (see the header). */
+static int plan_names(job_plan *p, const char *config_path, errbuf *err)
+{
+    const char *name = p->cfg.job.name;
+    if (!name[0] || strchr(name, '/'))
+        return errbuf_set(err, EINVAL, "%s: job.name \"%s\": must be non-empty and without '/' (it is part of the "
+                          "shared-memory segment names)", config_path, name);
+    canonical_dir(p->cfg.job.run_dir, p->run_dir, sizeof p->run_dir);
+    snprintf(p->shm_prefix, sizeof p->shm_prefix, "/dflash-%.64s-%08x", name, name_hash(p->run_dir));
+    snprintf(p->state_name, sizeof p->state_name, "%s-state", p->shm_prefix);
+    snprintf(p->ring_name, sizeof p->ring_name, "%s-tokens", p->shm_prefix);
+    return 0;
+}
 
 /* A fresh drafter: the target's attention/MLP shapes, the job's drafter settings. */
 static int derive_drafter(job_plan *p, errbuf *err)
@@ -48,8 +101,7 @@ int job_plan_load(job_plan *p, const char *config_path, const char *const *overr
     const job_config *c = &p->cfg;
     if (!c->target.model[0]) return errbuf_set(err, EINVAL, "%s: target.model is not set", config_path);
     if (!c->data.path[0]) return errbuf_set(err, EINVAL, "%s: data.path is not set", config_path);
-    if (strcmp(c->job.backend, "cpu") != 0 && strcmp(c->job.backend, "cuda") != 0)
-        return errbuf_set(err, EINVAL, "%s: job.backend \"%s\": expected cpu or cuda", config_path, c->job.backend);
+    if ((rc = plan_names(p, config_path, err))) return rc;
     if ((rc = hf_config_load(&p->target, c->target.model, err))) return errbuf_wrap(err, rc, "target.model");
     if (c->drafter.init[0]) {
         if ((rc = hf_config_load(&p->drafter, c->drafter.init, err))) return errbuf_wrap(err, rc, "drafter.init");
@@ -72,7 +124,7 @@ int job_plan_load(job_plan *p, const char *config_path, const char *const *overr
     p->ring.max_seqs = (uint32_t)(c->data.max_batch_seqs < c->data.max_batch_tokens ? c->data.max_batch_seqs
                                                                                       : c->data.max_batch_tokens);
     size_t T = p->ring.max_tokens, S = p->ring.max_seqs, off = 0;
-    p->slot.gpu = strcmp(c->job.backend, "cuda") == 0;
+    p->slot.gpu = c->job.backend == JOB_BACKEND_CUDA;
     p->slot.aux_elem = p->slot.gpu ? sizeof(uint16_t) : sizeof(float);
     p->slot.aux = off;
     off = align64(off + T * (size_t)p->ntaps * (size_t)p->hidden * p->slot.aux_elem);
@@ -85,13 +137,11 @@ int job_plan_load(job_plan *p, const char *config_path, const char *const *overr
     p->slot.loss_mask = off;
     off = align64(off + T);
     p->slot.bytes = off;
-    snprintf(p->state_name, sizeof p->state_name, "%s", c->job.name);
-    snprintf(p->ring_name, sizeof p->ring_name, "/dflash-%s-tokens", c->job.name);
     job_config_path(c, "keeper.sock", p->keeper_socket, sizeof p->keeper_socket);
     return 0;
 }
 
 void job_plan_pool_name(const job_plan *p, int i, char *out, size_t n)
 {
-    snprintf(out, n, "/dflash-%s-pool-%d", p->cfg.job.name, i);
+    snprintf(out, n, "%s-pool-%d", p->shm_prefix, i);
 }

@@ -13,16 +13,12 @@
 /* Layout after the shm header: the header struct (control words and records only). */
 static size_t layout(void) { return SHM_HEADER_BYTES + sizeof(job_state_header); }
 
-void job_state_name(const char *job, char *out, size_t n) { snprintf(out, n, "/dflash-%s-state", job); }
-
-int job_state_create(job_state *js, const char *job, const char *run_id, uint32_t ndrafters, uint64_t numel,
+int job_state_create(job_state *js, const char *name, const char *run_id, uint32_t ndrafters, uint64_t numel,
                      uint64_t total_steps, errbuf *err)
 {
     memset(js, 0, sizeof *js);
     if (ndrafters < 1 || ndrafters > JOB_MAX_DRAFTERS)
-        return errbuf_set(err, EINVAL, "job %s: %u drafters outside [1, %d]", job, ndrafters, JOB_MAX_DRAFTERS);
-    char name[SHM_NAME_MAX];
-    job_state_name(job, name, sizeof name);
+        return errbuf_set(err, EINVAL, "%s: %u drafters outside [1, %d]", name, ndrafters, JOB_MAX_DRAFTERS);
     int rc = shm_segment_create(&js->seg, name, JOB_STATE_KIND, layout(), err);
     if (rc) return rc;
     js->h = (job_state_header *)shm_segment_body(&js->seg);
@@ -34,11 +30,9 @@ int job_state_create(job_state *js, const char *job, const char *run_id, uint32_
     return 0;
 }
 
-int job_state_open(job_state *js, const char *job, uint32_t ndrafters, uint64_t numel, errbuf *err)
+int job_state_open(job_state *js, const char *name, uint32_t ndrafters, uint64_t numel, errbuf *err)
 {
     memset(js, 0, sizeof *js);
-    char name[SHM_NAME_MAX];
-    job_state_name(job, name, sizeof name);
     int rc = shm_segment_open(&js->seg, name, JOB_STATE_KIND, err);
     if (rc) return rc;
     js->h = (job_state_header *)shm_segment_body(&js->seg);

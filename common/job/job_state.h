@@ -103,13 +103,11 @@ typedef struct job_state {
     job_state_header *h;
 } job_state;
 
-/* Segment name for a job. */
-void job_state_name(const char *job, char *out, size_t n);
-/* Create the segment (fails with -EEXIST); the caller fills state[0] and committed_step. */
-int job_state_create(job_state *js, const char *job, const char *run_id, uint32_t ndrafters, uint64_t numel,
+/* Create the segment `name` (job_plan's state_name; fails with -EEXIST); the caller sets committed_step. */
+int job_state_create(job_state *js, const char *name, const char *run_id, uint32_t ndrafters, uint64_t numel,
                      uint64_t total_steps, errbuf *err);
-/* Open an existing segment; checks numel and ndrafters when non-zero. */
-int job_state_open(job_state *js, const char *job, uint32_t ndrafters, uint64_t numel, errbuf *err);
+/* Open the existing segment `name` (job_plan's state_name); checks numel and ndrafters when non-zero. */
+int job_state_open(job_state *js, const char *name, uint32_t ndrafters, uint64_t numel, errbuf *err);
 void job_state_close(job_state *js);
 /* Worker table entry of (role, index) (fixed slots: prefetch 0, targets 1.., drafters after). */
 job_worker *job_state_worker(job_state *js, enum job_role role, int index);

@@ -131,7 +131,7 @@ int ledger_append_committed(ledger *l, job_state *js)
 
 void ledger_set_block_size(ledger *l, int block_size) { l->block_size = block_size; }
 
-void ledger_close(ledger **lp)
+void ledger_destroy(ledger **lp)
 {
     ledger *l = *lp;
     if (!l) return;

@@ -22,6 +22,6 @@ int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafter
 void ledger_set_block_size(ledger *l, int block_size);
 /* Append the lines of every step committed since the last call; returns lines written or -errno. */
 int ledger_append_committed(ledger *l, job_state *js);
-void ledger_close(ledger **l);
+void ledger_destroy(ledger **l);
 
 #endif

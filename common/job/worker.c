@@ -88,13 +88,13 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
     w->train_fd = rp.ntrain ? w->fds[rp.npools] : -1;
     w->train_index = rp.ntrain ? rp.train_index : -1;
     w->epoch = rp.epoch;
-    if (job_state_open(&w->js, c->job.name, (uint32_t)c->workers.drafters, w->plan.numel, &err)) {
+    if (job_state_open(&w->js, w->plan.state_name, (uint32_t)c->workers.drafters, w->plan.numel, &err)) {
         log_error("%s", err.msg);
         return 1;
     }
     w->entry = job_state_worker(&w->js, role, w->index);
     char gpu[32] = "none"; /* the CUDA backend maps worker i to device i */
-    if (strcmp(c->job.backend, "cpu") && role != JOB_ROLE_PREFETCH) snprintf(gpu, sizeof gpu, "cuda:%d", w->index);
+    if (c->job.backend != JOB_BACKEND_CPU && role != JOB_ROLE_PREFETCH) snprintf(gpu, sizeof gpu, "cuda:%d", w->index);
     if (ctl_client_new(&w->ctl, c, role, w->index, w->epoch, gpu, &err)) {
         log_error("%s", err.msg);
         return 1;

@@ -4,7 +4,8 @@
  * only its frozen tables (the target's embedding and lm_head) and workspaces. It draws the batch's anchors itself
  * (deterministic in job.seed and the batch id) from the batch's tokens. For tests of the NaN guard, the environment
  * variable DFLASH_FAULT_NAN_BATCH=<batch id> makes that batch's loss NaN. Backends: drafter_cpu.c (host fp32,
- * kernels' CPU references); the CUDA backend is added beside it. Errors: 0 / -errno with an errbuf. */
+ * kernels' CPU references), drafter_cuda.c (drafter_cuda.h: one GPU, bf16 compute). Errors: 0 / -errno with an
+ * errbuf. */
 #ifndef DFLASH_DRAFTER_H
 #define DFLASH_DRAFTER_H
 

@@ -14,15 +14,17 @@
 #include "drafter.h"
 
 /* The backend for the drafter tc->drafter with the frozen tables of the target checkpoint target_dir (bf16, f16 or
- * f32 on disk; bf16 on the device), on the current device. batch->aux is device bf16 (ntok, K*H). */
-int drafter_cuda_create(drafter_backend **out, const drafter_train_config *tc, const char *target_dir, int max_tokens,
-                        int max_seqs, errbuf *err);
+ * f32 on disk; bf16 on the device), on GPU `device` (made current for the calling thread; < 0: the current one).
+ * batch->aux is device bf16 (ntok, K*H). */
+int drafter_cuda_create(drafter_backend **out, const drafter_train_config *tc, const char *target_dir, int device,
+                        int max_tokens, int max_seqs, errbuf *err);
 /* The same with random frozen tables made on the device (rand_fill, uniform with std 0.02; benchmarks). */
-int drafter_cuda_create_random(drafter_backend **out, const drafter_train_config *tc, uint64_t seed, int max_tokens,
-                               int max_seqs, errbuf *err);
+int drafter_cuda_create_random(drafter_backend **out, const drafter_train_config *tc, uint64_t seed, int device,
+                               int max_tokens, int max_seqs, errbuf *err);
 
-/* The ops' forward_backward is drafter_cuda_enqueue + drafter_cuda_metrics, so it waits for the device once, at its
- * end. A caller that syncs at commit instead calls the two itself. */
+/* The ops' forward_backward is drafter_cuda_enqueue + drafter_cuda_metrics + a wait for the stream: the gradients
+ * are complete on return, whatever stream the caller reads them from (one host synchronisation per step). A caller
+ * that works on drafter_cuda_stream (the reducer does) and syncs at commit calls the two itself instead. */
 /* Enqueue the step on the backend's stream and return: the host arrays of the batch are consumed (copied to pinned
  * staging) before it returns; weights, grads and batch->aux must stay valid until the stream has finished. */
 int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *weights, float *grads, const drafter_batch *batch,

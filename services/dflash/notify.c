@@ -69,6 +69,7 @@ void notify_parse(const char *text, size_t n, notify_msg *m)
                 m->watchdog_trigger = VAL_IS("trigger");
             } else if (KEY_IS("FDSTORE")) m->fdstore = VAL_IS("1");
             else if (KEY_IS("FDSTOREREMOVE")) m->fdstore_remove = VAL_IS("1");
+            else if (KEY_IS("X_DFLASH_FINISHED")) m->finished = VAL_IS("1");
             else if (KEY_IS("STATUS")) {
                 m->has_status = 1;
                 notify_copy_value(m->status, v, vl);

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -19,6 +18,7 @@
 
 #include "log.h"
 #include "notify.h"
+#include "run_lock.h"
 
 #define START_LIMIT 8           /* a worker's failed starts in a row (exit before READY) that end the run */
 #define READY_TIMEOUT_SEC 120.0  /* dflashd's first READY=1; env DFLASH_READY_TIMEOUT (seconds) overrides */
@@ -51,6 +51,7 @@ typedef struct child {
     int failed_starts;   /* exits with an error before READY, in a row */
     int backoff_ms;
     int stopping;        /* sent STOPPING=1: no watchdog any more */
+    int finished;        /* dflashd sent X_DFLASH_FINISHED=1: its exit 0 ends the job (else it was only stopped) */
     int watchdog_fired;
     double start_time, last_ping, restart_at, kill_at; /* kill_at: SIGKILL due (0: none) */
     stored_fd fds[FDSTORE_MAX];
@@ -66,7 +67,8 @@ typedef struct supervisor {
     char run_dir[PATH_MAX], notify_path[PATH_MAX], state_path[PATH_MAX], logs_dir[PATH_MAX];
     child *ch;           /* ch[0] is dflashd */
     int n;
-    int notify_fd, sig_fd, lock_fd;
+    int notify_fd, sig_fd;
+    run_lock *lock;      /* <run_dir>/supervisor.lock: one dflash run per run_dir */
     double watchdog_sec;
     enum phase phase;
     double ready_timeout, ready_deadline, stop_deadline;
@@ -309,7 +311,7 @@ static void child_start(supervisor *s, child *c, double now)
     c->pid = pid;
     c->alive = 1;
     c->state = CHILD_STARTING;
-    c->stopping = c->watchdog_fired = 0;
+    c->stopping = c->watchdog_fired = c->finished = 0;
     c->kill_at = 0;
     c->start_time = now;
     if (c->nfds) sup_log(s, LOG_LEVEL_INFO, "started %s (pid %d) with %d stored fd(s)", c->name, (int)pid, c->nfds);
@@ -404,6 +406,7 @@ static void handle_message(supervisor *s, notify_msg *m, double now)
     if (!c->alive) return; /* a late message of a dead instance: only its fd store and status count */
     if (m->watchdog) c->last_ping = now;
     if (m->stopping) c->stopping = 1;
+    if (m->finished && c == &s->ch[0]) c->finished = 1;
     if (m->ready && c->state == CHILD_STARTING) {
         c->state = CHILD_READY;
         c->failed_starts = 0;
@@ -467,6 +470,12 @@ static void handle_exit(supervisor *s, child *c, int status, double now)
         c->state = CHILD_EXITED;
         sup_log(s, LOG_LEVEL_INFO, "%s (pid %d) %s", c->name, (int)c->pid, why);
         state_write(s);
+        return;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && c == &s->ch[0] && !c->finished) {
+        /* dflashd exits 0 when stopped by a signal (systemctl stop) without finishing the job: here, where nothing
+         * else would start it again, restart it like any dflashd that went away; it reattaches */
+        child_schedule_restart(s, c, "stopped without finishing the job", now);
         return;
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -682,15 +691,12 @@ static int supervisor_setup(supervisor *s, errbuf *err)
     if (rc) return rc;
     if (!realpath(cfg->job.run_dir, s->run_dir))
         return errbuf_set(err, errno, "job.run_dir: %s: %s", cfg->job.run_dir, strerror(errno));
+    /* one dflash run per run_dir, and none beside a dflashd already running there (systemd's, or one started by
+     * hand): before anything is started or replaced (the notify socket, the logs) */
+    if ((rc = run_lock_open(&s->lock, s->run_dir, RUN_LOCK_SUPERVISOR, err))) return rc;
+    if ((rc = run_lock_check(s->run_dir, RUN_LOCK_DFLASHD, err))) return rc;
     snprintf(s->logs_dir, sizeof s->logs_dir, "%.*s/logs", PATH_MAX - 8, s->run_dir);
     if ((rc = mkdir_p(s->logs_dir, err))) return rc;
-    char lock_path[PATH_MAX + 32];
-    snprintf(lock_path, sizeof lock_path, "%s/supervisor.lock", s->run_dir);
-    s->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (s->lock_fd < 0) return errbuf_set(err, errno, "%s: %s", lock_path, strerror(errno));
-    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0)
-        return errbuf_set(err, EBUSY, "job.run_dir %s is in use by another dflash run (%s is locked)", s->run_dir,
-                          lock_path);
     snprintf(s->notify_path, sizeof s->notify_path, "%.*s/notify", PATH_MAX - 8, s->run_dir);
     snprintf(s->state_path, sizeof s->state_path, "%.*s/supervisor.state", PATH_MAX - 32, s->run_dir);
 
@@ -701,7 +707,7 @@ static int supervisor_setup(supervisor *s, errbuf *err)
     if ((rc = child_init(s, &s->ch[k++], "dflashd", "dflashd", -1, s->o->resume, err))) return rc;
     if ((rc = child_init(s, &s->ch[k++], "prefetch", "dflash-prefetch", -1, 0, err))) return rc;
     /* the CUDA backend's GPU workers are their own builds (they link the CUDA runtime) */
-    const int gpu = strcmp(cfg->job.backend, "cuda") == 0;
+    const int gpu = cfg->job.backend == JOB_BACKEND_CUDA;
     for (int i = 0; i < cfg->workers.targets; i++) {
         snprintf(name, sizeof name, "target-%d", i);
         if ((rc = child_init(s, &s->ch[k++], name, gpu ? "dflash-target-cuda" : "dflash-target", i, 0, err)))
@@ -743,12 +749,12 @@ static void supervisor_teardown(supervisor *s)
         unlink(s->notify_path);
     }
     if (s->sig_fd >= 0) close(s->sig_fd);
-    if (s->lock_fd >= 0) close(s->lock_fd);
+    run_lock_destroy(&s->lock);
 }
 
 int supervisor_run(const supervisor_opts *opts, errbuf *err)
 {
-    supervisor s = {.o = opts, .notify_fd = -1, .sig_fd = -1, .lock_fd = -1, .last_status_child = -1,
+    supervisor s = {.o = opts, .notify_fd = -1, .sig_fd = -1, .last_status_child = -1,
                     .last_print = -INFINITY};
     s.watchdog_sec = opts->cfg->workers.watchdog_sec;
     const char *rt = getenv("DFLASH_READY_TIMEOUT");

@@ -65,10 +65,10 @@ int conn_wait(conn *c, uint64_t id, double timeout, Dflash__Envelope **reply, er
         while (ctl_recv(c->sock, 0, &m) == 1) {
             Dflash__Envelope *e = NULL;
             errbuf derr = {{0}};
-            int bad = m.nframes != 1 || ctl_envelope_decode(m.data, m.len, &e, &derr);
+            int bad = m.nframes != 1 || ctl_envelope_decode(&e, m.data, m.len, &derr);
             ctl_msg_clear(&m);
             if (bad) {
-                ctl_envelope_free(&e);
+                ctl_envelope_destroy(&e);
                 return errbuf_set(err, EBADMSG, "dflashd at %s sent a malformed reply: %s", c->endpoint,
                                   derr.msg[0] ? derr.msg : "several frames");
             }
@@ -76,7 +76,7 @@ int conn_wait(conn *c, uint64_t id, double timeout, Dflash__Envelope **reply, er
                 *reply = e;
                 return 0;
             }
-            ctl_envelope_free(&e); /* a late answer to an earlier request */
+            ctl_envelope_destroy(&e); /* a late answer to an earlier request */
         }
     }
 }

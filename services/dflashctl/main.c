@@ -56,7 +56,7 @@ static int request_q(ctl_ctx *x, Dflash__Envelope *e, Dflash__Envelope **reply, 
     }
     if ((*reply)->body_case == DFLASH__ENVELOPE__BODY_ERROR) {
         fprintf(stderr, PROG ": refused: %s\n", (*reply)->error->message);
-        ctl_envelope_free(reply);
+        ctl_envelope_destroy(reply);
         return 1;
     }
     return 0;
@@ -68,7 +68,7 @@ static int expect(Dflash__Envelope **r, Dflash__Envelope__BodyCase want)
 {
     if ((*r)->body_case == want) return 0;
     fprintf(stderr, PROG ": unexpected reply (body %d) from dflashd\n", (int)(*r)->body_case);
-    ctl_envelope_free(r);
+    ctl_envelope_destroy(r);
     return 1;
 }
 
@@ -98,7 +98,7 @@ static int cmd_status(ctl_ctx *x, char **args)
         if (!rc) {
             if (x->json) render_json(stdout, &r->status_reply->base);
             else render_status(stdout, r->status_reply);
-            ctl_envelope_free(&r);
+            ctl_envelope_destroy(&r);
         }
         if (!x->watch) return 0;
         fflush(stdout);
@@ -123,7 +123,7 @@ static int cmd_pause(ctl_ctx *x, char **args)
     int rc = simple(x, DFLASH__ENVELOPE__BODY_PAUSE, &p, &r);
     if (rc) return rc;
     int done = r->ack->done;
-    ctl_envelope_free(&r);
+    ctl_envelope_destroy(&r);
     double deadline = now_seconds() + x->wait;
     while (!done) { /* the step in flight finishes, then every drafter holds */
         if (now_seconds() > deadline) {
@@ -135,14 +135,14 @@ static int cmd_pause(ctl_ctx *x, char **args)
         done = r->status_reply->held;
         if (!r->status_reply->paused) {
             fprintf(stderr, PROG ": the job was resumed meanwhile\n");
-            ctl_envelope_free(&r);
+            ctl_envelope_destroy(&r);
             return 1;
         }
-        ctl_envelope_free(&r);
+        ctl_envelope_destroy(&r);
     }
     if ((rc = fetch_status(x, &r))) return rc;
     printf("paused at step %llu\n", (unsigned long long)r->status_reply->step);
-    ctl_envelope_free(&r);
+    ctl_envelope_destroy(&r);
     return 0;
 }
 
@@ -153,7 +153,7 @@ static int cmd_resume(ctl_ctx *x, char **args)
     int rc = simple(x, DFLASH__ENVELOPE__BODY_RESUME, &p, &r);
     if (rc) return rc;
     printf("resumed at step %llu\n", (unsigned long long)r->ack->step);
-    ctl_envelope_free(&r);
+    ctl_envelope_destroy(&r);
     return 0;
 }
 
@@ -170,7 +170,7 @@ static int cmd_drain(ctl_ctx *x, char **args)
         for (;;) {
             if (r->ack->done) {
                 printf("%s\n", r->ack->message);
-                ctl_envelope_free(&r);
+                ctl_envelope_destroy(&r);
                 return 0;
             }
             if (r->ack->stop_step != shown) {
@@ -179,7 +179,7 @@ static int cmd_drain(ctl_ctx *x, char **args)
                        (unsigned long long)shown, (unsigned long long)r->ack->step);
                 fflush(stdout);
             }
-            ctl_envelope_free(&r);
+            ctl_envelope_destroy(&r);
             errbuf err = {{0}};
             if (conn_wait(x->c, id, 2.0, &r, &err)) break;
             if (expect(&r, DFLASH__ENVELOPE__BODY_ACK)) return 1;
@@ -217,7 +217,7 @@ static int wait_restart(ctl_ctx *x, uint64_t id, const char *what)
         const Dflash__RollingStatus *op = r->status_reply->rolling;
         if (!op || op->id != id) {
             fprintf(stderr, PROG ": dflashd no longer knows the restart of %s (was the job state lost?)\n", what);
-            ctl_envelope_free(&r);
+            ctl_envelope_destroy(&r);
             return 1;
         }
         for (; shown < op->done; shown++)
@@ -228,10 +228,10 @@ static int wait_restart(ctl_ctx *x, uint64_t id, const char *what)
             int failed = op->error[0] != 0;
             if (failed) fprintf(stderr, PROG ": restart of %s failed: %s\n", what, op->error);
             else printf("restart of %s complete at step %llu\n", what, (unsigned long long)r->status_reply->step);
-            ctl_envelope_free(&r);
+            ctl_envelope_destroy(&r);
             return failed;
         }
-        ctl_envelope_free(&r);
+        ctl_envelope_destroy(&r);
         if (now_seconds() > deadline) {
             fprintf(stderr, PROG ": restart of %s still running after %.0f s\n", what, x->wait);
             return 1;
@@ -246,7 +246,7 @@ static int restart_and_wait(ctl_ctx *x, Dflash__Envelope__BodyCase body, void *m
     int rc = simple(x, body, msg, &r);
     if (rc) return rc;
     uint64_t id = r->request_id;
-    ctl_envelope_free(&r);
+    ctl_envelope_destroy(&r);
     return wait_restart(x, id, what);
 }
 
@@ -275,7 +275,7 @@ static int cmd_config(ctl_ctx *x, char **args)
     int rc = request(x, &e, &r);
     if (rc || (rc = expect(&r, DFLASH__ENVELOPE__BODY_CONFIG_REPLY))) return rc;
     fputs(r->config_reply->text, stdout);
-    ctl_envelope_free(&r);
+    ctl_envelope_destroy(&r);
     return 0;
 }
 

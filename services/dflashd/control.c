@@ -467,13 +467,13 @@ static void handle_message(control *c, const ctl_msg *m)
     }
     Dflash__Envelope *e = NULL;
     errbuf err = {{0}};
-    int rc = ctl_envelope_decode(m->data, m->len, &e, &err);
+    int rc = ctl_envelope_decode(&e, m->data, m->len, &err);
     if (rc) {
         reply_error(c, m, e ? e->request_id : 0,
                     rc == -EMSGSIZE ? DFLASH__ERROR_CODE__ERROR_CODE_TOO_LARGE
                     : rc == -EPROTO ? DFLASH__ERROR_CODE__ERROR_CODE_VERSION : DFLASH__ERROR_CODE__ERROR_CODE_MALFORMED,
                     "%s", err.msg);
-        ctl_envelope_free(&e);
+        ctl_envelope_destroy(&e);
         return;
     }
     /* a read-only client key (control.curve_readonly_keys_file) may look, not steer nor pose as a worker */
@@ -481,7 +481,7 @@ static void handle_message(control *c, const ctl_msg *m)
         e->body_case != DFLASH__ENVELOPE__BODY_CONFIG_REQUEST) {
         reply_error(c, m, e->request_id, DFLASH__ERROR_CODE__ERROR_CODE_FORBIDDEN,
                     "this client's key is read-only (control.curve_readonly_keys_file): status and config only");
-        ctl_envelope_free(&e);
+        ctl_envelope_destroy(&e);
         return;
     }
     switch (e->body_case) {
@@ -499,7 +499,7 @@ static void handle_message(control *c, const ctl_msg *m)
                     "unknown command (envelope body %d)", (int)e->body_case);
         break;
     }
-    ctl_envelope_free(&e);
+    ctl_envelope_destroy(&e);
 }
 
 /* ---- timers ---- */
@@ -682,7 +682,7 @@ int control_new(control **out, const control_view *view, errbuf *err)
         }
         /* the allow-list's handler must be there before the first handshake, i.e. before the bind */
         if ((cfg->control.curve_client_keys_file[0] || cfg->control.curve_readonly_keys_file[0]) &&
-            (rc = zap_start(&c->zap, c->ctx, cfg->control.curve_client_keys_file, cfg->control.curve_readonly_keys_file,
+            (rc = zap_new(&c->zap, c->ctx, cfg->control.curve_client_keys_file, cfg->control.curve_readonly_keys_file,
                             key, err)))
             goto fail;
     }
@@ -741,7 +741,7 @@ void control_destroy(control **pc)
     control *c = *pc;
     if (!c) return;
     if (c->sock) zmq_close(c->sock);
-    zap_stop(&c->zap);
+    zap_destroy(&c->zap);
     if (c->ctx) zmq_ctx_term(c->ctx);
     free(c);
     *pc = NULL;

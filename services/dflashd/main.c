@@ -28,11 +28,13 @@
 #include "keeper_proto.h"
 #include "ledger.h"
 #include "log.h"
+#include "run_lock.h"
 #include "slot_pool.h"
 #include "step_plan.h"
 #include "token_ring.h"
 
 #define MAX_OVERRIDES 64
+#define FDSTORE_NAMES 64                 /* FileDescriptorStoreMax in deploy/systemd/dflashd.service */
 
 typedef struct keeper {
     job_plan plan;
@@ -45,15 +47,41 @@ typedef struct keeper {
     int pidfd[JOB_MAX_WORKERS];      /* watched instance per worker-table entry, -1 when none */
     ledger *ledger;
     control *ctl;                    /* the control plane (services/dflashd/control.h) */
+    run_lock *lock;                  /* <run_dir>/dflashd.lock: one live dflashd per run_dir */
     char run_id[JOB_RUN_ID_MAX];
     int resume;
-    volatile sig_atomic_t stop;
+    char fdstore[FDSTORE_NAMES][64]; /* names of the fds this job has in the service manager's fd store */
+    int nfdstore;
 } keeper;
 
-static void on_signal(int sig) { (void)sig; }
+/* run()'s result besides 0 (finished or drained) and 1 (failed) */
+#define RUN_STOPPED 2
+
+static volatile sig_atomic_t stop_signal; /* SIGTERM or SIGINT received: leave the main loop */
+
+static void on_signal(int sig) { stop_signal = sig; }
 
 static int pidfd_open_pid(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 static int pidfd_kill(int pidfd, int sig) { return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0); }
+
+static void fdstore_remember(keeper *k, const char *name)
+{
+    for (int i = 0; i < k->nfdstore; i++)
+        if (strcmp(k->fdstore[i], name) == 0) return;
+    if (k->nfdstore < FDSTORE_NAMES) snprintf(k->fdstore[k->nfdstore++], sizeof k->fdstore[0], "%s", name);
+}
+
+/* Take every fd this job has in the fd store out of it: when the job starts afresh (what a reattach found is
+ * stale) and when it is finished. One FDSTOREREMOVE per name: a name removes every fd stored under it. */
+static void fdstore_remove_all(keeper *k)
+{
+    for (int i = 0; i < k->nfdstore; i++) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=%s", k->fdstore[i]);
+        sd_notify(0, msg);
+    }
+    k->nfdstore = 0;
+}
 
 static void usage(FILE *f)
 {
@@ -131,13 +159,15 @@ static void control_kill_worker(void *ctx, int slot)
     if (k->pidfd[slot] >= 0) pidfd_kill(k->pidfd[slot], SIGKILL);
 }
 
-/* Keep fd in the service manager's fd store under name. */
-static void fd_store(const char *name, int fd)
+/* Keep fd in the service manager's fd store under name (remembered for fdstore_remove_all). */
+static void fd_store(keeper *k, const char *name, int fd)
 {
     char store[96];
     snprintf(store, sizeof store, "FDSTORE=1\nFDNAME=%s", name);
     if (sd_pid_notify_with_fds(0, 0, store, &fd, 1) <= 0)
         log_debug("no fd store (NOTIFY_SOCKET unset): a restart of dflashd will start a new run");
+    else
+        fdstore_remember(k, name);
 }
 
 /* A drafter's reducer deposits its training state (host memfd or GPU VMM allocation): once per index. */
@@ -156,7 +186,7 @@ static int accept_train_state(keeper *k, const keeper_deposit *rq, int fd, char 
     atomic_store(&t->deposited, 1);
     char name[32];
     snprintf(name, sizeof name, "train-%d", rq->index);
-    fd_store(name, fd);
+    fd_store(k, name, fd);
     log_info("drafter-%d deposited its training state: %llu bytes in %s memory", rq->index,
              (unsigned long long)rq->bytes, t->gpu ? "GPU" : "host");
     return 0;
@@ -193,7 +223,7 @@ static void handle_deposit(keeper *k, int conn, const keeper_deposit *rq, int fd
     } else {
         char name[32];
         snprintf(name, sizeof name, "pool-%d", rq->index);
-        fd_store(name, fd);
+        fd_store(k, name, fd);
         fd = -1; /* the pool handle owns it now */
         log_info("target-%d deposited its GPU pool: %llu bytes", rq->index, (unsigned long long)rq->bytes);
     }
@@ -313,8 +343,7 @@ static void unlink_segments(const job_plan *p)
 {
     char name[128];
     shm_segment_unlink(p->ring_name, NULL);
-    job_state_name(p->cfg.job.name, name, sizeof name);
-    shm_segment_unlink(name, NULL);
+    shm_segment_unlink(p->state_name, NULL);
     for (int i = 0; i < p->cfg.workers.targets; i++) {
         job_plan_pool_name(p, i, name, sizeof name);
         slot_pool_unlink(name, NULL);
@@ -342,7 +371,7 @@ static int create_job(keeper *k, errbuf *err)
 {
     const job_plan *p = &k->plan;
     unlink_segments(p);
-    int rc = job_state_create(&k->js, p->cfg.job.name, k->run_id, (uint32_t)p->cfg.workers.drafters, p->numel,
+    int rc = job_state_create(&k->js, p->state_name, k->run_id, (uint32_t)p->cfg.workers.drafters, p->numel,
                               (uint64_t)p->cfg.train.steps, err);
     if (rc) return rc;
     if ((rc = resume_step(k, err))) return rc;
@@ -362,7 +391,7 @@ static int create_job(keeper *k, errbuf *err)
         if ((rc = slot_pool_create(name, (uint32_t)p->cfg.ring.pool_slots, p->slot.bytes, &k->pools[i], err)))
             return rc;
         snprintf(store, sizeof store, "pool-%d", i);
-        fd_store(store, slot_pool_data_fd(k->pools[i]));
+        fd_store(k, store, slot_pool_data_fd(k->pools[i]));
     }
     log_info("job %s: created job state (%llu drafter parameters), token ring (%u slots of %u tokens), %d pools of %d "
              "slots (%zu bytes each)", p->cfg.job.name, (unsigned long long)p->numel, p->ring.nslots,
@@ -374,7 +403,7 @@ static int create_job(keeper *k, errbuf *err)
 static int reattach_job(keeper *k, int *fds, char **names, int nfds, errbuf *err)
 {
     const job_plan *p = &k->plan;
-    int rc = job_state_open(&k->js, p->cfg.job.name, (uint32_t)p->cfg.workers.drafters, p->numel, err);
+    int rc = job_state_open(&k->js, p->state_name, (uint32_t)p->cfg.workers.drafters, p->numel, err);
     if (rc) return rc;
     if (strcmp(k->js.h->run_id, k->run_id) != 0) {
         job_state_close(&k->js);
@@ -470,7 +499,7 @@ static int run(keeper *k)
     int watchdog = sd_watchdog_enabled(0, &wd_usec) > 0;
     double last_periodic = 0;
     sd_notify(0, "READY=1\nSTATUS=serving");
-    while (!k->stop) {
+    while (!stop_signal) {
         struct pollfd pf[2 + JOB_MAX_WORKERS];
         int map[2 + JOB_MAX_WORKERS], n = 0;
         pf[n].fd = k->listen_fd;
@@ -520,8 +549,9 @@ static int run(keeper *k)
             return 0;
         }
     }
-    log_info("stopping on signal");
-    return 1;
+    log_info("stopping on SIG%s: the shared memory and the fd store stay for the next start to reattach",
+             sigabbrev_np(stop_signal));
+    return RUN_STOPPED;
 }
 
 int main(int argc, char **argv)
@@ -559,16 +589,28 @@ int main(int argc, char **argv)
     for (int i = 0; i < JOB_MAX_DRAFTERS; i++) k.train_fd[i] = -1;
     const char *rid = getenv("DFLASH_RUN_ID");
     snprintf(k.run_id, sizeof k.run_id, "%s", rid && rid[0] ? rid : "standalone");
+    /* SIGTERM (systemctl stop, `dflash run` stopping) and SIGINT: leave the main loop and exit 0 through the clean
+     * path, keeping the segments and the fd store so that the next start reattaches */
     struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL);
-    (void)sa;
     mkdir(k.plan.cfg.job.run_dir, 0755);
+    if (run_lock_open(&k.lock, k.plan.run_dir, RUN_LOCK_DFLASHD, &err)) { /* before touching any segment */
+        log_error("%s", err.msg);
+        return 1;
+    }
 
     char **names = NULL;
     int nfds = sd_listen_fds_with_names(1, &names), rc;
     if (nfds < 0) nfds = 0;
-    int fds[64];
-    for (int i = 0; i < nfds && i < 64; i++) fds[i] = SD_LISTEN_FDS_START + i;
+    if (nfds > FDSTORE_NAMES) nfds = FDSTORE_NAMES;
+    int fds[FDSTORE_NAMES];
+    for (int i = 0; i < nfds; i++) {
+        fds[i] = SD_LISTEN_FDS_START + i;
+        if (names && names[i]) fdstore_remember(&k, names[i]);
+    }
     rc = nfds > 0 ? reattach_job(&k, fds, names, nfds, &err) : -ENOENT;
     if (rc) {
         if (nfds > 0) log_warn("cannot reattach (%s): starting the job afresh", err.msg);
@@ -576,13 +618,17 @@ int main(int argc, char **argv)
         token_ring_destroy(&k.ring);
         for (int i = 0; i < 64; i++) slot_pool_destroy(&k.pools[i]);
         for (int i = 0; i < nfds; i++) close(fds[i]);
-        sd_notify(0, "FDSTOREREMOVE=1\nFDNAME=pool-0");
+        for (int i = 0; i < JOB_MAX_DRAFTERS; i++) { /* training states a failed reattach took: the old run's */
+            if (k.train_fd[i] >= 0) close(k.train_fd[i]);
+            k.train_fd[i] = -1;
+        }
+        fdstore_remove_all(&k);
         if ((rc = create_job(&k, &err))) {
             log_error("%s", err.msg);
             return 1;
         }
     }
-    for (int i = 0; names && i < nfds; i++) free(names[i]);
+    for (int i = 0; names && names[i]; i++) free(names[i]);
     free(names);
     char path[4096];
     job_config_path(&k.plan.cfg, "ledger.jsonl", path, sizeof path);
@@ -603,8 +649,15 @@ int main(int argc, char **argv)
     }
     rc = run(&k);
     control_destroy(&k.ctl);
-    sd_notify(0, "STOPPING=1");
-    ledger_close(&k.ledger);
+    if (rc == 0) { /* X_DFLASH_FINISHED: `dflash run` tells the job's end from a stop (both exit 0) by it */
+        sd_notifyf(0, "STOPPING=1\nX_DFLASH_FINISHED=1\nSTATUS=finished: %llu steps in the ledger",
+                   (unsigned long long)job_state_last_step(&k.js));
+        fdstore_remove_all(&k);
+    } else {
+        sd_notify(0, "STOPPING=1");
+    }
+    ledger_destroy(&k.ledger);
     if (rc == 0) unlink_segments(&k.plan);
-    return rc;
+    run_lock_destroy(&k.lock);
+    return rc == RUN_STOPPED ? 0 : rc;
 }

@@ -91,7 +91,7 @@ static void *zap_main(void *arg)
     return NULL;
 }
 
-int zap_start(zap_handler **out, void *ctx, const char *admin_keys_file, const char *readonly_keys_file,
+int zap_new(zap_handler **out, void *ctx, const char *admin_keys_file, const char *readonly_keys_file,
               const char server_secret[41], errbuf *err)
 {
     zap_handler *z = xcalloc(1, sizeof *z);
@@ -133,7 +133,7 @@ fail:
     return rc;
 }
 
-void zap_stop(zap_handler **pz)
+void zap_destroy(zap_handler **pz)
 {
     zap_handler *z = *pz;
     if (!z) return;

@@ -20,9 +20,9 @@ typedef struct zap_handler zap_handler;
 /* Load the lists (either may be NULL or empty, not both; errors name file:line) and start the handler in ctx;
  * server_secret is dflashd's secret key (40 Z85 characters), whose public key is always admitted as admin. A key in
  * both lists is admin. */
-int zap_start(zap_handler **out, void *ctx, const char *admin_keys_file, const char *readonly_keys_file,
+int zap_new(zap_handler **out, void *ctx, const char *admin_keys_file, const char *readonly_keys_file,
               const char server_secret[41], errbuf *err);
 /* Stop the thread and close its socket (before the context is terminated). NULL-safe. */
-void zap_stop(zap_handler **z);
+void zap_destroy(zap_handler **z);
 
 #endif

@@ -14,12 +14,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     Dflash__Envelope *e = NULL;
     errbuf err = {{0}};
-    int rc = ctl_envelope_decode(data, size, &e, &err);
+    int rc = ctl_envelope_decode(&e, data, size, &err);
     if (rc != 0) {
         if (rc != -EMSGSIZE && rc != -EBADMSG && rc != -EPROTO) abort();
         if (!err.msg[0] || !memchr(err.msg, '\0', sizeof err.msg)) abort(); /* every refusal says why */
         if ((rc == -EPROTO) != (e != NULL)) abort();
-        ctl_envelope_free(&e);
+        ctl_envelope_destroy(&e);
         return 0;
     }
     /* what dflashd reads of an accepted envelope: a known body case, readable strings; and it re-encodes (protobuf-c
@@ -34,6 +34,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int er = ctl_envelope_encode(e, &a, &na, &err);
     if (er != 0 && er != -EMSGSIZE) abort();
     free(a);
-    ctl_envelope_free(&e);
+    ctl_envelope_destroy(&e);
     return 0;
 }

@@ -61,7 +61,7 @@ static int setup(consumer *c, const char *config, errbuf *err)
     c->npools = (int)rp.npools;
     if (c->npools != p->cfg.workers.targets)
         return errbuf_set(err, EPROTO, "keeper passed %d pool fds for %d targets", c->npools, p->cfg.workers.targets);
-    if ((rc = job_state_open(&c->js, p->cfg.job.name, (uint32_t)p->cfg.workers.drafters, p->numel, err))) return rc;
+    if ((rc = job_state_open(&c->js, p->state_name, (uint32_t)p->cfg.workers.drafters, p->numel, err))) return rc;
     c->entry = job_state_worker(&c->js, JOB_ROLE_DRAFTER, 0);
     job_worker_heartbeat(c->entry);
     for (int i = 0; i < c->npools; i++) {

@@ -488,13 +488,15 @@ static void time_matmul_bwd(matmul_cuda *mm, int m, int n, int k)
 /* ---- grad_sq_sum + adamw_apply ---- */
 
 /* in_place: dst = src; misalign: every buffer shifted by one float (scalar path); nan_grad / nan_loss: the guard. */
-static void check_adamw(size_t n, float wd, float clip, double grad_amp, int in_place, int misalign, int nan_grad,
-                        int nan_loss)
+static void check_adamw(size_t n, float wd, float clip, double grad_amp, float scale, int in_place, int misalign,
+                        int nan_grad, int nan_loss)
 {
     const int off = misalign ? 1 : 0;
     float *w = rnd_f32(n, 1.0, 0.0), *m = rnd_f32(n, 0.01, 0.0), *v = rnd_f32(n, 1e-4, 1e-4);
     float *g = rnd_f32(n, grad_amp, 0.0);
     if (nan_grad) g[n / 2] = NAN;
+    float *gs = xmalloc(n * 4); /* the gradient the CPU reducer hands the step: fp32(g · scale) */
+    for (size_t i = 0; i < n; i++) gs[i] = g[i] * scale;
     /* ranges: five slices of uneven sizes, alternating decay, covering [0, n) */
     adamw_range rg[5];
     size_t cuts[6] = {0, n / 7, n / 7 + 3 < n ? n / 7 + 3 : n, n / 2, n - n / 5, n};
@@ -526,9 +528,9 @@ static void check_adamw(size_t n, float wd, float clip, double grad_amp, int in_
         }
         CHECK_CUDA(cudaMemset(d_b, 0xff, (n + 8) * 2));
         CHECK_CUDA(cudaMemset(d_skip, 0x7f, 4));
-        grad_sq_sum_cuda(d_sq, d_g + off, n, d_ws, stream);
-        adamw_apply_cuda(d_w2 + off, d_m2 + off, d_v2 + off, d_b + off, d_w + off, d_m + off, d_v + off, d_g + off, n,
-                         d_rg, 5, d_sq, nan_loss || run ? d_loss : NULL, clip, &p, step, d_skip, stream);
+        grad_sq_sum_cuda(d_sq, d_g + off, n, scale, d_ws, stream);
+        adamw_apply_cuda(d_w2 + off, d_m2 + off, d_v2 + off, d_b + off, d_w + off, d_m + off, d_v + off, d_g + off,
+                         scale, n, d_rg, 5, d_sq, nan_loss || run ? d_loss : NULL, clip, &p, step, d_skip, stream);
         double *s = dev_get(d_sq, 8);
         int *sk = dev_get(d_skip, 4);
         sq[run] = *s, skipped[run] = *sk;
@@ -537,10 +539,10 @@ static void check_adamw(size_t n, float wd, float clip, double grad_amp, int in_
         rb[run] = dev_get(d_b + off, n * 2);
     }
     char base[160], name[240];
-    snprintf(base, sizeof base, "n=%zu wd=%g clip=%g%s%s%s%s", n, wd, clip, in_place ? " in_place" : "",
+    snprintf(base, sizeof base, "n=%zu wd=%g clip=%g scale=%g%s%s%s%s", n, wd, clip, scale, in_place ? " in_place" : "",
              misalign ? " misaligned" : "", nan_grad ? " nan_grad" : "", nan_loss ? " nan_loss" : "");
     if (!nan_grad) {
-        double sq_ref = grad_sq_sum_cpu(g, n);
+        double sq_ref = grad_sq_sum_cpu(gs, n);
         snprintf(name, sizeof name, "grad_sq_sum_cuda n=%zu%s (relative to the CPU's double sum)", n,
                  misalign ? " misaligned" : "");
         report(name, fabs(sq[0] - sq_ref) / sq_ref, 1e-11); /* double sums of n terms in another order */
@@ -555,7 +557,7 @@ static void check_adamw(size_t n, float wd, float clip, double grad_amp, int in_
     if (!want_skip) { /* the CPU step with the clip coefficient of the GPU's norm (the norm is checked above) */
         float coef = grad_clip_coef(sqrt(sq[0]), clip);
         for (int i = 0; i < 5; i++)
-            adamw_step_cpu(ew + rg[i].offset, g + rg[i].offset, em + rg[i].offset, ev + rg[i].offset, rg[i].numel, &p,
+            adamw_step_cpu(ew + rg[i].offset, gs + rg[i].offset, em + rg[i].offset, ev + rg[i].offset, rg[i].numel, &p,
                            step, coef, rg[i].decay);
     }
     /* the same operations in the same order, IEEE-rounded on both sides: the same bits are expected; the tolerance
@@ -587,7 +589,7 @@ static void check_adamw(size_t n, float wd, float clip, double grad_amp, int in_
     if (!in_place) {
         CHECK_CUDA(cudaFree(d_w2)); CHECK_CUDA(cudaFree(d_m2)); CHECK_CUDA(cudaFree(d_v2));
     }
-    free(w), free(m), free(v), free(g), free(ew), free(em), free(ev);
+    free(w), free(m), free(v), free(g), free(gs), free(ew), free(em), free(ev);
     for (int r = 0; r < 2; r++) free(rw[r]), free(rm[r]), free(rv[r]), free(rb[r]);
 }
 
@@ -614,22 +616,22 @@ static void time_adamw(void)
     adamw_params p = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f};
     cudaEvent_t a, b;
     CHECK_CUDA(cudaEventCreate(&a)); CHECK_CUDA(cudaEventCreate(&b));
-    grad_sq_sum_cuda(d_sq, buf[6], n, d_ws, stream);
+    grad_sq_sum_cuda(d_sq, buf[6], n, 0.5f, d_ws, stream);
     const int iters = 5;
     CHECK_CUDA(cudaEventRecord(a, stream));
-    for (int i = 0; i < iters; i++) grad_sq_sum_cuda(d_sq, buf[6], n, d_ws, stream);
+    for (int i = 0; i < iters; i++) grad_sq_sum_cuda(d_sq, buf[6], n, 0.5f, d_ws, stream);
     CHECK_CUDA(cudaEventRecord(b, stream));
     double ms = elapsed_ms(a, b) / iters, bytes = 4.0 * n;
     printf("timing grad_sq_sum_cuda n=%zu: %.3f ms, %.0f GB/s (%.0f%% of %.0f GB/s; bytes = grad)\n", n, ms,
            bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / HBM_GBS, HBM_GBS);
     for (int step = 1; step <= 2; step++) /* warm-up, both parities */
-        adamw_apply_cuda(buf[3], buf[4], buf[5], bf, buf[0], buf[1], buf[2], buf[6], n, d_rg, 1, d_sq, NULL, 1.0f, &p,
-                         step, d_skip, stream);
+        adamw_apply_cuda(buf[3], buf[4], buf[5], bf, buf[0], buf[1], buf[2], buf[6], 0.5f, n, d_rg, 1, d_sq, NULL,
+                         1.0f, &p, step, d_skip, stream);
     CHECK_CUDA(cudaEventRecord(a, stream));
     for (int i = 0; i < iters; i++) { /* double-buffered by step parity */
         int s = i % 2 ? 3 : 0, d = i % 2 ? 0 : 3;
-        adamw_apply_cuda(buf[d], buf[d + 1], buf[d + 2], bf, buf[s], buf[s + 1], buf[s + 2], buf[6], n, d_rg, 1, d_sq,
-                         NULL, 1.0f, &p, 3 + i, d_skip, stream);
+        adamw_apply_cuda(buf[d], buf[d + 1], buf[d + 2], bf, buf[s], buf[s + 1], buf[s + 2], buf[6], 0.5f, n, d_rg, 1,
+                         d_sq, NULL, 1.0f, &p, 3 + i, d_skip, stream);
     }
     CHECK_CUDA(cudaEventRecord(b, stream));
     ms = elapsed_ms(a, b) / iters, bytes = 30.0 * n;
@@ -695,14 +697,15 @@ int main(void)
     check_matmul_fwd_f32(mm, 77, 384, 256, 1);
 
     /* optimizer */
-    check_adamw(1000003, 0.0f, 1.0f, 1e-3, 0, 0, 0, 0);  /* norm < clip: coef 1 */
-    check_adamw(1000003, 0.1f, 1.0f, 1.0, 0, 0, 0, 0);   /* clipped, decay on alternate ranges */
-    check_adamw(333, 0.1f, 1.0f, 1.0, 1, 0, 0, 0);       /* in place */
-    check_adamw(4099, 0.1f, 0.5f, 1.0, 0, 1, 0, 0);      /* misaligned: scalar path */
-    check_adamw(7, 0.0f, 0.0f, 1.0, 0, 0, 0, 0);         /* clip disabled */
-    check_adamw(100003, 0.1f, 1.0f, 1.0, 0, 0, 1, 0);    /* NaN in the gradient: skipped, dst = src */
-    check_adamw(100003, 0.1f, 1.0f, 1.0, 1, 0, 1, 0);    /* the same in place */
-    check_adamw(100003, 0.1f, 1.0f, 1.0, 0, 0, 0, 1);    /* NaN loss: skipped */
+    const float third = 1.0f / 3.0f; /* a loss-weight normaliser that is not a power of two */
+    check_adamw(1000003, 0.0f, 1.0f, 1e-3, 1.0f, 0, 0, 0, 0);  /* norm < clip: coef 1 */
+    check_adamw(1000003, 0.1f, 1.0f, 1.0, third, 0, 0, 0, 0);  /* clipped, decay on alternate ranges */
+    check_adamw(333, 0.1f, 1.0f, 1.0, third, 1, 0, 0, 0);      /* in place */
+    check_adamw(4099, 0.1f, 0.5f, 1.0, third, 0, 1, 0, 0);     /* misaligned: scalar path */
+    check_adamw(7, 0.0f, 0.0f, 1.0, 1.0f, 0, 0, 0, 0);         /* clip disabled */
+    check_adamw(100003, 0.1f, 1.0f, 1.0, third, 0, 0, 1, 0);   /* NaN in the gradient: skipped, dst = src */
+    check_adamw(100003, 0.1f, 1.0f, 1.0, third, 1, 0, 1, 0);   /* the same in place */
+    check_adamw(100003, 0.1f, 1.0f, 1.0, third, 0, 0, 0, 1);   /* NaN loss: skipped */
 
     /* timings */
     time_rmsnorm_bwd(8192, 4096);

@@ -51,7 +51,7 @@ static int await(void *s, double sec)
     }
     Dflash__Envelope *e = NULL;
     errbuf err = {{0}};
-    if (ctl_envelope_decode(m.data, m.len, &e, &err)) {
+    if (ctl_envelope_decode(&e, m.data, m.len, &err)) {
         printf("undecodable reply: %s\n", err.msg);
         exit(1);
     }
@@ -64,7 +64,7 @@ static int await(void *s, double sec)
     } else {
         printf("reply (body %d)\n", (int)e->body_case);
     }
-    ctl_envelope_free(&e);
+    ctl_envelope_destroy(&e);
     return out;
 }
 

@@ -5,7 +5,8 @@
  * sends READY=1 and STATUS= lines, pings the watchdog when WATCHDOG_USEC is set, and exits 0 on SIGTERM.
  * dflashd keeps a memfd with a known pattern in the supervisor's fd store ("pool0") and, when it gets it back after
  * a restart, checks the pattern and appends "dflashd got pool0 back" to <run_dir>/fdstore; it exits 0 once
- * <run_dir>/finish exists and never sends READY=1 while <run_dir>/noready exists. A worker that finds <run_dir>/nowatchdog-<name> removes it and stops pinging. */
+ * <run_dir>/finish exists (saying X_DFLASH_FINISHED=1 first, as the real one does when the job is done; its exit 0
+ * on SIGTERM says nothing) and never sends READY=1 while <run_dir>/noready exists. A worker that finds <run_dir>/nowatchdog-<name> removes it and stops pinging. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -186,7 +187,7 @@ int main(int argc, char **argv)
         if (watchdog && pinging) sd_notify(0, "WATCHDOG=1");
         if (tick % 5 == 0) sd_notifyf(0, "STATUS=%s step %ld", name, tick / 5);
         if (is_dflashd && file_exists("finish")) {
-            sd_notify(0, "STOPPING=1\nSTATUS=dflashd finished");
+            sd_notify(0, "STOPPING=1\nX_DFLASH_FINISHED=1\nSTATUS=dflashd finished");
             return 0;
         }
         struct timespec ts = {0, 100 * 1000 * 1000};

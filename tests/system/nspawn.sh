@@ -3,8 +3,11 @@
 # systemd-nspawn, the built binaries, the units and a CPU job bound in. From outside (nsenter) it checks: every unit
 # of dflash.target becomes active only through READY=1 (Type=notify, a STATUS= line set); a SIGKILLed target worker
 # is restarted by systemd while the others keep their PIDs and training continues; a worker that stops pinging the
-# watchdog (SIGSTOP) is restarted by systemd; `dflashctl rolling-restart drafter` goes through; `dflashctl drain`
-# ends the job and the ledger shows every batch exactly once.
+# watchdog (SIGSTOP) is restarted by systemd; `dflashctl rolling-restart drafter` goes through; `systemctl stop dflashd`
+# ends it through its clean path (STOPPING=1, exit 0, Result=success, the reason in the journal) and `systemctl start`
+# reattaches it from the fd store while training goes on; `dflashctl drain` ends the job and the ledger shows every
+# batch exactly once. systemd keeps an fd store across a stop only from 254 on (FileDescriptorStorePreserve=), so on
+# an older release (bookworm: 252) the image takes systemd from <release>-backports.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 ROOT=build/nspawn-root
@@ -24,14 +27,23 @@ MIRROR=$( { sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null
           tr ' ' '\n' | grep -E '^https?://' | grep -v -e security -e '/debian-' | head -1)
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 # the cached image is rebuilt when the release or the package list changed
-if [ ! -x "$ROOT/lib/systemd/systemd" ] || [ "$(cat "$ROOT/.dflash-pkgs" 2>/dev/null)" != "$SUITE $PKGS" ]; then
+IMAGE="$SUITE $PKGS systemd>=254"
+if [ ! -x "$ROOT/lib/systemd/systemd" ] || [ "$(cat "$ROOT/.dflash-pkgs" 2>/dev/null)" != "$IMAGE" ]; then
     rm -rf "$ROOT"
     t0=$SECONDS
     rm -rf "$ROOT.tmp"
     if ! debootstrap --variant=minbase --include=$PKGS "$SUITE" "$ROOT.tmp" "$MIRROR" >"$T/debootstrap.log" 2>&1; then
         fail nspawn_image "debootstrap $SUITE from $MIRROR failed: $(tail -3 "$T/debootstrap.log")"; exit 1
     fi
-    echo "$SUITE $PKGS" >"$ROOT.tmp/.dflash-pkgs"
+    sdv=$(chroot "$ROOT.tmp" dpkg-query -W -f '${Version}' systemd 2>/dev/null | cut -d. -f1)
+    if [ "${sdv:-0}" -lt 254 ] 2>/dev/null; then
+        echo "deb $MIRROR $SUITE-backports main" >"$ROOT.tmp/etc/apt/sources.list.d/backports.list"
+        { chroot "$ROOT.tmp" apt-get update && chroot "$ROOT.tmp" env DEBIAN_FRONTEND=noninteractive \
+              apt-get install -y --no-install-recommends -t "$SUITE-backports" systemd systemd-sysv; } >>"$T/debootstrap.log" 2>&1 ||
+            echo "nspawn: systemd $sdv and none newer from $SUITE-backports ($(tail -1 "$T/debootstrap.log")): the stop/start check will be skipped"
+        chroot "$ROOT.tmp" apt-get clean >/dev/null 2>&1
+    fi
+    echo "$IMAGE" >"$ROOT.tmp/.dflash-pkgs"
     mv "$ROOT.tmp" "$ROOT"
     echo "nspawn: built $ROOT ($SUITE from $MIRROR) in $((SECONDS - t0)) s"
 fi
@@ -131,6 +143,40 @@ fi
 
 if out=$(CTL rolling-restart drafter 2>&1); then ok "nspawn_rolling_restart_drafter (${out//$'\n'/; })"
 else fail nspawn_rolling_restart_drafter "$out"; fi
+
+# systemctl stop dflashd: SIGTERM; dflashd says STOPPING=1 and exits 0 through its clean path, keeping the segments
+# and (FileDescriptorStorePreserve=yes) the fd store; systemctl start: it reattaches and training goes on (the
+# drain below checks the ledger). The workers keep running meanwhile (Wants=, not Requires=).
+sdv=$(C systemctl --version | awk 'NR == 1 { print $2 }')
+if [ "${sdv:-0}" -ge 254 ] 2>/dev/null; then
+    C systemd-analyze log-level debug # the journal then shows the notify messages
+    kp=$(mainpid dflashd.service)
+    s0=$(step)
+    C systemctl stop dflashd.service
+    st="$(C systemctl show -p ActiveState --value dflashd.service) $(C systemctl show -p Result --value dflashd.service)"
+    st+=" $(C systemctl show -p ExecMainCode --value dflashd.service)/$(C systemctl show -p ExecMainStatus --value dflashd.service)"
+    C systemd-analyze log-level info
+    C journalctl -u dflashd.service --no-pager -o cat >"$T/dflashd-stop.journal" 2>&1
+    line=$(grep -o "stopping on SIGTERM.*" "$T/dflashd-stop.journal" | tail -1)
+    if [ "$st" = "inactive success 1/0" ] && [ -n "$line" ] && grep -qF "Got notification message from PID $kp (STOPPING=1)" "$T/dflashd-stop.journal"; then
+        ok "nspawn_stop_dflashd_clean (STOPPING=1, exit 0, Result=success: $line)"
+    else
+        fail nspawn_stop_dflashd_clean "state/result/code/status: $st; $(grep -e STOPPING -e stopping "$T/dflashd-stop.journal" | tail -3)"
+    fi
+    C systemctl start dflashd.service
+    deadline=$((SECONDS + 60))
+    until [ "$(C systemctl is-active dflashd.service)" = active ] && s1=$(step) && [ "${s1:-0}" -gt "${s0:-0}" ] 2>/dev/null ||
+          [ $SECONDS -ge $deadline ]; do sleep 0.3; done
+    C journalctl -u dflashd.service --no-pager -o cat >"$T/dflashd-start.journal" 2>&1
+    if [ "$(mainpid dflashd.service)" != "$kp" ] && grep -q "reattached after a keeper restart" "$T/dflashd-start.journal" &&
+       ! grep -q "cannot reattach" "$T/dflashd-start.journal" && [ "${s1:-0}" -gt "${s0:-0}" ] 2>/dev/null; then
+        ok "nspawn_start_dflashd_reattaches (pid $kp -> $(mainpid dflashd.service); step $s0 -> $s1)"
+    else
+        fail nspawn_start_dflashd_reattaches "step $s0 -> ${s1:-}; $(grep -e reattach -e afresh "$T/dflashd-start.journal" | tail -3)"
+    fi
+else
+    ok "nspawn_stop_start_dflashd skipped: systemd $sdv in the image keeps no fd store across a stop (254 needed)"
+fi
 
 if out=$(CTL drain 2>&1); then
     stop=$(echo "$out" | sed -n 's/^drained: \([0-9]*\) steps.*/\1/p')

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `dflash run` end to end with fake workers (tests/system/fake_worker.c linked as dflashd, dflash-prefetch,
 # dflash-target, dflash-drafter): every child starts; a SIGKILLed target restarts alone; a SIGKILLed dflashd gets its
-# stored memfd back intact; a worker that stops pinging the watchdog is killed and restarted; `finish` makes dflashd
-# exit 0 and `dflash run` exit 0 with no child left; SIGTERM to `dflash run` stops everything (exit 143); a dflashd
+# stored memfd back intact; a dflashd that exits 0 on SIGTERM without finishing the job is started again (and gets
+# its memfd back); a worker that stops pinging the watchdog is killed and restarted; `finish` makes dflashd say
+# X_DFLASH_FINISHED=1 and exit 0, and `dflash run` exit 0 with no child left; SIGTERM to `dflash run` stops everything (exit 143); a dflashd
 # that never gets ready fails the run; a missing config, a missing binary, a busy run_dir and usage errors fail. Run from the repo root; expects ${BUILD:-build}/bin/dflash and
 # ${BUILD:-build}/tests/system/fake_worker. Waits are polls with a deadline, never fixed sleeps.
 set -u
@@ -103,7 +104,7 @@ check supervisor_logs_per_child '[ -f "$run/logs/dflashd.log" ] && [ -f "$run/lo
 
 "$DFLASH" run -c "$tmp/job.ini" --bin-dir "$bin" >"$tmp/out" 2>&1
 rc=$?
-check supervisor_run_dir_locked '[ "$rc" -eq 1 ] && grep -q "in use by another dflash run" "$tmp/out"' \
+check supervisor_run_dir_locked '[ "$rc" -eq 1 ] && grep -q "is in use by dflash run pid $sup_pid" "$tmp/out"' \
     "exit $rc: $(cat "$tmp/out")"
 
 # SIGKILL target-1: it alone restarts.
@@ -150,6 +151,19 @@ check supervisor_pingers_not_killed '[ "$(pid_of drafter-0)" = "${before[drafter
 wait_for 10 'grep -q "status drafter-0: drafter-0 step" "$tmp/sup.err"'
 check supervisor_progress_line 'grep -q "status drafter-0: drafter-0 step" "$tmp/sup.err"' \
     "$(tail -5 "$tmp/sup.err")"
+
+# SIGTERM to dflashd alone (what systemctl stop sends): it exits 0 without finishing the job; dflash run starts it
+# again, it gets its memfd back, the workers keep running.
+old=$(pid_of dflashd)
+kill -TERM "$old"
+wait_for 10 '[ "$(pid_of dflashd)" != "$old" ] && [ "$(field_of dflashd 4)" = ready ] &&
+    [ "$(grep -c "dflashd got pool0 back" "$run/fdstore" 2>/dev/null)" = 3 ]'
+check supervisor_dflashd_stopped_restarts \
+    '[ "$(pid_of dflashd)" != "$old" ] && [ "$(field_of dflashd 4)" = ready ] && kill -0 "$sup_pid" &&
+     [ "$(grep -c "dflashd got pool0 back" "$run/fdstore" 2>/dev/null)" = 3 ] &&
+     grep -q "restarting dflashd (pid $old stopped without finishing the job)" "$tmp/sup.err" &&
+     [ "$(pid_of drafter-0)" = "${before[drafter-0]}" ]' \
+    "state: $(state) | $(grep dflashd "$tmp/sup.err" | tail -3)"
 
 # finish: dflashd exits 0, the supervisor stops the rest and exits 0.
 last_pids=$(state | awk '{ print $2 }')

@@ -13,16 +13,20 @@ struct svc {
     config_int_list taps;
     int port;
     char endpoint[CONFIG_STRING_MAX];
+    int device;
 };
 
+static const char *const device_names[] = {"cpu", "cuda", "rocm", NULL};
+
 static const config_field svc_table[] = {
-    {"train", "steps", CONFIG_INT, offsetof(struct svc, steps), 1, 1e9, "1000", 0, "optimizer steps"},
-    {"train", "lr", CONFIG_DOUBLE, offsetof(struct svc, lr), 0, 1, "3e-4", 1, "peak learning rate"},
-    {"train", "bf16", CONFIG_BOOL, offsetof(struct svc, bf16), 0, 0, "true", 0, "bf16 compute"},
-    {"model", "name", CONFIG_STRING, offsetof(struct svc, name), 0, 0, "qwen3-8b", 0, "model name"},
-    {"model", "taps", CONFIG_INT_LIST, offsetof(struct svc, taps), 0, 127, "1, 9, 17", 0, "tapped layers"},
-    {"ctl", "port", CONFIG_INT, offsetof(struct svc, port), 0, 0, NULL, 1, "unbounded"},
-    {"ctl", "endpoint", CONFIG_STRING, offsetof(struct svc, endpoint), 0, 0, NULL, 0, NULL},
+    {"train", "steps", CONFIG_INT, offsetof(struct svc, steps), 1, 1e9, "1000", 0, "optimizer steps", NULL},
+    {"train", "lr", CONFIG_DOUBLE, offsetof(struct svc, lr), 0, 1, "3e-4", 1, "peak learning rate", NULL},
+    {"train", "bf16", CONFIG_BOOL, offsetof(struct svc, bf16), 0, 0, "true", 0, "bf16 compute", NULL},
+    {"model", "name", CONFIG_STRING, offsetof(struct svc, name), 0, 0, "qwen3-8b", 0, "model name", NULL},
+    {"model", "taps", CONFIG_INT_LIST, offsetof(struct svc, taps), 0, 127, "1, 9, 17", 0, "tapped layers", NULL},
+    {"model", "device", CONFIG_ENUM, offsetof(struct svc, device), 0, 0, "cuda", 0, "compute device", device_names},
+    {"ctl", "port", CONFIG_INT, offsetof(struct svc, port), 0, 0, NULL, 1, "unbounded", NULL},
+    {"ctl", "endpoint", CONFIG_STRING, offsetof(struct svc, endpoint), 0, 0, NULL, 0, NULL, NULL},
     {0},
 };
 
@@ -40,6 +44,7 @@ TEST(defaults)
     EXPECT(strcmp(s.name, "qwen3-8b") == 0);
     EXPECT(s.taps.n == 3 && s.taps.v[0] == 1 && s.taps.v[1] == 9 && s.taps.v[2] == 17);
     EXPECT(s.port == 0 && s.endpoint[0] == '\0');
+    EXPECT(s.device == 1);
 }
 
 TEST(full_file)
@@ -103,6 +108,9 @@ TEST(file_errors)
         {"[model]\ntaps = [1, 2\n", "bad.ini:2: model.taps: missing closing ]"},
         {"[model]\ntaps = 1, 2]\n", "bad.ini:2: model.taps: missing opening ["},
         {"[model]\ntaps = 1, 200\n", "bad.ini:2: model.taps: element 1: value 200 out of range [0, 127]"},
+        {"[model]\ndevice = tpu\n", "bad.ini:2: model.device: expected one of cpu, cuda, rocm; got \"tpu\""},
+        {"[model]\ndevice = CUDA\n", "bad.ini:2: model.device: expected one of cpu, cuda, rocm; got \"CUDA\""},
+        {"[model]\ndevice = 1\n", "bad.ini:2: model.device: expected one of cpu, cuda, rocm; got \"1\""},
         {"[train]\nsteps = 1\nlr = 0.1\nsteps = 2\n", "bad.ini:4: train.steps: given twice (first at line 2)"},
         {"[train]\nsteps = 1\n[train]\nsteps = 2\n", "bad.ini:4: train.steps: given twice (first at line 2)"},
         {"[train\nsteps = 1\n", "bad.ini:1: syntax error"},
@@ -152,6 +160,11 @@ TEST(overrides)
     EXPECT(config_set_arg(svc_table, &s, "train.bf16=Yes", "--set", &err) == 0);
     EXPECT(s.bf16 == 1);
     EXPECT(config_set_arg(svc_table, &s, "model.name=", "--set", &err) == 0);
+    EXPECT(config_set_arg(svc_table, &s, "model.device=rocm", "--set", &err) == 0);
+    EXPECT(s.device == 2);
+    EXPECT(config_set_arg(svc_table, &s, "model.device=", "--set", &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "--set: model.device: expected one of cpu, cuda, rocm; got \"\"");
+    EXPECT(s.device == 2);
     EXPECT(s.name[0] == '\0');
     EXPECT(config_set(svc_table, &s, "train.nope", "1", "--set", &err) == -ENOENT);
     EXPECT_CONTAINS(err.msg, "--set: train.nope: unknown key");
@@ -179,10 +192,12 @@ TEST(get_and_dump_round_trip)
     EXPECT(config_get(svc_table, &s, "model.taps", buf, sizeof buf) == 0 && strcmp(buf, "3, 1, 2") == 0);
     EXPECT(config_get(svc_table, &s, "model.name", buf, sizeof buf) == 0 && strcmp(buf, "quoted") == 0);
     EXPECT(config_get(svc_table, &s, "ctl.endpoint", buf, sizeof buf) == 0 && strcmp(buf, "tcp://h:1") == 0);
+    EXPECT(config_get(svc_table, &s, "model.device", buf, sizeof buf) == 0 && strcmp(buf, "cuda") == 0);
     EXPECT(config_get(svc_table, &s, "x.y", buf, sizeof buf) == -ENOENT);
     EXPECT(config_get(svc_table, &s, "model.taps", buf, 4) == -ERANGE);
 
     s.lr = 1.0 / 3.0;
+    s.device = 0;
     EXPECT(config_set(svc_table, &s, "ctl.endpoint", "\" padded \"", "--set", &err) == 0);
     char *dump = NULL;
     size_t len = 0;
@@ -190,7 +205,7 @@ TEST(get_and_dump_round_trip)
     config_dump(svc_table, &s, m);
     fclose(m);
     EXPECT_CONTAINS(dump, "[train]\nsteps = 7\nlr = 0.3333333333333333\nbf16 = true\n");
-    EXPECT_CONTAINS(dump, "[model]\nname = quoted\ntaps = 3, 1, 2\n");
+    EXPECT_CONTAINS(dump, "[model]\nname = quoted\ntaps = 3, 1, 2\ndevice = cpu\n");
     EXPECT_CONTAINS(dump, "[ctl]\nport = 0\nendpoint = \" padded \"\n");
     struct svc back;
     svc_defaults(&back);
@@ -198,6 +213,7 @@ TEST(get_and_dump_round_trip)
     if (ret) fprintf(stderr, "  %s\n%s", err.msg, dump);
     REQUIRE(ret == 0);
     EXPECT(back.steps == s.steps && back.lr == s.lr && back.bf16 == s.bf16 && back.port == s.port);
+    EXPECT(back.device == 0);
     EXPECT(strcmp(back.name, s.name) == 0 && strcmp(back.endpoint, " padded ") == 0);
     EXPECT(back.taps.n == s.taps.n && memcmp(back.taps.v, s.taps.v, sizeof(int) * (size_t)s.taps.n) == 0);
     free(dump);
@@ -229,6 +245,7 @@ TEST(help)
     EXPECT_CONTAINS(text, "peak learning rate");
     EXPECT_CONTAINS(text, "model.taps");
     EXPECT_CONTAINS(text, "int list  [0, 127]  default: 1, 9, 17");
+    EXPECT_CONTAINS(text, "model.device                     enum      {cpu, cuda, rocm}  default: cuda");
     free(text);
 }
 
