@@ -28,6 +28,7 @@
 #include "drafter_layout.h"
 #include "embedding.h"
 #include "hf_config.h"
+#include "log.h"
 #include "matmul.h"
 #include "qk_norm_rope.h"
 #include "rand_fill.h"
@@ -623,4 +624,41 @@ void drafter_cuda_profile(const drafter_backend *b, double ms[DRAFTER_CUDA_NCLAS
 {
     const drafter_cuda *d = (const drafter_cuda *)b;
     for (int i = 0; i < DRAFTER_CUDA_NCLASS; i++) ms[i] = d->prof_ms[i];
+}
+
+int drafter_cuda_warm_up(drafter_backend *b, const uint16_t *weights, errbuf *err)
+{
+    drafter_cuda *d = (drafter_cuda *)b;
+    const int T = d->max_tokens, S = d->max_seqs < T ? d->max_seqs : T;
+    const double t0 = now_seconds();
+    /* the largest shape: S sequences sharing T tokens, every position trainable, so anchors_sample draws the most
+     * blocks; zero taps, scratch gradients (the reducer's may hold a published step) */
+    int32_t *ids = xcalloc((size_t)T, sizeof *ids), *pos = xmalloc(sizeof *pos * (size_t)T);
+    int32_t *cu = xmalloc(sizeof *cu * (size_t)(S + 1));
+    uint8_t *lm = xmalloc((size_t)T);
+    memset(lm, 1, (size_t)T);
+    for (int s = 0; s <= S; s++) cu[s] = (int32_t)((long long)T * s / S);
+    for (int s = 0; s < S; s++)
+        for (int t = cu[s]; t < cu[s + 1]; t++) pos[t] = t - cu[s];
+    void *aux = NULL;
+    float *grads = NULL;
+    CHECK_CUDA(cudaMalloc(&aux, (size_t)T * d->K * d->H * sizeof(uint16_t)));
+    CHECK_CUDA(cudaMalloc((void **)&grads, d->L.numel * sizeof(float)));
+    CHECK_CUDA(cudaMemsetAsync(aux, 0, (size_t)T * d->K * d->H * sizeof(uint16_t), d->stream));
+    CHECK_CUDA(cudaMemsetAsync(grads, 0, d->L.numel * sizeof(float), d->stream));
+    drafter_batch bt = {.id = 0, .ntok = T, .nseq = S, .aux = aux, .input_ids = ids, .positions = pos,
+                        .cu_seqlens = cu, .loss_mask = lm};
+    drafter_metrics mt;
+    int rc = dc_forward_backward(b, weights, grads, &bt, &mt, err);
+    CHECK_CUDA(cudaStreamSynchronize(d->stream));
+    CHECK_CUDA(cudaFree(aux));
+    CHECK_CUDA(cudaFree(grads));
+    free(ids);
+    free(pos);
+    free(cu);
+    free(lm);
+    if (!rc)
+        log_info("warm-up: one step at the largest shape (%d tokens, %d sequences, %ld blocks) in %.2f s", T, S,
+                 mt.nblocks, now_seconds() - t0);
+    return rc;
 }

@@ -31,6 +31,9 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *weights, float *gra
                          errbuf *err);
 /* Wait for the last enqueued step's metrics (copied back asynchronously into pinned memory) and fill *mt. */
 void drafter_cuda_metrics(drafter_backend *b, drafter_metrics *mt);
+/* Run one step at the largest shape (max_tokens in max_seqs sequences, the most blocks) against weights, into scratch
+ * gradients, so that every kernel, cuBLASLt plan and module is ready before the worker says READY. */
+int drafter_cuda_warm_up(drafter_backend *b, const uint16_t *weights, errbuf *err);
 /* The backend's stream (a cudaStream_t): the caller may record an event after a step to sync at commit. */
 void *drafter_cuda_stream(drafter_backend *b);
 /* Device bytes the backend allocated (frozen tables, workspaces, cuBLASLt and loss-head workspaces). */

@@ -85,6 +85,8 @@ static void cu_reduce(reducer *r, uint64_t k, double weight_sum)
     reduce_cuda *s = (reduce_cuda *)r;
     const float inv = weight_sum > 0 ? (float)(1.0 / weight_sum) : 0.0f;
     grad_sq_sum_cuda(&s->h->sq_sum, s->grads, s->numel, inv, s->sq_ws, s->stream);
+    /* done on the device before the protocol says so: a rank killed after publishing must leave it complete */
+    CHECK_CUDA(cudaStreamSynchronize(s->stream));
 }
 
 static double cu_apply(reducer *r, uint64_t k, double weight_sum, const adamw_params *ap, float clip, int apply,

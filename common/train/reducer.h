@@ -3,7 +3,9 @@
  * k % 2), and this rank's gradient buffer, all in the memory of the model backend it serves (host or GPU): the
  * backend reads weights(k) in place and accumulates into grads(), so a rank keeps no second copy. Every call is
  * deterministic and may be redone after a crash with the same result: reduce and apply read only what nobody
- * writes during step k, and apply writes only the state of step k+1.
+ * writes during step k, and apply writes only the state of step k+1. A call's effect is complete in the state when
+ * it returns (an asynchronous implementation waits for its stream): the protocol then publishes it, and a rank
+ * killed after that must not leave it half done.
  *   shm (reduce_shm.c): one shared host state for all ranks (a memfd deposited with dflashd); rank r reduces and
  *       applies the parameter range [numel*r/D, numel*(r+1)/D) in rank order; the CPU backend's reducer.
  * Implementations: reduce_shm.c. Errors: 0 / -errno with an errbuf naming the state. */

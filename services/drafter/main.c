@@ -31,7 +31,8 @@ static int open_parts(step_ctx *s, worker_ctx *w, const drafter_layout *layout, 
             return rc;
         void *stream = drafter_cuda_stream(s->model);
         if ((rc = batch_source_pools_cuda_create(&s->src, w, device, stream, err))) return rc;
-        return reduce_cuda_open(&s->red, w, layout, at, device, stream, err);
+        if ((rc = reduce_cuda_open(&s->red, w, layout, at, device, stream, err))) return rc;
+        return drafter_cuda_warm_up(s->model, s->red->ops->weights(s->red, at), err); /* before READY */
 #else
         return errbuf_set(err, ENOTSUP, "job.backend = cuda: this is the CPU build, run dflash-drafter-cuda");
 #endif

@@ -56,9 +56,9 @@ wait_step() { # NAME STEP: until the ledger has STEP lines (or 300 s)
     local d=$((SECONDS + 300))
     until [ "$(ledger_lines "$1")" -ge "$2" ] || [ $SECONDS -ge $d ]; do sleep 0.05; done
 }
-kill_worker() { # NAME BINARY: SIGKILL the running instance of BINARY in run NAME
+kill_worker() { # NAME WORKER: SIGKILL the running instance of WORKER (drafter-0, target-0) of run NAME
     local pid
-    pid=$(pgrep -f "$BIN/$2 .*-c $T/$1.ini" | head -1)
+    pid=$(awk -v v="$2" '$1 == v && $2 > 0 {print $2}' "$T/$1/supervisor.state" 2>/dev/null)
     [ -n "$pid" ] && kill -9 "$pid"
 }
 
@@ -86,7 +86,7 @@ sup=$!
 for at in $((STEPS / 5 + RANDOM % (STEPS / 5))) $((STEPS / 2 + RANDOM % (STEPS / 5))); do
     wait_step c $at
     sleep 0.0$((RANDOM % 10))
-    kill_worker c dflash-drafter-cuda
+    kill_worker c drafter-0
 done
 wait $sup
 rc=$?
@@ -114,8 +114,8 @@ op() { # LABEL COMMAND...: run it, note its window
 wait_step d $((STEPS / 6))
 op rolling_restart_target "$CTL" -c "$T/d.ini" --wait 300 rolling-restart target
 op rolling_restart_drafter "$CTL" -c "$T/d.ini" --wait 300 rolling-restart drafter
-op sigkill_target kill_worker d dflash-target-cuda
-op sigkill_drafter kill_worker d dflash-drafter-cuda
+op sigkill_target kill_worker d target-0
+op sigkill_drafter kill_worker d drafter-0
 wait $sup
 rc=$?
 kill $poller 2>/dev/null

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Every GPU test and benchmark in one go, for one device command on the GPU machine:
+#   BUILD=<folder with bin/ gpu/ bench/> OUT=<log folder> GOLDENS=<goldens dir> TORCH=<torch_drafter_anchor.py>
+#   tests/gpu/run_all.sh [quick]
+# Writes $OUT/tests.log (every test's lines, then "N passed, N failed") and $OUT/bench.log (bench_drafter, then the
+# PyTorch reference in the same process tree, so the two figures come from one run). quick: tests only.
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${BUILD:-build}
+OUT=${OUT:-/tmp/dflash-gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+log="$OUT/tests.log"
+: >"$log"
+pass=0 fail=0
+one() { # LABEL COMMAND...
+    local label=$1 t0=$SECONDS out
+    shift
+    out=$("$@" 2>&1)
+    local rc=$?
+    local p f
+    p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+    [ $rc -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    pass=$((pass + p)); fail=$((fail + f))
+    { echo "=== $label: $p passed, $f failed, exit $rc ($((SECONDS - t0)) s)"; echo "$out"; } >>"$log"
+    echo "$label: $p passed, $f failed, exit $rc ($((SECONDS - t0)) s)"
+}
+nvidia-smi -L >>"$log" 2>&1
+one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-1500}" timeout 420 bash tests/gpu/gpu_train.sh
+for t in test_train_kernels_gpu test_dflash_attention_gpu test_cross_entropy_gpu test_kernels_gpu test_vmm_pool \
+         test_target_gpu; do
+    [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 180 "$BUILD/gpu/$t"
+done
+[ -n "${GOLDENS:-}" ] && one test_drafter_gpu timeout 180 "$BUILD/gpu/test_drafter_gpu" "$GOLDENS"
+one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
+echo "$pass passed, $fail failed" | tee -a "$log"
+[ "${1:-}" = quick ] && exit $((fail > 0))
+{ "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; } >"$OUT/bench.log" 2>&1
+cat "$OUT/bench.log"
+exit $((fail > 0))
