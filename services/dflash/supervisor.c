@@ -510,11 +510,14 @@ static void handle_exit(supervisor *s, child *c, int status, double now)
 
 static void reap_children(supervisor *s, double now)
 {
-    /* Messages a child sent just before dying are queued already: apply them (FDSTORE) before its exit. */
-    drain_notify(s);
     for (;;) {
+        /* Look first (WNOWAIT: it stays a zombie, its pid still names it): what it sent before dying is queued by
+         * now, even when it died after the previous drain, so apply that (FDSTORE, X_DFLASH_FINISHED), then reap. */
+        siginfo_t si = {0};
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid <= 0) return;
+        drain_notify(s);
         int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
+        pid_t pid = waitpid(si.si_pid, &status, 0);
         if (pid <= 0) return;
         child *c = child_by_pid(s, pid);
         if (c && c->alive) handle_exit(s, c, status, now);

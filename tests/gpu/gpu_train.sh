@@ -8,7 +8,7 @@
 # Usage: BUILD=build tests/gpu/gpu_train.sh   (needs $BUILD/bin/* including the -cuda workers)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
-STEPS=${STEPS:-1500}
+STEPS=${STEPS:-6000}
 CTL="$BIN/dflashctl"
 
 "$BIN/dflash-demo" make-target "$T/target" --seed 11 --hidden 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 \
@@ -101,34 +101,47 @@ cmp -s "$(final_weights a)" "$(final_weights c)" && ok gpu_train_drafter_killed_
 gpu_config d
 "$BIN/dflash" run -c "$T/d.ini" >"$T/d.out" 2>&1 &
 sup=$!
-# a poller notes when each ledger line arrives, so the longest commit gap during each operation can be read off
-( while :; do echo "$(date +%s.%N) $(ledger_lines d)"; sleep 0.02; done >"$T/d.poll" ) &
+# a poller notes when the ledger grows, so the longest commit gap during each operation can be read off
+python3 - "$T/d/ledger.jsonl" >"$T/d.poll" <<'EOP' &
+import os, sys, time
+last = -1
+while True:
+    try: n = os.path.getsize(sys.argv[1])
+    except OSError: n = 0
+    if n != last: print("%.4f %d" % (time.time(), n), flush=True); last = n
+    time.sleep(0.002)
+EOP
 poller=$!
-op() { # LABEL COMMAND...: run it, note its window
-    local t_start; t_start=$(date +%s.%N)
+op() { # LABEL COMMAND...: run it (it must succeed), note its window
+    local t_start rc; t_start=$(date +%s.%N)
     "$@" >>"$T/d.ctl" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || fail "gpu_train_$1" "exit $rc: $(tail -3 "$T/d.ctl")"
     local n; n=$(ledger_lines d)
-    wait_step d $((n + 3))
+    wait_step d $((n + 20))
     echo "$1 $t_start $(date +%s.%N)" >>"$T/d.ops"
 }
-wait_step d $((STEPS / 6))
+wait_step d $((STEPS / 10))
 op rolling_restart_target "$CTL" -c "$T/d.ini" --wait 300 rolling-restart target
 op rolling_restart_drafter "$CTL" -c "$T/d.ini" --wait 300 rolling-restart drafter
 op sigkill_target kill_worker d target-0
 op sigkill_drafter kill_worker d drafter-0
+still=$(ledger_lines d)
+[ "$still" -lt $STEPS ] && ok "gpu_train_operations_under_load (done by step $still of $STEPS)" ||
+    fail gpu_train_operations_under_load "the run ended before the operations did: raise STEPS"
 wait $sup
 rc=$?
 kill $poller 2>/dev/null
 gaps=$(python3 - "$T/d.poll" "$T/d.ops" <<'EOP'
 import sys
 poll = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 2]
-arrivals = [t for (t, n), (_, m) in zip(poll[1:], poll) if n > m]   # times a new ledger line was seen
+arrivals = [t for t, n in poll if n > 0]   # times the ledger was seen to grow
 steady = [b - a for a, b in zip(arrivals, arrivals[1:])]
 steady.sort()
 out = ["median step %.3fs" % steady[len(steady) // 2]] if steady else []
 for l in open(sys.argv[2]):
     name, t0, t1 = l.split(); t0, t1 = float(t0), float(t1)
-    inside = [t for t in arrivals if t0 - 1 <= t <= t1]
+    inside = [t for t in arrivals if t0 - 0.5 <= t <= t1]
     gap = max((b - a for a, b in zip(inside, inside[1:])), default=t1 - t0)
     out.append("%s: longest commit gap %.2fs" % (name, gap))
 print("; ".join(out))
@@ -136,6 +149,10 @@ EOP
 )
 echo "restarts: $gaps"
 [ $rc -eq 0 ] && ok "gpu_train_rolling_restarts_run_finishes ($gaps)" || fail gpu_train_rolling_restarts_run_finishes "exit $rc: $(tail -3 "$T/d.out"; tail -5 "$T/d.ctl")"
+nd=$(grep -c "re-imported the training state" "$T/d/logs/drafter-0.log")
+nt=$(grep -c "re-imported pool 0" "$T/d/logs/target-0.log")
+[ "$nd" -ge 2 ] && [ "$nt" -ge 2 ] && ok "gpu_train_rolling_workers_reimported (drafter $nd, target $nt times)" ||
+    fail gpu_train_rolling_workers_reimported "drafter re-imported its state $nd times, target its pool $nt times"
 if msg=$(check_ledger d $STEPS 1); then ok "gpu_train_rolling_ledger_exactly_once ($msg)"; else fail gpu_train_rolling_ledger_exactly_once "$msg"; fi
 cmp -s "$(final_weights a)" "$(final_weights d)" && ok gpu_train_rolling_bitwise_identical ||
     fail gpu_train_rolling_bitwise_identical "the run with rolling restarts differs from the one without"

@@ -9,6 +9,7 @@ BUILD=${BUILD:-build}
 OUT=${OUT:-/tmp/dflash-gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+[ -n "${GOLDENS:-}" ] && export DFLASH_SHARED=${DFLASH_SHARED:-$(dirname "$GOLDENS")} # test_target_gpu's goldens
 log="$OUT/tests.log"
 : >"$log"
 pass=0 fail=0
@@ -18,7 +19,7 @@ one() { # LABEL COMMAND...
     out=$("$@" 2>&1)
     local rc=$?
     local p f
-    p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+    p=$(grep -cE '^ok | ok$' <<<"$out"); f=$(grep -cE '^FAIL | FAIL$' <<<"$out")
     [ $rc -ne 0 ] && [ "$f" -eq 0 ] && f=1
     pass=$((pass + p)); fail=$((fail + f))
     { echo "=== $label: $p passed, $f failed, exit $rc ($((SECONDS - t0)) s)"; echo "$out"; } >>"$log"

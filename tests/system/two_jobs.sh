@@ -62,11 +62,12 @@ for j in a b; do "$CTL" -c "$T/$j.ini" --wait 60 resume >/dev/null 2>&1 || fail 
 # both finish, each with every batch exactly once, and leave no segment behind
 for j in a b; do
     sup=supa; [ $j = b ] && sup=supb
-    wait_for 240 "! kill -0 \$$sup 2>/dev/null" || { kill -TERM ${!sup} 2>/dev/null; fail two_jobs_${j}_finishes "still running"; }
+    late=
+    wait_for 240 "! kill -0 \$$sup 2>/dev/null" || { kill -TERM ${!sup} 2>/dev/null; late=" (still running after 240 s)"; }
     wait ${!sup}
     rc=$?
     if [ $rc = 0 ] && msg=$(check_ledger $j $STEPS 2); then ok "two_jobs_${j}_finishes ($msg)"
-    else fail two_jobs_${j}_finishes "exit $rc: ${msg:-} $(tail -3 "$T/$j.out")"; fi
+    else fail two_jobs_${j}_finishes "exit $rc$late: ${msg:-} $(grep -e restarting -e ERROR -e WARN "$T/$j.out" | tail -5; tail -3 "$T/$j.out"; tail -5 "$T/$j/logs/dflashd.log")"; fi
 done
 [ "$(segments state)" = 0 ] && ok two_jobs_segments_removed || fail two_jobs_segments_removed "$(ls /dev/shm | grep "dflash-t$$-")"
 
