@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "colsum.h"
 #include "cuda_check.h"
 #include "qk_norm_rope.h"
 
@@ -307,22 +308,6 @@ static __global__ void qk_norm_rope_backward_kernel(__nv_bfloat16 *dq, int lddq,
     }
 }
 
-// dw[c] += Σ_p part[p][c] in a fixed order (as rmsnorm.cu): block (32, 32), grid ceil(dim/32).
-static __global__ void qkr_dw_reduce_kernel(float *dw, const float *part, int nparts, int dim)
-{
-    __shared__ float s[32][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    float v = 0.0f;
-    if (c < dim)
-        for (int p = threadIdx.y; p < nparts; p += 32) v += part[(size_t)p * dim + c];
-    s[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
-    if (threadIdx.y != 0 || c >= dim) return;
-    float t = 0.0f;
-#pragma unroll 8
-    for (int j = 0; j < 32; j++) t += s[j][threadIdx.x];
-    dw[c] += t;
-}
 
 extern "C" size_t qk_norm_rope_backward_cuda_workspace(int n, int nh, int nkv, int hd)
 {
@@ -392,11 +377,11 @@ extern "C" void qk_norm_rope_backward_cuda(uint16_t *dq, int lddq, uint16_t *dk,
 #undef QKR_BWD_ARGS
     CHECK_CUDA_LAUNCH();
     if (want_q) {
-        qkr_dw_reduce_kernel<<<(hd + 31) / 32, dim3(32, 32), 0, st>>>(dq_w, pq, cq, hd);
+        colsum_add_cuda(dq_w, pq, cq, hd, st);
         CHECK_CUDA_LAUNCH();
     }
     if (want_k) {
-        qkr_dw_reduce_kernel<<<(hd + 31) / 32, dim3(32, 32), 0, st>>>(dk_w, pk, ck, hd);
+        colsum_add_cuda(dk_w, pk, ck, hd, st);
         CHECK_CUDA_LAUNCH();
     }
 }

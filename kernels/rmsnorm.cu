@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "colsum.h"
 #include "cuda_check.h"
 #include "rmsnorm.h"
 
@@ -216,23 +217,6 @@ static __global__ void rmsnorm_backward_kernel(uint16_t *dx, int lddx, int acc, 
     }
 }
 
-// dw[c] += Σ_p part[p][c] in a fixed order: thread (tx, ty) sums p = ty, ty+32, ...; then row 0 adds the 32 sums in
-// order. Block (32, 32), grid ceil(dim/32).
-static __global__ void rmsnorm_dw_reduce_kernel(float *dw, const float *part, int nparts, int dim)
-{
-    __shared__ float s[32][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    float v = 0.0f;
-    if (c < dim)
-        for (int p = threadIdx.y; p < nparts; p += 32) v += part[(size_t)p * dim + c];
-    s[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
-    if (threadIdx.y != 0 || c >= dim) return;
-    float t = 0.0f;
-#pragma unroll 8
-    for (int j = 0; j < 32; j++) t += s[j][threadIdx.x];
-    dw[c] += t;
-}
 
 extern "C" size_t rmsnorm_backward_cuda_workspace(int rows, int dim)
 {
@@ -271,6 +255,6 @@ extern "C" void rmsnorm_backward_cuda(uint16_t *dx, int lddx, int accumulate_dx,
     }
     CHECK_CUDA_LAUNCH();
     if (!dw) return;
-    rmsnorm_dw_reduce_kernel<<<(dim + 31) / 32, dim3(32, 32), 0, st>>>(dw, workspace, chunks, dim);
+    colsum_add_cuda(dw, workspace, chunks, dim, st);
     CHECK_CUDA_LAUNCH();
 }

@@ -36,6 +36,7 @@
 #include "rope.h"
 #include "safetensors.h"
 #include "swiglu.h"
+#include "target_model_cuda.h"
 
 #define DC_MAX_EVENTS 1024
 #define DC_MET_WORDS (2 + DFLASH_MAX_BLOCK) /* [0] Σ w·CE (double); [1..B] correct per slot; [B+1] run sum */
@@ -254,44 +255,6 @@ static int dc_create(drafter_cuda **out, const drafter_train_config *tc, int dev
     return 0;
 }
 
-/* Copy tensor `name` (F32/BF16/F16, shape (d0, d1)) of the target checkpoint to the device as bf16. */
-static int dc_upload(const st_file *st, const char *name, uint16_t *dst, int64_t d0, int64_t d1, errbuf *err)
-{
-    const st_tensor *t = st_find(st, name);
-    if (!t) return errbuf_set(err, ENOENT, "%s: tensor %s is missing", st_path(st), name);
-    if (t->ndim != 2 || t->shape[0] != d0 || t->shape[1] != d1)
-        return errbuf_set(err, EINVAL, "%s: tensor %s has %d dims [%lld, %lld], expected [%lld, %lld]", t->file, name,
-                          t->ndim, (long long)t->shape[0], t->ndim > 1 ? (long long)t->shape[1] : 0LL, (long long)d0,
-                          (long long)d1);
-    size_t n = (size_t)d0 * (size_t)d1;
-    if (t->dtype == ST_BF16) {
-        CHECK_CUDA(cudaMemcpy(dst, t->data, n * 2, cudaMemcpyHostToDevice));
-        return 0;
-    }
-    if (t->dtype != ST_F32 && t->dtype != ST_F16)
-        return errbuf_set(err, EINVAL, "%s: tensor %s has dtype %s, expected F32, BF16 or F16", t->file, name,
-                          st_dtype_name(t->dtype));
-    const size_t chunk = (size_t)1 << 24;
-    uint16_t *h = xmalloc(sizeof *h * (n < chunk ? n : chunk));
-    for (size_t off = 0; off < n; off += chunk) {
-        size_t cn = n - off < chunk ? n - off : chunk;
-        for (size_t i = 0; i < cn; i++) {
-            float f;
-            if (t->dtype == ST_F32) {
-                memcpy(&f, (const char *)t->data + 4 * (off + i), 4);
-            } else {
-                uint16_t hv;
-                memcpy(&hv, (const char *)t->data + 2 * (off + i), 2);
-                f = f16_to_f32(hv);
-            }
-            h[i] = f32_to_bf16(f);
-        }
-        CHECK_CUDA(cudaMemcpy(dst + off, h, cn * 2, cudaMemcpyHostToDevice));
-    }
-    free(h);
-    return 0;
-}
-
 int drafter_cuda_create(drafter_backend **out, const drafter_train_config *tc, const char *target_dir, int device,
                         int max_tokens, int max_seqs, errbuf *err)
 {
@@ -310,8 +273,8 @@ int drafter_cuda_create(drafter_backend **out, const drafter_train_config *tc, c
     drafter_train_config tc2 = *tc;
     tc2.drafter = &dcfg;
     if ((rc = dc_create(&d, &tc2, device, max_tokens, max_seqs, err))) goto fail;
-    rc = dc_upload(st, "model.embed_tokens.weight", d->embed, d->V, d->H, err);
-    if (!rc && d->lm_head != d->embed) rc = dc_upload(st, "lm_head.weight", d->lm_head, d->V, d->H, err);
+    rc = target_cuda_upload_tensor(st, "model.embed_tokens.weight", d->embed, d->V, d->H, err);
+    if (!rc && d->lm_head != d->embed) rc = target_cuda_upload_tensor(st, "lm_head.weight", d->lm_head, d->V, d->H, err);
     if (rc) goto fail;
     st_close(&st);
     *out = &d->base;

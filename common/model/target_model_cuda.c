@@ -73,8 +73,8 @@ static void tc_free(void **p)
     *p = NULL;
 }
 
-/* Copy tensor `name` (F32/BF16/F16, shape (d0[, d1])) to device memory dst as bf16. */
-static int tc_upload(const st_file *st, const char *name, uint16_t *dst, int64_t d0, int64_t d1, errbuf *err)
+int target_cuda_upload_tensor(const st_file *st, const char *name, uint16_t *dst, int64_t d0, int64_t d1,
+                              errbuf *err)
 {
     const st_tensor *t = st_find(st, name);
     if (!t) return errbuf_set(err, ENOENT, "%s: tensor %s is missing", st_path(st), name);
@@ -140,7 +140,7 @@ static int tc_load_layer(target_cuda *m, const st_file *st, int i, errbuf *err)
 #define UP(dst, suffix, a, b)                                           \
     if (rc == 0) {                                                       \
         snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);         \
-        rc = tc_upload(st, n, dst, a, b, err);                           \
+        rc = target_cuda_upload_tensor(st, n, dst, a, b, err);                           \
     }
     UP(l->input_norm, "input_layernorm.weight", H, 0);
     UP(l->post_norm, "post_attention_layernorm.weight", H, 0);
@@ -236,10 +236,10 @@ int target_cuda_load(target_cuda **out, const char *dir, int max_layer, int max_
     rc = tc_create(&m, &cfg, nlayers, full, max_tokens, max_seqs, stream, err);
     if (rc) goto fail;
     const hf_config *c = &m->cfg;
-    rc = tc_upload(st, "model.embed_tokens.weight", m->embed, c->vocab_size, c->hidden_size, err);
+    rc = target_cuda_upload_tensor(st, "model.embed_tokens.weight", m->embed, c->vocab_size, c->hidden_size, err);
     if (!rc && !c->tie_embeddings)
-        rc = tc_upload(st, "lm_head.weight", m->lm_head, c->vocab_size, c->hidden_size, err);
-    if (!rc && full) rc = tc_upload(st, "model.norm.weight", m->final_norm, c->hidden_size, 0, err);
+        rc = target_cuda_upload_tensor(st, "lm_head.weight", m->lm_head, c->vocab_size, c->hidden_size, err);
+    if (!rc && full) rc = target_cuda_upload_tensor(st, "model.norm.weight", m->final_norm, c->hidden_size, 0, err);
     for (int i = 0; !rc && i < nlayers; i++) rc = tc_load_layer(m, st, i, err);
     if (rc) goto fail;
     st_close(&st);

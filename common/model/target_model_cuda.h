@@ -29,6 +29,11 @@ int target_cuda_load(target_cuda **out, const char *dir, int max_layer, int max_
 int target_cuda_init_random(target_cuda **out, const hf_config *cfg, uint64_t seed, float init_std, int max_tokens,
                             int max_seqs, void *stream, errbuf *err);
 void target_cuda_destroy(target_cuda **m);
+/* Copy tensor `name` of a checkpoint (F32/BF16/F16, shape (d0[, d1]); d1 = 0 for one dimension) to device memory dst
+ * as bf16 (the target's own tables, and the drafter's frozen embedding and lm_head). */
+struct st_file;
+int target_cuda_upload_tensor(const struct st_file *st, const char *name, uint16_t *dst, int64_t d0, int64_t d1,
+                              errbuf *err);
 const hf_config *target_cuda_config(const target_cuda *m);
 /* The model's stream (a cudaStream_t). */
 void *target_cuda_stream(const target_cuda *m);

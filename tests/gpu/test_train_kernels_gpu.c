@@ -13,6 +13,8 @@
 #include <cuda_runtime_api.h>
 
 #include "adamw.h"
+#include "cast.h"
+#include "colsum.h"
 #include "cuda_check.h"
 #include "matmul.h"
 #include "qk_norm_rope.h"
@@ -647,6 +649,46 @@ static void time_adamw(void)
     CHECK_CUDA(cudaFree(d_ws));
 }
 
+/* colsum_add_cuda against its CPU reference (same order): bit-identical. */
+static void check_colsum(int nparts, int dim)
+{
+    float *part = rnd_f32((size_t)nparts * dim, 1.0, 0.0), *dw = rnd_f32((size_t)dim, 1.0, 0.0);
+    float *d_part = dev_upload(part, sizeof(float) * (size_t)nparts * dim), *d_dw = dev_upload(dw, sizeof(float) * dim);
+    colsum_add_cpu(dw, part, nparts, dim);
+    colsum_add_cuda(d_dw, d_part, nparts, dim, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    float *got = dev_get(d_dw, sizeof(float) * dim);
+    double diff = 0;
+    for (int c = 0; c < dim; c++) diff += memcmp(&got[c], &dw[c], 4) != 0;
+    char name[96];
+    snprintf(name, sizeof name, "colsum_add_cuda nparts=%d dim=%d (elements not bit-identical)", nparts, dim);
+    report(name, diff, 0);
+    free(part); free(dw); free(got);
+    CHECK_CUDA(cudaFree(d_part)); CHECK_CUDA(cudaFree(d_dw));
+}
+
+/* cast_f32_bf16_cuda against its CPU reference: bit-identical (NaN and the aligned/unaligned paths included). */
+static void check_cast(size_t n, size_t offset)
+{
+    float *x = rnd_f32(n + offset, 3.0, 0.0);
+    if (n > 2) x[offset + 1] = NAN;
+    uint16_t *want = xmalloc(2 * n);
+    cast_f32_bf16_cpu(want, x + offset, n);
+    float *d_x = dev_upload(x, sizeof(float) * (n + offset));
+    uint16_t *d_y;
+    CHECK_CUDA(cudaMalloc((void **)&d_y, 2 * n + 2));
+    cast_f32_bf16_cuda(d_y, d_x + offset, n, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    uint16_t *got = dev_get(d_y, 2 * n);
+    double diff = 0;
+    for (size_t i = 0; i < n; i++) diff += got[i] != want[i];
+    char name[96];
+    snprintf(name, sizeof name, "cast_f32_bf16_cuda n=%zu offset=%zu (elements not bit-identical)", n, offset);
+    report(name, diff, 0);
+    free(x); free(want); free(got);
+    CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_y));
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -658,6 +700,12 @@ int main(void)
     }
     CHECK_CUDA(cudaSetDevice(0));
     CHECK_CUDA(cudaStreamCreate(&stream));
+
+    check_cast(1000003, 0);
+    check_cast(37, 1);
+    check_colsum(1, 5);
+    check_colsum(264, 4096);
+    check_colsum(77, 130);
 
     /* rmsnorm backward: rows 1, 7, 333 x dims 64, 128, 4096 (vector path), then the scalar path */
     const int rows_set[] = {1, 7, 333}, dims_set[] = {64, 128, 4096};

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "attention.h"
+#include "cast.h"
+#include "colsum.h"
 #include "embedding.h"
 #include "matmul.h"
 #include "rmsnorm.h"
@@ -91,6 +93,31 @@ static void check_grad(const char *what, float *p, int rows, int cols, int ld, c
 }
 
 /* ---- matmul ---- */
+
+TEST(colsum_adds_every_row_into_dw)
+{
+    enum { P = 70, DIM = 9 };
+    float part[P * DIM], dw[DIM];
+    for (int i = 0; i < P * DIM; i++) part[i] = (float)((i * 37) % 11) - 5.0f;
+    for (int c = 0; c < DIM; c++) dw[c] = (float)c;
+    colsum_add_cpu(dw, part, P, DIM);
+    for (int c = 0; c < DIM; c++) {
+        double want = c;
+        for (int p = 0; p < P; p++) want += part[p * DIM + c];
+        EXPECT_NEAR(dw[c], want, 1e-4);
+    }
+}
+
+TEST(cast_rounds_to_nearest_even_and_keeps_nan)
+{
+    const float in[] = {1.0f, 1.00390625f /* 1 + 2^-8: a tie, down to even */, 1.01171875f /* tie, up */, -2.5f,
+                        NAN, INFINITY};
+    uint16_t out[6];
+    cast_f32_bf16_cpu(out, in, 6);
+    EXPECT(out[0] == 0x3f80 && out[1] == 0x3f80 && out[2] == 0x3f82 && out[3] == 0xc020);
+    EXPECT((out[4] & 0x7f80) == 0x7f80 && (out[4] & 0x7f) != 0);
+    EXPECT(out[5] == 0x7f80);
+}
 
 TEST(matmul_forward_strided)
 {
