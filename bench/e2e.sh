@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/dflash-e2e}
 STEPS=${STEPS:-200}
 W=$(mktemp -d /tmp/dflash-e2e-XXXXXX)
 mkdir -p "$OUT"
-python3 bench/e2e_fixture.py "$W" --samples $((STEPS + 50)) || exit 1
+python3 bench/e2e_fixture.py "$W" --samples $((STEPS + 50)) --layers ${LAYERS:-36} || exit 1
 "$BIN/dflash-prepare" -o "$W/data" "$W/data.jsonl" | tail -1 || exit 1
 cat >"$W/e2e.ini" <<EOC
 [job]

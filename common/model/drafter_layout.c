@@ -1,7 +1,10 @@
 #include "drafter_layout.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rng.h"
 #include "util.h"
@@ -72,13 +75,38 @@ const drafter_param *drafter_layout_find(const drafter_layout *L, const char *na
     return NULL;
 }
 
-void drafter_layout_init_weights(const drafter_layout *L, float *w, uint64_t seed)
+/* Tensors are independent random streams (seeded by their index), so they are filled in parallel with the same
+ * values as one thread would give. */
+typedef struct init_job {
+    const drafter_layout *L;
+    float *w;
+    uint64_t seed;
+    _Atomic int next;
+} init_job;
+
+static void *init_worker(void *arg)
 {
-    for (int i = 0; i < L->nparams; i++) {
-        const drafter_param *p = &L->params[i];
-        float *x = w + p->offset;
+    init_job *j = arg;
+    for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->L->nparams;) {
+        const drafter_param *p = &j->L->params[i];
+        float *x = j->w + p->offset;
         rng r;
-        rng_seed(&r, seed, 0x5eed, (uint64_t)i, 0);
+        rng_seed(&r, j->seed, 0x5eed, (uint64_t)i, 0);
         for (size_t k = 0; k < p->numel; k++) x[k] = p->ndim >= 2 ? (float)(0.02 * rng_normal(&r)) : 1.0f;
     }
+    return NULL;
+}
+
+void drafter_layout_init_weights(const drafter_layout *L, float *w, uint64_t seed)
+{
+    init_job j = {.L = L, .w = w, .seed = seed};
+    atomic_init(&j.next, 0);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = L->numel < ((size_t)1 << 22) ? 1 : (int)(ncpu < 1 ? 1 : ncpu > 32 ? 32 : ncpu);
+    pthread_t th[32];
+    int started = 0;
+    for (int t = 1; t < n; t++)
+        if (pthread_create(&th[started], NULL, init_worker, &j) == 0) started++;
+    init_worker(&j);
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
 }

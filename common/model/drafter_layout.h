@@ -36,7 +36,8 @@ size_t drafter_layout_numel(const hf_config *cfg);
 /* Tensor j (LP_*) of layer l. */
 const drafter_param *drafter_layout_layer(const drafter_layout *L, int l, int j);
 const drafter_param *drafter_layout_find(const drafter_layout *L, const char *name);
-/* Fresh weights into w (numel): matrices normal(0, 0.02), norm weights 1, from the seed. */
+/* Fresh weights into w (numel): matrices normal(0, 0.02), norm weights 1, from the seed; the same values whatever
+ * the number of threads it uses (one random stream per tensor). */
 void drafter_layout_init_weights(const drafter_layout *L, float *w, uint64_t seed);
 
 #endif

@@ -113,13 +113,15 @@ while True:
 EOP
 poller=$!
 op() { # LABEL COMMAND...: run it (it must succeed), note its window
-    local t_start rc; t_start=$(date +%s.%N)
+    local label=$1 t_start rc n
+    shift
+    t_start=$(date +%s.%N)
     "$@" >>"$T/d.ctl" 2>&1
     rc=$?
-    [ $rc -eq 0 ] || fail "gpu_train_$1" "exit $rc: $(tail -3 "$T/d.ctl")"
-    local n; n=$(ledger_lines d)
+    [ $rc -eq 0 ] || fail "gpu_train_$label" "exit $rc: $(tail -3 "$T/d.ctl")"
+    n=$(ledger_lines d)
     wait_step d $((n + 20))
-    echo "$1 $t_start $(date +%s.%N)" >>"$T/d.ops"
+    echo "$label $t_start $(date +%s.%N)" >>"$T/d.ops"
 }
 wait_step d $((STEPS / 10))
 op rolling_restart_target "$CTL" -c "$T/d.ini" --wait 300 rolling-restart target

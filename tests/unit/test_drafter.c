@@ -160,6 +160,34 @@ TEST(gradient_matches_finite_differences_for_every_parameter_kind)
     fixture_free(&f);
 }
 
+/* A drafter big enough for the parallel fill gets, tensor by tensor, the values one random stream per tensor gives. */
+TEST(fresh_weights_are_the_same_with_threads)
+{
+    hf_config c = small_config();
+    c.hidden_size = 256;
+    c.num_layers = 8;
+    c.num_heads = 4;
+    c.head_dim = 64;
+    c.num_kv_heads = 2;
+    c.intermediate_size = 1024;
+    drafter_layout L;
+    drafter_layout_init(&L, &c);
+    REQUIRE(L.numel > ((size_t)1 << 22));
+    float *w = xmalloc(sizeof(float) * L.numel);
+    drafter_layout_init_weights(&L, w, 99);
+    for (int i = 0; i < L.nparams; i += 7) {
+        const drafter_param *p = &L.params[i];
+        rng r;
+        rng_seed(&r, 99, 0x5eed, (uint64_t)i, 0);
+        int same = 1;
+        for (size_t k = 0; k < p->numel && same; k++)
+            same = w[p->offset + k] == (p->ndim >= 2 ? (float)(0.02 * rng_normal(&r)) : 1.0f);
+        EXPECT(same);
+    }
+    free(w);
+    drafter_layout_destroy(&L);
+}
+
 TEST(anchor_sampler_validity_cap_determinism_and_fresh_draws)
 {
     /* two long sequences with masked stretches */
