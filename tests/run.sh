@@ -42,6 +42,12 @@ for c in "$SHARED"/goldens/*/; do
     run_one "golden/$name" bash -c "'$BUILD/tests/dflash_golden' '$c' | sed -e 's/^\\(.*\\) ok\$/ok \\1/' -e 's/^\\(.*\\) FAIL\$/FAIL \\1/'; exit \${PIPESTATUS[0]}"
 done
 
+# tokenizer and chat-template goldens: the real tokenizer files come from `make tokenizers` (build/tokenizers)
+for c in "$SHARED"/goldens/tokenizer/*.json; do
+    [ -f "$c" ] || continue
+    run_one "golden/tokenizer/$(basename "$c" .json)" "$BUILD/tests/dflash_tok_golden" "$c" build/tokenizers
+done
+
 for s in tests/system/*.sh tests/chaos/*.sh; do
     [ -f "$s" ] || continue
     run_one "${s#tests/}" env BUILD="$BUILD" bash "$s"

@@ -240,9 +240,13 @@ void config_defaults(const config_field *table, void *obj)
     }
 }
 
-/* Shortest %g that reads back to the same double. */
+/* Shortest %g that reads back to the same double; whole numbers plainly ("10", not %.1g's "1e+01"). */
 static void format_double(char *buf, size_t n, double v)
 {
+    if (v == (double)(long long)v && v > -1e15 && v < 1e15) {
+        snprintf(buf, n, "%lld", (long long)v);
+        return;
+    }
     for (int p = 1; p <= 17; p++) {
         snprintf(buf, n, "%.*g", p, v);
         if (strtod(buf, NULL) == v) return;

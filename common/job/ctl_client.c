@@ -57,8 +57,9 @@ static void send_heartbeat(ctl_client *c)
 }
 
 int ctl_client_new(ctl_client **out, const job_config *cfg, enum job_role role, int index, uint64_t epoch,
-                   const char *gpu, errbuf *err)
+                   const uint8_t token[JOB_CTL_TOKEN_BYTES], const char *gpu, errbuf *err)
 {
+    char id[32 + 2 * JOB_CTL_TOKEN_BYTES + 2];
     ctl_client *c = xcalloc(1, sizeof *c);
     int rc = 0, zero = 0, one = 1, hwm = 16;
     c->role = role;
@@ -67,6 +68,8 @@ int ctl_client_new(ctl_client **out, const job_config *cfg, enum job_role role, 
     c->interval = cfg->control.heartbeat_sec;
     c->timeout = cfg->workers.heartbeat_timeout_sec;
     snprintf(c->name, sizeof c->name, "%s-%d", job_role_name(role), index);
+    size_t o = (size_t)snprintf(id, sizeof id, "%s/", c->name);
+    for (int i = 0; i < JOB_CTL_TOKEN_BYTES; i++) o += (size_t)snprintf(id + o, sizeof id - o, "%02x", token[i]);
     snprintf(c->gpu, sizeof c->gpu, "%s", gpu && gpu[0] ? gpu : "none");
     ctl_endpoint(cfg, c->endpoint, sizeof c->endpoint);
     c->ctx = zmq_ctx_new();
@@ -75,7 +78,7 @@ int ctl_client_new(ctl_client **out, const job_config *cfg, enum job_role role, 
         goto fail;
     }
     /* nothing may wait on dflashd: no linger, a short queue, messages only to a live connection */
-    if (zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, c->name, strlen(c->name)) || zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) ||
+    if (zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, id, strlen(id)) || zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) ||
         zmq_setsockopt(c->sock, ZMQ_SNDHWM, &hwm, sizeof hwm) || zmq_setsockopt(c->sock, ZMQ_RCVHWM, &hwm, sizeof hwm) ||
         zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof one)) {
         rc = errbuf_set(err, errno, "control: socket options: %s", zmq_strerror(errno));

@@ -13,9 +13,11 @@
 
 typedef struct ctl_client ctl_client;
 
-/* Connect to the job's control endpoint as role-index and queue the registration of this epoch. */
+/* Connect to the job's control endpoint as role-index and queue the registration of this epoch. The routing id is
+ * "<role>-<index>/<hex token>" with the token the keeper gave this instance (ctl_worker_id_split): a peer without it
+ * cannot take the worker's connection over. */
 int ctl_client_new(ctl_client **out, const job_config *cfg, enum job_role role, int index, uint64_t epoch,
-                   const char *gpu, errbuf *err);
+                   const uint8_t token[JOB_CTL_TOKEN_BYTES], const char *gpu, errbuf *err);
 /* Send a heartbeat when one is due, read what dflashd sent. Cheap; call it often. */
 void ctl_client_tick(ctl_client *c);
 /* Tell dflashd whether the worker holds in a pause (sent at once). */

@@ -23,6 +23,8 @@ int ctl_envelope_decode(Dflash__Envelope **out, const void *buf, size_t n, errbu
     *out = NULL;
     if (n > CTL_MSG_MAX)
         return errbuf_set(err, EMSGSIZE, "message of %zu bytes exceeds the limit of %d", n, CTL_MSG_MAX);
+    /* protobuf decodes an empty frame as an all-default Envelope (version 0): say what it is */
+    if (n == 0) return errbuf_set(err, EBADMSG, "an empty frame: one dflash.Envelope expected");
     Dflash__Envelope *e = dflash__envelope__unpack(NULL, n, buf);
     if (!e) return errbuf_set(err, EBADMSG, "%zu bytes that are not a dflash.Envelope", n);
     *out = e;
@@ -155,6 +157,30 @@ int ctl_worker_name_parse(const char *s, size_t n, enum job_role *role, int *ind
     if (r == JOB_ROLE_NONE || (!dash && r != JOB_ROLE_PREFETCH) || (r == JOB_ROLE_PREFETCH && v != 0)) return -EINVAL;
     *role = r;
     *index = (int)v;
+    return 0;
+}
+
+int ctl_worker_id_split(const void *id, size_t n, enum job_role *role, int *index,
+                        uint8_t token[JOB_CTL_TOKEN_BYTES], int *has_token)
+{
+    const char *s = id, *slash = memchr(s, '/', n);
+    size_t name_len = slash ? (size_t)(slash - s) : n;
+    *has_token = 0;
+    if (ctl_worker_name_parse(s, name_len, role, index)) return -EINVAL;
+    if (!slash) return 0;
+    const char *hex = slash + 1;
+    if (n - name_len - 1 != 2 * JOB_CTL_TOKEN_BYTES) return 0;
+    for (int i = 0; i < JOB_CTL_TOKEN_BYTES; i++) {
+        unsigned v = 0;
+        for (int j = 0; j < 2; j++) {
+            char ch = hex[2 * i + j];
+            int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+            if (d < 0) return 0;
+            v = v * 16 + (unsigned)d;
+        }
+        token[i] = (uint8_t)v;
+    }
+    *has_token = 1;
     return 0;
 }
 

@@ -49,6 +49,11 @@ void ctl_id_format(const void *id, size_t idlen, char *out, size_t n);
 enum job_role ctl_role_parse(const char *s);
 /* "target-1" -> (JOB_ROLE_TARGET, 1); "prefetch" alone means prefetch-0. 0 or -EINVAL. */
 int ctl_worker_name_parse(const char *s, size_t n, enum job_role *role, int *index);
+/* A routing id that claims a worker's name: "target-1" or "target-1/<hex token>" -> (role, index), and the token
+ * in *token when it is one of JOB_CTL_TOKEN_BYTES bytes in hex (*has_token). 0, or -EINVAL when the id names no
+ * worker (a dflashctl, a probe). */
+int ctl_worker_id_split(const void *id, size_t n, enum job_role *role, int *index,
+                        uint8_t token[JOB_CTL_TOKEN_BYTES], int *has_token);
 /* The control endpoint of a job: control.endpoint, or ipc://<run_dir>/ctl. */
 void ctl_endpoint(const job_config *cfg, char *out, size_t n);
 /* Read a 40-character Z85 CURVE key from a file into key[41]; errors name the file. */

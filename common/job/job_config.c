@@ -1,7 +1,10 @@
 #include "job_config.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+
+#include "slot_pool.h"
 
 #define F(sec, field, type, lo, hi, def, rt, help) \
     {#sec, #field, type, offsetof(job_config, sec.field), lo, hi, def, rt, help, NULL}
@@ -46,8 +49,10 @@ const config_field job_config_table[] = {
     F(workers, watchdog_sec, CONFIG_DOUBLE, 0, 3600, "10", 0, "watchdog interval of each worker (0: off)"),
     F(workers, heartbeat_timeout_sec, CONFIG_DOUBLE, 0.1, 3600, "10", 0,
       "a worker silent this long is treated as dead (its slots reclaimed)"),
+    F(workers, stall_warn_sec, CONFIG_DOUBLE, 1, 86400, "300", 0,
+      "no step committed for this long while running: dflashd, dflash run and dflashctl status say so and why"),
     F(ring, token_slots, CONFIG_INT, 1, 4096, "8", 0, "slots of the token ring"),
-    F(ring, pool_slots, CONFIG_INT, 1, 4096, "4", 0, "hidden-state slots per target worker"),
+    F(ring, pool_slots, CONFIG_INT, 1, SLOT_POOL_MAX_SLOTS, "4", 0, "hidden-state slots per target worker"),
     F(control, endpoint, CONFIG_STRING, 0, 0, NULL, 0,
       "dflashd's control socket (ZeroMQ): empty for ipc://<run_dir>/ctl; tcp:// needs curve_secret_key_file"),
     F(control, curve_secret_key_file, CONFIG_STRING, 0, 0, NULL, 0,
@@ -72,6 +77,11 @@ int job_config_load(job_config *cfg, const char *path, const char *const *overri
     int rc = config_load_file(job_config_table, cfg, path, err);
     for (int i = 0; rc == 0 && i < noverrides; i++)
         rc = config_set_arg(job_config_table, cfg, overrides[i], "--set", err);
+    /* what the table's per-field bounds cannot say: settings that are valid alone and wrong together */
+    if (rc == 0 && cfg->workers.heartbeat_timeout_sec < 2 * cfg->control.heartbeat_sec)
+        rc = errbuf_set(err, EINVAL, "%s: workers.heartbeat_timeout_sec = %g is below twice control.heartbeat_sec = "
+                        "%g: workers would be killed between two heartbeats", path,
+                        cfg->workers.heartbeat_timeout_sec, cfg->control.heartbeat_sec);
     return rc;
 }
 

@@ -40,7 +40,7 @@ typedef struct job_config {
     } train;
     struct {
         int targets, drafters;
-        double watchdog_sec, heartbeat_timeout_sec;
+        double watchdog_sec, heartbeat_timeout_sec, stall_warn_sec;
     } workers;
     struct {
         int token_slots, pool_slots;

@@ -80,6 +80,9 @@ static int derive_drafter(job_plan *p, errbuf *err)
         d->num_taps = c->drafter.taps.n;
         memcpy(d->taps, c->drafter.taps.v, sizeof(int) * (size_t)d->num_taps);
     } else {
+        if (c->drafter.num_taps > p->target.num_layers)
+            return errbuf_set(err, EINVAL, "drafter.num_taps = %d is more than the %d layers of the target %s: the "
+                              "taps would repeat layers", c->drafter.num_taps, p->target.num_layers, c->target.model);
         d->num_taps = c->drafter.num_taps;
         target_default_taps(p->target.num_layers, d->num_taps, d->taps);
     }

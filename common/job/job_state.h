@@ -21,6 +21,8 @@
 
 enum job_role { JOB_ROLE_NONE = 0, JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER };
 
+#define JOB_CTL_TOKEN_BYTES 16
+
 typedef struct job_worker {
     _Atomic uint32_t role;      /* enum job_role; 0 = empty entry */
     int32_t index;
@@ -32,6 +34,8 @@ typedef struct job_worker {
     _Atomic uint32_t ready;     /* the current instance finished its start-up (sent READY=1) */
     _Atomic uint32_t restart_requested; /* set by dflashd: finish the unit in hand, then exit JOB_EXIT_RESTART */
     _Atomic uint64_t started_ns;        /* CLOCK_MONOTONIC ns when the current instance registered */
+    uint8_t ctl_token[JOB_CTL_TOKEN_BYTES]; /* random, per registration: the current instance's proof on the control
+                                             * socket (its routing id is "<name>/<hex token>"); dflashd only */
 } job_worker;
 
 /* Exit status of a worker that stops because dflashd asked for its restart: non-zero, so that systemd's

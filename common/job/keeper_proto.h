@@ -30,6 +30,7 @@ typedef struct keeper_reply {
     uint32_t npools;      /* fds attached: pool data fds, pool i at position i (targets: just their own) */
     uint32_t ntrain;      /* drafters: 1 when a training state fd follows the pool fds, else 0 */
     int32_t train_index;  /* whose training state it is (the drafter's own, or drafter 0's shared one) */
+    uint8_t ctl_token[JOB_CTL_TOKEN_BYTES]; /* this registration's secret for the control socket (job_state.h) */
     char msg[256];        /* the reason when status != 0 */
 } keeper_reply;
 

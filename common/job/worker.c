@@ -95,7 +95,7 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
     w->entry = job_state_worker(&w->js, role, w->index);
     char gpu[32] = "none"; /* the CUDA backend maps worker i to device i */
     if (c->job.backend != JOB_BACKEND_CPU && role != JOB_ROLE_PREFETCH) snprintf(gpu, sizeof gpu, "cuda:%d", w->index);
-    if (ctl_client_new(&w->ctl, c, role, w->index, w->epoch, gpu, &err)) {
+    if (ctl_client_new(&w->ctl, c, role, w->index, w->epoch, rp.ctl_token, gpu, &err)) {
         log_error("%s", err.msg);
         return 1;
     }

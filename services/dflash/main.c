@@ -20,7 +20,7 @@
 static void usage_main(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " run -c FILE [--resume] [--set section.key=value]... [--bin-dir DIR]\n"
+            "usage: " PROG " run -c FILE [--resume | --fresh] [--set section.key=value]... [--bin-dir DIR]\n"
             "       " PROG " run --help | --help-config\n"
             "       " PROG " --help\n"
             "\n"
@@ -32,7 +32,7 @@ static void usage_main(FILE *f)
 static void usage_run(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " run -c FILE [--resume] [--set section.key=value]... [--bin-dir DIR]\n"
+            "usage: " PROG " run -c FILE [--resume | --fresh] [--set section.key=value]... [--bin-dir DIR]\n"
             "\n"
             "Starts dflashd, waits for it to be ready, then dflash-prefetch, workers.targets dflash-target and\n"
             "workers.drafters dflash-drafter processes; restarts a child that dies (backoff 100 ms .. 5 s) and stops\n"
@@ -42,6 +42,9 @@ static void usage_run(FILE *f)
             "options:\n"
             "  -c, --config FILE   job config (INI); passed to every child\n"
             "  --resume            pass --resume to dflashd (continue from the last checkpoint)\n"
+            "  --fresh             start over in a run_dir that holds a previous run (ledger, checkpoints):\n"
+            "                      that run moves to <run_dir>/previous-<time>/; without --resume or --fresh\n"
+            "                      such a run_dir is refused\n"
             "  --set KEY=VALUE     override a config value (section.key=value); passed to every child\n"
             "  --bin-dir DIR       folder of the dflash binaries (default: $DFLASH_BIN_DIR, else this program's)\n"
             "  --help-config       list every config setting\n"
@@ -71,22 +74,24 @@ static int self_dir(char *out, size_t n)
 
 static int cmd_run(int argc, char **argv)
 {
-    enum { OPT_RESUME = 256, OPT_SET, OPT_BIN_DIR, OPT_HELP_CONFIG };
+    enum { OPT_RESUME = 256, OPT_FRESH, OPT_SET, OPT_BIN_DIR, OPT_HELP_CONFIG };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},   {"resume", no_argument, NULL, OPT_RESUME},
+        {"fresh", no_argument, NULL, OPT_FRESH},
         {"set", required_argument, NULL, OPT_SET},  {"bin-dir", required_argument, NULL, OPT_BIN_DIR},
         {"help", no_argument, NULL, 'h'},           {"help-config", no_argument, NULL, OPT_HELP_CONFIG},
         {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *bin_dir = NULL;
     const char **overrides = xcalloc((size_t)argc + 1, sizeof *overrides);
-    int noverrides = 0, resume = 0, opt;
+    int noverrides = 0, resume = 0, fresh = 0, opt;
     opterr = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, ":c:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': config = optarg; break;
         case OPT_RESUME: resume = 1; break;
+        case OPT_FRESH: fresh = 1; break;
         case OPT_SET: overrides[noverrides++] = optarg; break;
         case OPT_BIN_DIR: bin_dir = optarg; break;
         case 'h': usage_run(stdout); free(overrides); return 0;
@@ -99,6 +104,10 @@ static int cmd_run(int argc, char **argv)
         int rc = usage_error("unexpected argument \"%s\"", argv[optind]);
         free(overrides);
         return rc;
+    }
+    if (resume && fresh) {
+        free(overrides);
+        return usage_error("%s", "--resume and --fresh exclude each other");
     }
     if (!config) {
         free(overrides);
@@ -128,11 +137,12 @@ static int cmd_run(int argc, char **argv)
         bin_dir = self;
     }
     supervisor_opts o = {.cfg = &cfg, .config_path = config_abs, .bin_dir = bin_dir,
-                         .overrides = overrides, .noverrides = noverrides, .resume = resume};
+                         .overrides = overrides, .noverrides = noverrides, .resume = resume, .fresh = fresh};
     double t0 = now_seconds();
+    long long first_step = resume ? run_summary_resume_step(&cfg) : 0;
     int code = supervisor_run(&o, &err);
     if (code == 1 && err.msg[0]) fprintf(stderr, PROG " run: %s\n", err.msg);
-    if (code == 0 && run_summary_print(&cfg, now_seconds() - t0, stderr, &err) != 0)
+    if (code == 0 && run_summary_print(&cfg, now_seconds() - t0, first_step, stderr, &err) != 0)
         fprintf(stderr, PROG " run: %s\n", err.msg);
     free(overrides);
     return code;

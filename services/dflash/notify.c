@@ -70,6 +70,10 @@ void notify_parse(const char *text, size_t n, notify_msg *m)
             } else if (KEY_IS("FDSTORE")) m->fdstore = VAL_IS("1");
             else if (KEY_IS("FDSTOREREMOVE")) m->fdstore_remove = VAL_IS("1");
             else if (KEY_IS("X_DFLASH_FINISHED")) m->finished = VAL_IS("1");
+            else if (KEY_IS("X_DFLASH_STALLED")) {
+                m->has_stalled = 1;
+                notify_copy_value(m->stalled, v, vl);
+            }
             else if (KEY_IS("STATUS")) {
                 m->has_status = 1;
                 notify_copy_value(m->status, v, vl);

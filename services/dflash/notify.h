@@ -19,6 +19,8 @@ typedef struct notify_msg {
     pid_t pid;                   /* sender, from SCM_CREDENTIALS; 0 when the message had none */
     int ready, stopping, watchdog, watchdog_trigger, fdstore, fdstore_remove;
     int finished;                /* X_DFLASH_FINISHED=1: dflashd says the job is done (systemd ignores X_ keys) */
+    int has_stalled;             /* X_DFLASH_STALLED=<text>: dflashd says no step commits, and why */
+    char stalled[NOTIFY_TEXT_MAX];
     int has_status, has_fdname;
     char status[NOTIFY_TEXT_MAX]; /* control characters replaced by spaces */
     char fdname[NOTIFY_TEXT_MAX];

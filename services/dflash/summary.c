@@ -7,10 +7,21 @@
 
 typedef struct step_line {
     double loss, acceptance, accuracy;
-    long long tokens, batches;
+    long long tokens, batches, step;
 } step_line;
 
-int run_summary_print(const job_config *cfg, double seconds, FILE *out, errbuf *err)
+long long run_summary_resume_step(const job_config *cfg)
+{
+    char path[4096];
+    job_config_path(cfg, "ckpt/latest/trainer_state.json", path, sizeof path);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    long long step = o && json_is_integer(json_object_get(o, "step")) ? json_integer_value(json_object_get(o, "step")) : 0;
+    json_decref(o);
+    return step;
+}
+
+int run_summary_print(const job_config *cfg, double seconds, long long first_step, FILE *out, errbuf *err)
 {
     char path[4096];
     job_config_path(cfg, "ledger.jsonl", path, sizeof path);
@@ -40,7 +51,8 @@ int run_summary_print(const job_config *cfg, double seconds, FILE *out, errbuf *
                                  .acceptance = json_number_value(json_object_get(o, "acceptance")),
                                  .accuracy = json_number_value(json_object_get(o, "slot_accuracy")),
                                  .tokens = json_integer_value(json_object_get(o, "tokens")),
-                                 .batches = (long long)json_array_size(b)};
+                                 .batches = (long long)json_array_size(b),
+                                 .step = json_integer_value(json_object_get(o, "step"))};
         json_decref(o);
     }
     free(line);
@@ -53,10 +65,14 @@ int run_summary_print(const job_config *cfg, double seconds, FILE *out, errbuf *
     size_t w = n / 20 > 5 ? n / 20 : 5;
     if (w > n) w = n;
     double a0 = 0, a1 = 0, l0 = 0, l1 = 0, c0 = 0, c1 = 0;
-    long long tokens = 0, batches = 0;
+    long long tokens = 0, batches = 0, run_tokens = 0, run_steps = 0;
     for (size_t i = 0; i < n; i++) {
         tokens += steps[i].tokens;
         batches += steps[i].batches;
+        if (steps[i].step >= first_step) { /* this run's work: a resumed run did not train the steps before */
+            run_tokens += steps[i].tokens;
+            run_steps++;
+        }
     }
     for (size_t i = 0; i < w; i++) {
         a0 += steps[i].acceptance / (double)w;
@@ -67,7 +83,11 @@ int run_summary_print(const job_config *cfg, double seconds, FILE *out, errbuf *
         c1 += steps[n - w + i].accuracy / (double)w;
     }
     fprintf(out, "dflash: %zu steps, %lld batches in the ledger (%s), %lld tokens", n, batches, path, tokens);
-    if (seconds > 0) fprintf(out, " in %.1f s (%.0f tokens/s)", seconds, (double)tokens / seconds);
+    if (seconds > 0 && first_step > 0)
+        fprintf(out, "; this run (resumed at step %lld): %lld steps, %lld tokens in %.1f s (%.0f tokens/s)", first_step,
+                run_steps, run_tokens, seconds, (double)run_tokens / seconds);
+    else if (seconds > 0)
+        fprintf(out, " in %.1f s (%.0f tokens/s)", seconds, (double)tokens / seconds);
     fprintf(out, "\ndflash: simulated acceptance length: untrained %.3f (first %zu steps) -> trained %.3f (last %zu "
                  "steps)\ndflash: loss %.3f -> %.3f, per-slot accuracy %.3f -> %.3f\n",
             a0, w, a1, w, l0, l1, c0, c1);

@@ -9,7 +9,10 @@
 #include "job_config.h"
 #include "util.h"
 
-/* Print the summary of a finished job; seconds is the wall time of the run (0: not shown). */
-int run_summary_print(const job_config *cfg, double seconds, FILE *out, errbuf *err);
+/* Print the summary of a finished job; seconds is the wall time of the run (0: not shown), which trained the steps
+ * from first_step on (a resumed run: the checkpoint's step; throughput counts only those). */
+int run_summary_print(const job_config *cfg, double seconds, long long first_step, FILE *out, errbuf *err);
+/* The step of <run_dir>/ckpt/latest (where --resume starts), 0 when there is none. */
+long long run_summary_resume_step(const job_config *cfg);
 
 #endif

@@ -17,7 +17,11 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "shm.h"
+#include "slot_pool.h"
 #include "notify.h"
+#include "job_plan.h"
+#include "run_dir.h"
 #include "run_lock.h"
 
 #define START_LIMIT 8           /* a worker's failed starts in a row (exit before READY) that end the run */
@@ -407,6 +411,7 @@ static void handle_message(supervisor *s, notify_msg *m, double now)
     if (m->watchdog) c->last_ping = now;
     if (m->stopping) c->stopping = 1;
     if (m->finished && c == &s->ch[0]) c->finished = 1;
+    if (m->has_stalled && c == &s->ch[0]) sup_log(s, LOG_LEVEL_WARN, "%s", m->stalled);
     if (m->ready && c->state == CHILD_STARTING) {
         c->state = CHILD_READY;
         c->failed_starts = 0;
@@ -668,7 +673,10 @@ static char **argv_build(const supervisor_opts *o, const char *path, int index, 
         argv[k++] = xstrdup("--set");
         argv[k++] = xstrdup(o->overrides[i]);
     }
-    if (resume) argv[k++] = xstrdup("--resume");
+    /* dflashd: --fresh because this run already decided (supervisor_setup): a dflashd restarted after a failed
+     * reattach then sets a partial run aside rather than refusing in a loop */
+    if (resume > 0) argv[k++] = xstrdup("--resume");
+    else if (resume < 0) argv[k++] = xstrdup("--fresh");
     argv[k] = NULL;
     return argv;
 }
@@ -698,6 +706,12 @@ static int supervisor_setup(supervisor *s, errbuf *err)
      * hand): before anything is started or replaced (the notify socket, the logs) */
     if ((rc = run_lock_open(&s->lock, s->run_dir, RUN_LOCK_SUPERVISOR, err))) return rc;
     if ((rc = run_lock_check(s->run_dir, RUN_LOCK_DFLASHD, err))) return rc;
+    char what[PATH_MAX + 64], dest[PATH_MAX];
+    if (!s->o->resume && run_dir_previous(s->run_dir, what, sizeof what)) { /* before the logs are opened */
+        if (!s->o->fresh) return run_dir_refuse(s->run_dir, what, err);
+        if ((rc = run_dir_set_aside(s->run_dir, 1, dest, sizeof dest, err))) return rc;
+        fprintf(stderr, "dflash run: --fresh: the previous run (%s) is now in %s\n", what, dest);
+    }
     snprintf(s->logs_dir, sizeof s->logs_dir, "%.*s/logs", PATH_MAX - 8, s->run_dir);
     if ((rc = mkdir_p(s->logs_dir, err))) return rc;
     snprintf(s->notify_path, sizeof s->notify_path, "%.*s/notify", PATH_MAX - 8, s->run_dir);
@@ -707,7 +721,7 @@ static int supervisor_setup(supervisor *s, errbuf *err)
     s->ch = xcalloc((size_t)s->n, sizeof *s->ch);
     int k = 0;
     char name[32];
-    if ((rc = child_init(s, &s->ch[k++], "dflashd", "dflashd", -1, s->o->resume, err))) return rc;
+    if ((rc = child_init(s, &s->ch[k++], "dflashd", "dflashd", -1, s->o->resume ? 1 : -1, err))) return rc;
     if ((rc = child_init(s, &s->ch[k++], "prefetch", "dflash-prefetch", -1, 0, err))) return rc;
     /* the CUDA backend's GPU workers are their own builds (they link the CUDA runtime) */
     const int gpu = cfg->job.backend == JOB_BACKEND_CUDA;
@@ -755,6 +769,26 @@ static void supervisor_teardown(supervisor *s)
     run_lock_destroy(&s->lock);
 }
 
+/* Every child is gone: the job's shared memory can go too. The fd store lived in this process, so nothing could
+ * reattach to it (a --resume makes them afresh); left in /dev/shm they would only hold memory. */
+static void segments_remove(const supervisor *s)
+{
+    job_plan *p = xcalloc(1, sizeof *p);
+    errbuf err = {{0}};
+    if (job_plan_load(p, s->o->config_path, s->o->overrides, s->o->noverrides, &err) == 0) {
+        char name[128];
+        int n = 0;
+        n += shm_segment_unlink(p->ring_name, NULL) == 0;
+        n += shm_segment_unlink(p->state_name, NULL) == 0;
+        for (int i = 0; i < p->cfg.workers.targets; i++) {
+            job_plan_pool_name(p, i, name, sizeof name);
+            n += slot_pool_unlink(name, NULL) == 0;
+        }
+        if (n) log_info("removed %d shared-memory segment(s) of the job (%s-*)", n, p->shm_prefix);
+    }
+    free(p);
+}
+
 int supervisor_run(const supervisor_opts *opts, errbuf *err)
 {
     supervisor s = {.o = opts, .notify_fd = -1, .sig_fd = -1, .last_status_child = -1,
@@ -776,6 +810,7 @@ int supervisor_run(const supervisor_opts *opts, errbuf *err)
     s.ready_deadline = now + s.ready_timeout;
     child_start(&s, &s.ch[0], now);
     int code = event_loop(&s);
+    segments_remove(&s);
     progress_hide(&s);
     char text[sizeof s.shown];
     progress_text(&s, text, sizeof text);

@@ -18,6 +18,7 @@ typedef struct supervisor_opts {
     const char *const *overrides;  /* "section.key=value", passed to every child as --set */
     int noverrides;
     int resume;                    /* pass --resume to dflashd */
+    int fresh;                     /* a previous run in run_dir is moved aside (run_dir.h), not refused */
 } supervisor_opts;
 
 /* Run the job. Returns the process exit status: 0 when dflashd finished the job and every child is gone,

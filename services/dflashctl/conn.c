@@ -31,6 +31,15 @@ int conn_open(conn **out, const char *endpoint, const job_config *cfg, const cha
     zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, id, strlen(id));
     zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (strncmp(endpoint, "ipc://", 6) && strncmp(endpoint, "tcp://", 6) && strncmp(endpoint, "inproc://", 9)) {
+        rc = errbuf_set(err, EPROTONOSUPPORT, "%s: not an endpoint dflashd serves (ipc://PATH or tcp://HOST:PORT)",
+                        endpoint);
+        goto fail;
+    }
+    if (!strncmp(endpoint, "ipc://", 6) && access(endpoint + 6, F_OK) != 0) { /* else ZeroMQ waits for it to appear */
+        rc = errbuf_set(err, ECONNREFUSED, "%s: no such socket (%s): is the job running?", endpoint, strerror(errno));
+        goto fail;
+    }
     if (server_key_file && server_key_file[0]) rc = ctl_curve_client_key(c->sock, server_key_file, client_key_file, err);
     else if (cfg) rc = ctl_curve_client(c->sock, cfg, endpoint, client_key_file, err);
     else if (strncmp(endpoint, "ipc://", 6) && strncmp(endpoint, "inproc://", 9))

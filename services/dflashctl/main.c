@@ -293,8 +293,10 @@ static int cmd_keygen(ctl_ctx *x, char **args)
         printf("job config, for a tcp:// control endpoint:\n"
                "[control]\n"
                "endpoint = tcp://HOST:PORT\n"
-               "curve_secret_key_file = %s/dflashd.key   # dflashd, and workers that may read it\n"
-               "curve_public_key_file = %s/dflashd.pub   # peers that only get the public key\n"
+               "# dflashd, and workers that may read it (comments on their own lines: INI has no inline #)\n"
+               "curve_secret_key_file = %s/dflashd.key\n"
+               "# peers that only get the public key\n"
+               "curve_public_key_file = %s/dflashd.pub\n"
                "clients elsewhere: " PROG " --endpoint tcp://HOST:PORT --server-key %s/dflashd.pub status\n",
                dir, dir, dir);
     else

@@ -40,6 +40,8 @@ void render_status(FILE *f, const Dflash__StatusReply *s)
             (unsigned long long)s->step, (unsigned long long)s->total_steps, (unsigned long long)s->ledger_steps,
             s->loss, s->acceptance, s->slot_accuracy, (unsigned long long)s->next_batch,
             (unsigned long long)s->skipped_steps);
+    if (s->stalled_sec > 0)
+        fprintf(f, "STALLED: no step committed for %.0f s: %s\n", s->stalled_sec, s->waiting_on);
     ring_line(f, s->token_ring);
     for (size_t i = 0; i < s->n_pools; i++) ring_line(f, s->pools[i]);
     fprintf(f, "%-12s %-8s %-8s %8s %-10s %6s %9s %8s %9s %10s %9s\n", "WORKER", "ROLE", "GPU", "PID", "STATE", "EPOCH",

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <systemd/sd-daemon.h>
 #include <zmq.h>
 
 #include "ctl_proto.h"
@@ -21,6 +22,8 @@
 #define CONTROL_HEALTHY_SEC 1.0           /* ... and keep heartbeating this long before the next one restarts */
 #define CONTROL_MAX_WAITERS 32
 #define CONTROL_BATCH 256                 /* messages served per control_process call */
+#define CONTROL_WARN_WINDOW_SEC 10.0      /* refusals logged one by one: at most CONTROL_WARN_BURST a window, */
+#define CONTROL_WARN_BURST 20             /* the rest counted and summarised when the window ends */
 
 /* What the control plane knows of the current instance of one worker-table entry. */
 typedef struct worker_ctl {
@@ -49,6 +52,12 @@ struct control {
     waiter waiters[CONTROL_MAX_WAITERS];
     int nwaiters;
     double last_timers, last_rates;
+    double warn_window;                 /* start of the current refusal-logging window */
+    int warned;                         /* refusals logged in it */
+    uint64_t suppressed;                /* refusals not logged in it */
+    char last_suppressed[256];
+    uint64_t last_step;                 /* committed step when last seen moving */
+    double last_step_at, stall_warned_at;
 };
 
 /* ---- sending ---- */
@@ -57,6 +66,30 @@ static void send_to(control *c, const uint8_t *id, size_t idlen, Dflash__Envelop
 {
     errbuf err = {{0}};
     if (ctl_send(c->sock, id, idlen, e, &err)) log_debug("control: %s (reply dropped)", err.msg);
+}
+
+/* End the refusal-logging window: say how many refusals were not logged one by one. */
+static void warn_flush(control *c, double now)
+{
+    if (c->suppressed)
+        log_warn("control: %llu more refused messages in the last %.0f s, not logged one by one (the last: %s)",
+                 (unsigned long long)c->suppressed, now - c->warn_window, c->last_suppressed);
+    c->suppressed = 0;
+    c->warned = 0;
+    c->warn_window = now;
+}
+
+/* A peer's routing id for messages, without a worker's token ("target-1/<token>" -> "target-1/..."). */
+static void peer_format(const ctl_msg *m, char *out, size_t n)
+{
+    const uint8_t *slash = memchr(m->id, '/', m->idlen);
+    enum job_role role;
+    int index, has;
+    uint8_t tok[JOB_CTL_TOKEN_BYTES];
+    if (slash && !ctl_worker_id_split(m->id, m->idlen, &role, &index, tok, &has))
+        snprintf(out, n, "%s-%d/...", job_role_name(role), index);
+    else
+        ctl_id_format(m->id, m->idlen, out, n);
 }
 
 static void reply_error(control *c, const ctl_msg *m, uint64_t req, Dflash__ErrorCode code, const char *fmt, ...)
@@ -68,8 +101,16 @@ static void reply_error(control *c, const ctl_msg *m, uint64_t req, Dflash__Erro
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    ctl_id_format(m->id, m->idlen, who, sizeof who);
-    log_warn("control: peer %s: %s (refused)", who, text);
+    peer_format(m, who, sizeof who);
+    double now = now_seconds();
+    if (now - c->warn_window >= CONTROL_WARN_WINDOW_SEC) warn_flush(c, now);
+    if (c->warned < CONTROL_WARN_BURST) {
+        c->warned++;
+        log_warn("control: peer %s: %s (refused)", who, text);
+    } else { /* a flood (garbage, a client in a loop) must not fill the disk with one line each */
+        c->suppressed++;
+        snprintf(c->last_suppressed, sizeof c->last_suppressed, "peer %.64s: %.160s", who, text);
+    }
     Dflash__Envelope e;
     Dflash__Error er = DFLASH__ERROR__INIT;
     ctl_envelope_init(&e, req);
@@ -108,15 +149,43 @@ static int worker_slot(const control *c, enum job_role role, int index)
 
 static job_worker *slot_worker(const control *c, int slot) { return &c->v.js->h->workers[slot]; }
 
-/* The slot of the worker that a register/heartbeat comes from, checked against its identity and epoch. */
+/* Whether a peer's routing id carries the control token of the current registration of worker `slot`: the keeper
+ * gave it to that instance alone (over its unix socket, checked by pid), so a client that only claims the name
+ * cannot speak for the worker, nor take its connection over (ROUTER handover matches whole routing ids). */
+static int token_ok(const control *c, int slot, const uint8_t tok[JOB_CTL_TOKEN_BYTES], int has)
+{
+    const job_worker *w = slot_worker(c, slot);
+    if (!has || !atomic_load(&w->pid)) return 0;
+    uint8_t diff = 0;
+    for (int i = 0; i < JOB_CTL_TOKEN_BYTES; i++) diff |= (uint8_t)(tok[i] ^ w->ctl_token[i]);
+    return diff == 0;
+}
+
+/* A peer whose routing id claims a worker's name must prove it with the worker's token: 1 it claims one and does
+ * not (then it was refused and logged), 0 otherwise. */
+static int claim_refused(control *c, const ctl_msg *m, uint64_t req)
+{
+    enum job_role role;
+    int idx, slot, has;
+    uint8_t tok[JOB_CTL_TOKEN_BYTES];
+    if (ctl_worker_id_split(m->id, m->idlen, &role, &idx, tok, &has)) return 0;
+    if ((slot = worker_slot(c, role, idx)) >= 0 && token_ok(c, slot, tok, has)) return 0;
+    reply_error(c, m, req, DFLASH__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER,
+                "connects with worker %s-%d's name but without the token of its registration with the keeper: "
+                "not that worker (dflashctl and other clients must use another routing id)", job_role_name(role), idx);
+    return 1;
+}
+
+/* The slot of the worker that a register/heartbeat comes from, checked against its identity, token and epoch. */
 static int worker_of_peer(control *c, const ctl_msg *m, uint64_t req, const char *role_name, int index, uint64_t epoch,
                           int32_t pid)
 {
     enum job_role role;
-    int idx, slot;
+    int idx, slot, has;
+    uint8_t tok[JOB_CTL_TOKEN_BYTES];
     char who[2 * CTL_ID_MAX + 8];
-    ctl_id_format(m->id, m->idlen, who, sizeof who);
-    if (ctl_worker_name_parse((const char *)m->id, m->idlen, &role, &idx) || (slot = worker_slot(c, role, idx)) < 0) {
+    peer_format(m, who, sizeof who);
+    if (ctl_worker_id_split(m->id, m->idlen, &role, &idx, tok, &has) || (slot = worker_slot(c, role, idx)) < 0) {
         reply_error(c, m, req, DFLASH__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER, "%s is not a worker of job %s", who,
                     c->v.plan->cfg.job.name);
         return -1;
@@ -132,6 +201,12 @@ static int worker_of_peer(control *c, const ctl_msg *m, uint64_t req, const char
         reply_error(c, m, req, DFLASH__ERROR_CODE__ERROR_CODE_STALE_EPOCH,
                     "%s: epoch %llu is stale, the current instance (pid %d) has epoch %llu", who,
                     (unsigned long long)epoch, (int)atomic_load(&w->pid), (unsigned long long)cur);
+        return -1;
+    }
+    if (!token_ok(c, slot, tok, has)) {
+        reply_error(c, m, req, DFLASH__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER,
+                    "%s: claims to be %s-%d without the token of its registration with the keeper: refused", who,
+                    job_role_name(role), idx);
         return -1;
     }
     if (epoch > cur || (pid && pid != atomic_load(&w->pid))) {
@@ -211,6 +286,63 @@ static const char *worker_state(const control *c, int slot)
     return "running";
 }
 
+/* ---- stalls ---- */
+
+/* What a pipeline that commits no step waits on, from the rings and the worker table. */
+static void stall_diagnose(const control *c, char *out, size_t n)
+{
+    size_t o = 0;
+    const enum job_role roles[] = {JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER};
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < role_count(c, roles[r]); i++) {
+            int slot = worker_slot(c, roles[r], i);
+            const char *st = slot >= 0 ? worker_state(c, slot) : "down";
+            if (strcmp(st, "running") && o < n)
+                o += (size_t)snprintf(out + o, n - o, "%s-%d is %s; ", job_role_name(roles[r]), i, st);
+        }
+    int fr, fi, rd, le, prd = 0, ple = 0, pfi = 0;
+    token_ring_stats(c->v.ring, &fr, &fi, &rd, &le);
+    for (int i = 0; i < c->v.npools; i++) {
+        int a, b, d, e;
+        slot_pool_stats(c->v.pools[i], &a, &b, &d, &e);
+        prd += d, ple += e, pfi += b;
+    }
+    if (o >= n) return;
+    if (rd == 0 && le == 0 && prd == 0 && ple == 0)
+        snprintf(out + o, n - o, "the token ring holds no batch: waiting on prefetch-0 (data)");
+    else if (prd == 0 && ple == 0)
+        snprintf(out + o, n - o, "no hidden-state slot is ready (%d filling): waiting on the targets", pfi);
+    else
+        snprintf(out + o, n - o, "%d hidden-state slot(s) ready, %d leased: waiting on the drafters", prd, ple);
+}
+
+/* Seconds without a committed step while the job runs (0: moving, paused, finished or under the threshold). */
+static double stall_seconds(control *c, double now)
+{
+    job_state_header *h = c->v.js->h;
+    uint64_t step = atomic_load(&h->committed_step);
+    if (step != c->last_step || !c->last_step_at || atomic_load(&h->paused) || atomic_load(&h->finished)) {
+        c->last_step = step;
+        c->last_step_at = now;
+        c->stall_warned_at = 0;
+        return 0;
+    }
+    double idle = now - c->last_step_at;
+    return idle >= c->v.plan->cfg.workers.stall_warn_sec ? idle : 0;
+}
+
+static void check_stall(control *c, double now)
+{
+    double idle = stall_seconds(c, now);
+    if (!idle || (c->stall_warned_at && now - c->stall_warned_at < c->v.plan->cfg.workers.stall_warn_sec)) return;
+    char why[512];
+    stall_diagnose(c, why, sizeof why);
+    log_warn("stalled: no step committed for %.0f s (at step %llu): %s", idle, (unsigned long long)c->last_step, why);
+    sd_notifyf(0, "X_DFLASH_STALLED=stalled: no step committed for %.0f s (at step %llu): %s", idle,
+               (unsigned long long)c->last_step, why);
+    c->stall_warned_at = now;
+}
+
 /* ---- status ---- */
 
 typedef struct status_buf {
@@ -253,6 +385,9 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
     s.skipped_steps = atomic_load(&h->skipped_steps);
     s.keeper_pid = (int32_t)getpid();
     s.next_batch = token_ring_next_id_peek(c->v.ring);
+    char waiting[512] = "";
+    if ((s.stalled_sec = stall_seconds(c, now_seconds())) > 0) stall_diagnose(c, waiting, sizeof waiting);
+    s.waiting_on = waiting;
     if (s.step > 0) { /* the last committed step's records, summed over ranks as the drafters report them */
         step_summary sm;
         step_metrics_sum(&sm, h->records[(s.step - 1) % JOB_RECORD_RING], h->ndrafters, s.step - 1);
@@ -395,7 +530,11 @@ static int rolling_start(control *c, const ctl_msg *m, uint64_t req, enum job_ro
 {
     job_state_header *h = c->v.js->h;
     const char *why = c->op->active ? "a restart is already running" : atomic_load(&h->finished) ? "the job is finished"
-                      : atomic_load(&h->stop_step) ? "the job is draining" : NULL;
+                      : atomic_load(&h->stop_step) ? "the job is draining"
+                      /* the new instance must come back and prove healthy: a paused job would keep the caller (and
+                       * every other restart) waiting until resume, without a word */
+                      : atomic_load(&h->paused) ? "the job is paused: resume it first (dflashctl resume), then restart"
+                      : NULL;
     if (why) {
         reply_error(c, m, req, DFLASH__ERROR_CODE__ERROR_CODE_REFUSED, "%s", why);
         return -1;
@@ -481,6 +620,11 @@ static void handle_message(control *c, const ctl_msg *m)
         e->body_case != DFLASH__ENVELOPE__BODY_CONFIG_REQUEST) {
         reply_error(c, m, e->request_id, DFLASH__ERROR_CODE__ERROR_CODE_FORBIDDEN,
                     "this client's key is read-only (control.curve_readonly_keys_file): status and config only");
+        ctl_envelope_destroy(&e);
+        return;
+    }
+    if (e->body_case != DFLASH__ENVELOPE__BODY_REGISTER_WORKER && e->body_case != DFLASH__ENVELOPE__BODY_HEARTBEAT &&
+        claim_refused(c, m, e->request_id)) {
         ctl_envelope_destroy(&e);
         return;
     }
@@ -724,6 +868,8 @@ void control_process(control *c)
         c->last_timers = now_s;
         check_heartbeats(c, now);
         rolling_step(c, now);
+        check_stall(c, now_s);
+        if (c->suppressed && now_s - c->warn_window >= CONTROL_WARN_WINDOW_SEC) warn_flush(c, now_s);
         if (now_s - c->last_rates >= 1.0) {
             c->last_rates = now_s;
             sample_rates(c, now);

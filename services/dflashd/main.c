@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -16,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -23,11 +25,13 @@
 #include "checkpoint.h"
 #include "control.h"
 #include "fdpass.h"
+#include "job_identity.h"
 #include "job_plan.h"
 #include "job_state.h"
 #include "keeper_proto.h"
 #include "ledger.h"
 #include "log.h"
+#include "run_dir.h"
 #include "run_lock.h"
 #include "slot_pool.h"
 #include "step_plan.h"
@@ -50,6 +54,7 @@ typedef struct keeper {
     run_lock *lock;                  /* <run_dir>/dflashd.lock: one live dflashd per run_dir */
     char run_id[JOB_RUN_ID_MAX];
     int resume;
+    int fresh;                       /* --fresh: a previous run in the run_dir is set aside, not refused */
     char fdstore[FDSTORE_NAMES][64]; /* names of the fds this job has in the service manager's fd store */
     int nfdstore;
 } keeper;
@@ -85,12 +90,14 @@ static void fdstore_remove_all(keeper *k)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dflashd -c CONFIG [--set section.key=value]... [--resume]\n"
+    fprintf(f, "usage: dflashd -c CONFIG [--set section.key=value]... [--resume | --fresh]\n"
                "The keeper of a dflash job: owns the shared memory, registers and watches workers, keeps the\n"
                "batch ledger (<run_dir>/ledger.jsonl). Normally started by `dflash run` or systemd.\n"
                "  -c, --config FILE   job config (INI)\n"
                "  --set KEY=VALUE     override one setting\n"
                "  --resume            start from <run_dir>/ckpt/latest instead of from scratch\n"
+               "  --fresh             start from scratch even though the run_dir holds a previous run (its ledger\n"
+               "                      and checkpoints move to <run_dir>/previous-<time>/); without it, refused\n"
                "  -h, --help          this text\n");
 }
 
@@ -290,6 +297,12 @@ static void handle_register(keeper *k, int conn)
         } else {
             worker_retire(k, w, rq.pid);
             uint64_t epoch = atomic_fetch_add(&k->js.h->next_epoch, 1);
+            /* a new secret per instance: only it can speak for this worker on the control socket */
+            if (getrandom(w->ctl_token, sizeof w->ctl_token, 0) != (ssize_t)sizeof w->ctl_token) {
+                uint64_t x = epoch ^ job_now_ns() ^ ((uint64_t)rq.pid << 32);
+                for (size_t i = 0; i < sizeof w->ctl_token; i++) w->ctl_token[i] ^= (uint8_t)((x >>= 3) ^ i);
+            }
+            memcpy(rp.ctl_token, w->ctl_token, sizeof rp.ctl_token);
             atomic_store(&w->role, rq.role);
             w->index = rq.index;
             atomic_store(&w->epoch, epoch);
@@ -363,6 +376,44 @@ static int resume_step(keeper *k, errbuf *err)
     atomic_store(&k->js.h->committed_step, st.step);
     atomic_store(&k->js.h->ledger_frontier, st.step);
     log_info("resuming from %s/latest: step %llu", root, (unsigned long long)st.step);
+    return 0;
+}
+
+/* A fresh start (not --resume) over a previous run's ledger or checkpoint: refused, or with --fresh that run is
+ * moved aside (never deleted: forgetting --resume must not cost a run). */
+static int previous_run_check(keeper *k, errbuf *err)
+{
+    char what[PATH_MAX + 64], dest[PATH_MAX];
+    const char *dir = k->plan.cfg.job.run_dir;
+    if (k->resume || !run_dir_previous(dir, what, sizeof what)) return 0;
+    if (!k->fresh) return run_dir_refuse(dir, what, err);
+    int rc = run_dir_set_aside(dir, 0, dest, sizeof dest, err);
+    if (rc) return rc;
+    log_info("--fresh: the previous run (%s) is now in %s", what, dest);
+    return 0;
+}
+
+/* What the checkpoints are trained against (job_identity.h): recorded at a start from scratch, checked at --resume
+ * (a checkpoint from before identities were recorded is resumed with a warning). */
+static int identity_check(keeper *k, errbuf *err)
+{
+    char path[PATH_MAX];
+    job_config_path(&k->plan.cfg, "ckpt", path, sizeof path);
+    if (!k->resume && mkdir(path, 0755) != 0 && errno != EEXIST)
+        return errbuf_set(err, errno, "%s: %s", path, strerror(errno));
+    strncat(path, "/identity.json", sizeof path - strlen(path) - 1);
+    job_identity now, was;
+    int rc = job_identity_compute(&now, &k->plan, err);
+    if (rc) return rc;
+    if (!k->resume) return job_identity_write(&now, path, err);
+    if ((rc = job_identity_read(&was, path, err)) == -ENOENT) {
+        log_warn("--resume: %s: the checkpoint does not say which target it was trained against: not checked", path);
+        return 0;
+    }
+    if (rc) return errbuf_wrap(err, rc, "--resume");
+    if ((rc = job_identity_check(&was, &now, path, err))) return rc;
+    log_info("--resume: the checkpoint was trained against this target (weights %s, taps as recorded)",
+             now.weights_digest);
     return 0;
 }
 
@@ -561,6 +612,7 @@ int main(int argc, char **argv)
     int noverrides = 0;
     static const struct option opts[] = {{"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'},
                                          {"resume", no_argument, 0, 'r'},       {"help", no_argument, 0, 'h'},
+                                         {"fresh", no_argument, 0, 'f'},
                                          {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
@@ -571,11 +623,12 @@ int main(int argc, char **argv)
             overrides[noverrides++] = optarg;
             break;
         case 'r': k.resume = 1; break;
+        case 'f': k.fresh = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (!config || optind != argc) {
+    if (!config || optind != argc || (k.resume && k.fresh)) {
         usage(stderr);
         return 2;
     }
@@ -603,7 +656,7 @@ int main(int argc, char **argv)
     }
 
     char **names = NULL;
-    int nfds = sd_listen_fds_with_names(1, &names), rc;
+    int nfds = sd_listen_fds_with_names(1, &names), rc, created = 0;
     if (nfds < 0) nfds = 0;
     if (nfds > FDSTORE_NAMES) nfds = FDSTORE_NAMES;
     int fds[FDSTORE_NAMES];
@@ -623,10 +676,16 @@ int main(int argc, char **argv)
             k.train_fd[i] = -1;
         }
         fdstore_remove_all(&k);
-        if ((rc = create_job(&k, &err))) {
+        if ((rc = previous_run_check(&k, &err)) || (rc = identity_check(&k, &err))) {
             log_error("%s", err.msg);
             return 1;
         }
+        if ((rc = create_job(&k, &err))) {
+            log_error("%s", err.msg);
+            unlink_segments(&k.plan); /* a failed start (a refused resume...) leaves nothing in /dev/shm */
+            return 1;
+        }
+        created = 1;
     }
     for (int i = 0; names && names[i]; i++) free(names[i]);
     free(names);
@@ -634,17 +693,20 @@ int main(int argc, char **argv)
     job_config_path(&k.plan.cfg, "ledger.jsonl", path, sizeof path);
     if ((rc = ledger_open(&k.ledger, path, &k.js, (uint32_t)k.plan.cfg.workers.drafters, &err))) {
         log_error("%s", err.msg);
+        if (created) unlink_segments(&k.plan);
         return 1;
     }
     ledger_set_block_size(k.ledger, k.plan.drafter.block_size);
     if ((k.listen_fd = listen_socket(k.plan.keeper_socket, &err)) < 0) {
         log_error("%s", err.msg);
+        if (created) unlink_segments(&k.plan);
         return 1;
     }
     control_view cv = {.js = &k.js, .plan = &k.plan, .ring = k.ring, .pools = k.pools, .npools = k.npools,
                        .kill_worker = control_kill_worker, .ctx = &k};
     if ((rc = control_new(&k.ctl, &cv, &err))) {
         log_error("%s", err.msg);
+        if (created) unlink_segments(&k.plan);
         return 1;
     }
     rc = run(&k);

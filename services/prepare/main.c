@@ -1,4 +1,5 @@
-/* dflash-prepare: turns tokenized JSONL (input_ids + loss_mask or labels per line) into token shards
+/* dflash-prepare: turns tokenized JSONL (input_ids + loss_mask or labels per line), or with --chat conversations
+ * (messages or ShareGPT conversations, tokenized with the target's tokenizer and chat template), into token shards
  * (common/SHARD_FORMAT.md), and inspects/validates existing shards (--inspect). Bad lines are skipped and reported
  * as "<file>:<line>: skipped: <reason>" (or are fatal with --strict). Exit status: 0 done, 1 I/O error, bad data
  * under --strict or nothing prepared, 2 usage error. */
@@ -11,10 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "chat_template.h"
 #include "shard.h"
+#include "tokenizer.h"
 #include "util.h"
 
 #define PROG "dflash-prepare"
@@ -34,6 +38,11 @@ enum skip_reason {
     SKIP_BAD_MASK,
     SKIP_NO_TRAINED,
     SKIP_TOO_LONG,
+    SKIP_NO_MESSAGES,
+    SKIP_BAD_MESSAGE,
+    SKIP_UNKNOWN_ROLE,
+    SKIP_EMPTY_CONV,
+    SKIP_NO_ASSISTANT,
     SKIP_COUNT
 };
 
@@ -50,6 +59,11 @@ static const char *const skip_reason_name[SKIP_COUNT] = {
     [SKIP_BAD_MASK] = "bad loss_mask/labels value",
     [SKIP_NO_TRAINED] = "no trained token",
     [SKIP_TOO_LONG] = "longer than --max-len",
+    [SKIP_NO_MESSAGES] = "neither messages nor conversations",
+    [SKIP_BAD_MESSAGE] = "bad message",
+    [SKIP_UNKNOWN_ROLE] = "unknown role",
+    [SKIP_EMPTY_CONV] = "empty conversation",
+    [SKIP_NO_ASSISTANT] = "no assistant turn",
 };
 
 struct prepare_opts {
@@ -57,6 +71,10 @@ struct prepare_opts {
     uint64_t max_len;              /* 0: no limit */
     uint64_t vocab;                /* 0: no check */
     bool strict, force, inspect;
+    bool chat, truncate;            /* --chat: conversations in; --truncate: cut at --max-len instead of skipping */
+    const char *tokenizer_dir;      /* --tokenizer (tokenizer.json, tokenizer_config.json) */
+    const char *template_name;      /* --template, else detected from tokenizer_config.json */
+    uint64_t threads;               /* --threads: --chat tokenizes on this many threads (default: online CPUs) */
     const char *outdir;
 };
 
@@ -72,13 +90,36 @@ struct prepare {
     uint8_t *mask;
     size_t cap;
     char detail[256]; /* why the current line was skipped */
+    /* --chat */
+    tokenizer *tk;
+    enum chat_template_kind kind;
+    struct chat_worker *workers;
+};
+
+/* One --chat tokenizing thread: its own buffers (the tokenizer is shared, read-only), and its share of a batch. */
+struct chat_worker {
+    const tokenizer *tk;
+    enum chat_template_kind kind;
+    const struct prepare_opts *opt;
+    tok_buf tb;
+    chat_text ct;
+    uint32_t *tok;
+    uint8_t *mask;
+    size_t cap;
+    char detail[256];
+    uint64_t truncated;
+    struct chat_batch *batch;
+    size_t first, count;                   /* lines [first, first + count) of the batch */
+    uint32_t *out_tok; uint8_t *out_mask;  /* the tokens of its good lines, in line order */
+    size_t out_n, out_cap;
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [options] -o OUTDIR INPUT.jsonl...\n"
-            "       " PROG " --inspect [--vocab V] SHARD_OR_DIR...\n"
+            "       " PROG " --chat --tokenizer MODEL_DIR [options] -o OUTDIR CONVERSATIONS.jsonl...\n"
+            "       " PROG " --inspect [--vocab V] [--tokenizer MODEL_DIR] SHARD_OR_DIR...\n"
             "\n"
             "Converts tokenized JSONL into dflash token shards OUTDIR/shard-00000.shard, ... (each written\n"
             "atomically). Each line is a JSON object with \"input_ids\" (non-negative integers) and either\n"
@@ -92,7 +133,15 @@ static void usage(FILE *f)
             "  --vocab V                   skip samples with a token id >= V (with --inspect: check it)\n"
             "  --strict                    the first bad line is a fatal error (exit 1)\n"
             "  --force                     remove *.shard files already in OUTDIR instead of refusing\n"
-            "  --inspect                   validate the given shards or shard folders and print their counts\n"
+            "  --chat                      lines are conversations: {\"messages\": [{\"role\", \"content\"}...]} or\n"
+            "                              ShareGPT {\"conversations\": [{\"from\": human|gpt|system, \"value\"}...]};\n"
+            "                              rendered with the chat template, trained on assistant content + end of turn\n"
+            "  --tokenizer DIR             (--chat) the model folder holding tokenizer.json and tokenizer_config.json\n"
+            "  --template qwen3|llama3     (--chat) the chat template (default: detected from tokenizer_config.json)\n"
+            "  --threads N                 (--chat) tokenizing threads (default: the online CPUs)\n"
+            "  --truncate                  cut samples longer than --max-len instead of skipping them\n"
+            "  --inspect                   validate the given shards or shard folders and print their counts;\n"
+            "                              with --tokenizer DIR also the first sample as text, trained spans in [[ ]]\n"
             "  -h, --help                  this text\n"
             "\n"
             "The summary goes to stdout; progress, skipped lines and errors go to stderr.\n"
@@ -205,6 +254,113 @@ done:
     return ret;
 }
 
+/* ---- --chat: one conversation -> one sample ---- */
+
+static const char *sharegpt_role(const char *from)
+{
+    if (!strcmp(from, "human") || !strcmp(from, "user")) return "user";
+    if (!strcmp(from, "gpt") || !strcmp(from, "assistant")) return "assistant";
+    if (!strcmp(from, "system")) return "system";
+    if (!strcmp(from, "tool") || !strcmp(from, "function_call") || !strcmp(from, "observation")) return "tool";
+    return NULL;
+}
+
+static void chat_worker_reserve(struct chat_worker *p, size_t n)
+{
+    if (n <= p->cap) return;
+    size_t cap = p->cap ? p->cap : 4096;
+    while (cap < n) cap *= 2;
+    p->tok = xrealloc(p->tok, cap * sizeof *p->tok);
+    p->mask = xrealloc(p->mask, cap);
+    p->cap = cap;
+}
+
+/* Fill p->tok/p->mask from one conversation line; returns the sample length, or -1 - reason with p->detail set. */
+static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_t len)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return -1 - SKIP(SKIP_JSON, "invalid JSON: %s (column %d)", jerr.text, jerr.column);
+    int64_t ret;
+    struct chat_msg *msgs = NULL;
+    char **norm = NULL;
+    size_t n = 0;
+    if (!json_is_object(root)) { ret = -1 - SKIP(SKIP_NOT_OBJECT, "not a JSON object"); goto done; }
+    json_t *arr = json_object_get(root, "messages");
+    bool sharegpt = false;
+    if (!arr && (arr = json_object_get(root, "conversations"))) sharegpt = true;
+    if (!json_is_array(arr)) {
+        ret = -1 - SKIP(SKIP_NO_MESSAGES, "neither messages nor conversations is an array");
+        goto done;
+    }
+    n = json_array_size(arr);
+    if (n == 0) { ret = -1 - SKIP(SKIP_EMPTY_CONV, "empty conversation"); goto done; }
+    msgs = xcalloc(n, sizeof *msgs);
+    norm = xcalloc(n, sizeof *norm);
+    const char *rk = sharegpt ? "from" : "role", *ck = sharegpt ? "value" : "content";
+    const char *arrname = sharegpt ? "conversations" : "messages";
+    bool assistant = false;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(arr, i);
+        const char *role = json_string_value(json_object_get(m, rk));
+        json_t *cv = json_object_get(m, ck);
+        if (!role || !json_is_string(cv)) {
+            ret = -1 - SKIP(SKIP_BAD_MESSAGE, "bad message: %s[%zu] needs string \"%s\" and \"%s\"", arrname, i, rk, ck);
+            goto done;
+        }
+        const char *r = sharegpt ? sharegpt_role(role) : role;
+        if (!r || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))) {
+            ret = -1 - SKIP(SKIP_UNKNOWN_ROLE, "unknown role: %s[%zu] %s \"%.40s\"", arrname, i, rk, role);
+            goto done;
+        }
+        assistant |= !strcmp(r, "assistant");
+        size_t nl;
+        norm[i] = tokenizer_normalize(p->tk, json_string_value(cv), json_string_length(cv), &nl);
+        msgs[i] = (struct chat_msg){r, norm[i] ? norm[i] : json_string_value(cv)};
+    }
+    if (!assistant) { ret = -1 - SKIP(SKIP_NO_ASSISTANT, "no assistant turn in %zu messages", n); goto done; }
+    errbuf err;
+    if (chat_template_render(p->kind, msgs, n, &p->ct, &err) != 0) {
+        ret = -1 - SKIP(SKIP_UNKNOWN_ROLE, "unknown role: %.200s", err.msg);
+        goto done;
+    }
+    tok_buf_clear(&p->tb);
+    if (tokenizer_encode(p->tk, &p->tb, p->ct.text, p->ct.len) != 0) {
+        ret = -1 - SKIP(SKIP_BAD_MESSAGE, "bad message: content is not valid UTF-8");
+        goto done;
+    }
+    size_t nt = p->tb.n;
+    if (p->opt->max_len && nt > p->opt->max_len) {
+        if (!p->opt->truncate) {
+            ret = -1 - SKIP(SKIP_TOO_LONG, "longer than --max-len: %zu tokens > %" PRIu64, nt, p->opt->max_len);
+            goto done;
+        }
+        p->truncated++;
+    }
+    chat_worker_reserve(p, nt);
+    chat_text_mask(&p->ct, p->tb.start, p->tb.end, nt, p->mask);
+    if (p->opt->max_len && nt > p->opt->max_len) nt = p->opt->max_len;
+    size_t trained = 0;
+    for (size_t i = 0; i < nt; i++) { p->tok[i] = (uint32_t)p->tb.ids[i]; trained += p->mask[i]; }
+    if (p->opt->vocab)
+        for (size_t i = 0; i < nt; i++)
+            if (p->tok[i] >= p->opt->vocab) {
+                ret = -1 - SKIP(SKIP_ID_RANGE, "token id out of range: token %zu = %u >= --vocab", i, p->tok[i]);
+                goto done;
+            }
+    if (!trained) {
+        ret = -1 - SKIP(SKIP_NO_TRAINED, "no trained token (assistant content empty or cut by --truncate)");
+        goto done;
+    }
+    ret = (int64_t)nt;
+done:
+    for (size_t i = 0; norm && i < n; i++) free(norm[i]);
+    free(norm);
+    free(msgs);
+    json_decref(root);
+    return ret;
+}
+
 /* ---- shards ---- */
 
 static int prepare_shard_finish(struct prepare *p, errbuf *err)
@@ -298,9 +454,133 @@ static void prepare_report_skip(struct prepare *p, const char *file, uint64_t li
                 skip_reason_name[reason]);
 }
 
+/* ---- --chat: batches of lines tokenized by the workers in parallel, added in line order ---- */
+
+#define CHAT_BATCH_LINES 4096
+#define CHAT_BATCH_BYTES (32u << 20)
+
+struct chat_batch {
+    char *text; size_t text_len, text_cap;
+    size_t *off, *len; uint64_t *lineno; int64_t *ret; size_t *tok_off; char (*detail)[256];
+    size_t n;
+};
+
+static void *chat_worker_main(void *arg)
+{
+    struct chat_worker *w = arg;
+    struct chat_batch *b = w->batch;
+    w->out_n = 0;
+    for (size_t i = w->first; i < w->first + w->count; i++) {
+        int64_t n = prepare_parse_chat(w, b->text + b->off[i], b->len[i]);
+        b->ret[i] = n;
+        if (n < 0) { memcpy(b->detail[i], w->detail, sizeof w->detail); continue; }
+        if (w->out_n + (size_t)n > w->out_cap) {
+            w->out_cap = (w->out_n + (size_t)n) * 2;
+            w->out_tok = xrealloc(w->out_tok, w->out_cap * sizeof *w->out_tok);
+            w->out_mask = xrealloc(w->out_mask, w->out_cap);
+        }
+        b->tok_off[i] = w->out_n;
+        memcpy(w->out_tok + w->out_n, w->tok, (size_t)n * sizeof *w->tok);
+        memcpy(w->out_mask + w->out_n, w->mask, (size_t)n);
+        w->out_n += (size_t)n;
+    }
+    return NULL;
+}
+
+/* Tokenize the batch on the workers, then report or add its lines in order; 0 or -1 after a fatal error. */
+static int chat_batch_run(struct prepare *p, struct chat_batch *b, const char *name)
+{
+    size_t T = p->opt.threads;
+    pthread_t *th = xcalloc(T, sizeof *th);
+    for (size_t t = 0; t < T; t++) {
+        struct chat_worker *w = &p->workers[t];
+        w->batch = b; w->first = b->n * t / T; w->count = b->n * (t + 1) / T - w->first;
+        if (t > 0 && pthread_create(&th[t], NULL, chat_worker_main, w) != 0) DF_ASSERT(!"pthread_create");
+    }
+    chat_worker_main(&p->workers[0]);
+    for (size_t t = 1; t < T; t++) pthread_join(th[t], NULL);
+    free(th);
+    errbuf err = {{0}};
+    for (size_t t = 0; t < T; t++) {
+        struct chat_worker *w = &p->workers[t];
+        for (size_t i = w->first; i < w->first + w->count; i++) {
+            if (b->ret[i] < 0) {
+                memcpy(p->detail, b->detail[i], sizeof p->detail);
+                if (p->opt.strict) {
+                    fprintf(stderr, PROG ": error: %s:%" PRIu64 ": %s (--strict)\n", name, b->lineno[i], p->detail);
+                    return -1;
+                }
+                prepare_report_skip(p, name, b->lineno[i], (int)(-1 - b->ret[i]));
+                continue;
+            }
+            size_t n = (size_t)b->ret[i];
+            prepare_reserve(p, n);
+            memcpy(p->tok, w->out_tok + b->tok_off[i], n * sizeof *p->tok);
+            memcpy(p->mask, w->out_mask + b->tok_off[i], n);
+            if (prepare_add(p, n, &err) != 0) { fprintf(stderr, PROG ": error: %s\n", err.msg); return -1; }
+        }
+    }
+    b->n = 0; b->text_len = 0;
+    return 0;
+}
+
+static int prepare_file_chat(struct prepare *p, struct input *in, double *last_progress)
+{
+    struct chat_batch b = {0};
+    b.off = xmalloc(CHAT_BATCH_LINES * sizeof *b.off); b.len = xmalloc(CHAT_BATCH_LINES * sizeof *b.len);
+    b.lineno = xmalloc(CHAT_BATCH_LINES * sizeof *b.lineno); b.ret = xmalloc(CHAT_BATCH_LINES * sizeof *b.ret);
+    b.tok_off = xmalloc(CHAT_BATCH_LINES * sizeof *b.tok_off); b.detail = xmalloc(CHAT_BATCH_LINES * sizeof *b.detail);
+    char *line = NULL;
+    size_t cap = 0;
+    uint64_t lineno = 0, bytes = 0;
+    ssize_t len;
+    int ret = 0;
+    errno = 0;
+    while (ret == 0) {
+        len = getline(&line, &cap, in->f);
+        if (len >= 0) {
+            lineno++;
+            p->lines++;
+            bytes += (uint64_t)len;
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+            size_t start = strspn(line, " \t");
+            if ((size_t)len > start) {
+                if (b.text_len + (size_t)len > b.text_cap) {
+                    b.text_cap = (b.text_len + (size_t)len) * 2;
+                    b.text = xrealloc(b.text, b.text_cap);
+                }
+                memcpy(b.text + b.text_len, line, (size_t)len);
+                b.off[b.n] = b.text_len; b.len[b.n] = (size_t)len; b.lineno[b.n] = lineno; b.n++;
+                b.text_len += (size_t)len;
+            }
+        }
+        if (b.n && (len < 0 || b.n == CHAT_BATCH_LINES || b.text_len >= CHAT_BATCH_BYTES)) {
+            if (chat_batch_run(p, &b, in->name) != 0) { ret = -1; break; }
+            double t = now_seconds();
+            if (t - *last_progress >= PROGRESS_SECONDS) {
+                char pct[32] = "";
+                if (in->size) snprintf(pct, sizeof pct, " (%.0f%%)", 100.0 * (double)bytes / (double)in->size);
+                fprintf(stderr, PROG ": %s: %" PRIu64 " lines%s; %" PRIu64 " samples, %" PRIu64 " tokens so far\n",
+                        in->name, lineno, pct, p->samples, p->tokens);
+                *last_progress = t;
+            }
+        }
+        if (len < 0) break;
+        errno = 0;
+    }
+    if (ret == 0 && ferror(in->f)) {
+        fprintf(stderr, PROG ": error: reading %s: %s\n", in->name, strerror(errno ? errno : EIO));
+        ret = -1;
+    }
+    free(line);
+    free(b.text); free(b.off); free(b.len); free(b.lineno); free(b.ret); free(b.tok_off); free(b.detail);
+    return ret;
+}
+
 /* Returns 0, or -1 after printing a fatal error (I/O or a bad line under --strict). */
 static int prepare_file(struct prepare *p, struct input *in, double *last_progress, uint64_t *lines_at_progress)
 {
+    if (p->opt.chat) return prepare_file_chat(p, in, last_progress);
     char *line = NULL;
     size_t cap = 0;
     uint64_t lineno = 0, bytes = 0;
@@ -364,6 +644,13 @@ static void prepare_print_summary(const struct prepare *p)
         sep = ", ";
     }
     printf("\n");
+    if (p->opt.chat) {
+        uint64_t cut = 0;
+        for (uint64_t t = 0; t < p->opt.threads; t++) cut += p->workers[t].truncated;
+        printf("trained share %.1f%% of tokens", p->tokens ? 100.0 * (double)p->trained / (double)p->tokens : 0.0);
+        if (cut) printf("; %" PRIu64 " sample%s cut at --max-len", cut, cut == 1 ? "" : "s");
+        printf("\n");
+    }
     fflush(stdout);
 }
 
@@ -396,7 +683,33 @@ static int prepare_run(const struct prepare_opts *opt, char **inputs, int ninput
         }
         if (S_ISREG(st.st_mode)) in[i].size = (uint64_t)st.st_size;
     }
+    if (opt->chat) {
+        errbuf terr;
+        if (tokenizer_load(&p.tk, opt->tokenizer_dir, &terr) != 0) {
+            fprintf(stderr, PROG ": error: %s\n", terr.msg);
+            goto out;
+        }
+        if (opt->template_name) {
+            if (chat_template_parse(opt->template_name, &p.kind) != 0) {
+                fprintf(stderr, PROG ": --template: '%s' is not qwen3 or llama3\n", opt->template_name);
+                goto out;
+            }
+        } else {
+            char cfg[4096];
+            snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", opt->tokenizer_dir);
+            if (chat_template_detect(cfg, &p.kind, &terr) != 0) {
+                fprintf(stderr, PROG ": error: %s\n", terr.msg);
+                goto out;
+            }
+        }
+        p.workers = xcalloc(opt->threads, sizeof *p.workers);
+        for (uint64_t t = 0; t < opt->threads; t++)
+            p.workers[t] = (struct chat_worker){.tk = p.tk, .kind = p.kind, .opt = &p.opt};
+    }
     if (prepare_outdir(opt) != 0) goto out;
+    double t_start = now_seconds();
+    uint64_t in_bytes = 0;
+    for (int i = 0; i < ninputs; i++) in_bytes += in[i].size;
     double last_progress = now_seconds();
     uint64_t lines_at_progress = 0;
     errbuf err = {{0}};
@@ -412,6 +725,11 @@ static int prepare_run(const struct prepare_opts *opt, char **inputs, int ninput
         goto out;
     }
     prepare_print_summary(&p);
+    if (opt->chat) {
+        double dt = now_seconds() - t_start;
+        fprintf(stderr, PROG ": %.1f s, %.1f MB/s, %.0f tokens/s\n", dt, dt > 0 ? (double)in_bytes / 1e6 / dt : 0.0,
+                dt > 0 ? (double)p.tokens / dt : 0.0);
+    }
     if (p.samples == 0) {
         fprintf(stderr, PROG ": error: no valid samples in the input; nothing was written\n");
         goto out;
@@ -426,6 +744,13 @@ out:
     free(p.written);
     free(p.tok);
     free(p.mask);
+    for (uint64_t t = 0; p.workers && t < opt->threads; t++) {
+        struct chat_worker *w = &p.workers[t];
+        tok_buf_free(&w->tb); chat_text_free(&w->ct);
+        free(w->tok); free(w->mask); free(w->out_tok); free(w->out_mask);
+    }
+    free(p.workers);
+    tokenizer_destroy(&p.tk);
     return status;
 }
 
@@ -452,9 +777,40 @@ static void inspect_shard(const shard *s, uint32_t *max_id_out)
     if (max_id > *max_id_out) *max_id_out = max_id;
 }
 
+/* The first sample decoded back to text, trained spans between [[ and ]]: what the drafter will learn. */
+static void inspect_show_sample(const shard *s, const tokenizer *tk)
+{
+    const uint32_t *tok;
+    const uint8_t *mask;
+    uint64_t len;
+    shard_sample(s, 0, &tok, &mask, &len);
+    printf("%s: sample 0 decoded, trained spans in [[ ]]:\n", shard_path(s));
+    int32_t *ids = xmalloc((len ? len : 1) * sizeof *ids);
+    for (uint64_t j = 0; j < len;) {
+        uint64_t k = j;
+        while (k < len && mask[k] == mask[j]) { ids[k - j] = (int32_t)tok[k]; k++; }
+        size_t n;
+        char *text = tokenizer_decode(tk, ids, (size_t)(k - j), &n);
+        printf("%s%s%s", mask[j] ? "[[" : "", text, mask[j] ? "]]" : "");
+        free(text);
+        j = k;
+    }
+    printf("\n");
+    free(ids);
+}
+
 static int inspect_run(const struct prepare_opts *opt, char **paths, int npaths)
 {
     int status = 0;
+    tokenizer *tk = NULL;
+    bool shown = false;
+    if (opt->tokenizer_dir) {
+        errbuf terr;
+        if (tokenizer_load(&tk, opt->tokenizer_dir, &terr) != 0) {
+            fprintf(stderr, PROG ": error: %s\n", terr.msg);
+            return 1;
+        }
+    }
     size_t nshards = 0;
     uint64_t samples = 0, tokens = 0, trained = 0;
     uint32_t max_id = 0;
@@ -469,6 +825,7 @@ static int inspect_run(const struct prepare_opts *opt, char **paths, int npaths)
         for (size_t k = 0; k < dataset_nshards(ds); k++) {
             const shard *s = dataset_shard(ds, k);
             inspect_shard(s, &max_id);
+            if (tk && !shown && shard_count(s)) { inspect_show_sample(s, tk); shown = true; }
             nshards++;
             samples += shard_count(s);
             tokens += shard_ntokens(s);
@@ -483,12 +840,14 @@ static int inspect_run(const struct prepare_opts *opt, char **paths, int npaths)
     if (nshards > 1)
         printf("total: %zu shards, %" PRIu64 " samples, %" PRIu64 " tokens, %" PRIu64 " trained, max token id %u\n",
                nshards, samples, tokens, trained, max_id);
+    tokenizer_destroy(&tk);
     return status;
 }
 
 int main(int argc, char **argv)
 {
-    enum { OPT_MAX_TOKENS = 256, OPT_MAX_LEN, OPT_VOCAB, OPT_STRICT, OPT_FORCE, OPT_INSPECT };
+    enum { OPT_MAX_TOKENS = 256, OPT_MAX_LEN, OPT_VOCAB, OPT_STRICT, OPT_FORCE, OPT_INSPECT, OPT_CHAT, OPT_TOKENIZER,
+           OPT_TEMPLATE, OPT_TRUNCATE, OPT_THREADS };
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},
         {"max-tokens-per-shard", required_argument, NULL, OPT_MAX_TOKENS},
@@ -497,6 +856,11 @@ int main(int argc, char **argv)
         {"strict", no_argument, NULL, OPT_STRICT},
         {"force", no_argument, NULL, OPT_FORCE},
         {"inspect", no_argument, NULL, OPT_INSPECT},
+        {"chat", no_argument, NULL, OPT_CHAT},
+        {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+        {"template", required_argument, NULL, OPT_TEMPLATE},
+        {"truncate", no_argument, NULL, OPT_TRUNCATE},
+        {"threads", required_argument, NULL, OPT_THREADS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -517,6 +881,13 @@ int main(int argc, char **argv)
         case OPT_STRICT: opt.strict = true; break;
         case OPT_FORCE: opt.force = true; break;
         case OPT_INSPECT: opt.inspect = true; break;
+        case OPT_CHAT: opt.chat = true; break;
+        case OPT_TOKENIZER: opt.tokenizer_dir = optarg; break;
+        case OPT_TEMPLATE: opt.template_name = optarg; break;
+        case OPT_TRUNCATE: opt.truncate = true; break;
+        case OPT_THREADS:
+            if (parse_u64("--threads", optarg, 1, 256, &opt.threads)) return 2;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -535,6 +906,22 @@ int main(int argc, char **argv)
     }
     if (nargs == 0) {
         fprintf(stderr, PROG ": no input files (see --help)\n");
+        return 2;
+    }
+    if (opt.chat && !opt.tokenizer_dir) {
+        fprintf(stderr, PROG ": --chat needs --tokenizer DIR (the model folder with tokenizer.json)\n");
+        return 2;
+    }
+    if (!opt.chat && (opt.tokenizer_dir || opt.template_name)) {
+        fprintf(stderr, PROG ": --tokenizer and --template go with --chat\n");
+        return 2;
+    }
+    if (!opt.threads) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        opt.threads = c > 0 ? (uint64_t)(c < 256 ? c : 256) : 1;
+    }
+    if (opt.truncate && !opt.max_len) {
+        fprintf(stderr, PROG ": --truncate needs --max-len\n");
         return 2;
     }
     return prepare_run(&opt, argv + optind, nargs);

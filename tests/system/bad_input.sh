@@ -12,6 +12,18 @@ if run_job nomodel; then fail missing_model_fails "dflash run succeeded"
 elif grep -rq "no-such-model" "$T/nomodel.out" "$T/nomodel/logs" 2>/dev/null; then ok missing_model_names_the_file
 else fail missing_model_names_the_file "$(tail -3 "$T/nomodel.out")"; fi
 
+# settings valid alone and wrong together (or beyond what dflashd can hold) are refused at start, naming them
+write_config settings 10
+for c in "workers.heartbeat_timeout_sec=0.5:heartbeat_timeout_sec = 0.5 is below twice control.heartbeat_sec" \
+         "drafter.num_taps=9:drafter.num_taps = 9 is more than the 4 layers" \
+         "ring.pool_slots=2000:ring.pool_slots"; do
+    set=${c%%:*} want=${c#*:}
+    run_job settings --set "$set"; rc=$?
+    if [ $rc -eq 1 ] && grep -qF "$want" "$T/settings.out"; then ok "setting_refused_at_start ($set: $(grep -oF "$want" "$T/settings.out" | head -1))"
+    else fail setting_refused_at_start "$set: exit $rc: $(tail -2 "$T/settings.out")"; fi
+    rm -rf "$T/settings"
+done
+
 # a shard with a flipped byte, then a truncated shard: prefetch fails naming the file, dflashd keeps running
 for kind in corrupt truncated; do
     mkdir -p "$T/data-$kind"

@@ -55,6 +55,11 @@ if out=$(ctl pause 2>&1); then
 else
     fail control_pause_freezes_step "dflashctl pause: $out"
 fi
+# a restart while paused would wait for the resume without a word: refused, saying so
+t0=$SECONDS
+if out=$(ctl restart target-0 2>&1); then fail control_restart_while_paused_refused "exit 0: $out"
+elif [ $? -eq 1 ] && echo "$out" | grep -q "paused" && [ $((SECONDS - t0)) -lt 10 ]; then ok "control_restart_while_paused_refused ($out)"
+else fail control_restart_while_paused_refused "$out"; fi
 ctl resume >/dev/null
 deadline=$((SECONDS + 30))
 until [ "$(step)" -gt "${s2:-0}" ] 2>/dev/null || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
@@ -114,12 +119,38 @@ fi
 # bad input on the control socket: each refused, and dflashd keeps serving
 EP="ipc://$T/ctl/ctl"
 stale=$(( $(field "w['target-0']['epoch']") - 1 ))
-for c in garbage multiframe truncated version unknown reply-type oversized "stale $stale" impostor; do
+for c in empty garbage multiframe truncated version unknown reply-type oversized "stale $stale" impostor; do
     out=$("$PROBE" "$EP" $c 2>&1)
     rc=$?
     if [ $rc -eq 0 ] && ctl status >/dev/null 2>&1; then ok "control_bad_input_${c%% *} ($out)"
     else fail "control_bad_input_${c%% *}" "probe exit $rc: $out"; fi
 done
+# a client that connects with a worker's name (as is, or with a made-up token) is refused and logged, and never
+# takes the worker's connection over: the worker keeps heartbeating past heartbeat_timeout_sec and is not killed
+for who in target-0 "target-0/$(printf '0%.0s' $(seq 32))"; do
+    pid0=$(field "w['target-0']['pid']"); starts0=$(field "w['target-0']['restarts']")
+    out=$("$PROBE" "$EP" pose "$who" 6 2>&1); rc=$?
+    out="$(echo "$out" | wc -l) replies, last: $(echo "$out" | tail -1 | cut -c1-60)"
+    if [ $rc -eq 0 ] && [ "$(field "w['target-0']['pid']")" = "$pid0" ] && [ "$(field "w['target-0']['restarts']")" = "$starts0" ] &&
+       [ "$(field "w['target-0']['state']")" = running ] && ! grep -q "target-0 (pid $pid0) sent no heartbeat" "$T/ctl/logs/dflashd.log" &&
+       grep -q "without the token of its registration" "$T/ctl/logs/dflashd.log"; then
+        ok "control_worker_name_claim_refused (${who%%/*}${who#target-0}: $out pid $pid0 kept)"
+    else
+        fail control_worker_name_claim_refused "$who: probe exit $rc: $out; pid $pid0 -> $(field "w['target-0']['pid']"); $(grep -E "target-0|token" "$T/ctl/logs/dflashd.log" | tail -3)"
+    fi
+done
+# a flood of garbage: refused, and logged as a count rather than one line each
+n0=$(grep -c "(refused)" "$T/ctl/logs/dflashd.log")
+out=$("$PROBE" "$EP" flood 5000 2>&1); rc=$?
+deadline=$((SECONDS + 15))
+until grep -q "more refused messages in the last" "$T/ctl/logs/dflashd.log" || [ $SECONDS -ge $deadline ]; do sleep 0.3; done
+n1=$(grep -c "(refused)" "$T/ctl/logs/dflashd.log")
+if [ $rc -eq 0 ] && [ $((n1 - n0)) -le 20 ] && ctl status >/dev/null 2>&1 &&
+   summary=$(grep -o "[0-9]* more refused messages in the last.*not logged one by one" "$T/ctl/logs/dflashd.log" | tail -1); then
+    ok "control_flood_warnings_summarised ($((n1 - n0)) lines for 5000 messages; $summary)"
+else
+    fail control_flood_warnings_summarised "probe exit $rc: $out; $((n1 - n0)) refusal lines; $(tail -2 "$T/ctl/logs/dflashd.log")"
+fi
 if out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$PROBE" "$EP" status 2>&1); then
     fail control_other_user_refused "user nobody got an answer: $out"
 elif [ "$out" = "no reply" ] && [ "$(stat -c %a "$T/ctl")" = 750 ] && ctl status >/dev/null 2>&1; then
@@ -131,6 +162,14 @@ fi
 "$CTL" --endpoint "ipc://$T/nowhere/ctl" --timeout 1 status >/dev/null 2>&1; b=$?
 if [ $a -eq 2 ] && [ $b -eq 2 ]; then ok control_ctl_usage_and_unreachable_exit_2
 else fail control_ctl_usage_and_unreachable_exit_2 "unknown command: $a, unreachable: $b"; fi
+# a missing ipc socket fails at once (not after --timeout); an endpoint of no known kind says so
+t0=$(date +%s%N)
+out1=$("$CTL" --endpoint "ipc://$T/nowhere/ctl" status 2>&1); b=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+out2=$("$CTL" --endpoint bogus://x status 2>&1); c=$?
+if [ $b -eq 2 ] && [ $ms -lt 1000 ] && echo "$out1" | grep -q "no such socket" && [ $c -eq 2 ] &&
+   echo "$out2" | grep -q "not an endpoint dflashd serves"; then ok "control_ctl_endpoint_errors ($ms ms: $out1 / $out2)"
+else fail control_ctl_endpoint_errors "$b after $ms ms: $out1 / $c: $out2"; fi
 
 # drain: every issued batch trained, a checkpoint, a clean exit
 if out=$(ctl drain 2>&1); then

@@ -1,10 +1,14 @@
 /* ctl_probe: sends one kind of bad (or good) input to dflashd's control socket and reports what came back.
  * usage: ctl_probe ENDPOINT CASE [EPOCH]
+ *   empty           (a zero-length frame)                              -> expects ERROR_CODE_MALFORMED naming it
  *   garbage | multiframe | truncated | version | unknown | reply-type  -> expects an Error reply of the right code
  *   oversized                                                          -> expects no reply (connection closed)
  *   stale EPOCH     (as "target-0", registers with a stale epoch)      -> expects ERROR_CODE_STALE_EPOCH
  *   impostor        (as "drafter-0", heartbeat with a made-up epoch)   -> expects an Error
  *   status                                                             -> expects a StatusReply
+ *   flood N         (N garbage frames as fast as they go)              -> expects an Error reply to the last
+ *   pose NAME SEC   (as NAME, e.g. "target-0": a status request every 0.5 s for SEC seconds, holding the
+ *                   connection)                                        -> expects ERROR_CODE_UNKNOWN_WORKER each time
  * Prints "error <CODE>: <message>", "reply <body>" or "no reply"; exits 0 when the expected outcome happened. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +89,11 @@ int main(int argc, char **argv)
         zmq_send(s, junk, sizeof junk, 0);
         want = DFLASH__ERROR_CODE__ERROR_CODE_MALFORMED;
         got = await(s, 3);
+    } else if (!strcmp(kind, "empty")) {
+        void *s = sock_new(ctx, ep, NULL);
+        zmq_send(s, "", 0, 0);
+        want = DFLASH__ERROR_CODE__ERROR_CODE_MALFORMED;
+        got = await(s, 3);
     } else if (!strcmp(kind, "multiframe")) {
         void *s = sock_new(ctx, ep, NULL);
         zmq_send(s, "one", 3, ZMQ_SNDMORE);
@@ -156,6 +165,26 @@ int main(int argc, char **argv)
         send_env(s, &e, 0);
         want = DFLASH__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER;
         got = await(s, 3);
+    } else if (!strcmp(kind, "pose") && argc == 5) {
+        void *s = sock_new(ctx, ep, argv[3]);
+        Dflash__StatusRequest r = DFLASH__STATUS_REQUEST__INIT;
+        e.body_case = DFLASH__ENVELOPE__BODY_STATUS_REQUEST;
+        e.status_request = &r;
+        want = DFLASH__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER;
+        got = want;
+        for (double t = 0, sec = atof(argv[4]); t < sec && got == want; t += 0.5) {
+            send_env(s, &e, 0);
+            got = await(s, 3);
+            usleep(500000);
+        }
+    } else if (!strcmp(kind, "flood") && argc == 4) {
+        void *s = sock_new(ctx, ep, NULL);
+        int hwm = 0;
+        zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+        const char junk[] = "\xff\xff\xff\xff\x0f flood";
+        for (long i = 0, n = atol(argv[3]); i < n; i++) zmq_send(s, junk, sizeof junk, 0);
+        want = DFLASH__ERROR_CODE__ERROR_CODE_MALFORMED;
+        got = await(s, 5);
     } else if (!strcmp(kind, "status")) {
         void *s = sock_new(ctx, ep, NULL);
         Dflash__StatusRequest r = DFLASH__STATUS_REQUEST__INIT;

@@ -23,6 +23,12 @@ if out=$("$CTL" keygen "$T/keys" 2>&1) && [ "$(stat -c %a "$T/keys/dflashd.key")
 else
     fail curve_keygen_writes_key_pair "$out; $(ls -l "$T/keys" 2>&1)"
 fi
+# the config snippet keygen prints parses as it is (dflash run reads the config before anything else)
+sed -n '/^\[control\]/,/^clients elsewhere/p' <<<"$out" | grep -v "^clients" | sed "s/HOST:PORT/127.0.0.1:9/" >"$T/snippet.ini"
+printf '[job]\nrun_dir = %s/snippet\n[data]\npath = x\n[target]\nmodel = x\n' "$T" >>"$T/snippet.ini"
+sout=$("$BIN/dflash" run -c "$T/snippet.ini" --bin-dir "$T/nowhere" 2>&1)
+if grep -q "^curve_secret_key_file = " "$T/snippet.ini" && echo "$sout" | grep -q "cannot execute"; then ok curve_keygen_snippet_parses
+else fail curve_keygen_snippet_parses "$sout"; fi
 sum=$(md5sum "$T/keys/dflashd.key" "$T/keys/dflashd.pub")
 out=$("$CTL" keygen "$T/keys" 2>&1); rc=$?
 if [ $rc = 1 ] && [[ "$out" == *"dflashd.key: File exists"* ]] && [ "$(md5sum "$T/keys/dflashd.key" "$T/keys/dflashd.pub")" = "$sum" ] &&

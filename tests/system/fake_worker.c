@@ -128,7 +128,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) config = argv[++i];
         else if (strcmp(argv[i], "--index") == 0 && i + 1 < argc) index = atoi(argv[++i]);
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && nsets < 64) sets[nsets++] = argv[++i];
-        else if (strcmp(argv[i], "--resume") == 0) continue;
+        else if (strcmp(argv[i], "--resume") == 0 || strcmp(argv[i], "--fresh") == 0) continue;
         else {
             fprintf(stderr, "fake_worker: unexpected argument %s\n", argv[i]);
             return 2;

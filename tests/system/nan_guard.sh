@@ -4,7 +4,7 @@
 # every batch still committed exactly once.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
-STEPS=60
+STEPS=300 # long enough (a few seconds) for the status poll below to catch a step past the bad one
 BAD=21   # batch 21 = step 10, rank 1
 make_fixture || { fail nan_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 write_config nan $STEPS

@@ -229,6 +229,14 @@ TEST(get_and_dump_round_trip)
     EXPECT(config_load_string(svc_table, &back, dump, "dump.ini", &err) == 0);
     EXPECT(back.endpoint[0] == '\0' && back.steps == 1000 && back.taps.n == 3 && back.lr == 3e-4);
     free(dump);
+
+    /* whole numbers as such (issue 14: `config` printed watchdog_sec = 1e+01) */
+    s.lr = 10;
+    m = open_memstream(&dump, &len);
+    config_dump(svc_table, &s, m);
+    fclose(m);
+    EXPECT_CONTAINS(dump, "lr = 10\n");
+    free(dump);
 }
 
 TEST(help)
