@@ -18,6 +18,7 @@
 
 #include "chat_template.h"
 #include "shard.h"
+#include "job_config.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -118,7 +119,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [options] -o OUTDIR INPUT.jsonl...\n"
-            "       " PROG " --chat --tokenizer MODEL_DIR [options] -o OUTDIR CONVERSATIONS.jsonl...\n"
+            "       " PROG " --chat (--tokenizer MODEL_DIR | -c JOB.ini) [options] -o OUTDIR CONVERSATIONS.jsonl...\n"
             "       " PROG " --inspect [--vocab V] [--tokenizer MODEL_DIR] SHARD_OR_DIR...\n"
             "\n"
             "Converts tokenized JSONL into dflash token shards OUTDIR/shard-00000.shard, ... (each written\n"
@@ -137,6 +138,7 @@ static void usage(FILE *f)
             "                              ShareGPT {\"conversations\": [{\"from\": human|gpt|system, \"value\"}...]};\n"
             "                              rendered with the chat template, trained on assistant content + end of turn\n"
             "  --tokenizer DIR             (--chat) the model folder holding tokenizer.json and tokenizer_config.json\n"
+            "  -c, --config JOB.ini        (--chat) without --tokenizer: the job config's target.model folder\n"
             "  --template qwen3|llama3     (--chat) the chat template (default: detected from tokenizer_config.json)\n"
             "  --threads N                 (--chat) tokenizing threads (default: the online CPUs)\n"
             "  --truncate                  cut samples longer than --max-len instead of skipping them\n"
@@ -847,7 +849,7 @@ static int inspect_run(const struct prepare_opts *opt, char **paths, int npaths)
 int main(int argc, char **argv)
 {
     enum { OPT_MAX_TOKENS = 256, OPT_MAX_LEN, OPT_VOCAB, OPT_STRICT, OPT_FORCE, OPT_INSPECT, OPT_CHAT, OPT_TOKENIZER,
-           OPT_TEMPLATE, OPT_TRUNCATE, OPT_THREADS };
+           OPT_TEMPLATE, OPT_TRUNCATE, OPT_THREADS, OPT_CONFIG };
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},
         {"max-tokens-per-shard", required_argument, NULL, OPT_MAX_TOKENS},
@@ -861,12 +863,15 @@ int main(int argc, char **argv)
         {"template", required_argument, NULL, OPT_TEMPLATE},
         {"truncate", no_argument, NULL, OPT_TRUNCATE},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"config", required_argument, NULL, OPT_CONFIG},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct prepare_opts opt = {.max_tokens_per_shard = 1ull << 25};
+    const char *job_config_path_arg = NULL;
+    static job_config jc;
     int c;
-    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "o:c:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'o': opt.outdir = optarg; break;
         case OPT_MAX_TOKENS:
@@ -888,6 +893,8 @@ int main(int argc, char **argv)
         case OPT_THREADS:
             if (parse_u64("--threads", optarg, 1, 256, &opt.threads)) return 2;
             break;
+        case 'c':
+        case OPT_CONFIG: job_config_path_arg = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -908,8 +915,21 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": no input files (see --help)\n");
         return 2;
     }
+    if (opt.chat && !opt.tokenizer_dir && job_config_path_arg) { /* the job's target folder */
+        errbuf jerr = {{0}};
+        if (job_config_load(&jc, job_config_path_arg, NULL, 0, &jerr) != 0) {
+            fprintf(stderr, PROG ": %s\n", jerr.msg);
+            return 2;
+        }
+        if (!jc.target.model[0]) {
+            fprintf(stderr, PROG ": %s: target.model is not set (give --tokenizer DIR)\n", job_config_path_arg);
+            return 2;
+        }
+        opt.tokenizer_dir = jc.target.model;
+    }
     if (opt.chat && !opt.tokenizer_dir) {
-        fprintf(stderr, PROG ": --chat needs --tokenizer DIR (the model folder with tokenizer.json)\n");
+        fprintf(stderr, PROG ": --chat needs --tokenizer DIR (the model folder with tokenizer.json) or -c JOB.ini "
+                        "(its target.model)\n");
         return 2;
     }
     if (!opt.chat && (opt.tokenizer_dir || opt.template_name)) {

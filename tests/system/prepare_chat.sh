@@ -59,4 +59,9 @@ PY
 done
 "$PREP" --chat -o "$tmp/x" "$tmp/qwen3.jsonl" >/dev/null 2>&1
 [ $? -eq 2 ] && ok chat_needs_tokenizer || fail chat_needs_tokenizer "exit not 2"
+# without --tokenizer, -c JOB.ini takes the job's target folder: the same shards
+printf '[job]\nname = chat\nrun_dir = %s/run\n[data]\npath = %s/data\n[target]\nmodel = %s\n' "$tmp" "$tmp" "$TOKS/qwen3" >"$tmp/job.ini"
+"$PREP" --chat -c "$tmp/job.ini" --threads 2 -o "$tmp/out-cfg" "$tmp/qwen3.jsonl" >/dev/null 2>"$tmp/stderr" &&
+    cmp -s "$tmp/out-cfg/shard-00000.shard" "$tmp/out-qwen3-jsonl/shard-00000.shard" && ok chat_tokenizer_from_job_config ||
+    fail chat_tokenizer_from_job_config "$(tail -2 "$tmp/stderr")"
 [ $fails -eq 0 ]
