@@ -308,10 +308,16 @@ static void stall_diagnose(const control *c, char *out, size_t n)
         prd += d, ple += e, pfi += b;
     }
     if (o >= n) return;
-    if (rd == 0 && le == 0 && prd == 0 && ple == 0)
-        snprintf(out + o, n - o, "the token ring holds no batch: waiting on prefetch-0 (data)");
-    else if (prd == 0 && ple == 0)
-        snprintf(out + o, n - o, "no hidden-state slot is ready (%d filling): waiting on the targets", pfi);
+    /* A target claims its slot (filling) before it leases a batch, and a step needs one batch per drafter: with no
+     * batch in the ring or leased from it and no slot ready, filling slots and leased ones wait on the data. */
+    if (rd == 0 && le == 0 && prd == 0)
+        snprintf(out + o, n - o,
+                 "the token ring holds no batch (%d slot(s) claimed by targets, %d leased by drafters): waiting on "
+                 "prefetch-0 (data)",
+                 pfi, ple);
+    else if (prd == 0)
+        snprintf(out + o, n - o, "no hidden-state slot is ready (%d filling, %d leased): waiting on the targets", pfi,
+                 ple);
     else
         snprintf(out + o, n - o, "%d hidden-state slot(s) ready, %d leased: waiting on the drafters", prd, ple);
 }
