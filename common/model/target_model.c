@@ -1,4 +1,5 @@
 #include "target_model.h"
+#include "target_model_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,25 +14,6 @@
 #include "rope.h"
 #include "safetensors.h"
 #include "swiglu.h"
-
-typedef struct target_layer {
-    float *input_norm, *post_norm;       /* (H) */
-    float *q_norm, *k_norm;              /* (hd), Qwen3 only */
-    float *wq, *wk, *wv, *wo;            /* (nh*hd, H), (nkv*hd, H) x2, (H, nh*hd) */
-    float *w_gate, *w_up, *w_down;       /* (I, H) x2, (H, I) */
-} target_layer;
-
-struct target_model {
-    hf_config cfg;
-    int nlayers;                         /* layers loaded: [0, nlayers) */
-    int full;                            /* final norm + all layers loaded */
-    float *embed, *lm_head, *final_norm;
-    target_layer *layers;
-    double *inv_freq;                    /* (hd/2) */
-    /* scratch, grown to the largest batch seen */
-    int scratch_tokens;
-    float *x, *u, *q, *k, *v, *attn, *gate, *up;
-};
 
 static int load_tensor(const st_file *st, const char *name, float **out, int64_t d0, int64_t d1, errbuf *err)
 {
