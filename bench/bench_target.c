@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "qwen3_8b.h"
 #include "target_model_cuda.h"
 #include "util.h"
 
@@ -37,13 +38,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_target: --iters must be >= 1 and --layers >= 2\n");
         return 2;
     }
-    hf_config cfg = {0};
-    cfg.arch = HF_ARCH_QWEN3;
-    snprintf(cfg.model_type, sizeof cfg.model_type, "qwen3");
-    cfg.hidden_size = 4096, cfg.num_layers = layers, cfg.num_heads = 32, cfg.num_kv_heads = 8, cfg.head_dim = 128;
-    cfg.intermediate_size = 12288, cfg.vocab_size = 151936, cfg.rms_eps = 1e-6, cfg.rope_theta = 1e6;
-    cfg.has_qk_norm = 1, cfg.max_position = 40960;
-    snprintf(cfg.torch_dtype, sizeof cfg.torch_dtype, "bfloat16");
+    hf_config cfg;
+    qwen3_8b_config(&cfg, layers);
 
     const int nseq = (int)(sizeof kLengths / sizeof kLengths[0]);
     int T = 0;

@@ -4,6 +4,7 @@
  * residual stream) straight into the tap column block of the caller's buffer (cuBLASLt C = residual, D = tap
  * block), and the next layer reads the residual from there: capture costs no kernel and no copy. */
 #include "target_model_cuda.h"
+#include "target_model_cuda_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "attention.h"
+#include "kv_attention.h"
 #include "cuda_check.h"
 #include "embedding.h"
 #include "matmul.h"
@@ -23,41 +25,6 @@
 #include "rope.h"
 #include "safetensors.h"
 #include "swiglu.h"
-
-#define TC_MAX_EVENTS 4096
-
-typedef struct tc_layer {
-    uint16_t *input_norm, *post_norm; /* (H) */
-    uint16_t *q_norm, *k_norm;        /* (hd), Qwen3 only */
-    uint16_t *w_qkv;                  /* (qd + 2 kd, H): q_proj | k_proj | v_proj rows */
-    uint16_t *w_o;                    /* (H, qd) */
-    uint16_t *w_gu;                   /* (2 I, H): gate_proj | up_proj rows */
-    uint16_t *w_down;                 /* (H, I) */
-} tc_layer;
-
-struct target_cuda {
-    hf_config cfg;
-    int nlayers, full;
-    cudaStream_t stream;
-    int own_stream;
-    matmul_cuda *mm;
-    uint16_t *embed, *lm_head, *final_norm;
-    tc_layer *layers;
-    double *d_inv_freq;
-    size_t device_bytes;
-    /* workspaces for max_tokens */
-    int max_tokens, max_seqs;
-    uint16_t *x, *u, *qkv, *attn, *gu, *act;
-    int32_t *d_ids;                /* device copy of the batch: ids (T) | positions (T) | cu_seqlens (nseq+1) */
-    int32_t *h_stage;              /* pinned staging of the same */
-    cudaEvent_t staged;            /* the last upload from h_stage has completed */
-    /* profiling */
-    int profiling;
-    cudaEvent_t ev[TC_MAX_EVENTS];
-    int ev_class[TC_MAX_EVENTS];
-    int nev;
-    double prof_ms[TARGET_CUDA_NCLASS];
-};
 
 static void *tc_alloc(target_cuda *m, size_t bytes)
 {
@@ -166,6 +133,9 @@ static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int f
     if (max_tokens <= 0 || max_seqs <= 0)
         return errbuf_set(err, EINVAL, "target_cuda: max_tokens %d and max_seqs %d must be positive", max_tokens,
                           max_seqs);
+    if (cfg->is_hybrid)
+        return errbuf_set(err, ENOTSUP, "target_cuda: the hybrid %s target (Gated DeltaNet layers) has no CUDA forward "
+                          "yet; its CPU forward runs with job.backend = cpu", cfg->model_type);
     if (cfg->head_dim % 2 || cfg->num_kv_heads <= 0 || cfg->num_heads % cfg->num_kv_heads)
         return errbuf_set(err, EINVAL, "target_cuda: head_dim %d / heads %d / kv heads %d unsupported", cfg->head_dim,
                           cfg->num_heads, cfg->num_kv_heads);
@@ -351,40 +321,17 @@ static void tc_copy_rows(target_cuda *m, uint16_t *dst, int ldd, const uint16_t 
                                  cudaMemcpyDeviceToDevice, m->stream));
 }
 
-int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, int ntaps, uint16_t *aux, int ld_aux,
-                        uint16_t *last, uint16_t *logits, errbuf *err)
+void target_cuda_run_layers(target_cuda *m, const tc_rows *rows, const tc_kv_cache *kv, int deepest, const int *taps,
+                            int ntaps, uint16_t *aux, int ld_aux, uint16_t *last, uint16_t *logits,
+                            const int32_t *logit_rows, int nlogit)
 {
     const hf_config *c = &m->cfg;
-    int rc = tc_check_batch(m, b, err);
-    if (rc) return rc;
-    const int T = b->ntok, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    const int T = rows->T, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
     const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size, qkvw = qd + 2 * kd;
-    if (!aux) ntaps = 0;
-    if (aux && ld_aux < ntaps * H)
-        return errbuf_set(err, EINVAL, "aux row stride %d is below %d taps x %d", ld_aux, ntaps, H);
-    int deepest;
-    if ((rc = target_request_depth(c, m->nlayers, m->full, taps, ntaps, last || logits, &deepest, err))) return rc;
-    int max_seqlen = 0;
-    for (int s = 0; s < b->nseq; s++)
-        if (b->cu_seqlens[s + 1] - b->cu_seqlens[s] > max_seqlen) max_seqlen = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
     const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = m->stream;
 
-    /* batch upload through the pinned stage, once the previous upload from it has completed */
-    CHECK_CUDA(cudaEventSynchronize(m->staged));
-    memcpy(m->h_stage, b->input_ids, sizeof(int32_t) * (size_t)T);
-    memcpy(m->h_stage + T, b->positions, sizeof(int32_t) * (size_t)T);
-    memcpy(m->h_stage + 2 * T, b->cu_seqlens, sizeof(int32_t) * (size_t)(b->nseq + 1));
-    int32_t *d_ids = m->d_ids, *d_pos = m->d_ids + T, *d_cu = m->d_ids + 2 * T;
-    CHECK_CUDA(cudaMemcpyAsync(d_ids, m->h_stage, sizeof(int32_t) * (size_t)(2 * T + b->nseq + 1),
-                               cudaMemcpyHostToDevice, st));
-    CHECK_CUDA(cudaEventRecord(m->staged, st));
-
-    m->nev = 0;
-    for (int i = 0; i < TARGET_CUDA_NCLASS; i++) m->prof_ms[i] = 0;
-    tc_mark(m, TARGET_CUDA_COPY);
-
-    embedding_forward_cuda(m->x, d_ids, T, m->embed, H, st);
+    embedding_forward_cuda(m->x, rows->ids, T, m->embed, H, st);
     tc_mark(m, TARGET_CUDA_OTHER);
     uint16_t *r = m->x; /* the residual stream: x, or the tap block / last buffer the previous layer wrote */
     int ldr = H;
@@ -394,11 +341,18 @@ int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, 
         tc_mark(m, TARGET_CUDA_OTHER);
         matmul_forward_cuda(m->mm, m->qkv, qkvw, NULL, 0, 0.0f, m->u, H, l->w_qkv, T, qkvw, H, st);
         tc_mark(m, TARGET_CUDA_MATMUL);
-        qk_norm_rope_cuda(m->qkv, qkvw, m->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, d_pos,
+        qk_norm_rope_cuda(m->qkv, qkvw, m->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
                           m->d_inv_freq, st);
         tc_mark(m, TARGET_CUDA_OTHER);
-        attention_causal_forward_cuda(m->attn, qd, m->qkv, qkvw, m->qkv + qd, qkvw, m->qkv + qd + kd, qkvw, d_cu,
-                                      b->nseq, max_seqlen, nh, nkv, hd, scale, st);
+        if (kv)
+            kv_cache_append_cuda(kv->kc[li], kv->vc[li], kv->seq_stride, m->qkv + qd, qkvw, m->qkv + qd + kd, qkvw,
+                                 kv->seq, kv->pos, T, kd, st);
+        if (!kv || kv->packed)
+            attention_causal_forward_cuda(m->attn, qd, m->qkv, qkvw, m->qkv + qd, qkvw, m->qkv + qd + kd, qkvw,
+                                          rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, st);
+        else
+            kv_attention_forward_cuda(m->attn, qd, m->qkv, qkvw, kv->kc[li], kv->vc[li], kv->seq_stride, kv->seq,
+                                          kv->pos, T, kv->max_pos, nh, nkv, hd, scale, kv->workspace, st);
         tc_mark(m, TARGET_CUDA_ATTENTION);
         matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, m->attn, qd, l->w_o, T, H, qd, st);
         tc_mark(m, TARGET_CUDA_MATMUL);
@@ -430,7 +384,13 @@ int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, 
     if (logits) {
         rmsnorm_forward_cuda(m->u, H, r, ldr, m->final_norm, T, H, eps, st);
         tc_mark(m, TARGET_CUDA_OTHER);
-        matmul_forward_cuda(m->mm, logits, c->vocab_size, NULL, 0, 0.0f, m->u, H, m->lm_head, T, c->vocab_size, H,
+        const uint16_t *rows_in = m->u;
+        int n = T;
+        if (logit_rows) { /* only the rows asked for: gathered into x (free now) */
+            embedding_forward_cuda(m->x, logit_rows, nlogit, m->u, H, st);
+            rows_in = m->x, n = nlogit;
+        }
+        matmul_forward_cuda(m->mm, logits, c->vocab_size, NULL, 0, 0.0f, rows_in, H, m->lm_head, n, c->vocab_size, H,
                             st);
         tc_mark(m, TARGET_CUDA_MATMUL);
     }
@@ -442,5 +402,39 @@ int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, 
             m->prof_ms[m->ev_class[i]] += ms;
         }
     }
+}
+
+int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, int ntaps, uint16_t *aux, int ld_aux,
+                        uint16_t *last, uint16_t *logits, errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    int rc = tc_check_batch(m, b, err);
+    if (rc) return rc;
+    const int T = b->ntok, H = c->hidden_size;
+    if (!aux) ntaps = 0;
+    if (aux && ld_aux < ntaps * H)
+        return errbuf_set(err, EINVAL, "aux row stride %d is below %d taps x %d", ld_aux, ntaps, H);
+    int deepest;
+    if ((rc = target_request_depth(c, m->nlayers, m->full, taps, ntaps, last || logits, &deepest, err))) return rc;
+    int max_seqlen = 0;
+    for (int s = 0; s < b->nseq; s++)
+        if (b->cu_seqlens[s + 1] - b->cu_seqlens[s] > max_seqlen) max_seqlen = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
+
+    /* batch upload through the pinned stage, once the previous upload from it has completed */
+    CHECK_CUDA(cudaEventSynchronize(m->staged));
+    memcpy(m->h_stage, b->input_ids, sizeof(int32_t) * (size_t)T);
+    memcpy(m->h_stage + T, b->positions, sizeof(int32_t) * (size_t)T);
+    memcpy(m->h_stage + 2 * T, b->cu_seqlens, sizeof(int32_t) * (size_t)(b->nseq + 1));
+    int32_t *d_ids = m->d_ids;
+    CHECK_CUDA(cudaMemcpyAsync(d_ids, m->h_stage, sizeof(int32_t) * (size_t)(2 * T + b->nseq + 1),
+                               cudaMemcpyHostToDevice, m->stream));
+    CHECK_CUDA(cudaEventRecord(m->staged, m->stream));
+
+    m->nev = 0;
+    for (int i = 0; i < TARGET_CUDA_NCLASS; i++) m->prof_ms[i] = 0;
+    tc_mark(m, TARGET_CUDA_COPY);
+    tc_rows rows = {.T = T, .nseq = b->nseq, .max_seqlen = max_seqlen, .ids = d_ids, .pos = d_ids + T,
+                    .cu = d_ids + 2 * T};
+    target_cuda_run_layers(m, &rows, NULL, deepest, taps, ntaps, aux, ld_aux, last, logits, NULL, 0);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "gpu_test.h"
 #include "dflash_attention.h"
 #include "util.h"
 
@@ -23,17 +24,6 @@
 #define TOL_GRAD 2e-2
 #define TOL_LSE 2e-3 /* absolute, natural log */
 
-static int failures;
-static cudaStream_t stream;
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static double rnd_uniform(void) /* [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 static int rnd_int(int n) { return (int)((rnd_uniform() + 1.0) * 0.5 * n) % n; }
 
 /* n floats of amplitude amp, each exactly a bf16 value */
@@ -57,19 +47,6 @@ static void *dev_alloc(size_t bytes, int poison)
     CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
     CHECK_CUDA(cudaMemset(d, poison ? 0xff : 0, bytes ? bytes : 16));
     return d;
-}
-static void *dev_upload(const void *src, size_t bytes)
-{
-    void *d = dev_alloc(bytes, 0);
-    if (bytes) CHECK_CUDA(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-static void *host_download(const void *d, size_t bytes)
-{
-    void *h = xmalloc(bytes ? bytes : 1);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    if (bytes) CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
 }
 
 /* Compare: got (bf16, stride ldg, column col0) on the rows where sel is non-zero (NULL: all) against ref (contiguous,
@@ -115,7 +92,7 @@ static void check_pad(const char *cname, const char *what, const uint16_t *h, in
 
 static void check_same(const char *cname, const char *what, const void *d, const void *h_prev, size_t bytes)
 {
-    void *h = host_download(d, bytes);
+    void *h = dev_get(d, bytes);
     int same = memcmp(h, h_prev, bytes) == 0;
     printf("%s determinism %s bitwise_identical=%s %s\n", cname, what, same ? "yes" : "no", same ? "ok" : "FAIL");
     if (!same) failures++;
@@ -223,11 +200,11 @@ static void run_case(const attn_case *k)
     dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
     dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
-    uint16_t *out = host_download(d_out, (size_t)NB * ldo * 2);
-    float *lse = host_download(d_lse, (size_t)NB * nh * 4);
-    uint16_t *gdq = host_download(d_dq, (size_t)NB * ldo * 2), *gdkvc = host_download(d_dkvc, (size_t)T * ldkv * 2);
-    uint16_t *gdkb = host_download(d_dkb, (size_t)NB * kd * 2), *gdvb = host_download(d_dvb, (size_t)NB * kd * 2);
-    float *gdelta = host_download(d_delta, (size_t)NB * nh * 4);
+    uint16_t *out = dev_get(d_out, (size_t)NB * ldo * 2);
+    float *lse = dev_get(d_lse, (size_t)NB * nh * 4);
+    uint16_t *gdq = dev_get(d_dq, (size_t)NB * ldo * 2), *gdkvc = dev_get(d_dkvc, (size_t)T * ldkv * 2);
+    uint16_t *gdkb = dev_get(d_dkb, (size_t)NB * kd * 2), *gdvb = dev_get(d_dvb, (size_t)NB * kd * 2);
+    float *gdelta = dev_get(d_delta, (size_t)NB * nh * 4);
 
     /* CPU sub-problem: the compared blocks */
     const int ns = k->sub ? k->nsub : N, nsb = ns * B;
@@ -309,7 +286,7 @@ static void run_case(const attn_case *k)
     dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
     /* the padding was poisoned with 0xff the first time and 0x55 now: compare the tensors' own columns only */
     {
-        uint16_t *a2 = host_download(d_dq, (size_t)NB * ldo * 2), *b2 = host_download(d_dkvc, (size_t)T * ldkv * 2);
+        uint16_t *a2 = dev_get(d_dq, (size_t)NB * ldo * 2), *b2 = dev_get(d_dkvc, (size_t)T * ldkv * 2);
         size_t diff = 0;
         for (int r = 0; r < NB; r++) diff += memcmp(a2 + (size_t)r * ldo, gdq + (size_t)r * ldo, (size_t)qd * 2) != 0;
         for (int r = 0; r < T; r++)

@@ -11,6 +11,8 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#define GPU_TEST_SEED 0x2545f4914f6cdd1dull
+#include "gpu_test.h"
 #include "attention.h"
 #include "embedding.h"
 #include "matmul.h"
@@ -24,36 +26,8 @@
 /* bf16 unit roundoff, and an allowance for fp32 differences in the reduction order and rsqrtf */
 #define BF16_REL_TOL (0x1p-8 + 1e-5)
 
-static int failures;
-static cudaStream_t stream;
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
-static double rnd_uniform(void) /* [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 
-/* n bf16 values of amplitude amp, and their exact fp32 values in f (may be NULL). */
-static uint16_t *rnd_bf16(size_t n, double amp, float *f)
-{
-    uint16_t *h = xmalloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) {
-        h[i] = f32_to_bf16((float)(amp * rnd_uniform()));
-        if (f) f[i] = bf16_to_f32(h[i]);
-    }
-    return h;
-}
-
-static void *dev_upload(const void *src, size_t bytes)
-{
-    void *d = NULL;
-    CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 1));
-    if (bytes) CHECK_CUDA(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
 
 static void report(const char *name, double err, double tol)
 {
@@ -143,23 +117,6 @@ static void check_rmsnorm(int rows, int dim, int ldx, int ldy, int in_place)
     free(x_f), free(w_f), free(x), free(w), free(ref), free(y);
 }
 
-/* Device buffer of n bf16 poisoned with NaN (0xffff): an element the kernel fails to write fails the check. */
-static uint16_t *dev_poisoned(size_t n)
-{
-    uint16_t *d = NULL;
-    CHECK_CUDA(cudaMalloc((void **)&d, n * 2 + 16));
-    CHECK_CUDA(cudaMemset(d, 0xff, n * 2 + 16));
-    return d;
-}
-
-static uint16_t *dev_download(const uint16_t *d, size_t n)
-{
-    uint16_t *h = xmalloc((n ? n : 1) * 2);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    CHECK_CUDA(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-    return h;
-}
-
 /* max |got - ref| / max |ref| over n values (got bf16 with row stride ldg, ref fp32 with ldr); NaN -> inf */
 static double err_vs_max(const uint16_t *got, int ldg, const float *ref, int ldr, int rows, int cols, double *norm_rel)
 {
@@ -191,7 +148,7 @@ static void check_matmul(matmul_cuda *mm, int m, int n, int k, int with_c)
     uint16_t *d_x = dev_upload(x, (size_t)m * ldx * 2), *d_w = dev_upload(w, (size_t)n * k * 2);
     uint16_t *d_c = dev_upload(c, (size_t)m * ldc * 2), *d_y = dev_poisoned((size_t)m * ldy);
     matmul_forward_cuda(mm, d_y, ldy, with_c ? d_c : NULL, ldc, with_c ? 1.0f : 0.0f, d_x, ldx, d_w, m, n, k, stream);
-    uint16_t *y = dev_download(d_y, (size_t)m * ldy);
+    uint16_t *y = dev_get(d_y, ((size_t)m * ldy) * 2);
     double nr = 0, e = err_vs_max(y, ldy, ref, ldy, m, n, &nr);
     char name[160];
     snprintf(name, sizeof name, "matmul_forward_cuda m=%d n=%d k=%d%s (max err / max|ref|)", m, n, k,
@@ -211,7 +168,7 @@ static void check_swiglu(int rows, int dim, int ldo)
         swiglu_forward_cpu(ref + (size_t)r * dim, gu_f + (size_t)r * ldgu, gu_f + (size_t)r * ldgu + dim, (size_t)dim);
     uint16_t *d_gu = dev_upload(gu, ng * 2), *d_o = dev_poisoned((size_t)rows * ldo);
     swiglu_forward_cuda(d_o, ldo, d_gu, ldgu, rows, dim, stream);
-    uint16_t *o = dev_download(d_o, (size_t)rows * ldo);
+    uint16_t *o = dev_get(d_o, ((size_t)rows * ldo) * 2);
     double err = 0;
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < dim; i++) {
@@ -245,7 +202,7 @@ static void check_qk_norm_rope(int n, int nh, int nkv, int hd, int with_norm, in
     double *d_inv = dev_upload(inv, sizeof(double) * (size_t)hd / 2);
     qk_norm_rope_cuda(d_x, ld, d_x + (size_t)nh * hd, ld, n, nh, nkv, hd, with_norm ? d_qw : NULL,
                       with_norm ? d_kw : NULL, 1e-6f, d_pos, d_inv, stream);
-    uint16_t *y = dev_download(d_x, nx);
+    uint16_t *y = dev_get(d_x, (nx) * 2);
     /* q|k columns changed as the reference says; v columns untouched (the reference leaves them as they were) */
     double err = 0, nr = 0;
     err = err_vs_max(y, ld, x_f, ld, n, (nh + nkv) * hd, &nr);
@@ -284,7 +241,7 @@ static void check_attention(const int *lens, int nseq, int nh, int nkv, int hd, 
     int32_t *d_cu = dev_upload(cu, sizeof(int32_t) * (size_t)(nseq + 1));
     attention_causal_forward_cuda(d_o, ldo, d_x, ld, d_x + qd, ld, d_x + qd + kd, ld, d_cu, nseq, maxlen, nh, nkv, hd,
                                   scale, stream);
-    uint16_t *o = dev_download(d_o, (size_t)T * ldo);
+    uint16_t *o = dev_get(d_o, ((size_t)T * ldo) * 2);
     double nr = 0, e = err_vs_max(o, ldo, ref, qd, T, qd, &nr);
     char name[160];
     snprintf(name, sizeof name, "attention_causal_forward_cuda T=%d nseq=%d nh=%d nkv=%d hd=%d maxlen=%d", T, nseq, nh,
@@ -304,7 +261,7 @@ static void check_rand_fill(size_t n, uint64_t seed, float scale, float bias)
     uint16_t *ref = xmalloc(n * 2), *d = dev_poisoned(n);
     rand_fill_bf16_cpu(ref, n, seed, scale, bias);
     rand_fill_bf16_cuda(d, n, seed, scale, bias, stream);
-    uint16_t *got = dev_download(d, n);
+    uint16_t *got = dev_get(d, (n) * 2);
     size_t diff = 0;
     for (size_t i = 0; i < n; i++) diff += got[i] != ref[i];
     char name[128];

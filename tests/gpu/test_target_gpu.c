@@ -1,5 +1,5 @@
 /* The CUDA target forward against the CPU forward (target_model.c) on the golden checkpoints
- * ($DFLASH_SHARED/goldens/{tiny,tiny-bf16}, default ../shared) and on a random checkpoint with two layers of the
+ * ($DFLASH_GOLDENS/{tiny,tiny-bf16}, default tests/goldens) and on a random checkpoint with two layers of the
  * Qwen3-8B shape written to a temporary folder. Compares taps (one tapped twice, one the last layer), the last
  * hidden state and the logits; a second pass loads only the layers the taps need. The GPU runs bf16 weights and
  * activations with fp32 accumulation, the CPU fp32 throughout: errors are bf16-sized and grow with depth.
@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "gpu_test.h"
 #include "rand_fill.h"
 #include "safetensors.h"
 #include "target_model.h"
@@ -29,35 +30,12 @@
 #define TOL_MAX_REL 6e-2
 static double tol_norm_rel = TOL_NORM_REL_BF16;
 
-static int failures;
-
 static void compare(const char *name, const uint16_t *d_got, const float *ref, size_t n)
 {
     uint16_t *got = xmalloc(n * 2);
     CHECK_CUDA(cudaMemcpy(got, d_got, n * 2, cudaMemcpyDeviceToHost));
-    double se = 0, sr = 0, e = 0, mx = 0;
-    int nan = 0;
-    for (size_t i = 0; i < n; i++) {
-        double g = bf16_to_f32(got[i]), w = ref[i];
-        if (isnan(g)) nan = 1;
-        se += (g - w) * (g - w), sr += w * w;
-        e = fmax(e, fabs(g - w)), mx = fmax(mx, fabs(w));
-    }
-    double nr = sr > 0 ? sqrt(se / sr) : sqrt(se), maxrel = e / fmax(1.0, mx);
-    int ok = !nan && nr <= tol_norm_rel && maxrel <= TOL_MAX_REL;
-    printf("%s %s norm_rel=%.3g (tol %.0e) max_err/max(1,max|ref|)=%.3g (tol %.0e) max|ref|=%.3g\n",
-           ok ? "ok" : "FAIL", name, nr, tol_norm_rel, maxrel, TOL_MAX_REL, mx);
-    fflush(stdout);
-    if (!ok) failures++;
+    compare_bf16(name, got, ref, n, tol_norm_rel, TOL_MAX_REL);
     free(got);
-}
-
-static uint16_t *dev_poisoned(size_t n)
-{
-    uint16_t *d = NULL;
-    CHECK_CUDA(cudaMalloc((void **)&d, n * 2));
-    CHECK_CUDA(cudaMemset(d, 0xff, n * 2));
-    return d;
 }
 
 /* Full forward (taps incl. a duplicate and the last layer, last, logits), then a partial model with shallow taps. */
@@ -143,8 +121,8 @@ out:
 static void check_golden(const char *shared, const char *name)
 {
     char dir[1024], casep[1024];
-    snprintf(dir, sizeof dir, "%s/goldens/%s/target", shared, name);
-    snprintf(casep, sizeof casep, "%s/goldens/%s/case.safetensors", shared, name);
+    snprintf(dir, sizeof dir, "%s/%s/target", shared, name);
+    snprintf(casep, sizeof casep, "%s/%s/case.safetensors", shared, name);
     errbuf err = {{0}};
     st_file *st = NULL;
     int32_t *ids = NULL, *pos = NULL, *cu = NULL;
@@ -270,8 +248,8 @@ int main(void)
         return 1;
     }
     CHECK_CUDA(cudaSetDevice(0));
-    const char *shared = getenv("DFLASH_SHARED");
-    if (!shared || !*shared) shared = "../shared";
+    const char *shared = getenv("DFLASH_GOLDENS");
+    if (!shared || !*shared) shared = "tests/goldens";
     check_golden(shared, "tiny");
     check_golden(shared, "tiny-bf16");
     check_qwen3_8b_shape();

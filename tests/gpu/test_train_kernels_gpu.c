@@ -16,6 +16,7 @@
 #include "cast.h"
 #include "colsum.h"
 #include "cuda_check.h"
+#include "gpu_test.h"
 #include "matmul.h"
 #include "qk_norm_rope.h"
 #include "rmsnorm.h"
@@ -25,28 +26,7 @@
 
 #define HBM_GBS 4300.0 /* H200 peak bandwidth, GB/s */
 
-static int failures;
-static cudaStream_t stream;
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static double rnd_uniform(void) /* [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-
-/* n bf16 values of amplitude amp, and their exact fp32 values in f (may be NULL). */
-static uint16_t *rnd_bf16(size_t n, double amp, float *f)
-{
-    uint16_t *h = xmalloc((n ? n : 1) * sizeof *h);
-    for (size_t i = 0; i < n; i++) {
-        h[i] = f32_to_bf16((float)(amp * rnd_uniform()));
-        if (f) f[i] = bf16_to_f32(h[i]);
-    }
-    return h;
-}
 
 static float *rnd_f32(size_t n, double amp, double bias)
 {
@@ -55,26 +35,12 @@ static float *rnd_f32(size_t n, double amp, double bias)
     return h;
 }
 
-static void *dev_upload(const void *src, size_t bytes)
-{
-    void *d = NULL;
-    CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
-    if (bytes && src) CHECK_CUDA(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
 
 static void dev_put(void *d, const void *src, size_t bytes)
 {
     CHECK_CUDA(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
 }
 
-static void *dev_get(const void *d, size_t bytes)
-{
-    void *h = xmalloc(bytes ? bytes : 1);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    if (bytes) CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
-}
 
 static void report(const char *name, double err, double tol)
 {

@@ -1,0 +1,155 @@
+/* bench_decode: greedy decoding with the KV cache (target_decode_cuda) on the Qwen3-8B shape with random bf16
+ * weights. For each batch size: prompts of --prompt random tokens prefilled in packed steps, then --new greedy
+ * steps, each one token per sequence: forward against the cache, logits of the new rows, argmax on the device, the
+ * ids copied to the host (what the next step needs): the loop `dflash generate` runs. Prints ms per decode step,
+ * tokens/s, and at batch 1 the step time against the bandwidth bound (every weight read once per step: the
+ * issue's 16.4 GB figure, and the bytes this model actually reads: layers + lm_head + the KV cache).
+ * usage: bench_decode [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s] */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "argmax.h"
+#include "cuda_check.h"
+#include "qwen3_8b.h"
+#include "target_decode_cuda.h"
+#include "target_model_cuda.h"
+#include "util.h"
+
+static double now_ms(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+int main(int argc, char **argv)
+{
+    int layers = 36, prompt = 512, nnew = 128, nbatch = 0, batches[8];
+    double bw = 4.3;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--new") && i + 1 < argc) nnew = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc && nbatch < 8) batches[nbatch++] = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!nbatch) batches[nbatch++] = 1, batches[nbatch++] = 64;
+    int maxb = 0;
+    for (int i = 0; i < nbatch; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
+    if (layers < 1 || prompt < 1 || nnew < 2 || maxb < 1) {
+        fprintf(stderr, "bench_decode: --layers, --prompt, --batch must be >= 1 and --new >= 2\n");
+        return 2;
+    }
+    hf_config cfg;
+    qwen3_8b_config(&cfg, layers);
+    const int V = cfg.vocab_size, max_len = prompt + nnew;
+    /* prefill in packed steps of at most 4096 tokens (whole prompts) */
+    int per_step = 4096 / prompt > 0 ? 4096 / prompt : 1;
+    const int step_tokens = per_step * prompt > maxb ? per_step * prompt : maxb;
+
+    CHECK_CUDA(cudaSetDevice(0));
+    struct cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    errbuf err = {{0}};
+    target_cuda *m = NULL;
+    if (target_cuda_init_random(&m, &cfg, 1234, 0.02f, step_tokens, maxb, NULL, &err)) {
+        fprintf(stderr, "bench_decode: %s\n", err.msg);
+        return 1;
+    }
+    cudaStream_t st = (cudaStream_t)target_cuda_stream(m);
+    uint16_t *logits = NULL;
+    int32_t *d_next = NULL, *h_next = NULL;
+    CHECK_CUDA(cudaMalloc((void **)&logits, (size_t)maxb * V * 2));
+    CHECK_CUDA(cudaMalloc((void **)&d_next, sizeof(int32_t) * (size_t)maxb));
+    CHECK_CUDA(cudaMallocHost((void **)&h_next, sizeof(int32_t) * (size_t)maxb));
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+
+    /* bytes a batch-1 step reads: every layer weight, the final norm, lm_head, one embedding row, the KV cache */
+    double H = cfg.hidden_size, I = cfg.intermediate_size, hd = cfg.head_dim;
+    double qd = cfg.num_heads * hd, kd = cfg.num_kv_heads * hd;
+    double layer_bytes = 2 * (qd * H + 2 * kd * H + H * qd + 3 * H * I + 2 * H + 2 * hd);
+    double weights_read = layers * layer_bytes + 2 * (H + (double)V * H + H);
+    printf("device: %s, %d SMs; Qwen3-8B shape, %d layers, random bf16 weights; prompts of %d tokens, %d new tokens\n",
+           prop.name, prop.multiProcessorCount, layers, prompt, nnew);
+
+    for (int bi = 0; bi < nbatch; bi++) {
+        const int B = batches[bi];
+        target_cuda_cache *cache = NULL;
+        if (target_cuda_cache_create(&cache, m, B, max_len, step_tokens, &err)) {
+            fprintf(stderr, "bench_decode: %s\n", err.msg);
+            return 1;
+        }
+        int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)per_step * prompt);
+        int *seqs = xmalloc(sizeof(int) * (size_t)(B > per_step ? B : per_step));
+        int *n = xmalloc(sizeof(int) * (size_t)(B > per_step ? B : per_step));
+        uint64_t rs = 0x9e3779b97f4a7c15ull + (uint64_t)B;
+        /* prefill: logits of each prompt's last row, argmax: the first new token */
+        CHECK_CUDA(cudaEventRecord(e0, st));
+        for (int s0 = 0; s0 < B; s0 += per_step) {
+            int k = B - s0 < per_step ? B - s0 : per_step;
+            for (int i = 0; i < k; i++) {
+                seqs[i] = s0 + i, n[i] = prompt;
+                for (int j = 0; j < prompt; j++) {
+                    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                    ids[i * prompt + j] = (int32_t)((rs >> 33) % (uint64_t)V);
+                }
+            }
+            if (target_cuda_cache_forward(cache, k, seqs, n, ids, NULL, 0, NULL, 0, logits, 1, &err)) {
+                fprintf(stderr, "bench_decode: prefill: %s\n", err.msg);
+                return 1;
+            }
+            argmax_rows_cuda(d_next + s0, logits, V, k, V, st);
+        }
+        CHECK_CUDA(cudaMemcpyAsync(h_next, d_next, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, st));
+        CHECK_CUDA(cudaEventRecord(e1, st));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        double prefill_ms = now_ms(e0, e1);
+        for (int i = 0; i < B; i++) seqs[i] = i, n[i] = 1;
+        /* decode: the first step is a warm-up of this shape, the rest are timed */
+        double step_ms = 0;
+        for (int it = 0; it < nnew - 1; it++) {
+            if (it == 1) CHECK_CUDA(cudaEventRecord(e0, st));
+            if (target_cuda_cache_forward(cache, B, seqs, n, h_next, NULL, 0, NULL, 0, logits, 1, &err)) {
+                fprintf(stderr, "bench_decode: decode step %d: %s\n", it, err.msg);
+                return 1;
+            }
+            argmax_rows_cuda(d_next, logits, V, B, V, st);
+            CHECK_CUDA(cudaMemcpyAsync(h_next, d_next, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, st));
+            CHECK_CUDA(cudaStreamSynchronize(st));
+        }
+        CHECK_CUDA(cudaEventRecord(e1, st));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        step_ms = now_ms(e0, e1) / (nnew - 2);
+        int bad = 0;
+        for (int i = 0; i < B; i++) bad += h_next[i] < 0 || h_next[i] >= V;
+        double kv_bytes = (double)layers * 2 * kd * 2 * (prompt + nnew / 2.0) * B;
+        double bound_issue = 16.4e9 / (bw * 1e12) * 1e3, bound_ours = (weights_read + kv_bytes) / (bw * 1e12) * 1e3;
+        printf("batch %d: prefill %d x %d tokens %.1f ms (%.0f tok/s); decode %.3f ms/step, %.0f tokens/s",
+               B, B, prompt, prefill_ms, B * prompt / (prefill_ms / 1e3), step_ms, B / (step_ms / 1e3));
+        printf("; bandwidth bound at %.1f TB/s: %.2f ms (16.4 GB) -> %.2fx of it; %.2f ms (%.2f GB read a step: "
+               "weights %.2f + KV %.2f) -> %.2fx\n",
+               bw, bound_issue, step_ms / bound_issue, bound_ours, (weights_read + kv_bytes) / 1e9, weights_read / 1e9,
+               kv_bytes / 1e9, step_ms / bound_ours);
+        if (bad) printf("FAIL batch %d: %d token ids out of range\n", B, bad);
+        printf("KV cache: %.2f GiB for %d x %d positions\n", (double)target_cuda_cache_bytes(cache) / (1 << 30), B,
+               max_len);
+        target_cuda_cache_destroy(&cache);
+        free(ids), free(seqs), free(n);
+    }
+    CHECK_CUDA(cudaFree(logits));
+    CHECK_CUDA(cudaFree(d_next));
+    CHECK_CUDA(cudaFreeHost(h_next));
+    target_cuda_destroy(&m);
+    return 0;
+}

@@ -1,0 +1,159 @@
+/* target_decode_cuda: KV-cache decoding on the CUDA target. The cache is one device allocation: per layer, keys
+ * then values, each (nseq, max_len, nkv*hd) bf16. Per step the host builds the rows' ids, absolute positions,
+ * sequence indices, cu_seqlens and the rows whose logits are wanted, uploads them through a pinned stage, and runs
+ * the target's layer loop (target_cuda_run_layers) with the cache attached. Lengths live on the host. */
+#include "target_decode_cuda.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kv_attention.h"
+#include "cuda_check.h"
+#include "target_model_cuda_impl.h"
+
+struct target_cuda_cache {
+    target_cuda *m;
+    int nseq, max_len, max_step;
+    int *len;                    /* (nseq) host */
+    uint16_t *kv;                /* the cache: layer li keys at kc[li], values at vc[li] */
+    uint16_t **kc, **vc;         /* (nlayers) */
+    size_t seq_stride, bytes;
+    float *workspace;
+    int32_t *d_stage, *h_stage;  /* ids | pos | seq | cu | logit rows */
+    cudaEvent_t staged;
+};
+
+int target_cuda_cache_create(target_cuda_cache **out, target_cuda *m, int nseq, int max_len, int max_step_tokens,
+                             errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    if (!m->full)
+        return errbuf_set(err, EINVAL, "decoding needs the whole target (final norm and lm_head), not layers 0..%d",
+                          m->nlayers - 1);
+    if (nseq <= 0 || max_len <= 0 || max_step_tokens <= 0)
+        return errbuf_set(err, EINVAL, "KV cache: %d sequences, %d positions and %d tokens a step must be positive",
+                          nseq, max_len, max_step_tokens);
+    if (max_step_tokens > m->max_tokens || nseq > m->max_seqs)
+        return errbuf_set(err, EINVAL, "KV cache: %d tokens a step over %d sequences exceeds the target's workspace "
+                          "(%d tokens, %d sequences)", max_step_tokens, nseq, m->max_tokens, m->max_seqs);
+    target_cuda_cache *k = xcalloc(1, sizeof *k);
+    k->m = m, k->nseq = nseq, k->max_len = max_len, k->max_step = max_step_tokens;
+    k->len = xcalloc((size_t)nseq, sizeof *k->len);
+    const size_t kd = (size_t)c->num_kv_heads * (size_t)c->head_dim, L = (size_t)m->nlayers;
+    k->seq_stride = (size_t)max_len * kd;
+    const size_t per = (size_t)nseq * k->seq_stride;
+    k->bytes = L * 2 * per * 2;
+    cudaError_t e = cudaMalloc((void **)&k->kv, k->bytes);
+    if (e != cudaSuccess) {
+        free(k->len);
+        free(k);
+        return errbuf_set(err, ENOMEM, "KV cache of %d sequences x %d positions: %.2f GiB of device memory: %s", nseq,
+                          max_len, (double)(L * 2 * per * 2) / (1 << 30), cudaGetErrorString(e));
+    }
+    k->kc = xmalloc(L * sizeof *k->kc);
+    k->vc = xmalloc(L * sizeof *k->vc);
+    for (size_t li = 0; li < L; li++) k->kc[li] = k->kv + 2 * li * per, k->vc[li] = k->kv + (2 * li + 1) * per;
+    size_t ws = kv_attention_workspace_bytes(max_step_tokens, c->num_heads, c->head_dim, max_len - 1);
+    CHECK_CUDA(cudaMalloc((void **)&k->workspace, ws));
+    k->bytes += ws;
+    size_t nstage = 3 * (size_t)max_step_tokens + 2 * (size_t)nseq + 1;
+    CHECK_CUDA(cudaMalloc((void **)&k->d_stage, nstage * sizeof(int32_t)));
+    CHECK_CUDA(cudaMallocHost((void **)&k->h_stage, nstage * sizeof(int32_t)));
+    CHECK_CUDA(cudaEventCreateWithFlags(&k->staged, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventRecord(k->staged, m->stream));
+    *out = k;
+    return 0;
+}
+
+void target_cuda_cache_destroy(target_cuda_cache **kp)
+{
+    target_cuda_cache *k = *kp;
+    if (!k) return;
+    CHECK_CUDA(cudaStreamSynchronize(k->m->stream));
+    CHECK_CUDA(cudaFree(k->kv));
+    CHECK_CUDA(cudaFree(k->workspace));
+    CHECK_CUDA(cudaFree(k->d_stage));
+    CHECK_CUDA(cudaFreeHost(k->h_stage));
+    CHECK_CUDA(cudaEventDestroy(k->staged));
+    free(k->kc);
+    free(k->vc);
+    free(k->len);
+    free(k);
+    *kp = NULL;
+}
+
+int target_cuda_cache_length(const target_cuda_cache *k, int seq) { return k->len[seq]; }
+size_t target_cuda_cache_bytes(const target_cuda_cache *k) { return k->bytes; }
+
+int target_cuda_cache_forward(target_cuda_cache *k, int nrun, const int *seqs, const int *n, const int32_t *ids,
+                              const int *taps, int ntaps, uint16_t *aux, int ld_aux, uint16_t *logits, int last_only,
+                              errbuf *err)
+{
+    target_cuda *m = k->m;
+    const hf_config *c = &m->cfg;
+    if (nrun <= 0 || nrun > k->nseq)
+        return errbuf_set(err, EINVAL, "decode step over %d sequences (the cache has %d)", nrun, k->nseq);
+    int T = 0, all_empty = 1, max_pos = 0, max_n = 0;
+    for (int i = 0; i < nrun; i++) {
+        int s = seqs[i];
+        if (s < 0 || s >= k->nseq)
+            return errbuf_set(err, EINVAL, "decode step: sequence %d is outside the cache's %d", s, k->nseq);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == s) return errbuf_set(err, EINVAL, "decode step: sequence %d appears twice", s);
+        if (n[i] <= 0) return errbuf_set(err, EINVAL, "decode step: %d tokens for sequence %d", n[i], s);
+        if (k->len[s] + n[i] > k->max_len)
+            return errbuf_set(err, ENOSPC, "sequence %d: %d cached + %d new tokens exceed the cache's %d positions", s,
+                              k->len[s], n[i], k->max_len);
+        if (k->len[s]) all_empty = 0;
+        if (k->len[s] + n[i] - 1 > max_pos) max_pos = k->len[s] + n[i] - 1;
+        if (n[i] > max_n) max_n = n[i];
+        T += n[i];
+    }
+    if (T > k->max_step)
+        return errbuf_set(err, EINVAL, "decode step of %d tokens exceeds the cache's %d a step", T, k->max_step);
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->vocab_size)
+            return errbuf_set(err, EINVAL, "decode step: token id %d at row %d is outside the vocabulary (%d)", ids[t],
+                              t, c->vocab_size);
+    if (!aux) ntaps = 0;
+    if (aux && ld_aux < ntaps * c->hidden_size)
+        return errbuf_set(err, EINVAL, "aux row stride %d is below %d taps x %d", ld_aux, ntaps, c->hidden_size);
+    int deepest, rc = target_request_depth(c, m->nlayers, m->full, taps, ntaps, logits != NULL, &deepest, err);
+    if (rc) return rc;
+
+    CHECK_CUDA(cudaEventSynchronize(k->staged));
+    int32_t *h = k->h_stage, *h_pos = h + T, *h_seq = h + 2 * T, *h_cu = h + 3 * T, *h_rows = h_cu + nrun + 1;
+    memcpy(h, ids, sizeof(int32_t) * (size_t)T);
+    h_cu[0] = 0;
+    for (int i = 0, t = 0; i < nrun; i++) {
+        for (int j = 0; j < n[i]; j++, t++) h_pos[t] = k->len[seqs[i]] + j, h_seq[t] = seqs[i];
+        h_cu[i + 1] = t;
+        h_rows[i] = t - 1;
+    }
+    size_t nstage = 3 * (size_t)T + 2 * (size_t)nrun + 1;
+    CHECK_CUDA(cudaMemcpyAsync(k->d_stage, h, nstage * sizeof(int32_t), cudaMemcpyHostToDevice, m->stream));
+    CHECK_CUDA(cudaEventRecord(k->staged, m->stream));
+    const int32_t *d = k->d_stage;
+    tc_rows rows = {.T = T, .nseq = nrun, .max_seqlen = max_n, .ids = d, .pos = d + T, .cu = d + 3 * T};
+    tc_kv_cache kv = {.kc = k->kc, .vc = k->vc, .seq_stride = k->seq_stride, .seq = d + 2 * T, .pos = d + T,
+                      .max_pos = max_pos, .workspace = k->workspace, .packed = all_empty};
+    m->nev = 0;
+    for (int i = 0; i < TARGET_CUDA_NCLASS; i++) m->prof_ms[i] = 0;
+    target_cuda_run_layers(m, &rows, &kv, deepest, taps, ntaps, aux, ld_aux, NULL, logits,
+                           last_only ? d + 3 * T + nrun + 1 : NULL, nrun);
+    for (int i = 0; i < nrun; i++) k->len[seqs[i]] += n[i];
+    return 0;
+}
+
+int target_cuda_cache_crop(target_cuda_cache *k, int seq, int len, errbuf *err)
+{
+    if (seq < 0 || seq >= k->nseq)
+        return errbuf_set(err, EINVAL, "crop: sequence %d is outside the cache's %d", seq, k->nseq);
+    if (len < 0 || len > k->len[seq])
+        return errbuf_set(err, EINVAL, "crop: sequence %d holds %d positions, cannot keep %d", seq, k->len[seq], len);
+    k->len[seq] = len;
+    return 0;
+}

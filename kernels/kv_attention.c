@@ -1,0 +1,62 @@
+/* kv_attention: CPU reference. One query row and head at a time, a scratch row of scores as long as the row's
+ * key range; the softmax in the order of attention.c's (max, exp and sum, then the weighted sum of values). */
+#include "kv_attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void kv_cache_append_cpu(float *kc, float *vc, size_t seq_stride, const float *k, int ldk, const float *v, int ldv,
+                         const int32_t *seq, const int32_t *pos, int T, int kd)
+{
+    for (int t = 0; t < T; t++) {
+        size_t at = (size_t)seq[t] * seq_stride + (size_t)pos[t] * (size_t)kd;
+        memcpy(kc + at, k + (size_t)t * (size_t)ldk, sizeof(float) * (size_t)kd);
+        memcpy(vc + at, v + (size_t)t * (size_t)ldv, sizeof(float) * (size_t)kd);
+    }
+}
+
+void kv_attention_forward_cpu(float *out, int ldo, const float *q, int ldq, const float *kc, const float *vc,
+                                  size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv,
+                                  int hd, float scale)
+{
+    DF_ASSERT(nh > 0 && nkv > 0 && nh % nkv == 0 && hd > 0);
+    const int group = nh / nkv;
+    const size_t kd = (size_t)nkv * (size_t)hd;
+    int maxk = 1;
+    for (int t = 0; t < T; t++)
+        if (pos[t] + 1 > maxk) maxk = pos[t] + 1;
+    float *p = xmalloc(sizeof(float) * (size_t)maxk);
+    for (int t = 0; t < T; t++) {
+        const int nk = pos[t] + 1;
+        const float *ks = kc + (size_t)seq[t] * seq_stride, *vs = vc + (size_t)seq[t] * seq_stride;
+        for (int h = 0; h < nh; h++) {
+            const float *qh = q + (size_t)t * (size_t)ldq + (size_t)h * (size_t)hd;
+            const size_t off = (size_t)(h / group) * (size_t)hd;
+            float mx = -INFINITY;
+            for (int j = 0; j < nk; j++) {
+                const float *kj = ks + (size_t)j * kd + off;
+                float d = 0.0f;
+                for (int e = 0; e < hd; e++) d += qh[e] * kj[e];
+                p[j] = d * scale;
+                if (p[j] > mx) mx = p[j];
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < nk; j++) {
+                p[j] = expf(p[j] - mx);
+                sum += p[j];
+            }
+            float *oh = out + (size_t)t * (size_t)ldo + (size_t)h * (size_t)hd;
+            memset(oh, 0, sizeof(float) * (size_t)hd);
+            for (int j = 0; j < nk; j++) {
+                const float *vj = vs + (size_t)j * kd + off;
+                for (int e = 0; e < hd; e++) oh[e] += p[j] * vj[e];
+            }
+            const float inv = 1.0f / sum;
+            for (int e = 0; e < hd; e++) oh[e] *= inv;
+        }
+    }
+    free(p);
+}
