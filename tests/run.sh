@@ -5,7 +5,9 @@
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-SHARED=${DFLASH_SHARED:-../shared}
+# the golden cases live in the repository (tests/goldens, format in its README.md); DFLASH_GOLDENS points elsewhere
+GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
+export DFLASH_GOLDENS=$GOLDENS
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 pass=0; fail=0; skip=0; failed_names=(); skipped_lines=()
 log=$(mktemp -d /tmp/dflash-tests-XXXXXX)
@@ -36,14 +38,23 @@ for t in "$BUILD"/tests/test_*; do
     run_one "unit/$(basename "$t")" "$t"
 done
 
-for c in "$SHARED"/goldens/*/; do
-    [ -f "$c/case.safetensors" ] || continue
+skip_note() { # label, reason: a case that cannot run here is counted and said, never dropped silently
+    skip=$((skip + 1)); skipped_lines+=("$1: $2")
+    printf '%-44s skipped  (%s)\n' "$1" "$2"
+}
+
+[ -d "$GOLDENS" ] || skip_note "golden/*" "no golden cases at $GOLDENS"
+for c in "$GOLDENS"/*/; do
+    [ -d "$c" ] || continue
     name=$(basename "$c")
+    [ "$name" = tokenizer ] && continue
+    if [ ! -f "$c/case.safetensors" ]; then skip_note "golden/$name" "no case.safetensors in $c"; continue; fi
     run_one "golden/$name" bash -c "'$BUILD/tests/dflash_golden' '$c' | sed -e 's/^\\(.*\\) ok\$/ok \\1/' -e 's/^\\(.*\\) FAIL\$/FAIL \\1/'; exit \${PIPESTATUS[0]}"
 done
 
 # tokenizer and chat-template goldens: the real tokenizer files come from `make tokenizers` (build/tokenizers)
-for c in "$SHARED"/goldens/tokenizer/*.json; do
+[ -d "$GOLDENS/tokenizer" ] || skip_note "golden/tokenizer/*" "no tokenizer goldens at $GOLDENS/tokenizer"
+for c in "$GOLDENS"/tokenizer/*.json; do
     [ -f "$c" ] || continue
     run_one "golden/tokenizer/$(basename "$c" .json)" "$BUILD/tests/dflash_tok_golden" "$c" build/tokenizers
 done
@@ -66,5 +77,8 @@ fi
 
 echo
 [ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}" && echo "logs: $log"
-echo "$pass passed, $fail failed${skip:+, $skip skipped}"
+if [ ${#skipped_lines[@]} -gt 0 ]; then
+    echo "skipped:"; printf '    %s\n' "${skipped_lines[@]}"
+fi
+echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

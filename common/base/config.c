@@ -63,10 +63,15 @@ static int parse_int(const char *s, int *out)
     return 0;
 }
 
+static void format_double(char *buf, size_t n, double v);
+
 static int bounds_check(const config_field *f, double x, char *why, size_t n)
 {
     if (has_bounds(f) && !(x >= f->min && x <= f->max)) {
-        snprintf(why, n, "value %.17g out of range [%g, %g]", x, f->min, f->max);
+        char lo[32], hi[32];
+        format_double(lo, sizeof lo, f->min);
+        format_double(hi, sizeof hi, f->max);
+        snprintf(why, n, "value %.17g out of range [%s, %s]", x, lo, hi);
         return -1;
     }
     return 0;
@@ -493,7 +498,10 @@ void config_help(const config_field *table, FILE *out)
             choices_format(f, names, sizeof names);
             snprintf(bounds, sizeof bounds, "  {%s}", names);
         } else if (has_bounds(f) && f->type != CONFIG_BOOL && f->type != CONFIG_STRING) {
-            snprintf(bounds, sizeof bounds, "  [%g, %g]", f->min, f->max);
+            char lo[32], hi[32];
+            format_double(lo, sizeof lo, f->min);
+            format_double(hi, sizeof hi, f->max);
+            snprintf(bounds, sizeof bounds, "  [%s, %s]", lo, hi);
         }
         fprintf(out, "%-32s %-8s%s  default: %s%s\n", key, type_names[f->type], bounds,
                 f->default_value && *f->default_value ? f->default_value : "(empty)",

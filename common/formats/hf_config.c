@@ -93,27 +93,30 @@ static int get_str(const json_t *obj, const char *file, const char *prefix, cons
 }
 
 /* Rope scaling: rope_scaling when present, else rope_parameters; only "default" and "llama3" are supported. */
-static int parse_rope(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
+static int parse_rope(hf_config *cfg, const json_t *root, const char *file, const char *tp, errbuf *err)
 {
+    char pre_params[48], pre_scaling[48];
+    snprintf(pre_params, sizeof pre_params, "%srope_parameters.", tp);
+    snprintf(pre_scaling, sizeof pre_scaling, "%srope_scaling.", tp);
     const json_t *params = field_get(root, "rope_parameters");
-    if (params && !json_is_object(params)) return wrong_type(file, "", "rope_parameters", "object", params, err);
+    if (params && !json_is_object(params)) return wrong_type(file, tp, "rope_parameters", "object", params, err);
     const json_t *scaling = field_get(root, "rope_scaling");
-    if (scaling && !json_is_object(scaling)) return wrong_type(file, "", "rope_scaling", "object", scaling, err);
+    if (scaling && !json_is_object(scaling)) return wrong_type(file, tp, "rope_scaling", "object", scaling, err);
 
     int ret;
     cfg->rope_theta = 0;
     if (field_get(root, "rope_theta")) {
-        ret = get_positive(root, file, "", "rope_theta", 1, &cfg->rope_theta, err);
+        ret = get_positive(root, file, tp, "rope_theta", 1, &cfg->rope_theta, err);
     } else if (params && field_get(params, "rope_theta")) {
-        ret = get_positive(params, file, "rope_parameters.", "rope_theta", 1, &cfg->rope_theta, err);
+        ret = get_positive(params, file, pre_params, "rope_theta", 1, &cfg->rope_theta, err);
     } else {
-        ret = errbuf_set(err, EINVAL, "%s: missing required field rope_theta (top level or rope_parameters.rope_theta)",
-                         file);
+        ret = errbuf_set(err, EINVAL, "%s: missing required field %srope_theta (or %srope_theta)", file, tp,
+                         pre_params);
     }
     if (ret) return ret;
 
     const json_t *rs = scaling ? scaling : params;
-    const char *prefix = scaling ? "rope_scaling." : "rope_parameters.";
+    const char *prefix = scaling ? pre_scaling : pre_params;
     if (!rs) return 0;
     const char *tkey = field_get(rs, "rope_type") ? "rope_type" : "type";
     char type[32];
@@ -186,45 +189,190 @@ static int parse_architectures(hf_config *cfg, const json_t *root, const char *f
     return 0;
 }
 
+/* get_positive with a default when absent. */
+static int get_real_def(const json_t *obj, const char *file, const char *prefix, const char *key, double def,
+                        double *out, errbuf *err)
+{
+    *out = def;
+    return get_positive(obj, file, prefix, key, 0, out, err);
+}
+
+/* layer_types (array of "linear_attention" / "full_attention", one per layer), else full_attention_interval. */
+static int parse_layer_types(hf_config *cfg, const json_t *tc, const char *file, const char *tp, errbuf *err)
+{
+    const json_t *lt = field_get(tc, "layer_types");
+    if (!lt) {
+        int interval, ret = get_int(tc, file, tp, "full_attention_interval", 0, 4, 1, 1 << 20, &interval, err);
+        if (ret) return ret;
+        for (int i = 0; i < cfg->num_layers; i++) cfg->layer_linear[i] = (i + 1) % interval != 0;
+        return 0;
+    }
+    if (!json_is_array(lt)) return wrong_type(file, tp, "layer_types", "array", lt, err);
+    if (json_array_size(lt) != (size_t)cfg->num_layers)
+        return errbuf_set(err, EINVAL, "%s: field %slayer_types: %zu entries, num_hidden_layers is %d", file, tp,
+                          json_array_size(lt), cfg->num_layers);
+    for (int i = 0; i < cfg->num_layers; i++) {
+        const json_t *v = json_array_get(lt, (size_t)i);
+        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+        if (s && !strcmp(s, "linear_attention")) cfg->layer_linear[i] = 1;
+        else if (s && !strcmp(s, "full_attention")) cfg->layer_linear[i] = 0;
+        else
+            return errbuf_set(err, EINVAL, "%s: field %slayer_types[%d]: expected \"linear_attention\" or "
+                              "\"full_attention\", got %s%s%s", file, tp, i, s ? "\"" : "",
+                              s ? s : json_type_name(v), s ? "\"" : "");
+    }
+    return 0;
+}
+
+/* Which layers use the sparse MoE block: every layer for qwen3_5_moe; qwen3_next: (i+1) % decoder_sparse_step == 0
+ * and i not in mlp_only_layers. */
+static int parse_moe_layers(hf_config *cfg, const json_t *tc, const char *file, const char *tp, errbuf *err)
+{
+    int step = 1, ret;
+    if (cfg->arch != HF_ARCH_QWEN3_NEXT) { /* Qwen3_5MoeDecoderLayer always has the sparse block */
+        memset(cfg->layer_moe, 1, (size_t)cfg->num_layers);
+        return 0;
+    }
+    if ((ret = get_int(tc, file, tp, "decoder_sparse_step", 0, 1, 1, 1 << 20, &step, err))) return ret;
+    for (int i = 0; i < cfg->num_layers; i++) cfg->layer_moe[i] = (i + 1) % step == 0;
+    const json_t *only = field_get(tc, "mlp_only_layers");
+    if (!only) return 0;
+    if (!json_is_array(only)) return wrong_type(file, tp, "mlp_only_layers", "array", only, err);
+    for (size_t k = 0; k < json_array_size(only); k++) {
+        const json_t *v = json_array_get(only, k);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= cfg->num_layers)
+            return errbuf_set(err, EINVAL, "%s: field %smlp_only_layers[%zu]: expected a layer in [0, %d)", file, tp,
+                              k, cfg->num_layers);
+        cfg->layer_moe[json_integer_value(v)] = 0;
+    }
+    return 0;
+}
+
+/* The hybrid fields: layer kinds, linear-attention shapes, partial RoPE, MoE. */
+static int parse_hybrid(hf_config *cfg, const json_t *tc, const char *file, const char *tp, int moe, errbuf *err)
+{
+    int ret;
+    cfg->is_hybrid = 1;
+    if (cfg->num_layers > HF_MAX_LAYERS)
+        return errbuf_set(err, EINVAL, "%s: field %snum_hidden_layers: %d layers, at most %d supported for hybrid "
+                          "targets", file, tp, cfg->num_layers, HF_MAX_LAYERS);
+    if ((ret = parse_layer_types(cfg, tc, file, tp, err)) ||
+        (ret = get_int(tc, file, tp, "linear_num_key_heads", 0, 16, 1, 65536, &cfg->linear_num_k_heads, err)) ||
+        (ret = get_int(tc, file, tp, "linear_num_value_heads", 0, 32, 1, 65536, &cfg->linear_num_v_heads, err)) ||
+        (ret = get_int(tc, file, tp, "linear_key_head_dim", 0, 128, 1, 1 << 16, &cfg->linear_k_head_dim, err)) ||
+        (ret = get_int(tc, file, tp, "linear_value_head_dim", 0, 128, 1, 1 << 16, &cfg->linear_v_head_dim, err)) ||
+        (ret = get_int(tc, file, tp, "linear_conv_kernel_dim", 0, 4, 1, 1024, &cfg->linear_conv_kernel, err)))
+        return ret;
+    if (cfg->linear_num_v_heads % cfg->linear_num_k_heads != 0)
+        return errbuf_set(err, EINVAL, "%s: field %slinear_num_value_heads: %d is not a multiple of "
+                          "linear_num_key_heads %d", file, tp, cfg->linear_num_v_heads, cfg->linear_num_k_heads);
+    /* partial_rotary_factor: top level (older configs) or inside rope_parameters (transformers 5) */
+    const json_t *params = field_get(tc, "rope_parameters");
+    if (field_get(tc, "partial_rotary_factor"))
+        ret = get_positive(tc, file, tp, "partial_rotary_factor", 1, &cfg->partial_rotary_factor, err);
+    else if (params && json_is_object(params)) {
+        char pp[48];
+        snprintf(pp, sizeof pp, "%srope_parameters.", tp);
+        ret = get_real_def(params, file, pp, "partial_rotary_factor", 0.25, &cfg->partial_rotary_factor, err);
+    } else
+        cfg->partial_rotary_factor = 0.25;
+    if (ret) return ret;
+    cfg->rotary_dim = (int)(cfg->head_dim * cfg->partial_rotary_factor);
+    if (cfg->partial_rotary_factor > 1 || cfg->rotary_dim < 2 || cfg->rotary_dim % 2)
+        return errbuf_set(err, EINVAL, "%s: field %spartial_rotary_factor: %g gives a rotary dimension of %d for "
+                          "head_dim %d (must be even, at least 2, at most head_dim)", file, tp,
+                          cfg->partial_rotary_factor, cfg->rotary_dim, cfg->head_dim);
+    if (moe) {
+        if ((ret = get_int(tc, file, tp, "num_experts", 1, 0, 0, 1 << 20, &cfg->num_experts, err))) return ret;
+    }
+    if (cfg->num_experts > 0) {
+        if ((ret = get_int(tc, file, tp, "num_experts_per_tok", 1, 0, 1, cfg->num_experts, &cfg->num_experts_per_tok,
+                           err)) ||
+            (ret = get_int(tc, file, tp, "moe_intermediate_size", 1, 0, 1, 1 << 24, &cfg->moe_intermediate_size,
+                           err)) ||
+            (ret = get_int(tc, file, tp, "shared_expert_intermediate_size", 0, 0, 0, 1 << 24,
+                           &cfg->shared_expert_intermediate_size, err)) ||
+            (ret = get_bool(tc, file, "norm_topk_prob", 1, &cfg->norm_topk_prob, err)) ||
+            (ret = parse_moe_layers(cfg, tc, file, tp, err)))
+            return ret;
+        if (cfg->arch == HF_ARCH_QWEN3_5) cfg->norm_topk_prob = 1; /* Qwen3.5's router always renormalises */
+    }
+    return 0;
+}
+
 static int parse_root(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
 {
     if (!json_is_object(root))
         return errbuf_set(err, EINVAL, "%s: expected a JSON object, got %s", file, json_type_name(root));
-    int ret;
+    int ret, moe = 0;
     if ((ret = get_str(root, file, "", "model_type", cfg->model_type, sizeof cfg->model_type, 1, err))) return ret;
-    if (strcmp(cfg->model_type, "qwen3") == 0) {
+    const char *mt = cfg->model_type;
+    const json_t *tc = root; /* where the text model's fields are */
+    const char *tp = "";
+    if (strcmp(mt, "qwen3") == 0) {
         cfg->arch = HF_ARCH_QWEN3;
         cfg->has_qk_norm = 1;
-    } else if (strcmp(cfg->model_type, "llama") == 0) {
+    } else if (strcmp(mt, "llama") == 0) {
         cfg->arch = HF_ARCH_LLAMA;
         cfg->has_qk_norm = 0;
+    } else if (!strcmp(mt, "qwen3_5") || !strcmp(mt, "qwen3_5_moe") || !strcmp(mt, "qwen3_5_text") ||
+               !strcmp(mt, "qwen3_5_moe_text") || !strcmp(mt, "qwen3_next")) {
+        cfg->arch = strcmp(mt, "qwen3_next") ? HF_ARCH_QWEN3_5 : HF_ARCH_QWEN3_NEXT;
+        cfg->has_qk_norm = 1;
+        moe = strstr(mt, "moe") != NULL;
+        if (!strcmp(mt, "qwen3_5") || !strcmp(mt, "qwen3_5_moe")) { /* vision-language: the text model's config */
+            tc = field_get(root, "text_config");
+            if (!tc) return missing(file, "", "text_config", err);
+            if (!json_is_object(tc)) return wrong_type(file, "", "text_config", "object", tc, err);
+            tp = "text_config.";
+            cfg->text_nested = 1;
+        }
     } else {
-        return errbuf_set(err, EINVAL, "%s: field model_type: unsupported value \"%s\" (expected qwen3 or llama)",
-                          file, cfg->model_type);
+        return errbuf_set(err, EINVAL, "%s: field model_type: unsupported value \"%s\" (expected qwen3, llama, "
+                          "qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text or qwen3_next)", file, mt);
     }
-    if ((ret = get_int(root, file, "", "hidden_size", 1, 0, 1, 1 << 20, &cfg->hidden_size, err)) ||
-        (ret = get_int(root, file, "", "num_hidden_layers", 1, 0, 1, 100000, &cfg->num_layers, err)) ||
-        (ret = get_int(root, file, "", "num_attention_heads", 1, 0, 1, 65536, &cfg->num_heads, err)) ||
-        (ret = get_int(root, file, "", "intermediate_size", 1, 0, 1, 1 << 24, &cfg->intermediate_size, err)) ||
-        (ret = get_int(root, file, "", "vocab_size", 1, 0, 1, 1 << 30, &cfg->vocab_size, err)) ||
-        (ret = get_positive(root, file, "", "rms_norm_eps", 1, &cfg->rms_eps, err)) ||
-        (ret = get_int(root, file, "", "num_key_value_heads", 0, cfg->num_heads, 1, cfg->num_heads,
+    int hybrid = cfg->arch == HF_ARCH_QWEN3_5 || cfg->arch == HF_ARCH_QWEN3_NEXT;
+    if (cfg->arch == HF_ARCH_QWEN3_NEXT &&
+        (ret = get_int(tc, file, tp, "num_experts", 0, 0, 0, 1 << 20, &cfg->num_experts, err)))
+        return ret;
+    /* MoE hybrids may have no dense intermediate_size: the drafter then takes 3 * hidden_size (hf_config.h) */
+    int need_inter = !(hybrid && (moe || cfg->num_experts > 0));
+    if ((ret = get_int(tc, file, tp, "hidden_size", 1, 0, 1, 1 << 20, &cfg->hidden_size, err)) ||
+        (ret = get_int(tc, file, tp, "num_hidden_layers", 1, 0, 1, 100000, &cfg->num_layers, err)) ||
+        (ret = get_int(tc, file, tp, "num_attention_heads", 1, 0, 1, 65536, &cfg->num_heads, err)) ||
+        (ret = get_int(tc, file, tp, "intermediate_size", need_inter, 0, 1, 1 << 24, &cfg->intermediate_size,
+                       err)) ||
+        (ret = get_int(tc, file, tp, "vocab_size", 1, 0, 1, 1 << 30, &cfg->vocab_size, err)) ||
+        (ret = get_positive(tc, file, tp, "rms_norm_eps", 1, &cfg->rms_eps, err)) ||
+        (ret = get_int(tc, file, tp, "num_key_value_heads", 0, cfg->num_heads, 1, cfg->num_heads,
                        &cfg->num_kv_heads, err)))
         return ret;
+    if (!cfg->intermediate_size) cfg->intermediate_size = 3 * cfg->hidden_size;
     if (cfg->num_heads % cfg->num_kv_heads != 0)
-        return errbuf_set(err, EINVAL, "%s: field num_key_value_heads: %d does not divide num_attention_heads %d",
-                          file, cfg->num_kv_heads, cfg->num_heads);
-    int def_head_dim = cfg->hidden_size / cfg->num_heads;
-    if ((ret = get_int(root, file, "", "head_dim", 0, def_head_dim, 1, 1 << 16, &cfg->head_dim, err))) return ret;
+        return errbuf_set(err, EINVAL, "%s: field %snum_key_value_heads: %d does not divide num_attention_heads %d",
+                          file, tp, cfg->num_kv_heads, cfg->num_heads);
+    int def_head_dim = hybrid ? 256 : cfg->hidden_size / cfg->num_heads;
+    if ((ret = get_int(tc, file, tp, "head_dim", 0, def_head_dim, 1, 1 << 16, &cfg->head_dim, err))) return ret;
     if (cfg->head_dim < 1)
         return errbuf_set(err, EINVAL, "%s: field head_dim: default hidden_size / num_attention_heads = %d / %d is 0",
                           file, cfg->hidden_size, cfg->num_heads);
-    if ((ret = get_bool(root, file, "tie_word_embeddings", 0, &cfg->tie_embeddings, err)) ||
-        (ret = get_int(root, file, "", "max_position_embeddings", 0, 0, 1, INT_MAX, &cfg->max_position, err)) ||
-        (ret = parse_rope(cfg, root, file, err)))
+    /* tie_word_embeddings and the dtype: the outer config's when it has them (vision-language), else the text's */
+    const json_t *tie_obj = field_get(root, "tie_word_embeddings") ? root : tc;
+    if ((ret = get_bool(tie_obj, file, "tie_word_embeddings", 0, &cfg->tie_embeddings, err)) ||
+        (ret = get_int(tc, file, tp, "max_position_embeddings", 0, 0, 1, INT_MAX, &cfg->max_position, err)) ||
+        (ret = parse_rope(cfg, tc, file, tp, err)))
         return ret;
-    const char *dkey = field_get(root, "torch_dtype") ? "torch_dtype" : "dtype";
-    if ((ret = get_str(root, file, "", dkey, cfg->torch_dtype, sizeof cfg->torch_dtype, 0, err))) return ret;
+    const json_t *dobj = root;
+    if (!field_get(root, "torch_dtype") && !field_get(root, "dtype")) dobj = tc;
+    const char *dkey = field_get(dobj, "torch_dtype") ? "torch_dtype" : "dtype";
+    if ((ret = get_str(dobj, file, dobj == root ? "" : tp, dkey, cfg->torch_dtype, sizeof cfg->torch_dtype, 0, err)))
+        return ret;
+    if (hybrid) {
+        if ((ret = parse_hybrid(cfg, tc, file, tp, moe, err))) return ret;
+    } else {
+        cfg->partial_rotary_factor = 1;
+        cfg->rotary_dim = cfg->head_dim;
+    }
     if ((ret = parse_architectures(cfg, root, file, err))) return ret;
     if (cfg->is_dflash) return parse_dflash(cfg, root, file, err);
     return 0;
@@ -241,6 +389,22 @@ int hf_config_parse(hf_config *cfg, const char *json_text, const char *name, err
     json_decref(root);
     if (ret) memset(cfg, 0, sizeof *cfg);
     return ret;
+}
+
+void hf_config_as_qwen3(hf_config *cfg)
+{
+    cfg->arch = HF_ARCH_QWEN3;
+    snprintf(cfg->model_type, sizeof cfg->model_type, "qwen3");
+    cfg->has_qk_norm = 1;
+    cfg->is_hybrid = cfg->text_nested = 0;
+    memset(cfg->layer_linear, 0, sizeof cfg->layer_linear);
+    memset(cfg->layer_moe, 0, sizeof cfg->layer_moe);
+    cfg->linear_num_k_heads = cfg->linear_num_v_heads = cfg->linear_k_head_dim = cfg->linear_v_head_dim = 0;
+    cfg->linear_conv_kernel = 0;
+    cfg->partial_rotary_factor = 1;
+    cfg->rotary_dim = cfg->head_dim;
+    cfg->num_experts = cfg->num_experts_per_tok = cfg->moe_intermediate_size = 0;
+    cfg->shared_expert_intermediate_size = cfg->norm_topk_prob = 0;
 }
 
 /* Read a whole (small) text file into *out (xmalloc'd, NUL-terminated). */
@@ -334,6 +498,42 @@ static int write_atomic(const char *path, const char *text, errbuf *err)
     free(tmp);
     if ((ret = fsync_parent(path))) errbuf_set(err, -ret, "%s: cannot fsync its directory: %s", path, strerror(-ret));
     return ret;
+}
+
+int hf_eos_tokens(const char *dir, int vocab, int32_t *eos, int max, int *neos, errbuf *err)
+{
+    const char *files[] = {"generation_config.json", "config.json"};
+    *neos = 0;
+    for (int f = 0; f < 2 && *neos == 0; f++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, files[f]);
+        if (access(path, F_OK) != 0) continue;
+        json_error_t je;
+        json_t *root = json_load_file(path, 0, &je);
+        if (!root) return errbuf_set(err, EINVAL, "%s: invalid JSON: %s (line %d)", path, je.text, je.line);
+        const json_t *e = json_object_get(root, "eos_token_id");
+        if (e && !json_is_null(e) && !json_is_integer(e) && !json_is_array(e)) {
+            int rc = errbuf_set(err, EINVAL, "%s: field eos_token_id: expected an id or a list of ids, got %s", path,
+                                json_type_name(e));
+            json_decref(root);
+            return rc;
+        }
+        size_t n = json_is_array(e) ? json_array_size(e) : json_is_integer(e) ? 1 : 0;
+        for (size_t i = 0; i < n; i++) {
+            const json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab || *neos == max) {
+                int rc = errbuf_set(err, EINVAL, "%s: field eos_token_id[%zu]: %s", path, i,
+                                    *neos == max ? "too many ids" : "not a token id of the vocabulary");
+                json_decref(root);
+                return rc;
+            }
+            int32_t id = (int32_t)json_integer_value(v), dup = 0;
+            for (int k = 0; k < *neos; k++) dup |= eos[k] == id;
+            if (!dup) eos[(*neos)++] = id;
+        }
+        json_decref(root);
+    }
+    return 0;
 }
 
 int hf_config_write_dflash(const hf_config *cfg, const char *path, errbuf *err)

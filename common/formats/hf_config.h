@@ -1,24 +1,28 @@
-/* hf_config: reads a Hugging Face config.json (Qwen3, Llama, and the DFlash drafter layout) with jansson, and
- * writes the drafter's config.json. Required fields missing or of the wrong type are errors naming the file and
- * field; optional fields take the defaults transformers uses (documented per field below). */
+/* hf_config: reads a Hugging Face config.json (Qwen3, Llama, the hybrid Qwen3.5 / Qwen3.5-MoE / Qwen3-Next targets,
+ * and the DFlash drafter layout) with jansson, and writes the drafter's config.json. The vision-language configs
+ * (qwen3_5, qwen3_5_moe) are read from their text_config. Required fields missing or of the wrong type are errors
+ * naming the file and field (text_config.x when nested); optional fields take the defaults transformers uses
+ * (documented per field below). */
 #ifndef DFLASH_HF_CONFIG_H
 #define DFLASH_HF_CONFIG_H
 
 #include "util.h"
 
-enum hf_arch { HF_ARCH_QWEN3, HF_ARCH_LLAMA };
+enum hf_arch { HF_ARCH_QWEN3, HF_ARCH_LLAMA, HF_ARCH_QWEN3_5, HF_ARCH_QWEN3_NEXT };
 
 #define HF_MAX_TAPS 64
+#define HF_MAX_LAYERS 512     /* hybrid targets: the per-layer kind tables */
 
 typedef struct hf_config {
-    enum hf_arch arch;        /* from model_type: "qwen3" or "llama" */
+    enum hf_arch arch;        /* from model_type: qwen3, llama, qwen3_5[_moe][_text] (QWEN3_5), qwen3_next */
     char model_type[32];
     int hidden_size;          /* required */
     int num_layers;           /* num_hidden_layers, required */
     int num_heads;            /* num_attention_heads, required */
     int num_kv_heads;         /* num_key_value_heads; default num_heads */
-    int head_dim;             /* default hidden_size / num_heads */
-    int intermediate_size;    /* required */
+    int head_dim;             /* default hidden_size / num_heads (hybrid: 256, transformers' default) */
+    int intermediate_size;    /* required; MoE hybrids without it: 3 * hidden_size (the drafter's MLP width, the
+                               * dense Qwen3.5 and Qwen3-30B-A3B ratio) */
     int vocab_size;           /* required */
     double rms_eps;           /* rms_norm_eps, required */
     double rope_theta;        /* top level or rope_parameters.rope_theta; required in one of them */
@@ -26,9 +30,28 @@ typedef struct hf_config {
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position;
     int tie_embeddings;       /* tie_word_embeddings; default 0 */
-    int has_qk_norm;          /* 1 for qwen3, 0 for llama */
+    int has_qk_norm;          /* 1 for qwen3 and the hybrids, 0 for llama */
     int max_position;         /* max_position_embeddings; default 0 when absent */
     char torch_dtype[16];     /* torch_dtype or dtype; "" when absent */
+    /* Hybrid targets (arch QWEN3_5 / QWEN3_NEXT): Gated DeltaNet and gated full-attention layers, zero-centred
+     * RMSNorm (1 + w), partial RoPE, optional MoE. */
+    int is_hybrid;
+    int text_nested;          /* the fields came from text_config (weights under model.language_model.) */
+    unsigned char layer_linear[HF_MAX_LAYERS]; /* layer_types[i] == "linear_attention" (else full_attention);
+                               * without layer_types: full every full_attention_interval-th layer (default 4) */
+    unsigned char layer_moe[HF_MAX_LAYERS];    /* the layer's MLP is the sparse MoE block */
+    int linear_num_k_heads;   /* linear_num_key_heads, default 16 */
+    int linear_num_v_heads;   /* linear_num_value_heads, default 32; a multiple of linear_num_k_heads */
+    int linear_k_head_dim;    /* linear_key_head_dim, default 128 */
+    int linear_v_head_dim;    /* linear_value_head_dim, default 128 */
+    int linear_conv_kernel;   /* linear_conv_kernel_dim, default 4 */
+    double partial_rotary_factor; /* top level or rope_parameters; default 0.25 (hybrid), 1 otherwise */
+    int rotary_dim;           /* int(head_dim * partial_rotary_factor), even, > 0 */
+    int num_experts;          /* 0: dense MLP everywhere */
+    int num_experts_per_tok;  /* required with num_experts > 0 */
+    int moe_intermediate_size;            /* required with num_experts > 0 */
+    int shared_expert_intermediate_size;  /* 0: no shared expert */
+    int norm_topk_prob;       /* default 1 (Qwen3.5 always renormalises) */
     /* DFlash drafter fields (architectures contains "DFlashDraftModel"): */
     int is_dflash;
     int block_size;
@@ -42,8 +65,17 @@ typedef struct hf_config {
 int hf_config_load(hf_config *cfg, const char *path, errbuf *err);
 /* Parse from a string; `name` is used in messages in place of a file name. */
 int hf_config_parse(hf_config *cfg, const char *json_text, const char *name, errbuf *err);
+/* Turn a target's config into the plain Qwen3 layout of the DFlash drafter derived from it: model_type qwen3, q/k
+ * norm, full RoPE, the hybrid and MoE fields cleared; hidden size, heads, head_dim, MLP width, vocabulary, rope_theta
+ * and the dtype kept. */
+void hf_config_as_qwen3(hf_config *cfg);
 /* Write a DFlash drafter config.json (z-lab layout: Qwen3 fields + architectures, block_size, num_target_layers,
  * layer_types, dflash_config) atomically. */
+/* The model's stop tokens: eos_token_id (an id or a list) of dir/generation_config.json, else of dir/config.json
+ * (a file that is absent or names none counts as none). Ids must lie in [0, vocab) and are kept once each, at most
+ * max. *neos = 0 when neither names one. Errors name the file and the field. */
+int hf_eos_tokens(const char *dir, int vocab, int32_t *eos, int max, int *neos, errbuf *err);
+
 int hf_config_write_dflash(const hf_config *cfg, const char *path, errbuf *err);
 
 #endif

@@ -1,4 +1,4 @@
-/* slot_array: the one slot mechanism of the data plane (DESIGN.md §2), under both the token ring and the
+/* slot_array: the one slot mechanism of the data plane (docs/design.md §2), under both the token ring and the
  * hidden-state pools. A struct slot_array is a process-local view that owns nothing: nslots slot_state words and
  * the batch id each slot carries, both in shared memory at a fixed stride (the container's layout decides where),
  * and the futex generation word every transition bumps. It claims, publishes, leases (the lowest READY batch id,

@@ -1,4 +1,4 @@
-/* slot_pool: the hidden-state pool of one target worker (DESIGN.md §2): K slots, each a slot_state word plus a
+/* slot_pool: the hidden-state pool of one target worker (docs/design.md §2): K slots, each a slot_state word plus a
  * descriptor in a named shm control segment, and the slot data in a separate shareable memory object (CPU backend:
  * a memfd dflashd creates; GPU backend: a VMM allocation the target creates and deposits, its fd and GPU UUID then
  * kept by dflashd, which creates only the control segment). dflashd keeps the data fd so the data outlives every

@@ -1,4 +1,4 @@
-/* slot_state: the one-word slot protocol of the data plane (DESIGN.md §2), shared by the token ring and the
+/* slot_state: the one-word slot protocol of the data plane (docs/design.md §2), shared by the token ring and the
  * hidden-state pools. A slot's state is one _Atomic uint64_t in shared memory, changed only by compare-and-swap:
  * FREE -> FILLING(owner, epoch) -> READY -> LEASED(owner, epoch) -> FREE. Transitions are acq_rel, so a payload
  * written before FILLING->READY is visible to whoever later sees READY. Every function is safe from any thread or

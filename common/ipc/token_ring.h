@@ -1,5 +1,5 @@
 /* token_ring: the bounded ring of packed token batches between prefetch (producer) and the targets (consumers),
- * in one named shm segment created by dflashd (DESIGN.md §2). Each slot holds one batch plus a slot_state word;
+ * in one named shm segment created by dflashd (docs/design.md §2). Each slot holds one batch plus a slot_state word;
  * producers claim a FREE slot, fill it, publish it; consumers lease the READY slot with the lowest batch_id, check
  * it (token_ring_slot_check) and release it when done; the slot protocol is slot_array's. A full ring blocks its
  * producer; waits use a cross-process futex with bounded slices. A struct token_ring is a process-local handle (one

@@ -1,6 +1,6 @@
 /* vmm_pool_cuda: GPU memory for hidden-state pools as CUDA VMM allocations that can be exported as POSIX file
  * descriptors (cuMemExportToShareableHandle), held by a process that never touches CUDA (dflashd), and imported
- * again by any process, including a restarted exporter (DESIGN.md §2: a legacy cudaIpcMemHandle dies with its
+ * again by any process, including a restarted exporter (docs/design.md §2: a legacy cudaIpcMemHandle dies with its
  * exporter, a VMM fd does not). GPUs are named by UUID, never by ordinal. Driver API; errors: 0 / -errno with an
  * errbuf naming the device and the failing call. One vmm_alloc per mapping (vmm_alloc_create / vmm_alloc_attach ->
  * vmm_alloc_destroy); not thread-safe per object. */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "slot_pool.h"
 
@@ -37,6 +38,8 @@ const config_field job_config_table[] = {
     F(train, steps, CONFIG_INT, 1, 1 << 30, "100", 0, "optimizer steps of the whole run"),
     F(train, warmup_steps, CONFIG_INT, 0, 1 << 30, "4", 0, "linear warm-up steps"),
     F(train, checkpoint_every, CONFIG_INT, 0, 1 << 30, "50", 0, "steps between checkpoints (0: only at the end)"),
+    F(train, checkpoint_retry_sec, CONFIG_DOUBLE, 0.1, 3600, "10", 0,
+      "a checkpoint that cannot be written (disk full, read-only, forbidden): the job holds, retrying this often"),
     F(train, lr, CONFIG_DOUBLE, 0, 10, "6e-4", 0, "peak learning rate"),
     F(train, min_lr, CONFIG_DOUBLE, 0, 10, "0", 0, "learning rate at the end of the cosine decay"),
     F(train, beta1, CONFIG_DOUBLE, 0, 1, "0.9", 0, "AdamW beta1"),
@@ -77,11 +80,19 @@ int job_config_load(job_config *cfg, const char *path, const char *const *overri
     int rc = config_load_file(job_config_table, cfg, path, err);
     for (int i = 0; rc == 0 && i < noverrides; i++)
         rc = config_set_arg(job_config_table, cfg, overrides[i], "--set", err);
-    /* what the table's per-field bounds cannot say: settings that are valid alone and wrong together */
-    if (rc == 0 && cfg->workers.heartbeat_timeout_sec < 2 * cfg->control.heartbeat_sec)
+    /* what the table's per-field bounds cannot say: settings that are valid alone and wrong together; the message
+     * names where the values came from: the --set that gave one of them, else the file */
+    if (rc == 0 && cfg->workers.heartbeat_timeout_sec < 2 * cfg->control.heartbeat_sec) {
+        char from[CONFIG_STRING_MAX + 16];
+        snprintf(from, sizeof from, "%s", path);
+        for (int i = 0; i < noverrides; i++)
+            if (!strncmp(overrides[i], "workers.heartbeat_timeout_sec", 29) ||
+                !strncmp(overrides[i], "control.heartbeat_sec", 21))
+                snprintf(from, sizeof from, "--set %.*s", CONFIG_STRING_MAX, overrides[i]);
         rc = errbuf_set(err, EINVAL, "%s: workers.heartbeat_timeout_sec = %g is below twice control.heartbeat_sec = "
-                        "%g: workers would be killed between two heartbeats", path,
+                        "%g: workers would be killed between two heartbeats", from,
                         cfg->workers.heartbeat_timeout_sec, cfg->control.heartbeat_sec);
+    }
     return rc;
 }
 

@@ -36,6 +36,7 @@ typedef struct job_config {
     } drafter;
     struct {
         int steps, warmup_steps, checkpoint_every;
+        double checkpoint_retry_sec;
         double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     } train;
     struct {

@@ -74,8 +74,7 @@ static int derive_drafter(job_plan *p, errbuf *err)
     d->block_size = c->drafter.block_size;
     d->num_target_layers = p->target.num_layers;
     d->mask_token_id = c->drafter.mask_token_id >= 0 ? c->drafter.mask_token_id : p->target.vocab_size - 1;
-    d->has_qk_norm = 1;
-    snprintf(d->model_type, sizeof d->model_type, "qwen3");
+    hf_config_as_qwen3(d); /* a Qwen3-style drafter whatever the target's family (hybrid fields dropped) */
     if (c->drafter.taps.n > 0) {
         d->num_taps = c->drafter.taps.n;
         memcpy(d->taps, c->drafter.taps.v, sizeof(int) * (size_t)d->num_taps);

@@ -80,6 +80,11 @@ void job_state_wake(job_state *js) { slot_gen_wake(&js->h->gen); }
 
 void job_state_wait(job_state *js, uint32_t seen, int timeout_ms) { slot_gen_wait(&js->h->gen, seen, timeout_ms); }
 
+int job_write_error_persistent(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == EROFS || e == EACCES || e == EPERM;
+}
+
 uint64_t job_state_last_step(const job_state *js)
 {
     uint64_t stop = atomic_load(&js->h->stop_step);

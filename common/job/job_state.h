@@ -82,6 +82,18 @@ typedef struct job_train_state {
     uint8_t device_uuid[16];
 } job_train_state;
 
+/* A checkpoint (or a ledger line) that cannot be written for a reason a restart cannot cure (full disk, read-only or
+ * forbidden run_dir): drafter rank 0 holds the job at the committed step and retries (dflashd retries the ledger);
+ * dflashd reports it. One writer each: msg before err (release), so that a reader that sees err != 0 reads the
+ * message of that failure. */
+typedef struct job_write_block {
+    _Atomic uint32_t err;       /* errno of the failing write; 0: the checkpoints are being written */
+    _Atomic uint32_t abandoned; /* drained while failing: the job ended without the checkpoint of `step` */
+    _Atomic uint64_t step;      /* the checkpoint that cannot be written */
+    _Atomic uint64_t attempts;
+    char msg[448];
+} job_write_block;
+
 typedef struct job_state_header {
     char run_id[JOB_RUN_ID_MAX];
     _Atomic uint64_t next_epoch;
@@ -99,6 +111,8 @@ typedef struct job_state_header {
     job_train_state train_state[JOB_MAX_DRAFTERS];
     job_worker workers[JOB_MAX_WORKERS];
     job_restart_op restart_op;
+    job_write_block write_block;       /* the checkpoints (written by drafter rank 0) */
+    job_write_block ledger_block;      /* the ledger (written by dflashd) */
     job_rank_record records[JOB_RECORD_RING][JOB_MAX_DRAFTERS];
 } job_state_header;
 
@@ -122,6 +136,8 @@ uint64_t job_now_ns(void);
 void job_state_wake(job_state *js);
 void job_state_wait(job_state *js, uint32_t seen, int timeout_ms);
 const char *job_role_name(enum job_role role);
+/* Whether errno e is a write failure that no restart cures (ENOSPC, EDQUOT, EROFS, EACCES, EPERM): the job holds. */
+int job_write_error_persistent(int e);
 /* Steps this run trains: total_steps, or the drain's stop step when one is set. */
 uint64_t job_state_last_step(const job_state *js);
 /* While paused, only the step in flight (committed_step) may proceed: whether batch_id (D batches per step) must

@@ -17,7 +17,36 @@ struct ledger {
     int fd, metrics_fd;
     int block_size;
     uint32_t ndrafters;
+    int failing;         /* errno of the failing write (reported in the job state's ledger_block), 0: none */
 };
+
+/* Fault injection for tests/system/disk_full.sh (which may run as root, where a read-only folder does not stop
+ * writes): while the file named by DFLASH_FAULT_LEDGER_ENOSPC exists, a ledger line cannot be written (ENOSPC). */
+static int fault_enospc(void)
+{
+    const char *f = getenv("DFLASH_FAULT_LEDGER_ENOSPC");
+    return f && *f && access(f, F_OK) == 0;
+}
+
+/* A line could not be written (errno e): cut what part of it reached the file, and say so once in the job state
+ * (write_block: dflashd reports it; the drafters hold once the record ring is full), and in the log. */
+static int ledger_write_failed(ledger *l, job_state *js, off_t at, uint64_t k, int e)
+{
+    if (ftruncate(l->fd, at) != 0 || lseek(l->fd, at, SEEK_SET) != at)
+        log_error("%s: cannot cut a partly written line back to %lld bytes: %s", l->path, (long long)at,
+                  strerror(errno));
+    job_write_block *b = &js->h->ledger_block;
+    atomic_fetch_add(&b->attempts, 1);
+    if (l->failing != e) {
+        log_error("%s: cannot write the line of step %llu: %s", l->path, (unsigned long long)k, strerror(e));
+        snprintf(b->msg, sizeof b->msg, "%.400s: %s", l->path, strerror(e));
+        atomic_store(&b->step, k);
+        atomic_store(&b->attempts, 1);
+        atomic_store_explicit(&b->err, (uint32_t)e, memory_order_release);
+        l->failing = e;
+    }
+    return -e;
+}
 
 int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafters, errbuf *err)
 {
@@ -107,9 +136,16 @@ int ledger_append_committed(ledger *l, job_state *js)
         if (sm.skipped)
             n += snprintf(line + n, sizeof line - (size_t)n, ", \"skipped\": \"%s\"", step_skip_reason(sm.skipped));
         n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
-        if (write(l->fd, line, (size_t)n) != n || fsync(l->fd) != 0) {
-            log_error("%s: write failed: %s", l->path, strerror(errno));
-            return -EIO;
+        const off_t at = lseek(l->fd, 0, SEEK_CUR);
+        if (fault_enospc()) return ledger_write_failed(l, js, at, k, ENOSPC);
+        errno = 0;
+        ssize_t w = write(l->fd, line, (size_t)n);
+        if (w != n || fsync(l->fd) != 0) /* a short write without an errno is a full disk */
+            return ledger_write_failed(l, js, at, k, errno ? errno : ENOSPC);
+        if (l->failing) {
+            log_info("%s: the line of step %llu is written: the ledger goes on", l->path, (unsigned long long)k);
+            atomic_store(&h->ledger_block.err, 0);
+            l->failing = 0;
         }
         if (l->metrics_fd >= 0) {
             int m = snprintf(line, sizeof line, "{\"step\": %llu, \"loss\": %s, \"slot_accuracy\": [",

@@ -54,10 +54,22 @@ static int write_state_json(const char *path, const checkpoint_state *st, errbuf
 {
     json_t *o = json_pack("{s:I, s:I, s:i}", "step", (json_int_t)st->step, "batches_committed",
                           (json_int_t)st->batches_committed, "seed", st->seed);
-    int rc = json_dump_file(o, path, JSON_INDENT(2)) == 0 ? 0 : errbuf_set(err, EIO, "%s: cannot write", path);
+    errno = 0;
+    int e = json_dump_file(o, path, JSON_INDENT(2)) == 0 ? 0 : errno ? errno : EIO;
     json_decref(o);
-    if (!rc && fsync_path(path) != 0) rc = errbuf_set(err, EIO, "%s: fsync failed", path);
-    return rc;
+    if (e) return errbuf_set(err, e, "%s: cannot write: %s", path, strerror(e));
+    if ((e = -fsync_path(path)) != 0) return errbuf_set(err, e, "%s: fsync failed: %s", path, strerror(e));
+    return 0;
+}
+
+/* Fault injection for the tests of a full disk (tests/system/disk_full.sh, which may run as root, where a
+ * read-only folder does not stop writes): while the file named by DFLASH_FAULT_CKPT_ENOSPC exists, writing a
+ * checkpoint's files fails with ENOSPC, as a full disk makes it fail, and takes the same way out. */
+static int fault_enospc(const char *dir, errbuf *err)
+{
+    const char *f = getenv("DFLASH_FAULT_CKPT_ENOSPC");
+    if (!f || !*f || access(f, F_OK) != 0) return 0;
+    return errbuf_set(err, ENOSPC, "%s/model.safetensors: write failed: %s", dir, strerror(ENOSPC));
 }
 
 int checkpoint_write(const char *root, const hf_config *drafter, const float *w, const float *m, const float *v,
@@ -71,7 +83,8 @@ int checkpoint_write(const char *root, const hf_config *drafter, const float *w,
     if (mkdir(tmp, 0755) != 0) return errbuf_set(err, errno, "%s: %s", tmp, strerror(errno));
     /* the z-lab export: the flat weights laid out by name (drafter_layout) */
     DF_ASSERT(drafter_layout_numel(drafter) == numel);
-    int rc = drafter_weights_save(drafter, w, tmp, ST_BF16, err);
+    int rc = fault_enospc(tmp, err);
+    if (!rc) rc = drafter_weights_save(drafter, w, tmp, ST_BF16, err);
     if (rc) goto fail;
     st_write_tensor t[3] = {{.name = "master", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)numel}, .data = w},
                             {.name = "adam_m", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)numel}, .data = m},
@@ -91,8 +104,12 @@ int checkpoint_write(const char *root, const hf_config *drafter, const float *w,
     snprintf(link_tmp, sizeof link_tmp, "%s/.latest-%d", root, (int)getpid());
     snprintf(link_path, sizeof link_path, "%s/latest", root);
     unlink(link_tmp);
-    if (symlink(target, link_tmp) != 0 || rename(link_tmp, link_path) != 0)
-        return errbuf_set(err, errno, "%s: cannot switch to %s: %s", link_path, target, strerror(errno));
+    if (symlink(target, link_tmp) != 0 || rename(link_tmp, link_path) != 0) {
+        int e = errno;
+        unlink(link_tmp);
+        remove_tree(final_dir); /* not the latest: a retry writes it again (checkpoint_exists would skip it) */
+        return errbuf_set(err, e, "%s: cannot switch to %s: %s", link_path, target, strerror(e));
+    }
     fsync_path(root);
     return 0;
 fail:

@@ -1,4 +1,4 @@
-/* drafter_model: the trainable DFlash drafter on the CPU backend (spec/dflash.md). Parameters, gradients and the
+/* drafter_model: the trainable DFlash drafter on the CPU backend (docs/drafter.md). Parameters, gradients and the
  * AdamW moments are fp32 flat arrays laid out by drafter_layout (z-lab names), so that optimizer steps, reductions
  * and checkpoints work on whole buffers; a view model (drafter_model_create_view) works on buffers it does not own. The frozen embedding and lm_head belong to the target and are
  * passed in; they are never copied into the drafter. One model per thread; errors name the file and tensor. */

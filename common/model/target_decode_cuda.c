@@ -30,6 +30,9 @@ int target_cuda_cache_create(target_cuda_cache **out, target_cuda *m, int nseq, 
                              errbuf *err)
 {
     const hf_config *c = &m->cfg;
+    if (c->is_hybrid) /* its linear-attention layers carry a recurrent state, not a KV cache */
+        return errbuf_set(err, ENOTSUP, "decoding with a KV cache supports qwen3 and llama targets; this target is %s "
+                          "(hybrid: Gated DeltaNet layers), which has the packed forward only", c->model_type);
     if (!m->full)
         return errbuf_set(err, EINVAL, "decoding needs the whole target (final norm and lm_head), not layers 0..%d",
                           m->nlayers - 1);

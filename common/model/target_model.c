@@ -14,6 +14,7 @@
 #include "rope.h"
 #include "safetensors.h"
 #include "swiglu.h"
+#include "target_hybrid.h"
 
 static int load_tensor(const st_file *st, const char *name, float **out, int64_t d0, int64_t d1, errbuf *err)
 {
@@ -72,7 +73,11 @@ int target_model_load(target_model **out, const char *dir, int max_layer, errbuf
     m->nlayers = m->full ? c->num_layers : max_layer + 1;
     rc = st_open(&st, dir, err);
     if (rc) goto fail;
-    rc = load_tensor(st, "model.embed_tokens.weight", &m->embed, c->vocab_size, c->hidden_size, err);
+    /* hybrid vision-language checkpoints keep the text model under model.language_model. */
+    const char *prefix = c->is_hybrid ? target_hybrid_prefix(st) : "model.";
+    char name[160];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
+    rc = load_tensor(st, name, &m->embed, c->vocab_size, c->hidden_size, err);
     if (rc) goto fail;
     if (c->tie_embeddings) {
         m->lm_head = m->embed;
@@ -81,23 +86,33 @@ int target_model_load(target_model **out, const char *dir, int max_layer, errbuf
         if (rc) goto fail;
     }
     if (m->full) {
-        rc = load_tensor(st, "model.norm.weight", &m->final_norm, c->hidden_size, 0, err);
+        snprintf(name, sizeof name, "%snorm.weight", prefix);
+        rc = load_tensor(st, name, &m->final_norm, c->hidden_size, 0, err);
         if (rc) goto fail;
+        if (c->is_hybrid) /* zero-centred RMSNorm: the scale is 1 + w */
+            for (int i = 0; i < c->hidden_size; i++) m->final_norm[i] += 1.0f;
     }
-    m->layers = xcalloc((size_t)m->nlayers, sizeof *m->layers);
-    for (int i = 0; i < m->nlayers; i++) {
-        rc = load_layer(st, c, i, &m->layers[i], err);
+    if (c->is_hybrid) {
+        rc = target_hybrid_load(&m->hybrid, st, c, prefix, m->nlayers, err);
         if (rc) goto fail;
+    } else {
+        m->layers = xcalloc((size_t)m->nlayers, sizeof *m->layers);
+        for (int i = 0; i < m->nlayers; i++) {
+            rc = load_layer(st, c, i, &m->layers[i], err);
+            if (rc) goto fail;
+        }
     }
-    m->inv_freq = xmalloc(sizeof(double) * (size_t)(c->head_dim / 2));
+    /* partial RoPE (hybrid targets) rotates the first rotary_dim dimensions of each head */
+    const int rd = c->is_hybrid ? c->rotary_dim : c->head_dim;
+    m->inv_freq = xmalloc(sizeof(double) * (size_t)(rd / 2));
     rope_params rp = {.theta = c->rope_theta, .llama3 = c->rope_llama3, .factor = c->rope_factor,
                       .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
                       .original_max_position = c->rope_original_max_position};
-    rope_inv_freq(m->inv_freq, c->head_dim, &rp);
+    rope_inv_freq(m->inv_freq, rd, &rp);
     /* transformers keeps inv_freq as a float buffer that follows the model's dtype when the model is cast
      * (model.to(torch.bfloat16)): a bf16 checkpoint's reference forward rotates with bf16-rounded frequencies. */
     if (!strcmp(c->torch_dtype, "bfloat16"))
-        for (int i = 0; i < c->head_dim / 2; i++) m->inv_freq[i] = bf16_to_f32(f32_to_bf16((float)m->inv_freq[i]));
+        for (int i = 0; i < rd / 2; i++) m->inv_freq[i] = bf16_to_f32(f32_to_bf16((float)m->inv_freq[i]));
     st_close(&st);
     *out = m;
     return 0;
@@ -114,6 +129,7 @@ void target_model_destroy(target_model **mp)
     if (m->layers)
         for (int i = 0; i < m->nlayers; i++) free_layer(&m->layers[i]);
     free(m->layers);
+    target_hybrid_destroy(&m->hybrid);
     if (m->lm_head != m->embed) free(m->lm_head);
     free(m->embed);
     free(m->final_norm);
@@ -137,7 +153,10 @@ static void scratch_reserve(target_model *m, int T)
     size_t kd = (size_t)c->num_kv_heads * (size_t)c->head_dim, I = (size_t)c->intermediate_size, t = (size_t)T;
     float **bufs[] = {&m->x, &m->u, &m->q, &m->k, &m->v, &m->attn, &m->gate, &m->up};
     size_t sizes[] = {t * H, t * H, t * qd, t * kd, t * kd, t * qd, t * I, t * I};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    /* a hybrid target's layers keep their own scratch (target_hybrid.c): the residual stream and the final norm's
+     * output are all this one needs */
+    size_t n = m->hybrid ? 2 : sizeof sizes / sizeof sizes[0];
+    for (size_t i = 0; i < n; i++) {
         free(*bufs[i]);
         *bufs[i] = xmalloc(sizes[i] * sizeof(float));
     }
@@ -183,6 +202,32 @@ int target_request_depth(const hf_config *c, int nlayers, int full, const int *t
     return 0;
 }
 
+/* One Qwen3/Llama decoder layer over the packed batch: m->x (T, H) updated in place. */
+static void dense_layer_forward(target_model *m, const target_layer *l, const target_batch *b)
+{
+    const hf_config *c = &m->cfg;
+    const int T = b->ntok, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size;
+    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    rmsnorm_forward_cpu(m->u, H, m->x, H, l->input_norm, T, H, eps);
+    matmul_forward_cpu(m->q, qd, m->u, H, l->wq, T, qd, H, 0);
+    matmul_forward_cpu(m->k, kd, m->u, H, l->wk, T, kd, H, 0);
+    matmul_forward_cpu(m->v, kd, m->u, H, l->wv, T, kd, H, 0);
+    if (c->has_qk_norm) {
+        rmsnorm_forward_cpu(m->q, hd, m->q, hd, l->q_norm, T * nh, hd, eps);
+        rmsnorm_forward_cpu(m->k, hd, m->k, hd, l->k_norm, T * nkv, hd, eps);
+    }
+    rope_apply_cpu(m->q, qd, T, nh, hd, b->positions, m->inv_freq, 0);
+    rope_apply_cpu(m->k, kd, T, nkv, hd, b->positions, m->inv_freq, 0);
+    attention_causal_forward_cpu(m->attn, m->q, m->k, m->v, b->cu_seqlens, b->nseq, nh, nkv, hd, scale);
+    matmul_forward_cpu(m->x, H, m->attn, qd, l->wo, T, H, qd, 1);
+    rmsnorm_forward_cpu(m->u, H, m->x, H, l->post_norm, T, H, eps);
+    matmul_forward_cpu(m->gate, I, m->u, H, l->w_gate, T, I, H, 0);
+    matmul_forward_cpu(m->up, I, m->u, H, l->w_up, T, I, H, 0);
+    swiglu_forward_cpu(m->gate, m->gate, m->up, (size_t)T * (size_t)I);
+    matmul_forward_cpu(m->x, H, m->gate, I, l->w_down, T, H, I, 1);
+}
+
 int target_model_forward(target_model *m, const target_batch *b, const int *taps, int ntaps, float *aux, float *last,
                          float *logits, errbuf *err)
 {
@@ -190,31 +235,14 @@ int target_model_forward(target_model *m, const target_batch *b, const int *taps
     int deepest, rc = target_batch_check(c, b, err);
     if (!rc) rc = target_request_depth(c, m->nlayers, m->full, taps, aux ? ntaps : 0, last || logits, &deepest, err);
     if (rc) return rc;
-    const int T = b->ntok, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
-    const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size, ld_aux = ntaps * H;
-    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    const int T = b->ntok, H = c->hidden_size, ld_aux = ntaps * H;
+    const float eps = (float)c->rms_eps;
     scratch_reserve(m, T);
 
     embedding_forward_cpu(m->x, b->input_ids, T, m->embed, c->vocab_size, H);
     for (int li = 0; li <= deepest; li++) {
-        const target_layer *l = &m->layers[li];
-        rmsnorm_forward_cpu(m->u, H, m->x, H, l->input_norm, T, H, eps);
-        matmul_forward_cpu(m->q, qd, m->u, H, l->wq, T, qd, H, 0);
-        matmul_forward_cpu(m->k, kd, m->u, H, l->wk, T, kd, H, 0);
-        matmul_forward_cpu(m->v, kd, m->u, H, l->wv, T, kd, H, 0);
-        if (c->has_qk_norm) {
-            rmsnorm_forward_cpu(m->q, hd, m->q, hd, l->q_norm, T * nh, hd, eps);
-            rmsnorm_forward_cpu(m->k, hd, m->k, hd, l->k_norm, T * nkv, hd, eps);
-        }
-        rope_apply_cpu(m->q, qd, T, nh, hd, b->positions, m->inv_freq, 0);
-        rope_apply_cpu(m->k, kd, T, nkv, hd, b->positions, m->inv_freq, 0);
-        attention_causal_forward_cpu(m->attn, m->q, m->k, m->v, b->cu_seqlens, b->nseq, nh, nkv, hd, scale);
-        matmul_forward_cpu(m->x, H, m->attn, qd, l->wo, T, H, qd, 1);
-        rmsnorm_forward_cpu(m->u, H, m->x, H, l->post_norm, T, H, eps);
-        matmul_forward_cpu(m->gate, I, m->u, H, l->w_gate, T, I, H, 0);
-        matmul_forward_cpu(m->up, I, m->u, H, l->w_up, T, I, H, 0);
-        swiglu_forward_cpu(m->gate, m->gate, m->up, (size_t)T * (size_t)I);
-        matmul_forward_cpu(m->x, H, m->gate, I, l->w_down, T, H, I, 1);
+        if (m->hybrid) target_hybrid_layer_forward(m->hybrid, c, li, m->x, b, m->inv_freq);
+        else dense_layer_forward(m, &m->layers[li], b);
         /* CPU capture: the residual stream row goes to its tap column block (the CUDA path writes it from the
          * residual-add kernel itself). A layer may be tapped more than once. */
         for (int i = 0; aux && i < ntaps; i++) {

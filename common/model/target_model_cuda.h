@@ -17,6 +17,7 @@ typedef struct target_cuda target_cuda;
 
 /* Kernel classes timed by the profiling mode. */
 enum target_cuda_class { TARGET_CUDA_MATMUL, TARGET_CUDA_ATTENTION, TARGET_CUDA_OTHER, TARGET_CUDA_COPY,
+                         TARGET_CUDA_DELTA_RULE, /* hybrid targets: the chunked gated delta rule */
                          TARGET_CUDA_NCLASS };
 
 /* Load a Hugging Face checkpoint (what layers [0, max_layer] need; max_layer < 0: all layers, final norm and

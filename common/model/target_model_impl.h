@@ -18,11 +18,12 @@ struct target_model {
     int nlayers;                         /* layers loaded: [0, nlayers) */
     int full;                            /* final norm + all layers loaded */
     float *embed, *lm_head, *final_norm;
-    target_layer *layers;
-    double *inv_freq;                    /* (hd/2) */
+    target_layer *layers;                /* NULL for a hybrid target (cfg.is_hybrid): its layers are in hybrid */
+    double *inv_freq;                    /* (rotary_dim/2): hd/2 except for the partial RoPE of hybrid targets */
     /* scratch, grown to the largest batch seen */
     int scratch_tokens;
     float *x, *u, *q, *k, *v, *attn, *gate, *up;
+    struct target_hybrid *hybrid;        /* the Qwen3.5-family layers (target_hybrid.h), NULL otherwise */
 };
 
 #endif

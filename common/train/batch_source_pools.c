@@ -98,7 +98,10 @@ static int pools_lease(batch_source *bs, uint64_t b, uint64_t k, drafter_batch *
     const uint32_t D = (uint32_t)s->p->cfg.workers.drafters;
     for (int spins = 0;; spins++) {
         worker_tick(s->w);
-        if (atomic_load(&js->h->committed_step) != k || worker_job_finished(s->w)) return 1;
+        /* k past the last step: a drain lowered it to the committed step (dflashd's save_and_end); that step is not
+         * trained, and rank 0 goes back to the top to checkpoint */
+        if (atomic_load(&js->h->committed_step) != k || worker_job_finished(s->w) || k >= job_state_last_step(js))
+            return 1;
         for (int i = 0; i < s->npools; i++) {
             int slot = slot_pool_lease_batch(s->pools[i], b, s->owner, s->w->epoch, 0);
             if (slot < 0) continue;

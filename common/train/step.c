@@ -31,6 +31,13 @@ static int wait_all(step_ctx *s, _Atomic uint64_t *progress, uint64_t k)
         tick(s);
         uint32_t seen = atomic_load(&s->js->h->gen);
         if (atomic_load(&s->js->h->committed_step) != k || finished(s)) return 1;
+        /* gradients of a step past the last one (a drain lowered it to the committed step: a rank gave up its lease)
+         * never all come in: back to the top, where rank 0 checkpoints. Once they are all in, the step completes. */
+        if (progress == s->js->h->grad_step && k >= job_state_last_step(s->js)) {
+            int all_in = 1;
+            for (int i = 0; i < s->nranks && all_in; i++) all_in = atomic_load(&progress[i]) == k + 1;
+            if (!all_in) return 1;
+        }
         int all = 1;
         for (int i = 0; i < s->nranks && all; i++) all = atomic_load(&progress[i]) == k + 1;
         if (all) return 0;
@@ -143,13 +150,84 @@ int step_run_one(step_ctx *s, uint64_t k, errbuf *err)
     return 0;
 }
 
+/* Export state c and write it as checkpoint c under root. 0 or -errno with err. */
+static int checkpoint_try(step_ctx *s, const char *root, uint64_t c, errbuf *err)
+{
+    const job_config *cfg = &s->plan->cfg;
+    checkpoint_state st = {.step = c, .batches_committed = step_plan_first_batch(c, (uint32_t)s->nranks),
+                           .seed = cfg->job.seed};
+    optim_state host;
+    int rc = s->red->ops->export_state(s->red, c, &host, err);
+    if (!rc) rc = checkpoint_write(root, &s->plan->drafter, host.w, host.m, host.v, s->plan->numel, &st, err);
+    return rc;
+}
+
+/* A checkpoint that failed for a reason no restart cures (job_write_error_persistent): hold the job at step c (the
+ * peers wait for rank 0 in step c+1), say why in the job state (dflashd reports it) and on the progress line, and
+ * retry every train.checkpoint_retry_sec. 0 once written (or the job ended meanwhile), 1 when the operator drained
+ * the job: it then ends at step c without that checkpoint (write_block.abandoned), -errno for another error. */
+static int checkpoint_hold(step_ctx *s, const char *root, uint64_t c, int rc, errbuf *err)
+{
+    job_state_header *h = s->js->h;
+    job_write_block *b = &h->write_block;
+    const double every = s->plan->cfg.train.checkpoint_retry_sec;
+    snprintf(b->msg, sizeof b->msg, "%.*s", (int)sizeof b->msg - 1, err->msg);
+    atomic_store(&b->step, c);
+    atomic_store(&b->attempts, 1);
+    atomic_store(&b->abandoned, 0);
+    atomic_store_explicit(&b->err, (uint32_t)-rc, memory_order_release);
+    job_state_wake(s->js);
+    log_error("checkpoint of step %llu: %s: the job holds at step %llu (nothing is lost) and retries every %g s "
+              "until it can write, or until drained",
+              (unsigned long long)c, err->msg, (unsigned long long)c, every);
+    sd_notifyf(0, "STATUS=holding at step %llu: checkpoint cannot be written (%s), retrying every %g s",
+               (unsigned long long)c, strerror(-rc), every);
+    for (;;) {
+        double until = now_seconds() + every;
+        while (now_seconds() < until && !finished(s) && !atomic_load(&h->stop_step)) {
+            tick(s);
+            uint32_t seen = atomic_load(&h->gen);
+            job_state_wait(s->js, seen, 200);
+        }
+        if (finished(s)) break;
+        errbuf e2 = {{0}};
+        rc = checkpoint_try(s, root, c, &e2);
+        atomic_fetch_add(&b->attempts, 1);
+        if (!rc) {
+            log_info("checkpoint: %s/step-%08llu written after %llu attempts: the job goes on", root,
+                     (unsigned long long)c, (unsigned long long)atomic_load(&b->attempts));
+            break;
+        }
+        if (!job_write_error_persistent(-rc)) {
+            *err = e2;
+            atomic_store(&b->err, 0);
+            return rc;
+        }
+        if (atomic_load(&h->stop_step)) { /* drained: train no further, end without this checkpoint */
+            atomic_store(&h->stop_step, c);
+            atomic_store(&b->abandoned, 1);
+            job_state_wake(s->js);
+            log_error("drained while the checkpoint of step %llu cannot be written (%s): the job ends at step %llu "
+                      "without it; --resume starts from the last checkpoint written and repeats the steps after it",
+                      (unsigned long long)c, e2.msg, (unsigned long long)c);
+            return 1;
+        }
+    }
+    atomic_store(&b->err, 0);
+    job_state_wake(s->js);
+    return 0;
+}
+
 /* Rank 0 writes the checkpoints of committed steps (its peers cannot get past step c+1's reduction meanwhile, so
  * state c stays put while it is written). */
 static int maybe_checkpoint(step_ctx *s, uint64_t c)
 {
     const job_config *cfg = &s->plan->cfg;
     if (s->rank != 0 || c == 0) return 0;
-    if (!(c == job_state_last_step(s->js) || (cfg->train.checkpoint_every > 0 && c % (uint64_t)cfg->train.checkpoint_every == 0)))
+    job_write_block *b = &s->js->h->write_block;
+    if (atomic_load(&b->abandoned) && atomic_load(&b->step) == c) return 0; /* drained without it (checkpoint_hold) */
+    /* c can pass the last step when a drain lowered it while step c-1 was being applied */
+    if (!(c >= job_state_last_step(s->js) || (cfg->train.checkpoint_every > 0 && c % (uint64_t)cfg->train.checkpoint_every == 0)))
         return 0;
     char root[4096];
     job_config_path(cfg, "ckpt", root, sizeof root);
@@ -160,19 +238,27 @@ static int maybe_checkpoint(step_ctx *s, uint64_t c)
         uint32_t seen = atomic_load(&s->js->h->gen);
         job_state_wait(s->js, seen, 200);
     }
-    checkpoint_state st = {.step = c, .batches_committed = step_plan_first_batch(c, (uint32_t)s->nranks),
-                           .seed = cfg->job.seed};
     errbuf err = {{0}};
     double t0 = now_seconds();
-    optim_state host;
-    int rc = s->red->ops->export_state(s->red, c, &host, &err);
-    if (!rc) rc = checkpoint_write(root, &s->plan->drafter, host.w, host.m, host.v, s->plan->numel, &st, &err);
+    int rc = checkpoint_try(s, root, c, &err);
+    if (rc && job_write_error_persistent(-rc)) {
+        rc = checkpoint_hold(s, root, c, rc, &err);
+        if (rc >= 0) return 0;
+    }
     if (rc) {
         log_error("checkpoint of step %llu: %s", (unsigned long long)c, err.msg);
         return rc;
     }
     log_info("checkpoint: %s/step-%08llu (%.2f s)", root, (unsigned long long)c, now_seconds() - t0);
     return 0;
+}
+
+void step_format_eta(double sec, char *out, size_t n)
+{
+    long t = sec > 0 && sec < 1e9 ? lround(sec) : 0;
+    if (t < 3600) snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
+    else if (t < 86400) snprintf(out, n, "%ldh%02ldm", t / 3600, t % 3600 / 60);
+    else snprintf(out, n, "%ldd%02ldh", t / 86400, t % 86400 / 3600);
 }
 
 static void report_progress(step_ctx *s, uint64_t k)
@@ -188,9 +274,12 @@ static void report_progress(step_ctx *s, uint64_t k)
     double el = now_seconds() - s->t_start, steps_done = (double)(k - s->first_step);
     double tps = el > 0 ? (double)s->tokens_seen / el : 0, per_step = steps_done > 0 ? el / steps_done : 0;
     double eta = per_step * (double)((uint64_t)s->plan->cfg.train.steps - k - 1);
-    sd_notifyf(0, "STATUS=step %llu/%d  loss %.4f  slot acc %.3f  accept %.3f  %.0f tok/s  ETA %02d:%02d",
-               (unsigned long long)(k + 1), s->plan->cfg.train.steps, sm.loss, sm.slot_accuracy, sm.acceptance, tps,
-               (int)(eta / 60), (int)fmod(eta, 60.0));
+    char eta_text[32];
+    step_format_eta(eta, eta_text, sizeof eta_text);
+    /* the ETA first: a terminal line is cut at its width (80 columns with the "drafter-0: " prefix) */
+    sd_notifyf(0, "STATUS=step %llu/%d  ETA %s  loss %.4f  slot acc %.3f  accept %.3f  %.0f tok/s",
+               (unsigned long long)(k + 1), s->plan->cfg.train.steps, eta_text, sm.loss, sm.slot_accuracy,
+               sm.acceptance, tps);
 }
 
 /* Whether any rank has started the step after the committed one: then every rank must take part in it. */
@@ -217,7 +306,6 @@ int step_train(step_ctx *s)
             s->src->ops->release(s->src);
             return JOB_EXIT_RESTART;
         }
-        const uint64_t steps = job_state_last_step(s->js);
         uint64_t k = atomic_load(&h->committed_step);
         if (s->rank == 0 && k > s->reported) { /* whoever committed it, rank 0 reports each step once */
             if (s->reported + 1 == k || s->steps_seen == 0) report_progress(s, k - 1);
@@ -226,7 +314,7 @@ int step_train(step_ctx *s)
         uint64_t held = s->src->ops->held(s->src);
         if (held != UINT64_MAX && held < step_plan_first_batch(k, (uint32_t)s->nranks)) s->src->ops->release(s->src);
         if (maybe_checkpoint(s, k)) return 1;
-        if (k >= steps) {
+        if (k >= job_state_last_step(s->js)) { /* after the checkpoint: a drain while it could not write ends here */
             if (s->rank == 0) {
                 atomic_store(&h->finished, 1);
                 job_state_wake(s->js);

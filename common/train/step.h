@@ -76,6 +76,8 @@ typedef struct step_ctx {
 /* Run (or finish) committed step k's phases on this rank. 0 when step k is committed (by anyone), 1 when the step
  * moved on or the job finished meanwhile, -errno on error, -EINTR when after_phase stopped it. */
 int step_run_one(step_ctx *s, uint64_t k, errbuf *err);
+/* A time left for the progress line: "4:05" under an hour, "7h21m", "3d04h". */
+void step_format_eta(double sec, char *out, size_t n);
 /* The rank's training loop until the job is finished: 0, JOB_EXIT_RESTART when dflashd asked for a restart, 1 on
  * error (logged). */
 int step_train(step_ctx *s);

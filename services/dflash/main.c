@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "eval.h"
+#include "generate.h"
 #include "job_config.h"
 #include "log.h"
 #include "summary.h"
@@ -22,11 +24,18 @@ static void usage_main(FILE *f)
     fprintf(f,
             "usage: " PROG " run -c FILE [--resume | --fresh] [--set section.key=value]... [--bin-dir DIR]\n"
             "       " PROG " run --help | --help-config\n"
+            "       " PROG " eval --target DIR --drafter DIR --prompts FILE [--limit N] [--max-new-tokens N] [--json]\n"
+            "       " PROG " eval --help\n"
+            "       " PROG " generate --target DIR --prompts FILE -o OUT.jsonl [--max-new-tokens N] [--limit N]\n"
+            "                [--threads N] [--eos ID]...\n"
+            "       " PROG " generate --help\n"
             "       " PROG " --help\n"
             "\n"
             "commands:\n"
             "  run    start dflashd and the workers of the job config FILE and keep them running\n"
-            "         (restarting whichever dies) until dflashd finishes the job\n");
+            "         (restarting whichever dies) until dflashd finishes the job\n"
+            "  eval   acceptance length tau of a drafter checkpoint by speculative decoding with the target\n"
+            "  generate  the target's own greedy answers to a prompt file, as JSONL for dflash-prepare\n");
 }
 
 static void usage_run(FILE *f)
@@ -48,7 +57,11 @@ static void usage_run(FILE *f)
             "  --set KEY=VALUE     override a config value (section.key=value); passed to every child\n"
             "  --bin-dir DIR       folder of the dflash binaries (default: $DFLASH_BIN_DIR, else this program's)\n"
             "  --help-config       list every config setting\n"
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n"
+            "\n"
+            "exit status: 0 the job finished or was drained; 1 it could not start, or was given up (a worker failing\n"
+            "every start: a job that was running is checkpointed at its committed step first, for --resume);\n"
+            "2 usage error; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM)\n");
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -159,6 +172,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 1, argv + 1);
+    if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(argv[1], "generate") == 0) return generate_main(argc - 1, argv + 1);
     fprintf(stderr, PROG ": unknown command \"%s\"\n", argv[1]);
     usage_main(stderr);
     return 2;

@@ -37,9 +37,9 @@ int notify_socket_open(const char *path, errbuf *err)
 }
 
 /* Copy a value, cut to NOTIFY_TEXT_MAX - 1 bytes, control characters made spaces (it may reach a terminal). */
-static void notify_copy_value(char *dst, const char *v, size_t n)
+static void notify_copy_value(char *dst, size_t cap, const char *v, size_t n)
 {
-    if (n > NOTIFY_TEXT_MAX - 1) n = NOTIFY_TEXT_MAX - 1;
+    if (n > cap - 1) n = cap - 1;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)v[i];
         dst[i] = (ch < 0x20 || ch == 0x7f) ? ' ' : (char)ch;
@@ -72,15 +72,15 @@ void notify_parse(const char *text, size_t n, notify_msg *m)
             else if (KEY_IS("X_DFLASH_FINISHED")) m->finished = VAL_IS("1");
             else if (KEY_IS("X_DFLASH_STALLED")) {
                 m->has_stalled = 1;
-                notify_copy_value(m->stalled, v, vl);
+                notify_copy_value(m->stalled, sizeof m->stalled, v, vl);
             }
             else if (KEY_IS("STATUS")) {
                 m->has_status = 1;
-                notify_copy_value(m->status, v, vl);
+                notify_copy_value(m->status, sizeof m->status, v, vl);
             } else if (KEY_IS("FDNAME")) {
                 /* a name too long to keep is invalid: leave it empty so notify_fdname_valid rejects it */
                 m->has_fdname = 1;
-                notify_copy_value(m->fdname, v, vl);
+                notify_copy_value(m->fdname, sizeof m->fdname, v, vl);
                 if (vl > NOTIFY_TEXT_MAX - 1) m->fdname[0] = '\0';
             }
 #undef KEY_IS

@@ -13,14 +13,16 @@
 #define NOTIFY_MSG_MAX 4096     /* systemd's limit for one notify datagram */
 #define NOTIFY_MAX_FDS 253      /* SCM_MAX_FD */
 #define NOTIFY_TEXT_MAX 256     /* STATUS= and FDNAME= values are cut to this (with the NUL) */
+#define NOTIFY_ALERT_MAX 1024   /* X_DFLASH_STALLED= values (a reason with its file names) */
 
 /* One parsed message. Flags are 1 when the key was present with the value systemd acts on. */
 typedef struct notify_msg {
     pid_t pid;                   /* sender, from SCM_CREDENTIALS; 0 when the message had none */
     int ready, stopping, watchdog, watchdog_trigger, fdstore, fdstore_remove;
     int finished;                /* X_DFLASH_FINISHED=1: dflashd says the job is done (systemd ignores X_ keys) */
-    int has_stalled;             /* X_DFLASH_STALLED=<text>: dflashd says no step commits, and why */
-    char stalled[NOTIFY_TEXT_MAX];
+    int has_stalled;             /* X_DFLASH_STALLED=<text>: dflashd says no step commits, and why (or that a
+                                  * checkpoint cannot be written, or is written again) */
+    char stalled[NOTIFY_ALERT_MAX];
     int has_status, has_fdname;
     char status[NOTIFY_TEXT_MAX]; /* control characters replaced by spaces */
     char fdname[NOTIFY_TEXT_MAX];

@@ -92,7 +92,15 @@ int run_summary_print(const job_config *cfg, double seconds, long long first_ste
                  "steps)\ndflash: loss %.3f -> %.3f, per-slot accuracy %.3f -> %.3f\n",
             a0, w, a1, w, l0, l1, c0, c1);
     job_config_path(cfg, "ckpt/latest", path, sizeof path);
-    fprintf(out, "dflash: drafter checkpoint: %s (z-lab layout: model.safetensors + config.json)\n", path);
+    const long long last = steps[n - 1].step + 1, ckpt = run_summary_resume_step(cfg);
+    if (ckpt <= 0)
+        fprintf(out, "dflash: WARNING: no checkpoint was written (see the log): a new start repeats the %lld steps\n",
+                last);
+    else if (ckpt < last)
+        fprintf(out, "dflash: WARNING: the checkpoint of step %lld could not be written (see the log): %s is step %lld, "
+                     "and --resume repeats steps %lld..%lld\n", last, path, ckpt, ckpt, last - 1);
+    if (ckpt > 0)
+        fprintf(out, "dflash: drafter checkpoint: %s (z-lab layout: model.safetensors + config.json)\n", path);
     free(steps);
     return 0;
 }

@@ -34,6 +34,7 @@
 #define BACKOFF_RESET_SEC 10.0   /* a child that ran this long restarts after BACKOFF_MIN_MS again */
 #define PROGRESS_EVERY_SEC 5.0   /* progress line when stderr is not a terminal */
 #define FDSTORE_MAX 64           /* stored fds per child */
+#define SAVE_TIMEOUT_SEC 600.0   /* giving up on a running job: its checkpoint (GBs for a large drafter) within this */
 
 enum child_state { CHILD_STARTING, CHILD_READY, CHILD_EXITED, CHILD_BACKOFF };
 static const char *const child_state_name[] = {"starting", "ready", "exited", "backoff"};
@@ -77,6 +78,10 @@ typedef struct supervisor {
     enum phase phase;
     double ready_timeout, ready_deadline, stop_deadline;
     int killed_all, stop_signal, exit_code;
+    /* giving up on a running job (give_up): dflashd was asked to checkpoint the committed state and end the job */
+    int saving;
+    double save_deadline;
+    char gave_up[1200];  /* why the run gave up (printed again at the end) */
     /* progress line */
     int tty, shown_visible;
     int last_status_child; /* -1: none yet */
@@ -359,6 +364,24 @@ static void begin_stop(supervisor *s, int exit_code, double now)
     state_write(s);
 }
 
+/* A failure that restarting cannot cure ends the run with status 1. When the job was running, dflashd is first asked
+ * (SIGUSR1) to have the committed state checkpointed and to end the job there, so that --resume continues from it;
+ * nothing is restarted meanwhile, and the stop follows when dflashd exits or after SAVE_TIMEOUT_SEC. */
+static void give_up(supervisor *s, const char *why, double now)
+{
+    child *d = &s->ch[0];
+    snprintf(s->gave_up, sizeof s->gave_up, "%s", why);
+    if (s->phase != PHASE_RUNNING || s->saving || !d->alive || d->state != CHILD_READY) {
+        sup_log(s, LOG_LEVEL_ERROR, "%s; stopping the job", why);
+        begin_stop(s, 1, now);
+        return;
+    }
+    sup_log(s, LOG_LEVEL_ERROR, "%s; stopping the job after the committed state is checkpointed", why);
+    s->saving = 1;
+    s->save_deadline = now + SAVE_TIMEOUT_SEC;
+    kill(d->pid, SIGUSR1);
+}
+
 static void kill_all(supervisor *s, const char *why)
 {
     for (int i = 0; i < s->n; i++) {
@@ -477,6 +500,14 @@ static void handle_exit(supervisor *s, child *c, int status, double now)
         state_write(s);
         return;
     }
+    if (s->saving) { /* giving up: nothing is restarted; dflashd's exit ends the wait for the checkpoint */
+        c->state = CHILD_EXITED;
+        sup_log(s, LOG_LEVEL_INFO, "%s (pid %d) %s", c->name, (int)c->pid,
+                c == &s->ch[0] && c->finished ? "ended the job at the committed step" : why);
+        state_write(s);
+        if (c == &s->ch[0]) begin_stop(s, 1, now);
+        return;
+    }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && c == &s->ch[0] && !c->finished) {
         /* dflashd exits 0 when stopped by a signal (systemctl stop) without finishing the job: here, where nothing
          * else would start it again, restart it like any dflashd that went away; it reattaches */
@@ -503,11 +534,12 @@ static void handle_exit(supervisor *s, child *c, int status, double now)
     }
     /* like systemd's start limit: a worker that keeps failing before it is ready will not get better by itself */
     if (failed_start && ++c->failed_starts >= START_LIMIT) {
-        char last[1024];
+        char last[1024], msg[1200];
         child_last_log_line(s, c, last, sizeof last);
-        sup_log(s, LOG_LEVEL_ERROR, "%s failed %d times in a row before becoming ready (%s): %s; stopping the job",
-                c->name, c->failed_starts, why, last);
-        begin_stop(s, 1, now);
+        snprintf(msg, sizeof msg, "%s failed %d times in a row before becoming ready (%s): %s", c->name,
+                 c->failed_starts, why, last);
+        c->state = CHILD_EXITED;
+        give_up(s, msg, now);
         return;
     }
     child_schedule_restart(s, c, why, now);
@@ -582,6 +614,11 @@ static double run_timers(supervisor *s, double now)
             snprintf(why, sizeof why, "sent no WATCHDOG=1 for %.1f s", now - c->last_ping);
             watchdog_fire(s, c, why, now);
         }
+    }
+    if (s->saving && s->phase != PHASE_STOPPING && DUE(s->save_deadline)) {
+        sup_log(s, LOG_LEVEL_ERROR, "the committed state was not checkpointed within %.0f s: stopping without it",
+                SAVE_TIMEOUT_SEC);
+        begin_stop(s, 1, now);
     }
     if (s->phase == PHASE_STOPPING && !s->killed_all && DUE(s->stop_deadline))
         kill_all(s, "still running 10 s after SIGTERM");
@@ -816,6 +853,19 @@ int supervisor_run(const supervisor_opts *opts, errbuf *err)
     progress_text(&s, text, sizeof text);
     if (text[0]) log_info("last status %s", text);
     state_write(&s);
+    if (s.gave_up[0]) {
+        char latest[PATH_MAX + 32];
+        snprintf(latest, sizeof latest, "%s/ckpt/latest", s.run_dir);
+        char target[64] = "";
+        ssize_t n = readlink(latest, target, sizeof target - 1);
+        if (n > 0) target[n] = '\0';
+        log_error("gave up on the job: %s", s.gave_up);
+        if (n > 0)
+            log_error("the last checkpoint is %s -> %s: fix the cause, then `dflash run --resume` continues from it",
+                      latest, target);
+        else
+            log_error("no checkpoint was written: fix the cause, then start the job again");
+    }
     log_info("dflash run: exit %d", code);
     supervisor_teardown(&s);
     return code;

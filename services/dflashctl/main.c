@@ -308,23 +308,25 @@ static int cmd_keygen(ctl_ctx *x, char **args)
 
 static const command commands[] = {
     {"status", "", 0, OPT_JSON | OPT_WATCH, cmd_status,
-     "every worker (role, GPU, pid, state, epoch, uptime, restarts, batches, tokens/s), ring and pool occupancy,\n"
-     "step, loss and acceptance; --json: one JSON object; --watch: refresh every second"},
+     "every worker (role, GPU, pid, state, epoch, uptime, restarts, batches, tokens/s),\n"
+     "ring and pool occupancy, step, loss and acceptance; why the job stalls or holds;\n"
+     "--json: one JSON object; --watch: refresh every second"},
     {"pause", "", 0, 0, cmd_pause, "finish the step in flight, then hold every worker; returns once they hold"},
     {"resume", "", 0, 0, cmd_resume, "continue after a pause"},
     {"drain", "", 0, 0, cmd_drain,
      "finish every batch already issued, checkpoint, stop the job cleanly; returns when done"},
     {"restart", "WORKER", 1, 0, cmd_restart,
-     "restart one worker (prefetch-0, target-N, drafter-N) after the unit in hand; returns when the new\n"
-     "instance is ready and healthy"},
+     "restart one worker (prefetch-0, target-N, drafter-N) after the unit in hand;\n"
+     "returns when the new instance is ready and healthy"},
     {"rolling-restart", "ROLE", 1, 0, cmd_rolling,
-     "restart every worker of a role (prefetch, target, drafter) one at a time, each ready and healthy before\n"
-     "the next; training continues throughout"},
+     "restart every worker of a role (prefetch, target, drafter) one at a time, each\n"
+     "ready and healthy before the next; training continues throughout"},
     {"config", "", 0, 0, cmd_config, "print the job config dflashd runs with (INI)"},
     {"keygen", "DIR", 1, OPT_LOCAL | OPT_NAME, cmd_keygen,
-     "write a new CURVE key pair: DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public), NAME from\n"
-     "--name (default dflashd: the server's pair for a tcp:// endpoint; any other name: a client's pair, whose\n"
-     ".pub line goes into control.curve_client_keys_file). Never replaces an existing key; needs no running job"},
+     "write a new CURVE key pair: DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub\n"
+     "(public), NAME from --name (default dflashd: the server's pair for a tcp://\n"
+     "endpoint; any other name: a client's pair, whose .pub line goes into\n"
+     "control.curve_client_keys_file). Never replaces an existing key; needs no running job"},
     {NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -334,8 +336,14 @@ static void usage(FILE *f)
     for (const command *c = commands; c->name; c++) {
         char head[64];
         snprintf(head, sizeof head, "%s %s", c->name, c->args);
-        const char *nl = strchr(c->help, '\n');
-        fprintf(f, "  %-24s %.*s\n", head, nl ? (int)(nl - c->help) : (int)strlen(c->help), c->help);
+        /* the whole description, its further lines under its first */
+        const char *line = c->help;
+        for (int first = 1; *line; first = 0) {
+            const char *nl = strchr(line, '\n');
+            int len = nl ? (int)(nl - line) : (int)strlen(line);
+            fprintf(f, "  %-24s %.*s\n", first ? head : "", len, line);
+            line += len + (nl != NULL);
+        }
     }
     fprintf(f, "\noptions:\n"
                "  -c, --config FILE     the job config: dflashd's endpoint is control.endpoint or ipc://<run_dir>/ctl\n"

@@ -20,6 +20,7 @@ static const char *job_state_text(const Dflash__StatusReply *s, char *buf, size_
         return buf;
     }
     if (s->paused) return s->held ? "paused (held)" : "pausing";
+    if (s->stalled_sec <= 0 && s->waiting_on && s->waiting_on[0]) return "holding";
     return "running";
 }
 
@@ -42,6 +43,8 @@ void render_status(FILE *f, const Dflash__StatusReply *s)
             (unsigned long long)s->skipped_steps);
     if (s->stalled_sec > 0)
         fprintf(f, "STALLED: no step committed for %.0f s: %s\n", s->stalled_sec, s->waiting_on);
+    else if (s->waiting_on && s->waiting_on[0])
+        fprintf(f, "HOLDING: %s\n", s->waiting_on);
     ring_line(f, s->token_ring);
     for (size_t i = 0; i < s->n_pools; i++) ring_line(f, s->pools[i]);
     fprintf(f, "%-12s %-8s %-8s %8s %-10s %6s %9s %8s %9s %10s %9s\n", "WORKER", "ROLE", "GPU", "PID", "STATE", "EPOCH",

@@ -58,6 +58,8 @@ struct control {
     char last_suppressed[256];
     uint64_t last_step;                 /* committed step when last seen moving */
     double last_step_at, stall_warned_at;
+    uint32_t block_seen, ledger_seen;   /* write_block.err, ledger_block.err last reported (0: none) */
+    uint64_t block_step, ledger_step;
 };
 
 /* ---- sending ---- */
@@ -322,12 +324,82 @@ static void stall_diagnose(const control *c, char *out, size_t n)
         snprintf(out + o, n - o, "%d hidden-state slot(s) ready, %d leased: waiting on the drafters", prd, ple);
 }
 
-/* Seconds without a committed step while the job runs (0: moving, paused, finished or under the threshold). */
+/* When dflashd cannot write the ledger (job_write_block): what it says. */
+static int ledger_block_text(const control *c, char *out, size_t n)
+{
+    job_write_block *b = &c->v.js->h->ledger_block;
+    uint32_t e = atomic_load_explicit(&b->err, memory_order_acquire);
+    if (!e) return 0;
+    snprintf(out, n,
+             "dflashd cannot write the ledger line of step %llu (%.*s): nothing is lost, the steps wait in the job "
+             "state (the drafters hold once %d are waiting); it retries and goes on once it can write (free space "
+             "or fix the folder's permissions)",
+             (unsigned long long)atomic_load(&b->step), (int)sizeof b->msg, b->msg, JOB_RECORD_RING);
+    return 1;
+}
+
+/* When drafter-0 cannot write a checkpoint (job_write_block), or dflashd the ledger: what it says, for the log, the
+ * console and status. */
+static int write_block_text(const control *c, char *out, size_t n)
+{
+    job_write_block *b = &c->v.js->h->write_block;
+    uint32_t e = atomic_load_explicit(&b->err, memory_order_acquire);
+    if (!e || atomic_load(&b->abandoned)) return ledger_block_text(c, out, n);
+    snprintf(out, n,
+             "drafter-0 cannot write the checkpoint of step %llu (%s: %.*s): the job holds at step %llu, nothing is "
+             "lost; it retries every %g s and goes on once it can write (free space or fix the folder's "
+             "permissions), or `dflashctl drain` ends it without this checkpoint",
+             (unsigned long long)atomic_load(&b->step), strerror((int)e), (int)sizeof b->msg, b->msg,
+             (unsigned long long)atomic_load(&b->step), c->v.plan->cfg.train.checkpoint_retry_sec);
+    return 1;
+}
+
+/* Report a ledger line that cannot be written, and its end, once each. */
+static void check_ledger_block(control *c)
+{
+    job_write_block *b = &c->v.js->h->ledger_block;
+    uint32_t e = atomic_load_explicit(&b->err, memory_order_acquire);
+    if (e == c->ledger_seen) return;
+    char text[1024];
+    if (e && ledger_block_text(c, text, sizeof text)) { /* the ledger module logged the error itself */
+        c->ledger_step = atomic_load(&b->step);
+        sd_notifyf(0, "X_DFLASH_STALLED=%s", text);
+    } else if (!e) {
+        sd_notifyf(0, "X_DFLASH_STALLED=the ledger line of step %llu is written (after %llu attempts): the job goes on",
+                   (unsigned long long)c->ledger_step, (unsigned long long)atomic_load(&b->attempts));
+    }
+    c->ledger_seen = e;
+}
+
+/* Report a checkpoint that cannot be written, and its end, once each: dflashd's log and `dflash run`'s console. */
+static void check_write_block(control *c)
+{
+    check_ledger_block(c);
+    job_write_block *b = &c->v.js->h->write_block;
+    uint32_t e = atomic_load_explicit(&b->err, memory_order_acquire);
+    if (e == c->block_seen) return;
+    char text[1024];
+    if (e && write_block_text(c, text, sizeof text)) {
+        c->block_step = atomic_load(&b->step);
+        log_error("%s", text);
+        sd_notifyf(0, "X_DFLASH_STALLED=%s", text);
+    } else if (!e) {
+        snprintf(text, sizeof text, "the checkpoint of step %llu is written (after %llu attempts): the job goes on",
+                 (unsigned long long)c->block_step, (unsigned long long)atomic_load(&b->attempts));
+        log_info("%s", text);
+        sd_notifyf(0, "X_DFLASH_STALLED=%s", text);
+    }
+    c->block_seen = e;
+}
+
+/* Seconds without a committed step while the job runs (0: moving, paused, finished, holding on a checkpoint that
+ * cannot be written (reported on its own), or under the threshold). */
 static double stall_seconds(control *c, double now)
 {
     job_state_header *h = c->v.js->h;
     uint64_t step = atomic_load(&h->committed_step);
-    if (step != c->last_step || !c->last_step_at || atomic_load(&h->paused) || atomic_load(&h->finished)) {
+    if (step != c->last_step || !c->last_step_at || atomic_load(&h->paused) || atomic_load(&h->finished) ||
+        atomic_load(&h->write_block.err) || atomic_load(&h->ledger_block.err)) {
         c->last_step = step;
         c->last_step_at = now;
         c->stall_warned_at = 0;
@@ -391,8 +463,9 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
     s.skipped_steps = atomic_load(&h->skipped_steps);
     s.keeper_pid = (int32_t)getpid();
     s.next_batch = token_ring_next_id_peek(c->v.ring);
-    char waiting[512] = "";
+    char waiting[1024] = "";
     if ((s.stalled_sec = stall_seconds(c, now_seconds())) > 0) stall_diagnose(c, waiting, sizeof waiting);
+    else write_block_text(c, waiting, sizeof waiting); /* holding: waiting_on says why, stalled_sec stays 0 */
     s.waiting_on = waiting;
     if (s.step > 0) { /* the last committed step's records, summed over ranks as the drafters report them */
         step_summary sm;
@@ -745,10 +818,17 @@ static void rolling_step(control *c, uint64_t now)
 static void notify_drained(control *c)
 {
     if (!c->nwaiters || !drain_done(c)) return;
-    char msg[CONFIG_STRING_MAX + 96];
+    char msg[CONFIG_STRING_MAX + 1024];
+    job_write_block *b = &c->v.js->h->write_block;
     uint64_t step = atomic_load(&c->v.js->h->committed_step);
-    snprintf(msg, sizeof msg, "drained: %llu steps trained, checkpoint written to %s/ckpt", (unsigned long long)step,
-             c->v.plan->cfg.job.run_dir);
+    if (atomic_load(&b->abandoned))
+        snprintf(msg, sizeof msg,
+                 "drained: %llu steps trained, but their checkpoint could not be written (%.*s): %s/ckpt/latest is "
+                 "the last checkpoint, and --resume repeats the steps after it",
+                 (unsigned long long)step, (int)sizeof b->msg, b->msg, c->v.plan->cfg.job.run_dir);
+    else
+        snprintf(msg, sizeof msg, "drained: %llu steps trained, checkpoint written to %s/ckpt",
+                 (unsigned long long)step, c->v.plan->cfg.job.run_dir);
     for (int i = 0; i < c->nwaiters; i++) {
         Dflash__Ack a = DFLASH__ACK__INIT;
         a.message = msg;
@@ -875,6 +955,7 @@ void control_process(control *c)
         check_heartbeats(c, now);
         rolling_step(c, now);
         check_stall(c, now_s);
+        check_write_block(c);
         if (c->suppressed && now_s - c->warn_window >= CONTROL_WARN_WINDOW_SEC) warn_flush(c, now_s);
         if (now_s - c->last_rates >= 1.0) {
             c->last_rates = now_s;

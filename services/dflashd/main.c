@@ -66,6 +66,30 @@ static volatile sig_atomic_t stop_signal; /* SIGTERM or SIGINT received: leave t
 
 static void on_signal(int sig) { stop_signal = sig; }
 
+/* SIGUSR1: `dflash run` gives up on the job (a worker that cannot start again): the drafters checkpoint the committed
+ * state and the job ends there, so that --resume continues from it. */
+static volatile sig_atomic_t save_requested;
+
+static void on_save_signal(int sig) { save_requested = 1; }
+
+/* The job ends at the committed step, with its checkpoint (a drain to that step). 0, or 1 when no step is committed
+ * (there is nothing to save: the caller stops). */
+static int save_and_end(keeper *k)
+{
+    job_state_header *h = k->js.h;
+    uint64_t c = atomic_load(&h->committed_step), stop = atomic_load(&h->stop_step);
+    if (c == 0) {
+        log_warn("asked to checkpoint the committed state and end the job: no step is committed, nothing to save");
+        return 1;
+    }
+    if (!stop || stop > c) atomic_store(&h->stop_step, c);
+    atomic_store(&h->paused, 0);
+    job_state_wake(&k->js);
+    log_warn("asked to checkpoint the committed state and end the job: the drafters stop after step %llu and "
+             "checkpoint it", (unsigned long long)atomic_load(&h->stop_step));
+    return 0;
+}
+
 static int pidfd_open_pid(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 static int pidfd_kill(int pidfd, int sig) { return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0); }
 
@@ -98,7 +122,10 @@ static void usage(FILE *f)
                "  --resume            start from <run_dir>/ckpt/latest instead of from scratch\n"
                "  --fresh             start from scratch even though the run_dir holds a previous run (its ledger\n"
                "                      and checkpoints move to <run_dir>/previous-<time>/); without it, refused\n"
-               "  -h, --help          this text\n");
+               "  -h, --help          this text\n"
+               "signals: SIGTERM, SIGINT stop dflashd and keep the job's shared memory for the next start;\n"
+               "SIGUSR1 ends the job at its committed step after the drafters checkpoint it (`dflash run` sends\n"
+               "it when it gives up on a job that was running)\n");
 }
 
 /* Reclaim everything the instance with this epoch held: FILLING -> FREE, LEASED -> READY. */
@@ -592,8 +619,13 @@ static int run(keeper *k)
             report_status(k);
         }
         if (watchdog) sd_notify(0, "WATCHDOG=1");
+        if (save_requested == 1) {
+            save_requested = 2;
+            if (save_and_end(k)) return RUN_STOPPED;
+        }
         if (atomic_load(&k->js.h->finished) &&
             atomic_load(&k->js.h->ledger_frontier) >= job_state_last_step(&k->js)) {
+            control_process(k->ctl); /* the drain's waiters get their answer (it finished after the last pass) */
             log_info("training %s: %llu steps in the ledger",
                      job_state_last_step(&k->js) < k->js.h->total_steps ? "drained" : "finished",
                      (unsigned long long)job_state_last_step(&k->js));
@@ -648,6 +680,7 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &(struct sigaction){.sa_handler = on_save_signal}, NULL);
     sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL);
     mkdir(k.plan.cfg.job.run_dir, 0755);
     if (run_lock_open(&k.lock, k.plan.run_dir, RUN_LOCK_DFLASHD, &err)) { /* before touching any segment */

@@ -60,6 +60,18 @@ int main(int argc, char **argv)
     log_info("%llu samples in %zu shards; epoch 0 has %llu batches; producing from batch %llu",
              (unsigned long long)dataset_count(ds), dataset_nshards(ds),
              (unsigned long long)batch_plan_epoch_batches(bp, 0), (unsigned long long)token_ring_next_id_peek(ring));
+    uint64_t over = 0, longest = 0; /* batch_plan cuts a sample longer than a batch to its first max_tokens */
+    for (uint64_t i = 0; i < dataset_count(ds); i++) {
+        uint64_t len = 0;
+        dataset_sample(ds, i, NULL, NULL, &len);
+        over += len > p->ring.max_tokens;
+        longest = len > longest ? len : longest;
+    }
+    if (over)
+        log_warn("%llu of %llu samples are longer than data.max_batch_tokens = %u (the longest: %llu tokens): "
+                 "training sees only their first %u tokens",
+                 (unsigned long long)over, (unsigned long long)dataset_count(ds), p->ring.max_tokens,
+                 (unsigned long long)longest, p->ring.max_tokens);
     worker_ready(&w, "producing");
     const uint32_t D = (uint32_t)p->cfg.workers.drafters;
     while (!worker_job_finished(&w)) {

@@ -77,6 +77,8 @@ struct prepare_opts {
     const char *template_name;      /* --template, else detected from tokenizer_config.json */
     uint64_t threads;               /* --threads: --chat tokenizes on this many threads (default: online CPUs) */
     const char *outdir;
+    const char *job_config;         /* -c JOB.ini: its data.max_batch_tokens is checked against the samples */
+    uint64_t batch_tokens;          /* that value (0: no -c) */
 };
 
 /* The one state of a prepare run. */
@@ -86,6 +88,7 @@ struct prepare {
     char **written; /* shards published by this run (removed again on a fatal error) */
     size_t nwritten;
     uint64_t samples, tokens, trained, lines;
+    uint64_t longest, over_batch; /* the longest sample; samples longer than opt.batch_tokens */
     uint64_t skipped[SKIP_COUNT];
     uint32_t *tok; /* the current line's sample */
     uint8_t *mask;
@@ -138,7 +141,9 @@ static void usage(FILE *f)
             "                              ShareGPT {\"conversations\": [{\"from\": human|gpt|system, \"value\"}...]};\n"
             "                              rendered with the chat template, trained on assistant content + end of turn\n"
             "  --tokenizer DIR             (--chat) the model folder holding tokenizer.json and tokenizer_config.json\n"
-            "  -c, --config JOB.ini        (--chat) without --tokenizer: the job config's target.model folder\n"
+            "  -c, --config JOB.ini        the job config: samples longer than its data.max_batch_tokens (which\n"
+            "                              training cuts to that) are counted in the summary and warned about;\n"
+            "                              with --chat and no --tokenizer, its target.model folder is the tokenizer\n"
             "  --template qwen3|llama3     (--chat) the chat template (default: detected from tokenizer_config.json)\n"
             "  --threads N                 (--chat) tokenizing threads (default: the online CPUs)\n"
             "  --truncate                  cut samples longer than --max-len instead of skipping them\n"
@@ -390,6 +395,8 @@ static int prepare_add(struct prepare *p, size_t n, errbuf *err)
     if ((ret = shard_writer_add(p->w, p->tok, p->mask, n, err)) != 0) return ret;
     p->samples++;
     p->tokens += n;
+    if (n > p->longest) p->longest = n;
+    if (p->opt.batch_tokens && n > p->opt.batch_tokens) p->over_batch++;
     for (size_t i = 0; i < n; i++) p->trained += p->mask[i];
     return 0;
 }
@@ -653,6 +660,22 @@ static void prepare_print_summary(const struct prepare *p)
         if (cut) printf("; %" PRIu64 " sample%s cut at --max-len", cut, cut == 1 ? "" : "s");
         printf("\n");
     }
+    /* a packed batch holds at most data.max_batch_tokens tokens: a longer sample is trained on its beginning only */
+    if (p->samples) printf("longest sample %" PRIu64 " tokens", p->longest);
+    if (p->samples && p->opt.batch_tokens && p->over_batch)
+        printf("; %" PRIu64 " sample%s longer than data.max_batch_tokens = %" PRIu64 " (%s): training sees only the "
+               "first %" PRIu64 " tokens of each", p->over_batch, p->over_batch == 1 ? "" : "s", p->opt.batch_tokens,
+               p->opt.job_config, p->opt.batch_tokens);
+    else if (p->samples && p->opt.batch_tokens)
+        printf("; every sample fits data.max_batch_tokens = %" PRIu64 " (%s)", p->opt.batch_tokens, p->opt.job_config);
+    else if (p->samples)
+        printf(" (a job trains at most data.max_batch_tokens of a sample: -c JOB.ini checks them)");
+    if (p->samples) printf("\n");
+    if (p->over_batch)
+        fprintf(stderr, PROG ": warning: %" PRIu64 " sample%s longer than data.max_batch_tokens = %" PRIu64
+                " of %s will be cut to their first %" PRIu64 " tokens in training (raise it, or split them)\n",
+                p->over_batch, p->over_batch == 1 ? "" : "s", p->opt.batch_tokens, p->opt.job_config,
+                p->opt.batch_tokens);
     fflush(stdout);
 }
 
@@ -758,7 +781,9 @@ out:
 
 /* ---- --inspect ---- */
 
-static void inspect_shard(const shard *s, uint32_t *max_id_out)
+/* One shard's counts on stdout, ending in "valid", or in "rejected" when a token id is not below vocab (0: not
+ * checked; the caller's dataset_check_vocab names the sample on stderr). 0 valid, 1 rejected. */
+static int inspect_shard(const shard *s, uint64_t vocab, uint32_t *max_id_out)
 {
     uint64_t n = shard_count(s), min_len = UINT64_MAX, max_len = 0;
     uint32_t max_id = 0;
@@ -775,8 +800,13 @@ static void inspect_shard(const shard *s, uint32_t *max_id_out)
     if (n)
         printf(", length min %" PRIu64 " mean %.1f max %" PRIu64 ", max token id %u", min_len,
                (double)shard_ntokens(s) / (double)n, max_len, max_id);
-    printf(", valid\n");
     if (max_id > *max_id_out) *max_id_out = max_id;
+    if (n && vocab && max_id >= vocab) {
+        printf(", rejected: token id %u >= --vocab %" PRIu64 "\n", max_id, vocab);
+        return 1;
+    }
+    printf(", valid\n");
+    return 0;
 }
 
 /* The first sample decoded back to text, trained spans between [[ and ]]: what the drafter will learn. */
@@ -826,7 +856,8 @@ static int inspect_run(const struct prepare_opts *opt, char **paths, int npaths)
         }
         for (size_t k = 0; k < dataset_nshards(ds); k++) {
             const shard *s = dataset_shard(ds, k);
-            inspect_shard(s, &max_id);
+            if (inspect_shard(s, opt->vocab, &max_id)) status = 1;
+            fflush(stdout);
             if (tk && !shown && shard_count(s)) { inspect_show_sample(s, tk); shown = true; }
             nshards++;
             samples += shard_count(s);
@@ -915,12 +946,16 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": no input files (see --help)\n");
         return 2;
     }
-    if (opt.chat && !opt.tokenizer_dir && job_config_path_arg) { /* the job's target folder */
+    if (job_config_path_arg) { /* the job's batch budget, and with --chat its target folder */
         errbuf jerr = {{0}};
         if (job_config_load(&jc, job_config_path_arg, NULL, 0, &jerr) != 0) {
             fprintf(stderr, PROG ": %s\n", jerr.msg);
             return 2;
         }
+        opt.job_config = job_config_path_arg;
+        opt.batch_tokens = (uint64_t)jc.data.max_batch_tokens;
+    }
+    if (opt.chat && !opt.tokenizer_dir && job_config_path_arg) { /* the job's target folder */
         if (!jc.target.model[0]) {
             fprintf(stderr, PROG ": %s: target.model is not set (give --tokenizer DIR)\n", job_config_path_arg);
             return 2;

@@ -1,4 +1,4 @@
-/* dflash_golden: runs one golden case (../shared/goldens format) through what dflash implements and compares
+/* dflash_golden: runs one golden case (tests/goldens/README.md format) through what dflash implements and compares
  * every expected tensor: one line "<tensor> max_abs_err=<x> tol=<y> ok|FAIL" each, then
  * "golden <case>: N compared, N failed". Exit 0 only when nothing failed. Tolerances: goldens/README.md. */
 #include <errno.h>

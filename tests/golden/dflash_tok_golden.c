@@ -1,4 +1,4 @@
-/* dflash_tok_golden: checks one tokenizer/chat-template golden file (../shared/goldens/README.md) against the C
+/* dflash_tok_golden: checks one tokenizer/chat-template golden file (tests/goldens/README.md) against the C
  * tokenizer and templates. usage: dflash_tok_golden CASE.json [TOKENIZERS_DIR]; the tokenizer is
  * TOKENIZERS_DIR/<"tokenizer" field>/ (default build/tokenizers). Prints "ok <name>" or "FAIL <name>: why" per text
  * and per chat, then "golden <file>: N compared, N failed". Exit 0 all matched, 1 a mismatch, 77 no tokenizer files. */

@@ -9,7 +9,8 @@ BUILD=${BUILD:-build}
 OUT=${OUT:-/tmp/dflash-gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-[ -n "${GOLDENS:-}" ] && export DFLASH_SHARED=${DFLASH_SHARED:-$(dirname "$GOLDENS")} # test_target_gpu's goldens
+GOLDENS=${GOLDENS:-tests/goldens}
+export DFLASH_GOLDENS=${DFLASH_GOLDENS:-$GOLDENS} # test_target_gpu's goldens
 log="$OUT/tests.log"
 : >"$log"
 pass=0 fail=0
@@ -28,13 +29,13 @@ one() { # LABEL COMMAND...
 nvidia-smi -L >>"$log" 2>&1
 one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-1500}" timeout 420 bash tests/gpu/gpu_train.sh
 for t in test_train_kernels_gpu test_dflash_attention_gpu test_cross_entropy_gpu test_kernels_gpu test_vmm_pool \
-         test_target_gpu; do
+         test_target_gpu test_decode_gpu test_gated_delta_rule_gpu; do
     [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 180 "$BUILD/gpu/$t"
 done
 [ -n "${GOLDENS:-}" ] && one test_drafter_gpu timeout 180 "$BUILD/gpu/test_drafter_gpu" "$GOLDENS"
 one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
 echo "$pass passed, $fail failed" | tee -a "$log"
 [ "${1:-}" = quick ] && exit $((fail > 0))
-{ "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; } >"$OUT/bench.log" 2>&1
+{ "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; "$BUILD/bench/bench_decode"; } >"$OUT/bench.log" 2>&1
 cat "$OUT/bench.log"
 exit $((fail > 0))

@@ -2,7 +2,7 @@
  * drafter_cpu.c runs it: same anchors, same blocks, loss_scale 1). Both see the same numbers: the drafter weights,
  * the taps and the frozen tables are rounded to bf16 once and the reference gets those values in fp32; what differs
  * is the CUDA step's bf16 activations (one rounding per stored tensor, 2^-9 relative) and fp32 summation order.
- * Cases: the golden cases tiny and tiny-bf16 (target, drafter weights, taps and batch of ../shared/goldens), and
+ * Cases: the golden cases tiny and tiny-bf16 (target, drafter weights, taps and batch of tests/goldens), and
  * mid-size random drafters (GQA 3 with head_dim 64; GQA 4 with head_dim 128) on ~700 tokens in 3 sequences.
  * Per case: loss, weight sum, per-slot totals and correct counts, acceptance, gradient norm, every gradient tensor;
  * then the same step twice must give bitwise-identical gradients. Also block_accept_cuda against its CPU reference.
@@ -12,7 +12,7 @@
  *   gradient matrices: max_abs_err <= 5e-2 * max|ref| and ‖Δ‖₂ <= 3e-2 * ‖ref‖₂;
  *   norm-weight gradients (sums over every row, with cancellation): 1e-1 * max|ref| and 5e-2 * ‖ref‖₂.
  * Prints "<name> max_abs_err=... tol=... ok|FAIL"; exit status 0 only when everything passed.
- * usage: test_drafter_gpu [GOLDENS_DIR]   (default ../shared/goldens) */
+ * usage: test_drafter_gpu [GOLDENS_DIR]   (default tests/goldens) */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -258,7 +258,7 @@ static int load_ints(const st_file *st, const char *name, int32_t **out, size_t 
     return st_load_i32(st, name, out, n, err);
 }
 
-/* A golden case (../shared/goldens/<name>): target tables, drafter weights, taps and batch. */
+/* A golden case (tests/goldens/<name>): target tables, drafter weights, taps and batch. */
 static void golden_case(const char *goldens, const char *case_name)
 {
     step_case c;
@@ -437,7 +437,7 @@ static void check_block_accept(int nblocks, int B, int vocab)
 
 int main(int argc, char **argv)
 {
-    const char *goldens = argc > 1 ? argv[1] : "../shared/goldens";
+    const char *goldens = argc > 1 ? argv[1] : "tests/goldens";
     CHECK_CUDA(cudaSetDevice(0));
     check_block_accept(1000, 16, 3);
     check_block_accept(3, 4, 2);

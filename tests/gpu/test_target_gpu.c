@@ -1,6 +1,8 @@
 /* The CUDA target forward against the CPU forward (target_model.c) on the golden checkpoints
  * ($DFLASH_GOLDENS/{tiny,tiny-bf16}, default tests/goldens) and on a random checkpoint with two layers of the
- * Qwen3-8B shape written to a temporary folder. Compares taps (one tapped twice, one the last layer), the last
+ * Qwen3-8B shape written to a temporary folder; then the hybrid (Qwen3.5) family: the goldens qwen35-tiny and
+ * qwen35moe-tiny, and random checkpoints of the Qwen3.5-9B layer shape (4 layers: 3 Gated DeltaNet, 1 gated
+ * attention) and of a Qwen3.5-MoE shape (64 experts, top 8, shared expert; 2 layers). Compares taps (one tapped twice, one the last layer), the last
  * hidden state and the logits; a second pass loads only the layers the taps need. The GPU runs bf16 weights and
  * activations with fp32 accumulation, the CPU fp32 throughout: errors are bf16-sized and grow with depth.
  * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
@@ -239,6 +241,136 @@ static void check_qwen3_8b_shape(void)
     rmdir(dir);
 }
 
+/* A hybrid (Qwen3.5-style) checkpoint with random bf16 weights in a temp dir: the layer kinds of `kinds`
+ * ('l' Gated DeltaNet, 'f' gated attention), dense MLP (E = 0) or MoE with transformers' fused expert tensors and a
+ * shared expert. Zero-centred norms are stored as small w (the scale is 1 + w). */
+typedef struct hybrid_spec {
+    const char *kinds;
+    int H, nh, nkv, hd, HK, HV, Dk, Dv, Kc, I, V, E, K, Im, Is;
+} hybrid_spec;
+
+static int write_hybrid_ckpt(const char *dir, const hybrid_spec *sp)
+{
+    const int L = (int)strlen(sp->kinds), H = sp->H, qd = sp->nh * sp->hd, kd = sp->nkv * sp->hd;
+    const int C = 2 * sp->HK * sp->Dk + sp->HV * sp->Dv, VD = sp->HV * sp->Dv;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, \"num_hidden_layers\": %d, "
+            "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d, "
+            "\"vocab_size\": %d, \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\", "
+            "\"linear_num_key_heads\": %d, \"linear_num_value_heads\": %d, \"linear_key_head_dim\": %d, "
+            "\"linear_value_head_dim\": %d, \"linear_conv_kernel_dim\": %d, "
+            "\"rope_parameters\": {\"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25, \"rope_type\": \"default\"}, ",
+            sp->E ? "Qwen3_5MoeForCausalLM" : "Qwen3_5ForCausalLM", sp->E ? "qwen3_5_moe_text" : "qwen3_5_text", H, L,
+            sp->nh, sp->nkv, sp->hd, sp->I, sp->V, sp->HK, sp->HV, sp->Dk, sp->Dv, sp->Kc);
+    if (sp->E)
+        fprintf(f, "\"num_experts\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, "
+                "\"shared_expert_intermediate_size\": %d, ", sp->E, sp->K, sp->Im, sp->Is);
+    fprintf(f, "\"layer_types\": [");
+    for (int l = 0; l < L; l++) fprintf(f, "%s\"%s\"", l ? ", " : "", sp->kinds[l] == 'l' ? "linear_attention" : "full_attention");
+    fprintf(f, "]}\n");
+    fclose(f);
+    const float a = 0.02f * sqrtf(3.0f);
+    int cap = 8 + L * 24, n = 0;
+    st_write_tensor *t = xcalloc((size_t)cap, sizeof *t);
+    char (*names)[96] = xcalloc((size_t)cap, sizeof *names);
+    uint64_t seed = 2000;
+#define HADD(nm, nd, d0, d1, d2, scale, bias)                                                                 \
+    do {                                                                                                       \
+        snprintf(names[n], sizeof names[n], "%s", nm);                                                         \
+        size_t cnt_ = (size_t)(d0) * ((d1) > 0 ? (size_t)(d1) : 1) * ((d2) > 0 ? (size_t)(d2) : 1);            \
+        t[n] = (st_write_tensor){.name = names[n], .dtype = ST_BF16, .ndim = (nd), .shape = {(d0), (d1), (d2)}, \
+                                 .data = rand_f32(cnt_, seed++, scale, bias)};                                 \
+        n++;                                                                                                   \
+    } while (0)
+    HADD("model.embed_tokens.weight", 2, sp->V, H, 0, a, 0.0f);
+    HADD("model.norm.weight", 1, H, 0, 0, 0.1f, 0.0f);
+    for (int l = 0; l < L; l++) {
+        char p[128];
+#define HL(suffix, nd, d0, d1, d2, scale, bias)                     \
+        snprintf(p, sizeof p, "model.layers.%d.%s", l, suffix);     \
+        HADD(p, nd, d0, d1, d2, scale, bias)
+        HL("input_layernorm.weight", 1, H, 0, 0, 0.1f, 0.0f);
+        HL("post_attention_layernorm.weight", 1, H, 0, 0, 0.1f, 0.0f);
+        if (sp->kinds[l] == 'l') {
+            HL("linear_attn.in_proj_qkv.weight", 2, C, H, 0, a, 0.0f);
+            HL("linear_attn.in_proj_z.weight", 2, VD, H, 0, a, 0.0f);
+            HL("linear_attn.in_proj_b.weight", 2, sp->HV, H, 0, a, 0.0f);
+            HL("linear_attn.in_proj_a.weight", 2, sp->HV, H, 0, a, 0.0f);
+            HL("linear_attn.conv1d.weight", 3, C, 1, sp->Kc, 0.5f, 0.0f);
+            HL("linear_attn.A_log", 1, sp->HV, 0, 0, 1.35f, 1.4f);
+            HL("linear_attn.dt_bias", 1, sp->HV, 0, 0, 0.5f, 1.0f);
+            HL("linear_attn.norm.weight", 1, sp->Dv, 0, 0, 0.1f, 1.0f);
+            HL("linear_attn.out_proj.weight", 2, H, VD, 0, a, 0.0f);
+        } else {
+            HL("self_attn.q_proj.weight", 2, 2 * qd, H, 0, a, 0.0f);
+            HL("self_attn.k_proj.weight", 2, kd, H, 0, a, 0.0f);
+            HL("self_attn.v_proj.weight", 2, kd, H, 0, a, 0.0f);
+            HL("self_attn.o_proj.weight", 2, H, qd, 0, a, 0.0f);
+            HL("self_attn.q_norm.weight", 1, sp->hd, 0, 0, 0.1f, 0.0f);
+            HL("self_attn.k_norm.weight", 1, sp->hd, 0, 0, 0.1f, 0.0f);
+        }
+        if (sp->E) {
+            HL("mlp.gate.weight", 2, sp->E, H, 0, 0.2f, 0.0f);
+            HL("mlp.experts.gate_up_proj", 3, sp->E, 2 * sp->Im, H, a, 0.0f);
+            HL("mlp.experts.down_proj", 3, sp->E, H, sp->Im, a, 0.0f);
+            HL("mlp.shared_expert.gate_proj.weight", 2, sp->Is, H, 0, a, 0.0f);
+            HL("mlp.shared_expert.up_proj.weight", 2, sp->Is, H, 0, a, 0.0f);
+            HL("mlp.shared_expert.down_proj.weight", 2, H, sp->Is, 0, a, 0.0f);
+            HL("mlp.shared_expert_gate.weight", 2, 1, H, 0, a, 0.0f);
+        } else {
+            HL("mlp.gate_proj.weight", 2, sp->I, H, 0, a, 0.0f);
+            HL("mlp.up_proj.weight", 2, sp->I, H, 0, a, 0.0f);
+            HL("mlp.down_proj.weight", 2, H, sp->I, 0, a, 0.0f);
+        }
+#undef HL
+    }
+#undef HADD
+    DF_ASSERT(n <= cap);
+    errbuf err = {{0}};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int rc = st_write(path, t, n, NULL, &err);
+    if (rc) printf("FAIL hybrid checkpoint %s: %s\n", dir, err.msg);
+    for (int i = 0; i < n; i++) free((void *)t[i].data);
+    free(t), free(names);
+    return rc;
+}
+
+/* Random hybrid checkpoints of real layer shapes, 3 packed sequences (37, 5, 170 tokens: 170 crosses the delta
+ * rule's 64-token chunks twice). */
+static void check_hybrid_shape(const char *label, const hybrid_spec *sp)
+{
+    char dir[] = "/tmp/dflash_target_hybrid_gpu_XXXXXX";
+    if (!mkdtemp(dir)) {
+        printf("FAIL %s: mkdtemp: %s\n", label, strerror(errno));
+        failures++;
+        return;
+    }
+    if (write_hybrid_ckpt(dir, sp)) {
+        failures++;
+    } else {
+        const int lens[3] = {37, 5, 170};
+        int T = 212;
+        int32_t ids[212], pos[212], cu[4] = {0, 37, 42, 212};
+        uint64_t s = 77;
+        for (int q = 0, tok = 0; q < 3; q++)
+            for (int j = 0; j < lens[q]; j++, tok++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                ids[tok] = (int32_t)((s >> 33) % (uint64_t)sp->V), pos[tok] = j;
+            }
+        target_batch b = {.ntok = T, .nseq = 3, .input_ids = ids, .positions = pos, .cu_seqlens = cu};
+        check_model(label, dir, &b);
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -253,6 +385,16 @@ int main(void)
     check_golden(shared, "tiny");
     check_golden(shared, "tiny-bf16");
     check_qwen3_8b_shape();
+    /* the hybrid family: goldens made by transformers' Qwen3.5 code (fp32), then real layer shapes */
+    check_golden(shared, "qwen35-tiny");
+    check_golden(shared, "qwen35moe-tiny");
+    const hybrid_spec q35_9b = {.kinds = "lllf", .H = 4096, .nh = 16, .nkv = 4, .hd = 256, .HK = 16, .HV = 32,
+                                .Dk = 128, .Dv = 128, .Kc = 4, .I = 12288, .V = 151936};
+    check_hybrid_shape("qwen3.5-9b-shape(4 layers)", &q35_9b);
+    const hybrid_spec q35_moe = {.kinds = "lf", .H = 2048, .nh = 16, .nkv = 2, .hd = 256, .HK = 16, .HV = 32,
+                                 .Dk = 128, .Dv = 128, .Kc = 4, .I = 6144, .V = 8192, .E = 64, .K = 8, .Im = 512,
+                                 .Is = 512};
+    check_hybrid_shape("qwen3.5-moe-shape(2 layers, 64 experts)", &q35_moe);
     printf("test_target_gpu: %d case(s) failed\n", failures);
     return failures ? 1 : 0;
 }

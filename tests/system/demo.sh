@@ -7,8 +7,7 @@
 set -u
 BUILD=${BUILD:-build}
 DEMO=$BUILD/bin/dflash-demo
-GOLDEN=${GOLDEN:-../shared/goldens/tiny/target}
-[ -d "$GOLDEN" ] || GOLDEN=/work/shared/goldens/tiny/target
+GOLDEN=${GOLDEN:-${DFLASH_GOLDENS:-tests/goldens}/tiny/target}
 fails=0
 ok() { echo "ok $1"; }
 fail() { echo "FAIL $1${2:+: $2}"; fails=$((fails + 1)); }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # dflash-prepare --chat end to end with the real tokenizers (build/tokenizers, from `make tokenizers`): the golden
-# conversations (../shared/goldens/tokenizer/*.json) as messages JSONL and as ShareGPT JSONL become shards whose ids
+# conversations (tests/goldens/tokenizer/*.json) as messages JSONL and as ShareGPT JSONL become shards whose ids
 # and loss masks equal the goldens' (on 1 and on 3 threads); bad lines are named file:line with their reason. Skipped (77) without the files.
 set -u
 BUILD=${BUILD:-build}
-SHARED=${DFLASH_SHARED:-../shared}
+GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
 PREP=$BUILD/bin/dflash-prepare
 TOKS=build/tokenizers
 fails=0
@@ -15,7 +15,7 @@ tmp=$(mktemp -d /tmp/dflash-prepare-chat-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 for name in qwen3 llama3; do
-    golden=$SHARED/goldens/tokenizer/$name.json
+    golden=$GOLDENS/tokenizer/$name.json
     [ -f "$golden" ] || { fail "chat_$name" "no $golden"; continue; }
     python3 - "$golden" "$tmp/$name" <<'PY'
 import json, sys

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The systemd units in deploy/systemd pass `systemd-analyze verify` (with the built binaries standing in for
-# /usr/local/bin), keep the rules of DESIGN.md §3: Type=notify, WatchdogSec, Restart=on-failure, PartOf=dflash.target,
+# /usr/local/bin), keep the rules of docs/design.md §5: Type=notify, WatchdogSec, Restart=on-failure, PartOf=dflash.target,
 # only Wants=/After= between units (never Requires=/BindsTo=), RuntimeDirectory=, FileDescriptorStoreMax= for dflashd.
 cd "$(dirname "$0")/../.." || exit 1
 BIN=$(realpath "${BUILD:-build}/bin")

@@ -97,7 +97,7 @@ TEST(file_errors)
         {"[train]\nsteps = 12x\n", "bad.ini:2: train.steps: expected an integer, got \"12x\""},
         {"[train]\nsteps = 99999999999\n", "bad.ini:2: train.steps: expected an integer, got \"99999999999\""},
         {"[train]\nsteps = \n", "bad.ini:2: train.steps: expected an integer, got \"\""},
-        {"[train]\nsteps = 0\n", "bad.ini:2: train.steps: value 0 out of range [1, 1e+09]"},
+        {"[train]\nsteps = 0\n", "bad.ini:2: train.steps: value 0 out of range [1, 1000000000]"},
         {"[train]\nlr = fast\n", "bad.ini:2: train.lr: expected a number, got \"fast\""},
         {"[train]\nlr = nan\n", "bad.ini:2: train.lr: expected a finite number"},
         {"[train]\nlr = 2\n", "bad.ini:2: train.lr: value 2 out of range [0, 1]"},

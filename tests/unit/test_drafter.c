@@ -361,9 +361,9 @@ TEST(bad_checkpoints_get_clear_errors)
 
 TEST(target_checkpoint_missing_tensor_names_file_and_tensor)
 {
-    const char *shared = getenv("DFLASH_SHARED") ? getenv("DFLASH_SHARED") : "../shared";
+    const char *goldens = getenv("DFLASH_GOLDENS") ? getenv("DFLASH_GOLDENS") : "tests/goldens";
     char src[512], dir[64], path[600];
-    snprintf(src, sizeof src, "%s/goldens/tiny/target", shared);
+    snprintf(src, sizeof src, "%s/tiny/target", goldens);
     snprintf(dir, sizeof dir, "%s", tmp_dir());
     errbuf err = {{0}};
     st_file *st = NULL;

@@ -11,8 +11,8 @@ static const char *golden(const char *rel)
     static char path[4][512];
     static int k;
     char *p = path[k++ % 4];
-    const char *shared = getenv("DFLASH_SHARED");
-    snprintf(p, 512, "%s/goldens/%s", shared ? shared : "../shared", rel);
+    const char *goldens = getenv("DFLASH_GOLDENS");
+    snprintf(p, 512, "%s/%s", goldens && *goldens ? goldens : "tests/goldens", rel);
     return p;
 }
 

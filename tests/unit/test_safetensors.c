@@ -10,8 +10,8 @@
 static const char *goldens(void)
 {
     static char path[512];
-    const char *shared = getenv("DFLASH_SHARED");
-    snprintf(path, sizeof path, "%s/goldens", shared ? shared : "../shared");
+    const char *goldens = getenv("DFLASH_GOLDENS");
+    snprintf(path, sizeof path, "%s", goldens && *goldens ? goldens : "tests/goldens");
     return path;
 }
 

@@ -1,0 +1,496 @@
+/* target_hybrid: the Qwen3.5-family decoder layers on the CPU, following transformers' modeling_qwen3_5(_moe).py and
+ * modeling_qwen3_next.py (torch fallback paths). */
+#include "target_hybrid.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "gated_delta_rule.h"
+#include "matmul.h"
+#include "rmsnorm.h"
+#include "rope.h"
+#include "swiglu.h"
+
+typedef struct hybrid_layer {
+    int linear, moe;
+    float *input_norm, *post_norm;          /* (H), as 1 + w */
+    /* gated full attention */
+    float *wq;                              /* (nh*2*hd, H): per head [q (hd) | gate (hd)] */
+    float *wk, *wv, *wo;                    /* (nkv*hd, H) x2, (H, nh*hd) */
+    float *q_norm, *k_norm;                 /* (hd), as 1 + w */
+    /* Gated DeltaNet */
+    float *w_qkv;                           /* (2*HK*Dk + HV*Dv, H): [q | k | v] */
+    float *w_z;                             /* (HV*Dv, H) */
+    float *w_b, *w_a;                       /* (HV, H) */
+    float *conv;                            /* (2*HK*Dk + HV*Dv, Kc) depthwise */
+    float *a_log, *dt_bias;                 /* (HV) */
+    float *gnorm;                           /* (Dv), plain weight (RMSNormGated) */
+    float *w_out;                           /* (H, HV*Dv) */
+    /* dense MLP */
+    float *w_gate, *w_up, *w_down;          /* (I, H) x2, (H, I) */
+    /* MoE */
+    float *router;                          /* (E, H) */
+    float *e_gate_up;                       /* (E, 2*Im, H): rows [0, Im) gate, [Im, 2Im) up */
+    float *e_down;                          /* (E, H, Im) */
+    float *s_gate, *s_up, *s_down;          /* shared expert (Is, H) x2, (H, Is); NULL when Is = 0 */
+    float *s_gate_w;                        /* (1, H) */
+} hybrid_layer;
+
+enum { HB_U, HB_A, HB_B, HB_C, HB_D, HB_E, HB_F, HB_G, HB_N };
+
+struct target_hybrid {
+    int nlayers;
+    hybrid_layer *layers;
+    size_t cap[HB_N];
+    float *buf[HB_N];                       /* scratch, grown on demand */
+    int *idx;                               /* MoE routing: (T*k) token ids per expert */
+    float *wts;                             /* (T*k) their weights */
+    size_t idx_cap;
+};
+
+static float *scratch(target_hybrid *h, int i, size_t n)
+{
+    if (h->cap[i] < n) {
+        free(h->buf[i]);
+        h->buf[i] = xmalloc(sizeof(float) * n);
+        h->cap[i] = n;
+    }
+    return h->buf[i];
+}
+
+const char *target_hybrid_prefix(const st_file *st)
+{
+    return st_find(st, "model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+}
+
+/* ---- loading ---- */
+
+typedef struct loader {
+    const st_file *st;
+    const char *prefix;
+    int layer;
+    errbuf *err;
+} loader;
+
+static int ld_name(const loader *L, char *n, size_t cap, const char *suffix)
+{
+    return snprintf(n, cap, "%slayers.%d.%s", L->prefix, L->layer, suffix);
+}
+
+static int ld_has(const loader *L, const char *suffix)
+{
+    char n[256];
+    ld_name(L, n, sizeof n, suffix);
+    return st_find(L->st, n) != NULL;
+}
+
+/* Tensor `suffix` of the layer, shape (d0[, d1[, d2]]) (0 ends the shape). */
+static int ld(const loader *L, const char *suffix, float **out, int64_t d0, int64_t d1, int64_t d2)
+{
+    char n[256];
+    ld_name(L, n, sizeof n, suffix);
+    int64_t shape[3] = {d0, d1, d2};
+    int nd = d2 > 0 ? 3 : d1 > 0 ? 2 : 1;
+    return st_load_f32(L->st, n, out, nd, shape, NULL, L->err);
+}
+
+/* Into dst: the tensor `suffix` of shape (d0, d1). */
+static int ld_into(const loader *L, const char *suffix, float *dst, int64_t d0, int64_t d1)
+{
+    char n[256];
+    ld_name(L, n, sizeof n, suffix);
+    int64_t shape[2] = {d0, d1};
+    return st_read_f32(L->st, n, dst, 2, shape, L->err);
+}
+
+static void add_one(float *w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) w[i] += 1.0f;
+}
+
+/* Qwen3-Next's fused projections, per q/k head group g of r = HV/HK value heads:
+ * in_proj_qkvz rows [q (Dk) | k (Dk) | v (r*Dv) | z (r*Dv)], in_proj_ba rows [b (r) | a (r)]
+ * (transformers' fix_query_key_value_ordering). */
+static int load_qwen3_next_proj(const loader *L, const hf_config *c, hybrid_layer *l)
+{
+    const int64_t H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
+    const int64_t Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim, r = HV / HK;
+    const int64_t grp = 2 * Dk + 2 * r * Dv, C = 2 * HK * Dk + HV * Dv;
+    float *qkvz = NULL, *ba = NULL;
+    int rc = ld(L, "linear_attn.in_proj_qkvz.weight", &qkvz, HK * grp, H, 0);
+    if (!rc) rc = ld(L, "linear_attn.in_proj_ba.weight", &ba, HK * 2 * r, H, 0);
+    if (rc) goto out;
+    l->w_qkv = xmalloc(sizeof(float) * (size_t)(C * H));
+    l->w_z = xmalloc(sizeof(float) * (size_t)(HV * Dv * H));
+    l->w_b = xmalloc(sizeof(float) * (size_t)(HV * H));
+    l->w_a = xmalloc(sizeof(float) * (size_t)(HV * H));
+    const size_t row = sizeof(float) * (size_t)H;
+    for (int64_t g = 0; g < HK; g++) {
+        const float *src = qkvz + g * grp * H;
+        memcpy(l->w_qkv + (g * Dk) * H, src, row * (size_t)Dk);
+        memcpy(l->w_qkv + (HK * Dk + g * Dk) * H, src + Dk * H, row * (size_t)Dk);
+        memcpy(l->w_qkv + (2 * HK * Dk + g * r * Dv) * H, src + 2 * Dk * H, row * (size_t)(r * Dv));
+        memcpy(l->w_z + (g * r * Dv) * H, src + (2 * Dk + r * Dv) * H, row * (size_t)(r * Dv));
+        const float *bsrc = ba + g * 2 * r * H;
+        memcpy(l->w_b + (g * r) * H, bsrc, row * (size_t)r);
+        memcpy(l->w_a + (g * r) * H, bsrc + r * H, row * (size_t)r);
+    }
+out:
+    free(qkvz);
+    free(ba);
+    return rc;
+}
+
+static int load_linear_attn(const loader *L, const hf_config *c, hybrid_layer *l)
+{
+    const int64_t H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
+    const int64_t Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim, C = 2 * HK * Dk + HV * Dv;
+    int rc;
+    if (ld_has(L, "linear_attn.in_proj_qkvz.weight")) {
+        rc = load_qwen3_next_proj(L, c, l);
+    } else {
+        rc = ld(L, "linear_attn.in_proj_qkv.weight", &l->w_qkv, C, H, 0);
+        if (!rc) rc = ld(L, "linear_attn.in_proj_z.weight", &l->w_z, HV * Dv, H, 0);
+        if (!rc) rc = ld(L, "linear_attn.in_proj_b.weight", &l->w_b, HV, H, 0);
+        if (!rc) rc = ld(L, "linear_attn.in_proj_a.weight", &l->w_a, HV, H, 0);
+    }
+    /* conv1d.weight is (C, 1, K) as nn.Conv1d stores it; some converters squeeze it to (C, K) */
+    char n[256];
+    ld_name(L, n, sizeof n, "linear_attn.conv1d.weight");
+    const st_tensor *cw = st_find(L->st, n);
+    int squeezed = cw && cw->ndim == 2;
+    if (!rc) rc = ld(L, "linear_attn.conv1d.weight", &l->conv, C, squeezed ? c->linear_conv_kernel : 1,
+                     squeezed ? 0 : c->linear_conv_kernel);
+    if (!rc) rc = ld(L, "linear_attn.A_log", &l->a_log, HV, 0, 0);
+    if (!rc) rc = ld(L, "linear_attn.dt_bias", &l->dt_bias, HV, 0, 0);
+    if (!rc) rc = ld(L, "linear_attn.norm.weight", &l->gnorm, Dv, 0, 0);
+    if (!rc) rc = ld(L, "linear_attn.out_proj.weight", &l->w_out, H, HV * Dv, 0);
+    return rc;
+}
+
+static int load_full_attn(const loader *L, const hf_config *c, hybrid_layer *l)
+{
+    const int64_t H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    int rc = ld(L, "self_attn.q_proj.weight", &l->wq, nh * 2 * hd, H, 0);
+    if (!rc) rc = ld(L, "self_attn.k_proj.weight", &l->wk, nkv * hd, H, 0);
+    if (!rc) rc = ld(L, "self_attn.v_proj.weight", &l->wv, nkv * hd, H, 0);
+    if (!rc) rc = ld(L, "self_attn.o_proj.weight", &l->wo, H, nh * hd, 0);
+    if (!rc) rc = ld(L, "self_attn.q_norm.weight", &l->q_norm, hd, 0, 0);
+    if (!rc) rc = ld(L, "self_attn.k_norm.weight", &l->k_norm, hd, 0, 0);
+    if (!rc) {
+        add_one(l->q_norm, hd);
+        add_one(l->k_norm, hd);
+    }
+    return rc;
+}
+
+static int load_moe(const loader *L, const hf_config *c, hybrid_layer *l)
+{
+    const int64_t H = c->hidden_size, E = c->num_experts, Im = c->moe_intermediate_size;
+    const int64_t Is = c->shared_expert_intermediate_size;
+    int rc = ld(L, "mlp.gate.weight", &l->router, E, H, 0);
+    if (rc) return rc;
+    if (ld_has(L, "mlp.experts.gate_up_proj")) { /* transformers' fused layout */
+        rc = ld(L, "mlp.experts.gate_up_proj", &l->e_gate_up, E, 2 * Im, H);
+        if (!rc) rc = ld(L, "mlp.experts.down_proj", &l->e_down, E, H, Im);
+    } else {
+        l->e_gate_up = xmalloc(sizeof(float) * (size_t)(E * 2 * Im * H));
+        l->e_down = xmalloc(sizeof(float) * (size_t)(E * H * Im));
+        char s[96];
+        for (int64_t e = 0; e < E && !rc; e++) {
+            float *gu = l->e_gate_up + e * 2 * Im * H;
+            snprintf(s, sizeof s, "mlp.experts.%lld.gate_proj.weight", (long long)e);
+            rc = ld_into(L, s, gu, Im, H);
+            snprintf(s, sizeof s, "mlp.experts.%lld.up_proj.weight", (long long)e);
+            if (!rc) rc = ld_into(L, s, gu + Im * H, Im, H);
+            snprintf(s, sizeof s, "mlp.experts.%lld.down_proj.weight", (long long)e);
+            if (!rc) rc = ld_into(L, s, l->e_down + e * H * Im, H, Im);
+        }
+    }
+    if (!rc && Is > 0) {
+        rc = ld(L, "mlp.shared_expert.gate_proj.weight", &l->s_gate, Is, H, 0);
+        if (!rc) rc = ld(L, "mlp.shared_expert.up_proj.weight", &l->s_up, Is, H, 0);
+        if (!rc) rc = ld(L, "mlp.shared_expert.down_proj.weight", &l->s_down, H, Is, 0);
+        if (!rc) rc = ld(L, "mlp.shared_expert_gate.weight", &l->s_gate_w, 1, H, 0);
+    }
+    return rc;
+}
+
+static void free_layer(hybrid_layer *l)
+{
+    float **p[] = {&l->input_norm, &l->post_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm, &l->k_norm,
+                   &l->w_qkv, &l->w_z, &l->w_b, &l->w_a, &l->conv, &l->a_log, &l->dt_bias, &l->gnorm,
+                   &l->w_out, &l->w_gate, &l->w_up, &l->w_down, &l->router, &l->e_gate_up, &l->e_down,
+                   &l->s_gate, &l->s_up, &l->s_down, &l->s_gate_w};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
+}
+
+int target_hybrid_load(target_hybrid **out, const st_file *st, const hf_config *c, const char *prefix, int nlayers,
+                       errbuf *err)
+{
+    DF_ASSERT(c->is_hybrid && nlayers <= c->num_layers && nlayers <= HF_MAX_LAYERS);
+    target_hybrid *h = xcalloc(1, sizeof *h);
+    h->layers = xcalloc((size_t)nlayers, sizeof *h->layers);
+    h->nlayers = nlayers;
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    int rc = 0;
+    for (int i = 0; i < nlayers && !rc; i++) {
+        hybrid_layer *l = &h->layers[i];
+        loader L = {.st = st, .prefix = prefix, .layer = i, .err = err};
+        l->linear = c->layer_linear[i];
+        l->moe = c->num_experts > 0 && c->layer_moe[i];
+        rc = ld(&L, "input_layernorm.weight", &l->input_norm, H, 0, 0);
+        if (!rc) rc = ld(&L, "post_attention_layernorm.weight", &l->post_norm, H, 0, 0);
+        if (!rc) {
+            add_one(l->input_norm, H);
+            add_one(l->post_norm, H);
+            rc = l->linear ? load_linear_attn(&L, c, l) : load_full_attn(&L, c, l);
+        }
+        if (!rc && l->moe) rc = load_moe(&L, c, l);
+        else if (!rc) {
+            rc = ld(&L, "mlp.gate_proj.weight", &l->w_gate, I, H, 0);
+            if (!rc) rc = ld(&L, "mlp.up_proj.weight", &l->w_up, I, H, 0);
+            if (!rc) rc = ld(&L, "mlp.down_proj.weight", &l->w_down, H, I, 0);
+        }
+    }
+    if (rc) {
+        target_hybrid_destroy(&h);
+        return rc;
+    }
+    *out = h;
+    return 0;
+}
+
+void target_hybrid_destroy(target_hybrid **hp)
+{
+    target_hybrid *h = *hp;
+    if (!h) return;
+    for (int i = 0; i < h->nlayers; i++) free_layer(&h->layers[i]);
+    free(h->layers);
+    for (int i = 0; i < HB_N; i++) free(h->buf[i]);
+    free(h->idx);
+    free(h->wts);
+    free(h);
+    *hp = NULL;
+}
+
+/* ---- forward ---- */
+
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float siluf_(float x) { return x / (1.0f + expf(-x)); }
+/* torch.nn.functional.softplus (beta 1, threshold 20) */
+static float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* x (rows, dim; ld) *= 1 / sqrt(sum(x²) + 1e-6) * scale: transformers' l2norm (FLA's form), then the query scale. */
+static void l2norm_rows(float *x, int ld, int rows, int heads, int dim, float scale)
+{
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < heads; h++) {
+            float *v = x + (size_t)r * ld + (size_t)h * dim;
+            float ss = 0.0f;
+            for (int i = 0; i < dim; i++) ss += v[i] * v[i];
+            float inv = 1.0f / sqrtf(ss + 1e-6f);
+            for (int i = 0; i < dim; i++) v[i] = v[i] * inv * scale;
+        }
+}
+
+/* Causal depthwise conv1d + SiLU: y[t, ch] = silu(Σ_j w[ch, j] · x[t - (K-1) + j, ch]), the history restarting at
+ * every sequence start (zero padding before it). */
+static void causal_conv_silu(float *y, const float *x, const float *w, int C, int K, const target_batch *b)
+{
+    for (int s = 0; s < b->nseq; s++) {
+        const int t0 = b->cu_seqlens[s], t1 = b->cu_seqlens[s + 1];
+        for (int t = t0; t < t1; t++) {
+            float *yt = y + (size_t)t * C;
+            for (int ch = 0; ch < C; ch++) {
+                const float *wc = w + (size_t)ch * K;
+                float acc = 0.0f;
+                for (int j = 0; j < K; j++) {
+                    int src = t - (K - 1) + j;
+                    if (src >= t0) acc += wc[j] * x[(size_t)src * C + ch];
+                }
+                yt[ch] = siluf_(acc);
+            }
+        }
+    }
+}
+
+static void linear_attn_forward(target_hybrid *h, const hf_config *c, const hybrid_layer *l, float *x,
+                                const float *u, const target_batch *b)
+{
+    const int T = b->ntok, H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
+    const int Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim, K = c->linear_conv_kernel;
+    const int C = 2 * HK * Dk + HV * Dv, VD = HV * Dv;
+    const float eps = (float)c->rms_eps;
+    float *mixed = scratch(h, HB_A, (size_t)T * C), *conv = scratch(h, HB_B, (size_t)T * C);
+    float *z = scratch(h, HB_C, (size_t)T * VD), *ba = scratch(h, HB_D, (size_t)T * 2 * HV);
+    float *core = scratch(h, HB_E, (size_t)T * VD);
+    matmul_forward_cpu(mixed, C, u, H, l->w_qkv, T, C, H, 0);
+    matmul_forward_cpu(z, VD, u, H, l->w_z, T, VD, H, 0);
+    matmul_forward_cpu(ba, 2 * HV, u, H, l->w_b, T, HV, H, 0);         /* b in columns [0, HV) */
+    matmul_forward_cpu(ba + HV, 2 * HV, u, H, l->w_a, T, HV, H, 0);    /* a in columns [HV, 2HV) */
+    causal_conv_silu(conv, mixed, l->conv, C, K, b);
+    float *q = conv, *k = conv + HK * Dk, *v = conv + 2 * HK * Dk;
+    l2norm_rows(q, C, T, HK, Dk, 1.0f / sqrtf((float)Dk));
+    l2norm_rows(k, C, T, HK, Dk, 1.0f);
+    /* beta = sigmoid(b) into the b columns, g = -exp(A_log) * softplus(a + dt_bias) into the a columns */
+    for (int t = 0; t < T; t++) {
+        float *bt = ba + (size_t)t * 2 * HV, *at = bt + HV;
+        for (int i = 0; i < HV; i++) {
+            bt[i] = sigmoidf_(bt[i]);
+            at[i] = -expf(l->a_log[i]) * softplusf_(at[i] + l->dt_bias[i]);
+        }
+    }
+    gated_delta_rule_forward_cpu(core, VD, q, C, k, C, v, C, ba + HV, 2 * HV, ba, 2 * HV, b->cu_seqlens, b->nseq, HK,
+                                 HV, Dk, Dv);
+    /* RMSNormGated per (token, value head): w * rmsnorm(o) * silu(z) */
+    rmsnorm_forward_cpu(core, Dv, core, Dv, l->gnorm, T * HV, Dv, eps);
+    for (size_t i = 0; i < (size_t)T * VD; i++) core[i] *= siluf_(z[i]);
+    matmul_forward_cpu(x, H, core, VD, l->w_out, T, H, VD, 1);
+}
+
+static void full_attn_forward(target_hybrid *h, const hf_config *c, const hybrid_layer *l, float *x, const float *u,
+                              const target_batch *b, const double *inv_freq)
+{
+    const int T = b->ntok, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    const int qd = nh * hd, kd = nkv * hd, rd = c->rotary_dim;
+    const float eps = (float)c->rms_eps;
+    float *qg = scratch(h, HB_A, (size_t)T * 2 * qd), *q = scratch(h, HB_B, (size_t)T * qd);
+    float *k = scratch(h, HB_C, (size_t)T * kd), *v = scratch(h, HB_D, (size_t)T * kd);
+    float *attn = scratch(h, HB_E, (size_t)T * qd);
+    matmul_forward_cpu(qg, 2 * qd, u, H, l->wq, T, 2 * qd, H, 0);
+    matmul_forward_cpu(k, kd, u, H, l->wk, T, kd, H, 0);
+    matmul_forward_cpu(v, kd, u, H, l->wv, T, kd, H, 0);
+    /* q_proj's output viewed (T, nh, 2*hd) and chunked in two: q is the first hd of each head, the gate the second */
+    for (int t = 0; t < T; t++)
+        for (int hh = 0; hh < nh; hh++)
+            memcpy(q + (size_t)t * qd + (size_t)hh * hd, qg + (size_t)t * 2 * qd + (size_t)hh * 2 * hd,
+                   sizeof(float) * (size_t)hd);
+    rmsnorm_forward_cpu(q, hd, q, hd, l->q_norm, T * nh, hd, eps);
+    rmsnorm_forward_cpu(k, hd, k, hd, l->k_norm, T * nkv, hd, eps);
+    /* partial RoPE: the first rotary_dim of each head, rotate-half within them (text positions: every mrope section
+     * sees the same position, so it is plain RoPE) */
+    for (int hh = 0; hh < nh; hh++) rope_apply_cpu(q + (size_t)hh * hd, qd, T, 1, rd, b->positions, inv_freq, 0);
+    for (int hh = 0; hh < nkv; hh++) rope_apply_cpu(k + (size_t)hh * hd, kd, T, 1, rd, b->positions, inv_freq, 0);
+    attention_causal_forward_cpu(attn, q, k, v, b->cu_seqlens, b->nseq, nh, nkv, hd, 1.0f / sqrtf((float)hd));
+    for (int t = 0; t < T; t++)
+        for (int hh = 0; hh < nh; hh++) {
+            float *o = attn + (size_t)t * qd + (size_t)hh * hd;
+            const float *gt = qg + (size_t)t * 2 * qd + (size_t)hh * 2 * hd + hd;
+            for (int d = 0; d < hd; d++) o[d] *= sigmoidf_(gt[d]);
+        }
+    matmul_forward_cpu(x, H, attn, qd, l->wo, T, H, qd, 1);
+}
+
+/* x (n, H) += swiglu MLP of u (n, H) with gate/up (I, H) each (rows of one array when up = gate + I*H), down (H, I). */
+static void swiglu_mlp(float *x, const float *u, int n, int H, int I, const float *wg, const float *wu,
+                       const float *wd, float *g, float *up)
+{
+    matmul_forward_cpu(g, I, u, H, wg, n, I, H, 0);
+    matmul_forward_cpu(up, I, u, H, wu, n, I, H, 0);
+    swiglu_forward_cpu(g, g, up, (size_t)n * (size_t)I);
+    matmul_forward_cpu(x, H, g, I, wd, n, H, I, 1);
+}
+
+/* The sparse MoE block: softmax router (fp32), top-k (renormalised when norm_topk_prob), SwiGLU experts weighted by
+ * their routing weight, plus the shared expert scaled by sigmoid(shared_expert_gate · u). Adds into x. */
+static void moe_forward(target_hybrid *h, const hf_config *c, const hybrid_layer *l, float *x, const float *u, int T)
+{
+    const int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
+    const int Is = c->shared_expert_intermediate_size;
+    float *probs = scratch(h, HB_A, (size_t)T * E);
+    matmul_forward_cpu(probs, E, u, H, l->router, T, E, H, 0);
+    size_t need = (size_t)T * K;
+    if (h->idx_cap < need) {
+        free(h->idx);
+        free(h->wts);
+        h->idx = xmalloc(sizeof(int) * need);
+        h->wts = xmalloc(sizeof(float) * need);
+        h->idx_cap = need;
+    }
+    int *sel = xmalloc(sizeof(int) * need);
+    float *selw = xmalloc(sizeof(float) * need);
+    for (int t = 0; t < T; t++) {
+        float *p = probs + (size_t)t * E, mx = p[0], sum = 0.0f;
+        for (int e = 1; e < E; e++) mx = fmaxf(mx, p[e]);
+        for (int e = 0; e < E; e++) sum += p[e] = expf(p[e] - mx);
+        for (int e = 0; e < E; e++) p[e] /= sum;
+        float ksum = 0.0f;
+        for (int j = 0; j < K; j++) { /* the j-th largest; ties to the lower expert id */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++) taken |= sel[(size_t)t * K + i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[(size_t)t * K + j] = best;
+            selw[(size_t)t * K + j] = p[best];
+            ksum += p[best];
+        }
+        if (c->norm_topk_prob)
+            for (int j = 0; j < K; j++) selw[(size_t)t * K + j] /= ksum;
+    }
+    float *xs = scratch(h, HB_B, (size_t)T * H), *ys = scratch(h, HB_C, (size_t)T * H);
+    float *gu = scratch(h, HB_D, (size_t)T * 2 * Im), *act = scratch(h, HB_E, (size_t)T * Im);
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < K; j++)
+                if (sel[(size_t)t * K + j] == e) {
+                    h->idx[n] = t;
+                    h->wts[n] = selw[(size_t)t * K + j];
+                    memcpy(xs + (size_t)n * H, u + (size_t)t * H, sizeof(float) * (size_t)H);
+                    n++;
+                }
+        if (!n) continue;
+        const float *wgu = l->e_gate_up + (size_t)e * 2 * Im * H, *wd = l->e_down + (size_t)e * H * Im;
+        matmul_forward_cpu(gu, 2 * Im, xs, H, wgu, n, 2 * Im, H, 0);
+        for (int r = 0; r < n; r++) swiglu_forward_cpu(act + (size_t)r * Im, gu + (size_t)r * 2 * Im,
+                                                       gu + (size_t)r * 2 * Im + Im, (size_t)Im);
+        matmul_forward_cpu(ys, H, act, Im, wd, n, H, Im, 0);
+        for (int r = 0; r < n; r++) {
+            float *xt = x + (size_t)h->idx[r] * H;
+            const float *yr = ys + (size_t)r * H, w = h->wts[r];
+            for (int i = 0; i < H; i++) xt[i] += yr[i] * w;
+        }
+    }
+    free(sel);
+    free(selw);
+    if (Is > 0) {
+        float *sh = scratch(h, HB_B, (size_t)T * H), *sg = scratch(h, HB_C, (size_t)T);
+        float *g = scratch(h, HB_F, (size_t)T * Is), *up = scratch(h, HB_G, (size_t)T * Is);
+        memset(sh, 0, sizeof(float) * (size_t)T * H);
+        swiglu_mlp(sh, u, T, H, Is, l->s_gate, l->s_up, l->s_down, g, up);
+        matmul_forward_cpu(sg, 1, u, H, l->s_gate_w, T, 1, H, 0);
+        for (int t = 0; t < T; t++) {
+            float s = sigmoidf_(sg[t]);
+            for (int i = 0; i < H; i++) x[(size_t)t * H + i] += s * sh[(size_t)t * H + i];
+        }
+    }
+}
+
+void target_hybrid_layer_forward(target_hybrid *h, const hf_config *c, int li, float *x, const target_batch *b,
+                                 const double *inv_freq)
+{
+    DF_ASSERT(li >= 0 && li < h->nlayers);
+    const hybrid_layer *l = &h->layers[li];
+    const int T = b->ntok, H = c->hidden_size;
+    const float eps = (float)c->rms_eps;
+    float *u = scratch(h, HB_U, (size_t)T * H);
+    rmsnorm_forward_cpu(u, H, x, H, l->input_norm, T, H, eps);
+    if (l->linear) linear_attn_forward(h, c, l, x, u, b);
+    else full_attn_forward(h, c, l, x, u, b, inv_freq);
+    u = scratch(h, HB_U, (size_t)T * H);
+    rmsnorm_forward_cpu(u, H, x, H, l->post_norm, T, H, eps);
+    if (l->moe) {
+        moe_forward(h, c, l, x, u, T);
+    } else {
+        const int I = c->intermediate_size;
+        swiglu_mlp(x, u, T, H, I, l->w_gate, l->w_up, l->w_down, scratch(h, HB_A, (size_t)T * I),
+                   scratch(h, HB_B, (size_t)T * I));
+    }
+}

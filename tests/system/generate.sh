@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# dflash generate end to end on the tiny fixture: the answers equal dflash-demo make-data's (greedy decoding by the
+# full forward, argmax over [0, vocab-1)), token for token; the output is what dflash-prepare reads; it does not
+# depend on --threads; EOS (from --eos or the target's generation_config.json) ends an answer and is kept; a run
+# killed with SIGKILL (and a partial last line) resumes to the file of an uninterrupted run, with no duplicate; bad
+# input fails naming the file and line.
+cd "$(dirname "$0")/../.." || exit 1
+. tests/system/lib.bash
+make_fixture || { fail generate_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+GEN=("$BIN/dflash" generate --target "$T/target")
+V=256
+
+# Prints nothing when OUT (generate's) answers the prompts of REF (make-data's) with the same tokens, else why.
+cat >"$T/same.py" <<'EOF'
+import json, sys
+ref = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+out = [json.loads(l) for l in open(sys.argv[2])]
+if len(ref) != len(out): print("%d lines, want %d" % (len(out), len(ref))); sys.exit()
+for i, (r, o) in enumerate(zip(ref, out)):
+    if o["prompt_line"] != i + 1: print("line %d: prompt_line %s" % (i + 1, o["prompt_line"])); break
+    if (o["input_ids"], o["loss_mask"]) != (r["input_ids"], r["loss_mask"]):
+        print("line %d differs: %s vs %s" % (i + 1, o["input_ids"], r["input_ids"])); break
+EOF
+
+# ---- the same tokens as make-data's greedy continuations; readable by dflash-prepare; --threads-independent ----
+"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/out2.jsonl" --max-new-tokens 24 --suppress $((V - 1)) --threads 2 \
+    >"$T/gen2.out" 2>"$T/gen2.err"
+rc=$?
+d=$(python3 "$T/same.py" "$T/data.jsonl" "$T/out2.jsonl" 2>&1)
+[ $rc -eq 0 ] && [ -z "$d" ] && ok generate_equals_full_forward_greedy || fail generate_equals_full_forward_greedy "exit $rc: $d $(tail -2 "$T/gen2.err")"
+grep -q "^generated 48 answers (1152 tokens" "$T/gen2.out" && grep -q "48/48 prompts done, 1152 tokens generated, .* tokens/s" "$T/gen2.err" \
+    && ok generate_summary_and_progress || fail generate_summary_and_progress "$(cat "$T/gen2.out" "$T/gen2.err")"
+"$BIN/dflash-prepare" -o "$T/prep" "$T/out2.jsonl" >"$T/prep.out" 2>&1 && grep -q "^prepared 48 samples" "$T/prep.out" \
+    && ok generate_output_prepares || fail generate_output_prepares "$(cat "$T/prep.out")"
+"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/out1.jsonl" --max-new-tokens 24 --suppress $((V - 1)) --threads 1 -q \
+    >/dev/null 2>&1
+cmp -s "$T/out1.jsonl" "$T/out2.jsonl" && ok generate_threads_independent || fail generate_threads_independent
+
+# ---- EOS: --eos and generation_config.json end answers after the EOS token, which is kept and trained ----
+eos=$(python3 -c "import json; l=json.loads(open('$T/out2.jsonl').readline()); print(l['input_ids'][l['loss_mask'].index(1) + 3])")
+"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/eos.jsonl" --max-new-tokens 24 --suppress $((V - 1)) --eos "$eos" -q >/dev/null 2>&1
+cp -r "$T/target" "$T/target_eos" && echo "{\"eos_token_id\": [$eos]}" >"$T/target_eos/generation_config.json"
+"$BIN/dflash" generate --target "$T/target_eos" --prompts "$T/data.jsonl" -o "$T/eos2.jsonl" --max-new-tokens 24 \
+    --suppress $((V - 1)) -q >/dev/null 2>&1
+d=$(python3 - "$T/out2.jsonl" "$T/eos.jsonl" "$eos" <<'EOF'
+import json, sys
+full = [json.loads(l) for l in open(sys.argv[1])]
+cut = [json.loads(l) for l in open(sys.argv[2])]
+eos, n_eos = int(sys.argv[3]), 0
+for f, c in zip(full, cut):
+    p = f["loss_mask"].index(1)
+    ans = f["input_ids"][p:]
+    k = ans.index(eos) + 1 if eos in ans else len(ans)
+    want = f["input_ids"][:p + k]
+    if c["input_ids"] != want or c["loss_mask"] != [0] * p + [1] * k:
+        print("prompt_line %d: %s, want %s" % (c["prompt_line"], c["input_ids"], want)); break
+    if c["stop"] != ("eos" if eos in ans else "max_new_tokens"): print("prompt_line %d: stop %s" % (c["prompt_line"], c["stop"])); break
+    n_eos += eos in ans
+if len(cut) != len(full): print("%d lines" % len(cut))
+elif n_eos == 0: print("no answer met the eos id")
+EOF
+)
+[ -z "$d" ] && ok generate_stops_at_eos || fail generate_stops_at_eos "$d"
+cmp -s "$T/eos.jsonl" "$T/eos2.jsonl" && ok generate_eos_from_generation_config || fail generate_eos_from_generation_config
+
+# ---- resume: SIGKILL part-way, rerun: the uninterrupted run's file, each prompt once ----
+python3 - "$T/data.jsonl" "$T/many.jsonl" <<'EOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+with open(sys.argv[2], "w") as f:
+    for i in range(400):
+        l = lines[i % len(lines)]
+        p = l["loss_mask"].index(1)
+        f.write(json.dumps({"input_ids": l["input_ids"][:p]}) + "\n" + ("\n" if i % 7 == 0 else ""))
+EOF
+LONG=(--prompts "$T/many.jsonl" --max-new-tokens 120 --suppress $((V - 1)) --threads 2 -q)
+"${GEN[@]}" "${LONG[@]}" -o "$T/ref.jsonl" >/dev/null 2>"$T/ref.err" || fail generate_reference_run "$(cat "$T/ref.err")"
+"${GEN[@]}" "${LONG[@]}" -o "$T/cut.jsonl" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 400); do
+    [ -f "$T/cut.jsonl" ] && [ "$(wc -l <"$T/cut.jsonl")" -ge 30 ] && break
+    sleep 0.02
+done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+n=$(wc -l <"$T/cut.jsonl")
+total=$(wc -l <"$T/ref.jsonl")
+if [ "$n" -ge 30 ] && [ "$n" -lt "$total" ]; then ok generate_killed_part_way; else fail generate_killed_part_way "$n of $total lines when killed"; fi
+# a crash in the middle of a write: half of the next line, without its newline
+sed -n "$((n + 1))p" "$T/ref.jsonl" | head -c 40 >>"$T/cut.jsonl"
+"${GEN[@]}" "${LONG[@]}" -o "$T/cut.jsonl" >"$T/resume.out" 2>"$T/resume.err"
+rc=$?
+grep -q "dropping a partial last line" "$T/resume.err" && grep -q "already answers $n of the 400 prompts" "$T/resume.err" \
+    && ok generate_resume_skips_done_and_drops_partial || fail generate_resume_skips_done_and_drops_partial "exit $rc: $(cat "$T/resume.err")"
+dups=$(python3 -c "import json,collections; c=collections.Counter(json.loads(l)['prompt_line'] for l in open('$T/cut.jsonl')); print(sum(v > 1 for v in c.values()))")
+[ $rc -eq 0 ] && cmp -s "$T/cut.jsonl" "$T/ref.jsonl" && [ "$dups" = 0 ] && ok generate_resume_equals_uninterrupted \
+    || fail generate_resume_equals_uninterrupted "exit $rc, $dups duplicates, $(wc -l <"$T/cut.jsonl") lines"
+cp "$T/cut.jsonl" "$T/cut.before"
+"${GEN[@]}" "${LONG[@]}" -o "$T/cut.jsonl" >"$T/again.out" 2>&1
+grep -q "^generated 0 answers" "$T/again.out" && cmp -s "$T/cut.jsonl" "$T/cut.before" && ok generate_rerun_when_done_is_noop \
+    || fail generate_rerun_when_done_is_noop "$(cat "$T/again.out")"
+# an output made from other prompts is refused, untouched
+"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/cut.jsonl" --max-new-tokens 24 -q >/dev/null 2>"$T/other.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "cut.jsonl:[0-9]*: prompt_line [0-9]*: its prompt differs" "$T/other.err" && cmp -s "$T/cut.jsonl" "$T/cut.before" \
+    && ok generate_refuses_output_of_other_prompts || fail generate_refuses_output_of_other_prompts "exit $rc: $(cat "$T/other.err")"
+
+# a second run on the same output while one holds it is refused
+if command -v flock >/dev/null; then
+    flock "$T/cut.jsonl" "${GEN[@]}" "${LONG[@]}" -o "$T/cut.jsonl" >/dev/null 2>"$T/lock.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "cut.jsonl: another dflash generate is writing it" "$T/lock.err" && cmp -s "$T/cut.jsonl" "$T/cut.before" \
+        && ok generate_refuses_concurrent_writer || fail generate_refuses_concurrent_writer "exit $rc: $(cat "$T/lock.err")"
+fi
+
+# ---- bad input: exit 1, the message names the file and line (or the field); usage errors exit 2 ----
+bad() { # name, expected message (grep -E), file content; runs generate on it
+    local name=$1 want=$2
+    printf '%b' "$3" >"$T/$name.jsonl"
+    "${GEN[@]}" --prompts "$T/$name.jsonl" -o "$T/$name.out" "${@:4}" >/dev/null 2>"$T/$name.err"
+    local rc=$?
+    if [ $rc -eq 1 ] && grep -qE -- "$want" "$T/$name.err" && [ ! -s "$T/$name.out" ]; then ok "generate_bad_$name"
+    else fail "generate_bad_$name" "exit $rc: $(cat "$T/$name.err")"; fi
+}
+bad json "bad_json.jsonl|json.jsonl:3: invalid JSON" '{"input_ids": [1, 2]}\n\n{"input_ids": [1,\n'
+bad no_prompt "no_prompt.jsonl:2: loss_mask\\[0\\] is trained" '{"input_ids": [1, 2]}\n{"input_ids": [1, 2], "loss_mask": [1, 1]}\n'
+bad id_range "id_range.jsonl:1: input_ids\\[1\\] = $V outside" "{\"input_ids\": [1, $V]}\n"
+bad empty "empty.jsonl: no prompt" '\n\n'
+bad too_long "too_long.jsonl:2: prompt of 12 tokens leaves no room in the cache of 12 positions \\(--max-len\\)" \
+    '{"input_ids": [1, 2]}\n{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}\n' --max-len 12
+bad no_ids "no_ids.jsonl:1: input_ids: missing" '{"messages": [{"role": "user", "content": "hi"}]}\n'
+"${GEN[@]}" --prompts "$T/missing.jsonl" -o "$T/x.out" >/dev/null 2>"$T/missing.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "missing.jsonl" "$T/missing.err" && ok generate_bad_missing_file || fail generate_bad_missing_file "exit $rc: $(cat "$T/missing.err")"
+"$BIN/dflash" generate --prompts "$T/data.jsonl" -o "$T/x.out" >/dev/null 2>"$T/usage.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "missing --target" "$T/usage.err" && ok generate_usage_error || fail generate_usage_error "exit $rc: $(cat "$T/usage.err")"
+"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/x.out" --max-new-tokens 0 >/dev/null 2>"$T/usage2.err"
+[ $? -eq 2 ] && grep -q -- "--max-new-tokens" "$T/usage2.err" && ok generate_usage_bad_value || fail generate_usage_bad_value "$(cat "$T/usage2.err")"
+"$BIN/dflash" generate --help | grep -q -- "--max-new-tokens" && ok generate_help || fail generate_help
+# a target of another family (the hybrid Qwen3.5 golden, when present) is refused by name
+HYB=${DFLASH_GOLDENS:-tests/goldens}/qwen35-tiny/target
+if [ -f "$HYB/config.json" ]; then
+    "$BIN/dflash" generate --target "$HYB" --prompts "$T/data.jsonl" -o "$T/hyb.out" >/dev/null 2>"$T/hyb.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "qwen3_5_text" "$T/hyb.err" && [ ! -e "$T/hyb.out" ] && ok generate_refuses_other_family \
+        || fail generate_refuses_other_family "exit $rc: $(cat "$T/hyb.err")"
+fi
+exit $FAILED

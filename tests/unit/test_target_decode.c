@@ -1,0 +1,339 @@
+/* target_decode: decoding with a KV cache (prefill, one token at a time, a verified block, a crop and a different
+ * continuation) gives the logits and tapped hidden states of target_model_forward over the whole text, on the
+ * golden Qwen3 target and on a Llama reading of it; sequences of one cache do not see each other; refused calls
+ * (capacity, crop bounds, bad ids, bad taps) change nothing; two threads may share one model. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "rng.h"
+#include "target_decode.h"
+#include "target_model.h"
+#include "target_model_impl.h"
+#include "tests/test.h"
+
+/* The golden tiny target: $DFLASH_GOLDENS, else the repository's tests/goldens, else $DFLASH_SHARED/goldens or
+ * ../shared/goldens (where the goldens lived before). The case fails when none has it. */
+static const char *golden_target(void)
+{
+    static char path[2100];
+    const char *env = getenv("DFLASH_GOLDENS"), *shared = getenv("DFLASH_SHARED");
+    char cand[4][512];
+    int n = 0;
+    if (env && *env) snprintf(cand[n++], sizeof cand[0], "%s", env);
+    snprintf(cand[n++], sizeof cand[0], "tests/goldens");
+    if (shared && *shared) snprintf(cand[n++], sizeof cand[0], "%s/goldens", shared);
+    snprintf(cand[n++], sizeof cand[0], "../shared/goldens");
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/tiny/target/model.safetensors", cand[i]);
+        if (stat(path, &st) == 0) {
+            snprintf(path, sizeof path, "%s/tiny/target", cand[i]);
+            return path;
+        }
+    }
+    fprintf(stderr, "  no golden tiny target under $DFLASH_GOLDENS, tests/goldens, $DFLASH_SHARED/goldens or "
+                    "../shared/goldens\n");
+    exit(1);
+}
+
+static target_model *load(const char *dir)
+{
+    errbuf err = {{0}};
+    target_model *m = NULL;
+    if (target_model_load(&m, dir, -1, &err) != 0) {
+        fprintf(stderr, "  load %s: %s\n", dir, err.msg);
+        exit(1);
+    }
+    return m;
+}
+
+static void random_ids(int32_t *ids, int n, int vocab, uint64_t seed)
+{
+    rng r;
+    rng_seed(&r, seed, 0, 0, 0);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
+}
+
+/* The full forward over ids[0..n): aux (n, ntaps*H), logits (n, V). */
+static void full_forward(target_model *m, const int32_t *ids, int n, const int *taps, int ntaps, float *aux,
+                         float *logits)
+{
+    int32_t *pos = malloc(sizeof *pos * (size_t)n), cu[2] = {0, n};
+    for (int i = 0; i < n; i++) pos[i] = i;
+    target_batch b = {.ntok = n, .nseq = 1, .input_ids = ids, .positions = pos, .cu_seqlens = cu};
+    errbuf err = {{0}};
+    int rc = target_model_forward(m, &b, taps, ntaps, aux, NULL, logits, &err);
+    if (rc) fprintf(stderr, "  full forward: %s\n", err.msg);
+    REQUIRE(rc == 0);
+    free(pos);
+}
+
+/* Largest |a-b| / (1 + |b|) over n values. */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)b[i]));
+        if (!(d <= worst)) worst = d; /* NaN wins */
+    }
+    return worst;
+}
+
+#define TOL 1e-4
+
+/* Decode rows [from, from+n) of ids with cache seq and compare them with the full forward's rows. */
+static void step_and_compare(target_cache *c, int seq, const int32_t *ids, int from, int n, const int *taps,
+                             int ntaps, int H, int V, const float *ref_aux, const float *ref_logits, const char *what)
+{
+    errbuf err = {{0}};
+    REQUIRE(target_cache_length(c, seq) == from);
+    float *aux = malloc(sizeof *aux * (size_t)n * (size_t)ntaps * (size_t)H);
+    float *logits = malloc(sizeof *logits * (size_t)n * (size_t)V);
+    int rc = target_cache_forward(c, seq, ids + from, n, taps, ntaps, aux, logits, &err);
+    if (rc) fprintf(stderr, "  %s: %s\n", what, err.msg);
+    REQUIRE(rc == 0);
+    EXPECT(target_cache_length(c, seq) == from + n);
+    double da = rel_diff(aux, ref_aux + (size_t)from * (size_t)ntaps * (size_t)H, (size_t)n * (size_t)ntaps * H);
+    double dl = rel_diff(logits, ref_logits + (size_t)from * (size_t)V, (size_t)n * (size_t)V);
+    if (!(da <= TOL && dl <= TOL))
+        fprintf(stderr, "  %s (positions %d..%d): taps differ by %g, logits by %g\n", what, from, from + n - 1, da, dl);
+    EXPECT(da <= TOL);
+    EXPECT(dl <= TOL);
+    free(aux);
+    free(logits);
+}
+
+/* Prefill 8, four single tokens, a block of 5, crop to 14 and continue with a different text: every row matches
+ * the full forward of the text it belongs to. Sequence 1 of the cache is used while sequence 0 holds another text. */
+static void decode_matches_full(const char *dir)
+{
+    target_model *m = load(dir);
+    const hf_config *cfg = target_model_config(m);
+    const int H = cfg->hidden_size, V = cfg->vocab_size, L = 20;
+    const int taps[] = {0, 3, cfg->num_layers - 1, 3};
+    const int ntaps = 4;
+    int32_t a[20], b[20], other[6];
+    random_ids(a, L, V, 1);
+    memcpy(b, a, sizeof a);
+    random_ids(b + 14, L - 14, V, 2); /* b shares a's first 14 tokens */
+    random_ids(other, 6, V, 3);
+    float *aux_a = malloc(sizeof(float) * L * ntaps * H), *log_a = malloc(sizeof(float) * L * V);
+    float *aux_b = malloc(sizeof(float) * L * ntaps * H), *log_b = malloc(sizeof(float) * L * V);
+    full_forward(m, a, L, taps, ntaps, aux_a, log_a);
+    full_forward(m, b, L, taps, ntaps, aux_b, log_b);
+
+    target_cache *c = NULL;
+    errbuf err = {{0}};
+    REQUIRE(target_cache_create(&c, m, 2, 24, &err) == 0);
+    EXPECT(target_cache_capacity(c) == 24);
+    EXPECT(target_cache_length(c, 0) == 0 && target_cache_length(c, 1) == 0);
+    REQUIRE(target_cache_forward(c, 0, other, 6, NULL, 0, NULL, NULL, &err) == 0);
+    step_and_compare(c, 1, a, 0, 8, taps, ntaps, H, V, aux_a, log_a, "prefill");
+    for (int t = 8; t < 12; t++) step_and_compare(c, 1, a, t, 1, taps, ntaps, H, V, aux_a, log_a, "decode");
+    step_and_compare(c, 1, a, 12, 5, taps, ntaps, H, V, aux_a, log_a, "block");
+    REQUIRE(target_cache_crop(c, 1, 14, &err) == 0);
+    EXPECT(target_cache_length(c, 1) == 14);
+    step_and_compare(c, 1, b, 14, 6, taps, ntaps, H, V, aux_b, log_b, "block after crop");
+    EXPECT(target_cache_length(c, 0) == 6);
+    /* and sequence 0 continues undisturbed: its next row equals the full forward of other + a[0] */
+    int32_t o7[7];
+    memcpy(o7, other, sizeof other);
+    o7[6] = a[0];
+    float *aux_o = malloc(sizeof(float) * 7 * ntaps * H), *log_o = malloc(sizeof(float) * 7 * V);
+    full_forward(m, o7, 7, taps, ntaps, aux_o, log_o);
+    step_and_compare(c, 0, o7, 6, 1, taps, ntaps, H, V, aux_o, log_o, "other sequence");
+    /* logits only, taps only */
+    REQUIRE(target_cache_crop(c, 0, 6, &err) == 0);
+    float *lg = malloc(sizeof(float) * V), *ax = malloc(sizeof(float) * ntaps * H);
+    REQUIRE(target_cache_forward(c, 0, o7 + 6, 1, NULL, 0, NULL, lg, &err) == 0);
+    EXPECT(rel_diff(lg, log_o + 6 * V, (size_t)V) <= TOL);
+    REQUIRE(target_cache_crop(c, 0, 6, &err) == 0);
+    REQUIRE(target_cache_forward(c, 0, o7 + 6, 1, taps, ntaps, ax, NULL, &err) == 0);
+    EXPECT(rel_diff(ax, aux_o + 6 * ntaps * H, (size_t)ntaps * H) <= TOL);
+    target_cache_destroy(&c);
+    EXPECT(c == NULL);
+    free(lg); free(ax); free(aux_o); free(log_o);
+    free(aux_a); free(log_a); free(aux_b); free(log_b);
+    target_model_destroy(&m);
+}
+
+TEST(qwen3_decode_prefill_step_block_crop_match_full_forward) { decode_matches_full(golden_target()); }
+
+/* The same weights read as a Llama target (no q/k norm, the extra tensors ignored): the cache follows the family. */
+TEST(llama_decode_matches_full_forward)
+{
+    const char *g = golden_target();
+    char dir[] = "/tmp/dflash-decode-XXXXXX", path[700], src[700], cmd[1600];
+    REQUIRE(mkdtemp(dir));
+    snprintf(src, sizeof src, "%s/model.safetensors", g);
+    char abs[600];
+    REQUIRE(realpath(src, abs));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    REQUIRE(symlink(abs, path) == 0);
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c[\"model_type\"]=\"llama\"; "
+             "c[\"architectures\"]=[\"LlamaForCausalLM\"]; json.dump(c, open(sys.argv[2], \"w\"))' "
+             "%s/config.json %s/config.json",
+             g, dir);
+    REQUIRE(system(cmd) == 0);
+    target_model *m = load(dir);
+    EXPECT(target_model_config(m)->arch == HF_ARCH_LLAMA && !target_model_config(m)->has_qk_norm);
+    target_model_destroy(&m);
+    decode_matches_full(dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    REQUIRE(system(cmd) == 0);
+}
+
+TEST(refused_calls_change_nothing)
+{
+    target_model *m = load(golden_target());
+    const hf_config *cfg = target_model_config(m);
+    const int V = cfg->vocab_size, H = cfg->hidden_size;
+    int32_t ids[12];
+    random_ids(ids, 12, V, 9);
+    float *ref = malloc(sizeof(float) * 12 * V), *lg = malloc(sizeof(float) * 4 * V);
+    full_forward(m, ids, 12, NULL, 0, NULL, ref);
+    target_cache *c = NULL;
+    errbuf err = {{0}};
+    REQUIRE(target_cache_create(&c, m, 1, 10, &err) == 0);
+    REQUIRE(target_cache_forward(c, 0, ids, 8, NULL, 0, NULL, NULL, &err) == 0);
+    /* capacity: 8 + 3 > 10 */
+    EXPECT(target_cache_forward(c, 0, ids + 8, 3, NULL, 0, NULL, lg, &err) == -ENOSPC);
+    EXPECT_CONTAINS(err.msg, "sequence 0");
+    EXPECT_CONTAINS(err.msg, "10");
+    EXPECT(target_cache_length(c, 0) == 8);
+    /* a bad id, a bad tap, a bad sequence, no token */
+    int32_t bad[2] = {ids[8], V};
+    EXPECT(target_cache_forward(c, 0, bad, 2, NULL, 0, NULL, lg, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "position 9");
+    int tap = cfg->num_layers;
+    float *ax = malloc(sizeof(float) * H);
+    EXPECT(target_cache_forward(c, 0, ids + 8, 1, &tap, 1, ax, lg, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "tap");
+    EXPECT(target_cache_forward(c, 1, ids + 8, 1, NULL, 0, NULL, lg, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "sequence 1");
+    EXPECT(target_cache_forward(c, 0, ids + 8, 0, NULL, 0, NULL, lg, &err) == -EINVAL);
+    EXPECT(target_cache_length(c, 0) == 8);
+    /* crop bounds */
+    EXPECT(target_cache_crop(c, 0, 9, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "holds 8");
+    EXPECT(target_cache_crop(c, 0, -1, &err) == -EINVAL);
+    EXPECT(target_cache_crop(c, 2, 0, &err) == -EINVAL);
+    EXPECT(target_cache_length(c, 0) == 8);
+    /* after all that the cache still continues the text exactly, up to its capacity */
+    REQUIRE(target_cache_forward(c, 0, ids + 8, 2, NULL, 0, NULL, lg, &err) == 0);
+    EXPECT(rel_diff(lg, ref + 8 * V, 2 * (size_t)V) <= TOL);
+    EXPECT(target_cache_length(c, 0) == 10);
+    EXPECT(target_cache_forward(c, 0, ids + 10, 1, NULL, 0, NULL, lg, &err) == -ENOSPC);
+    /* crop to 0 and refill from scratch */
+    REQUIRE(target_cache_crop(c, 0, 0, &err) == 0);
+    REQUIRE(target_cache_forward(c, 0, ids, 3, NULL, 0, NULL, lg, &err) == 0);
+    EXPECT(rel_diff(lg, ref, 3 * (size_t)V) <= TOL);
+    /* forward_last: the logits of the last new token only (lg[V..] untouched) */
+    REQUIRE(target_cache_crop(c, 0, 0, &err) == 0);
+    lg[V] = 12345.0f;
+    REQUIRE(target_cache_forward_last(c, 0, ids, 5, NULL, 0, NULL, lg, &err) == 0);
+    EXPECT(rel_diff(lg, ref + 4 * V, (size_t)V) <= TOL);
+    EXPECT(lg[V] == 12345.0f);
+    EXPECT(target_cache_length(c, 0) == 5);
+    target_cache_destroy(&c);
+    target_cache_destroy(&c); /* idempotent on NULL */
+    free(ref); free(lg); free(ax);
+    target_model_destroy(&m);
+}
+
+TEST(create_refuses_partial_model_hybrid_family_and_bad_sizes)
+{
+    const char *g = golden_target();
+    errbuf err = {{0}};
+    target_model *part = NULL;
+    REQUIRE(target_model_load(&part, g, 2, &err) == 0);
+    target_cache *c = NULL;
+    EXPECT(target_cache_create(&c, part, 1, 8, &err) == -EINVAL && c == NULL);
+    EXPECT_CONTAINS(err.msg, "0..2");
+    target_model_destroy(&part);
+    target_model *m = load(g);
+    EXPECT(target_cache_create(&c, m, 0, 8, &err) == -EINVAL && c == NULL);
+    EXPECT(target_cache_create(&c, m, 1, 0, &err) == -EINVAL && c == NULL);
+    /* a family other than qwen3/llama (a hybrid Qwen3.5 target): refused by name */
+    m->cfg.arch = (enum hf_arch)(HF_ARCH_LLAMA + 1);
+    snprintf(m->cfg.model_type, sizeof m->cfg.model_type, "qwen3_5_text");
+    EXPECT(target_cache_create(&c, m, 1, 8, &err) == -ENOTSUP && c == NULL);
+    EXPECT_CONTAINS(err.msg, "supports qwen3 and llama targets");
+    EXPECT_CONTAINS(err.msg, "qwen3_5_text");
+    target_model_destroy(&m);
+}
+
+TEST(argmax_lowest_id_on_ties_and_suppressed_ids)
+{
+    float row[6] = {1, 5, 2, 5, -1, 0};
+    EXPECT(target_logits_argmax(row, 6, NULL, 0) == 1);
+    int32_t s1[] = {1};
+    EXPECT(target_logits_argmax(row, 6, s1, 1) == 3);
+    int32_t s2[] = {3, 1};
+    EXPECT(target_logits_argmax(row, 6, s2, 2) == 2);
+    int32_t all[] = {0, 1, 2, 3, 4, 5};
+    EXPECT(target_logits_argmax(row, 6, all, 6) == -1);
+    /* NaN never wins, suppressed or not (as argmax_rows_cpu) */
+    float nan_row[4] = {NAN, -2, NAN, -1};
+    EXPECT(target_logits_argmax(nan_row, 4, NULL, 0) == 3);
+    int32_t s3[] = {3};
+    EXPECT(target_logits_argmax(nan_row, 4, s3, 1) == 1);
+}
+
+/* Two threads, each its own cache over one shared model, decode different texts at the same time: the same bits
+ * as decoding them one after the other. */
+struct thread_arg {
+    target_model *m;
+    const int32_t *ids;
+    int n;
+    float *logits; /* (n, V) */
+    int rc;
+};
+
+static void *decode_thread(void *p)
+{
+    struct thread_arg *a = p;
+    const int V = target_model_config(a->m)->vocab_size;
+    target_cache *c = NULL;
+    errbuf err = {{0}};
+    a->rc = target_cache_create(&c, a->m, 1, a->n, &err);
+    for (int rep = 0; rep < 20 && !a->rc; rep++) {
+        a->rc = target_cache_crop(c, 0, 0, &err);
+        a->rc = a->rc ? a->rc : target_cache_forward(c, 0, a->ids, 4, NULL, 0, NULL, a->logits, &err);
+        for (int t = 4; t < a->n && !a->rc; t++)
+            a->rc = target_cache_forward(c, 0, a->ids + t, 1, NULL, 0, NULL, a->logits + (size_t)t * V, &err);
+    }
+    target_cache_destroy(&c);
+    return NULL;
+}
+
+TEST(two_threads_share_one_model)
+{
+    target_model *m = load(golden_target());
+    const int V = target_model_config(m)->vocab_size, n = 16;
+    int32_t ids[2][16];
+    random_ids(ids[0], n, V, 21);
+    random_ids(ids[1], n, V, 22);
+    struct thread_arg seq[2], par[2];
+    for (int i = 0; i < 2; i++) {
+        seq[i] = (struct thread_arg){m, ids[i], n, malloc(sizeof(float) * n * V), 0};
+        par[i] = (struct thread_arg){m, ids[i], n, malloc(sizeof(float) * n * V), 0};
+        decode_thread(&seq[i]);
+        REQUIRE(seq[i].rc == 0);
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) REQUIRE(pthread_create(&th[i], NULL, decode_thread, &par[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        EXPECT(par[i].rc == 0);
+        EXPECT(memcmp(par[i].logits, seq[i].logits, sizeof(float) * n * V) == 0);
+        free(seq[i].logits);
+        free(par[i].logits);
+    }
+    target_model_destroy(&m);
+}
+
+TEST_MAIN
