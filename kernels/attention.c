@@ -8,6 +8,32 @@
 
 #include "util.h"
 
+void attention_row_cpu(float *oh, const float *qh, const float *kh, const float *vh, int nk, size_t ldkv, int hd,
+                       float scale, float *p)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < nk; j++) {
+        const float *kj = kh + (size_t)j * ldkv;
+        float d = 0.0f;
+        for (int e = 0; e < hd; e++) d += qh[e] * kj[e];
+        p[j] = d * scale;
+        if (p[j] > mx) mx = p[j];
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < nk; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    memset(oh, 0, (size_t)hd * sizeof *oh);
+    for (int j = 0; j < nk; j++) {
+        const float *vj = vh + (size_t)j * ldkv;
+        float pj = p[j];
+        for (int e = 0; e < hd; e++) oh[e] += pj * vj[e];
+    }
+    float inv = 1.0f / sum;
+    for (int e = 0; e < hd; e++) oh[e] *= inv;
+}
+
 void attention_causal_forward_cpu(float *out, const float *q, const float *k, const float *v,
                                   const int32_t *cu_seqlens, int nseq, int nh, int nkv, int hd, float scale)
 {
@@ -29,28 +55,7 @@ void attention_causal_forward_cpu(float *out, const float *q, const float *k, co
                 const float *qh = q + (size_t)t * ldq + (size_t)h * hd;
                 const float *kh = k + (size_t)start * ldkv + (size_t)(h / group) * hd;
                 const float *vh = v + (size_t)start * ldkv + (size_t)(h / group) * hd;
-                float *oh = out + (size_t)t * ldq + (size_t)h * hd;
-                float mx = -INFINITY;
-                for (int j = 0; j < nk; j++) {
-                    const float *kj = kh + (size_t)j * ldkv;
-                    float d = 0.0f;
-                    for (int e = 0; e < hd; e++) d += qh[e] * kj[e];
-                    p[j] = d * scale;
-                    if (p[j] > mx) mx = p[j];
-                }
-                float sum = 0.0f;
-                for (int j = 0; j < nk; j++) {
-                    p[j] = expf(p[j] - mx);
-                    sum += p[j];
-                }
-                memset(oh, 0, (size_t)hd * sizeof *oh);
-                for (int j = 0; j < nk; j++) {
-                    const float *vj = vh + (size_t)j * ldkv;
-                    float pj = p[j];
-                    for (int e = 0; e < hd; e++) oh[e] += pj * vj[e];
-                }
-                float inv = 1.0f / sum;
-                for (int e = 0; e < hd; e++) oh[e] *= inv;
+                attention_row_cpu(out + (size_t)t * ldq + (size_t)h * hd, qh, kh, vh, nk, ldkv, hd, scale, p);
             }
         }
     }

@@ -3,6 +3,7 @@
 #ifndef DFLASH_KERNEL_ATTENTION_H
 #define DFLASH_KERNEL_ATTENTION_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* out (T, nh*hd) = softmax(q kᵀ * scale + causal mask within each sequence) v.
@@ -11,6 +12,10 @@
 void attention_causal_forward_cpu(float *out, const float *q, const float *k, const float *v,
                                   const int32_t *cu_seqlens, int nseq, int nh, int nkv, int hd, float scale);
 
+/* One query head qh (hd) against keys/values kh, vh (nk rows of stride ldkv): oh (hd) = softmax(qh·kᵀ * scale) v;
+ * p is a scratch row of nk scores. The row every CPU attention reference computes. */
+void attention_row_cpu(float *oh, const float *qh, const float *kh, const float *vh, int nk, size_t ldkv, int hd,
+                       float scale, float *p);
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,11 +1,12 @@
-/* kv_attention: CPU reference. One query row and head at a time, a scratch row of scores as long as the row's
- * key range; the softmax in the order of attention.c's (max, exp and sum, then the weighted sum of values). */
+/* kv_attention: CPU reference. One query row and head at a time through attention.c's attention_row_cpu, a scratch
+ * row of scores as long as the row's key range. */
 #include "kv_attention.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "util.h"
 
 void kv_cache_append_cpu(float *kc, float *vc, size_t seq_stride, const float *k, int ldk, const float *v, int ldv,
@@ -19,8 +20,8 @@ void kv_cache_append_cpu(float *kc, float *vc, size_t seq_stride, const float *k
 }
 
 void kv_attention_forward_cpu(float *out, int ldo, const float *q, int ldq, const float *kc, const float *vc,
-                                  size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv,
-                                  int hd, float scale)
+                              size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv, int hd,
+                              float scale)
 {
     DF_ASSERT(nh > 0 && nkv > 0 && nh % nkv == 0 && hd > 0);
     const int group = nh / nkv;
@@ -35,27 +36,8 @@ void kv_attention_forward_cpu(float *out, int ldo, const float *q, int ldq, cons
         for (int h = 0; h < nh; h++) {
             const float *qh = q + (size_t)t * (size_t)ldq + (size_t)h * (size_t)hd;
             const size_t off = (size_t)(h / group) * (size_t)hd;
-            float mx = -INFINITY;
-            for (int j = 0; j < nk; j++) {
-                const float *kj = ks + (size_t)j * kd + off;
-                float d = 0.0f;
-                for (int e = 0; e < hd; e++) d += qh[e] * kj[e];
-                p[j] = d * scale;
-                if (p[j] > mx) mx = p[j];
-            }
-            float sum = 0.0f;
-            for (int j = 0; j < nk; j++) {
-                p[j] = expf(p[j] - mx);
-                sum += p[j];
-            }
-            float *oh = out + (size_t)t * (size_t)ldo + (size_t)h * (size_t)hd;
-            memset(oh, 0, sizeof(float) * (size_t)hd);
-            for (int j = 0; j < nk; j++) {
-                const float *vj = vs + (size_t)j * kd + off;
-                for (int e = 0; e < hd; e++) oh[e] += p[j] * vj[e];
-            }
-            const float inv = 1.0f / sum;
-            for (int e = 0; e < hd; e++) oh[e] *= inv;
+            attention_row_cpu(out + (size_t)t * (size_t)ldo + (size_t)h * (size_t)hd, qh, ks + off, vs + off, nk, kd,
+                              hd, scale, p);
         }
     }
     free(p);

@@ -14,8 +14,8 @@ void kv_cache_append_cpu(float *kc, float *vc, size_t seq_stride, const float *k
                          const int32_t *seq, const int32_t *pos, int T, int kd);
 /* out (T, nh*hd; ldo) = softmax(q kᵀ * scale) v over keys [0, pos[t]] of sequence seq[t]; q (T, nh*hd; ldq). */
 void kv_attention_forward_cpu(float *out, int ldo, const float *q, int ldq, const float *kc, const float *vc,
-                                  size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv,
-                                  int hd, float scale);
+                              size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv, int hd,
+                              float scale);
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,7 +29,7 @@ void kv_cache_append_cuda(uint16_t *kc, uint16_t *vc, size_t seq_stride, const u
                           void *stream);
 size_t kv_attention_workspace_bytes(int T, int nh, int hd, int max_pos);
 void kv_attention_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *kc,
-                                   const uint16_t *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos,
+                               const uint16_t *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos,
                                    int T, int max_pos, int nh, int nkv, int hd, float scale, float *workspace,
                                    void *stream);
 #ifdef __cplusplus

@@ -22,9 +22,9 @@ struct target_cache {
     int nseq, max_len, nlayers, kd;
     int *len;         /* (nseq) positions held */
     float *k, *v;     /* (nlayers, nseq, max_len, kd): post qk-norm and rope keys, values (kv_attention layout) */
-    /* scratch for the tokens of one forward, grown to the largest call */
+    /* activations of the tokens of one forward, grown to the largest call (k and v point into the cache) */
     int scratch_tokens;
-    float *x, *u, *q, *attn, *gate, *up;
+    target_acts act;
     int32_t *pos, *seq; /* (n): absolute position and sequence of each new token, for kv_attention */
 };
 
@@ -59,7 +59,7 @@ void target_cache_destroy(target_cache **cp)
 {
     target_cache *c = *cp;
     if (!c) return;
-    float *bufs[] = {c->k, c->v, c->x, c->u, c->q, c->attn, c->gate, c->up};
+    float *bufs[] = {c->k, c->v, c->act.x, c->act.u, c->act.q, c->act.attn, c->act.gate, c->act.up};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->pos);
     free(c->seq);
@@ -82,7 +82,8 @@ static void scratch_reserve(target_cache *ca, int n)
     const hf_config *c = &ca->m->cfg;
     size_t H = (size_t)c->hidden_size, qd = (size_t)c->num_heads * (size_t)c->head_dim;
     size_t I = (size_t)c->intermediate_size, t = (size_t)n;
-    float **bufs[] = {&ca->x, &ca->u, &ca->q, &ca->attn, &ca->gate, &ca->up};
+    target_acts *a = &ca->act;
+    float **bufs[] = {&a->x, &a->u, &a->q, &a->attn, &a->gate, &a->up};
     size_t sizes[] = {t * H, t * H, t * qd, t * qd, t * I, t * I};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         free(*bufs[i]);
@@ -116,49 +117,29 @@ static int cache_forward(target_cache *ca, int seq, const int32_t *ids, int n, c
     int rc = target_request_depth(c, m->nlayers, m->full, taps, aux ? ntaps : 0, 1, &deepest, err);
     if (rc) return errbuf_wrap(err, rc, "sequence %d", seq);
 
-    const int H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
-    const int qd = nh * hd, kd = ca->kd, I = c->intermediate_size, ld_aux = ntaps * H;
-    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    const int H = c->hidden_size, kd = ca->kd;
+    const float eps = (float)c->rms_eps;
     scratch_reserve(ca, n);
     for (int t = 0; t < n; t++) ca->pos[t] = past + t, ca->seq[t] = seq;
 
-    embedding_forward_cpu(ca->x, ids, n, m->embed, c->vocab_size, H);
+    target_acts a = ca->act;
+    embedding_forward_cpu(a.x, ids, n, m->embed, c->vocab_size, H);
     /* Every layer runs, whatever the taps: the cache needs each layer's keys and values at every position. */
+    const size_t seq_stride = (size_t)ca->max_len * (size_t)kd;
     for (int li = 0; li < ca->nlayers; li++) {
-        const target_layer *l = &m->layers[li];
-        const size_t seq_stride = (size_t)ca->max_len * (size_t)kd, layer_off = (size_t)li * ca->nseq * seq_stride;
+        const size_t layer_off = (size_t)li * ca->nseq * seq_stride;
         const size_t new_off = (size_t)seq * seq_stride + (size_t)past * (size_t)kd;
-        float *kc = ca->k + layer_off, *vc = ca->v + layer_off;
         /* the new rows' keys and values are computed in place in the cache (no separate append) */
-        float *kn = kc + new_off, *vn = vc + new_off;
-        rmsnorm_forward_cpu(ca->u, H, ca->x, H, l->input_norm, n, H, eps);
-        matmul_forward_cpu(ca->q, qd, ca->u, H, l->wq, n, qd, H, 0);
-        matmul_forward_cpu(kn, kd, ca->u, H, l->wk, n, kd, H, 0);
-        matmul_forward_cpu(vn, kd, ca->u, H, l->wv, n, kd, H, 0);
-        if (c->has_qk_norm) {
-            rmsnorm_forward_cpu(ca->q, hd, ca->q, hd, l->q_norm, n * nh, hd, eps);
-            rmsnorm_forward_cpu(kn, hd, kn, hd, l->k_norm, n * nkv, hd, eps);
-        }
-        rope_apply_cpu(ca->q, qd, n, nh, hd, ca->pos, m->inv_freq, 0);
-        rope_apply_cpu(kn, kd, n, nkv, hd, ca->pos, m->inv_freq, 0);
-        kv_attention_forward_cpu(ca->attn, qd, ca->q, qd, kc, vc, seq_stride, ca->seq, ca->pos, n, nh, nkv, hd, scale);
-        matmul_forward_cpu(ca->x, H, ca->attn, qd, l->wo, n, H, qd, 1);
-        rmsnorm_forward_cpu(ca->u, H, ca->x, H, l->post_norm, n, H, eps);
-        matmul_forward_cpu(ca->gate, I, ca->u, H, l->w_gate, n, I, H, 0);
-        matmul_forward_cpu(ca->up, I, ca->u, H, l->w_up, n, I, H, 0);
-        swiglu_forward_cpu(ca->gate, ca->gate, ca->up, (size_t)n * (size_t)I);
-        matmul_forward_cpu(ca->x, H, ca->gate, I, l->w_down, n, H, I, 1);
-        /* taps: the residual stream after layer li, as target_model_forward captures it */
-        for (int i = 0; aux && i < ntaps; i++) {
-            if (taps[i] != li) continue;
-            for (int t = 0; t < n; t++)
-                memcpy(aux + (size_t)t * ld_aux + (size_t)i * H, ca->x + (size_t)t * H, sizeof(float) * (size_t)H);
-        }
+        a.k = ca->k + layer_off + new_off, a.v = ca->v + layer_off + new_off;
+        target_kv_view kv = {.kc = ca->k + layer_off, .vc = ca->v + layer_off, .seq_stride = seq_stride,
+                             .seq = ca->seq};
+        target_dense_layer_cpu(m, li, &a, n, ca->pos, NULL, 0, &kv);
+        target_capture_taps_cpu(aux, taps, ntaps, li, a.x, n, H);
     }
     if (logits) {
         size_t off = (size_t)logits_from * (size_t)H;
-        rmsnorm_forward_cpu(ca->u, H, ca->x + off, H, m->final_norm, n - logits_from, H, eps);
-        matmul_forward_cpu(logits, c->vocab_size, ca->u, H, m->lm_head, n - logits_from, c->vocab_size, H, 0);
+        rmsnorm_forward_cpu(a.u, H, a.x + off, H, m->final_norm, n - logits_from, H, eps);
+        matmul_forward_cpu(logits, c->vocab_size, a.u, H, m->lm_head, n - logits_from, c->vocab_size, H, 0);
     }
     ca->len[seq] = past + n;
     return 0;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "kv_attention.h"
 #include "embedding.h"
 #include "matmul.h"
 #include "rmsnorm.h"
@@ -134,7 +135,7 @@ void target_model_destroy(target_model **mp)
     free(m->embed);
     free(m->final_norm);
     free(m->inv_freq);
-    float *scratch[] = {m->x, m->u, m->q, m->k, m->v, m->attn, m->gate, m->up};
+    float *scratch[] = {m->act.x, m->act.u, m->act.q, m->act.k, m->act.v, m->act.attn, m->act.gate, m->act.up};
     for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) free(scratch[i]);
     free(m);
     *mp = NULL;
@@ -151,7 +152,8 @@ static void scratch_reserve(target_model *m, int T)
     const hf_config *c = &m->cfg;
     size_t H = (size_t)c->hidden_size, qd = (size_t)c->num_heads * (size_t)c->head_dim;
     size_t kd = (size_t)c->num_kv_heads * (size_t)c->head_dim, I = (size_t)c->intermediate_size, t = (size_t)T;
-    float **bufs[] = {&m->x, &m->u, &m->q, &m->k, &m->v, &m->attn, &m->gate, &m->up};
+    target_acts *a = &m->act;
+    float **bufs[] = {&a->x, &a->u, &a->q, &a->k, &a->v, &a->attn, &a->gate, &a->up};
     size_t sizes[] = {t * H, t * H, t * qd, t * kd, t * kd, t * qd, t * I, t * I};
     /* a hybrid target's layers keep their own scratch (target_hybrid.c): the residual stream and the final norm's
      * output are all this one needs */
@@ -202,30 +204,44 @@ int target_request_depth(const hf_config *c, int nlayers, int full, const int *t
     return 0;
 }
 
-/* One Qwen3/Llama decoder layer over the packed batch: m->x (T, H) updated in place. */
-static void dense_layer_forward(target_model *m, const target_layer *l, const target_batch *b)
+void target_dense_layer_cpu(const target_model *m, int li, const target_acts *a, int T, const int32_t *pos,
+                            const int32_t *cu_seqlens, int nseq, const target_kv_view *kv)
 {
     const hf_config *c = &m->cfg;
-    const int T = b->ntok, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    const target_layer *l = &m->layers[li];
+    const int H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
     const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size;
     const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
-    rmsnorm_forward_cpu(m->u, H, m->x, H, l->input_norm, T, H, eps);
-    matmul_forward_cpu(m->q, qd, m->u, H, l->wq, T, qd, H, 0);
-    matmul_forward_cpu(m->k, kd, m->u, H, l->wk, T, kd, H, 0);
-    matmul_forward_cpu(m->v, kd, m->u, H, l->wv, T, kd, H, 0);
+    rmsnorm_forward_cpu(a->u, H, a->x, H, l->input_norm, T, H, eps);
+    matmul_forward_cpu(a->q, qd, a->u, H, l->wq, T, qd, H, 0);
+    matmul_forward_cpu(a->k, kd, a->u, H, l->wk, T, kd, H, 0);
+    matmul_forward_cpu(a->v, kd, a->u, H, l->wv, T, kd, H, 0);
     if (c->has_qk_norm) {
-        rmsnorm_forward_cpu(m->q, hd, m->q, hd, l->q_norm, T * nh, hd, eps);
-        rmsnorm_forward_cpu(m->k, hd, m->k, hd, l->k_norm, T * nkv, hd, eps);
+        rmsnorm_forward_cpu(a->q, hd, a->q, hd, l->q_norm, T * nh, hd, eps);
+        rmsnorm_forward_cpu(a->k, hd, a->k, hd, l->k_norm, T * nkv, hd, eps);
     }
-    rope_apply_cpu(m->q, qd, T, nh, hd, b->positions, m->inv_freq, 0);
-    rope_apply_cpu(m->k, kd, T, nkv, hd, b->positions, m->inv_freq, 0);
-    attention_causal_forward_cpu(m->attn, m->q, m->k, m->v, b->cu_seqlens, b->nseq, nh, nkv, hd, scale);
-    matmul_forward_cpu(m->x, H, m->attn, qd, l->wo, T, H, qd, 1);
-    rmsnorm_forward_cpu(m->u, H, m->x, H, l->post_norm, T, H, eps);
-    matmul_forward_cpu(m->gate, I, m->u, H, l->w_gate, T, I, H, 0);
-    matmul_forward_cpu(m->up, I, m->u, H, l->w_up, T, I, H, 0);
-    swiglu_forward_cpu(m->gate, m->gate, m->up, (size_t)T * (size_t)I);
-    matmul_forward_cpu(m->x, H, m->gate, I, l->w_down, T, H, I, 1);
+    rope_apply_cpu(a->q, qd, T, nh, hd, pos, m->inv_freq, 0);
+    rope_apply_cpu(a->k, kd, T, nkv, hd, pos, m->inv_freq, 0);
+    if (kv)
+        kv_attention_forward_cpu(a->attn, qd, a->q, qd, kv->kc, kv->vc, kv->seq_stride, kv->seq, pos, T, nh, nkv, hd,
+                                 scale);
+    else
+        attention_causal_forward_cpu(a->attn, a->q, a->k, a->v, cu_seqlens, nseq, nh, nkv, hd, scale);
+    matmul_forward_cpu(a->x, H, a->attn, qd, l->wo, T, H, qd, 1);
+    rmsnorm_forward_cpu(a->u, H, a->x, H, l->post_norm, T, H, eps);
+    matmul_forward_cpu(a->gate, I, a->u, H, l->w_gate, T, I, H, 0);
+    matmul_forward_cpu(a->up, I, a->u, H, l->w_up, T, I, H, 0);
+    swiglu_forward_cpu(a->gate, a->gate, a->up, (size_t)T * (size_t)I);
+    matmul_forward_cpu(a->x, H, a->gate, I, l->w_down, T, H, I, 1);
+}
+
+void target_capture_taps_cpu(float *aux, const int *taps, int ntaps, int li, const float *x, int T, int H)
+{
+    const size_t ld = (size_t)ntaps * (size_t)H;
+    for (int i = 0; aux && i < ntaps; i++) {
+        if (taps[i] != li) continue;
+        for (int t = 0; t < T; t++) memcpy(aux + (size_t)t * ld + (size_t)i * H, x + (size_t)t * H, sizeof(float) * (size_t)H);
+    }
 }
 
 int target_model_forward(target_model *m, const target_batch *b, const int *taps, int ntaps, float *aux, float *last,
@@ -235,26 +251,23 @@ int target_model_forward(target_model *m, const target_batch *b, const int *taps
     int deepest, rc = target_batch_check(c, b, err);
     if (!rc) rc = target_request_depth(c, m->nlayers, m->full, taps, aux ? ntaps : 0, last || logits, &deepest, err);
     if (rc) return rc;
-    const int T = b->ntok, H = c->hidden_size, ld_aux = ntaps * H;
+    const int T = b->ntok, H = c->hidden_size;
     const float eps = (float)c->rms_eps;
     scratch_reserve(m, T);
 
-    embedding_forward_cpu(m->x, b->input_ids, T, m->embed, c->vocab_size, H);
+    float *x = m->act.x;
+    embedding_forward_cpu(x, b->input_ids, T, m->embed, c->vocab_size, H);
     for (int li = 0; li <= deepest; li++) {
-        if (m->hybrid) target_hybrid_layer_forward(m->hybrid, c, li, m->x, b, m->inv_freq);
-        else dense_layer_forward(m, &m->layers[li], b);
+        if (m->hybrid) target_hybrid_layer_forward(m->hybrid, c, li, x, b, m->inv_freq);
+        else target_dense_layer_cpu(m, li, &m->act, T, b->positions, b->cu_seqlens, b->nseq, NULL);
         /* CPU capture: the residual stream row goes to its tap column block (the CUDA path writes it from the
          * residual-add kernel itself). A layer may be tapped more than once. */
-        for (int i = 0; aux && i < ntaps; i++) {
-            if (taps[i] != li) continue;
-            for (int t = 0; t < T; t++)
-                memcpy(aux + (size_t)t * ld_aux + (size_t)i * H, m->x + (size_t)t * H, sizeof(float) * (size_t)H);
-        }
+        target_capture_taps_cpu(aux, taps, ntaps, li, x, T, H);
     }
-    if (last) memcpy(last, m->x, sizeof(float) * (size_t)T * (size_t)H);
+    if (last) memcpy(last, x, sizeof(float) * (size_t)T * (size_t)H);
     if (logits) {
-        rmsnorm_forward_cpu(m->u, H, m->x, H, m->final_norm, T, H, eps);
-        matmul_forward_cpu(logits, c->vocab_size, m->u, H, m->lm_head, T, c->vocab_size, H, 0);
+        rmsnorm_forward_cpu(m->act.u, H, x, H, m->final_norm, T, H, eps);
+        matmul_forward_cpu(logits, c->vocab_size, m->act.u, H, m->lm_head, T, c->vocab_size, H, 0);
     }
     return 0;
 }
