@@ -4,7 +4,9 @@
  * capture (done by the GEMM epilogues) + publication (an event recorded after the step; the host waits on that
  * event only). Prints tokens/s, useful TFLOP/s counted as torch_target_anchor.py counts them, the share of
  * 790 TFLOP/s, peak device memory and the time split by kernel class (from a separate instrumented step).
- * usage: bench_target [--iters N] [--layers L] [--tflops R] */
+ * --family qwen3_5: the Qwen3.5-9B-shaped hybrid target instead (bench/qwen35_9b.h: 32 layers, 3 Gated DeltaNet : 1
+ * gated attention), taps [1, 9, 17, 25] (those below the layer count), the split adding the delta rule's time.
+ * usage: bench_target [--family qwen3|qwen3_5] [--iters N] [--layers L] [--vocab V] [--tflops R] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "qwen35_9b.h"
 #include "qwen3_8b.h"
 #include "target_model_cuda.h"
 #include "util.h"
@@ -23,23 +26,35 @@ static const int kTaps[] = {1, 9, 17, 25, 33};
 
 int main(int argc, char **argv)
 {
-    int iters = 10, layers = 36;
+    int iters = 10, layers = -1, vocab = 0, hybrid = 0;
     double tflops = 790.0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--family") && i + 1 < argc) {
+            const char *f = argv[++i];
+            if (!strcmp(f, "qwen3_5")) hybrid = 1;
+            else if (strcmp(f, "qwen3")) {
+                fprintf(stderr, "bench_target: --family %s: expected qwen3 or qwen3_5\n", f);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--iters N] [--layers L] [--tflops R]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5] [--iters N] [--layers L] [--vocab V] [--tflops R]\n",
+                    argv[0]);
             return 2;
         }
     }
+    if (layers < 0) layers = hybrid ? 32 : 36;
     if (iters < 1 || layers < 2) {
         fprintf(stderr, "bench_target: --iters must be >= 1 and --layers >= 2\n");
         return 2;
     }
     hf_config cfg;
-    qwen3_8b_config(&cfg, layers);
+    if (hybrid) qwen35_9b_config(&cfg, layers, vocab);
+    else qwen3_8b_config(&cfg, layers);
+    if (vocab > 0) cfg.vocab_size = vocab;
 
     const int nseq = (int)(sizeof kLengths / sizeof kLengths[0]);
     int T = 0;
@@ -140,9 +155,21 @@ int main(int argc, char **argv)
     double Hd = H, I = cfg.intermediate_size, hd = cfg.head_dim, qd = cfg.num_heads * hd, kd = cfg.num_kv_heads * hd;
     double per_layer = qd * Hd + 2 * kd * Hd + Hd * qd + 3 * Hd * I + 2 * Hd + 2 * hd;
     double nonembed = per_layer * layers + Hd;
+    int nfull = layers;
+    if (hybrid) { /* parameters as torch counts them for the hybrid: gated q_proj (2 qd), linear layers' projections */
+        double C = 2.0 * cfg.linear_num_k_heads * cfg.linear_k_head_dim +
+                   (double)cfg.linear_num_v_heads * cfg.linear_v_head_dim;
+        double VD = (double)cfg.linear_num_v_heads * cfg.linear_v_head_dim, HV = cfg.linear_num_v_heads;
+        double lin = (C + VD + 2 * HV) * Hd + C * cfg.linear_conv_kernel + Hd * VD + 2 * HV +
+                     cfg.linear_v_head_dim + 3 * Hd * I + 2 * Hd;
+        double full = 2 * qd * Hd + 2 * kd * Hd + Hd * qd + 3 * Hd * I + 2 * Hd + 2 * hd;
+        nfull = 0;
+        for (int i = 0; i < layers; i++) nfull += !cfg.layer_linear[i];
+        nonembed = lin * (layers - nfull) + full * nfull + Hd;
+    }
     double sumsq = 0;
     for (int s = 0; s < nseq; s++) sumsq += (double)kLengths[s] * kLengths[s] / 2;
-    double attn = 4.0 * layers * cfg.num_heads * hd * sumsq / T;
+    double attn = 4.0 * nfull * cfg.num_heads * hd * sumsq / T; /* softmax attention layers only */
     double flops_tok = 2 * nonembed + attn;
 
     double step_s = ms_steps / 1e3 / iters, fwd_s = ms_fwd / 1e3 / iters;
@@ -150,8 +177,9 @@ int main(int argc, char **argv)
     double prof_total = 0;
     for (int i = 0; i < TARGET_CUDA_NCLASS; i++) prof_total += cls[i];
     double publish_ms = (step_s - fwd_s) * 1e3;
-    printf("device: %s, %d SMs; batch: %d sequences, %d tokens; %d layers, taps", prop.name,
-           prop.multiProcessorCount, nseq, T, layers);
+    printf("device: %s, %d SMs; batch: %d sequences, %d tokens; %s target, %d layers%s, vocab %d, taps", prop.name,
+           prop.multiProcessorCount, nseq, T, hybrid ? "qwen3_5 (hybrid, Qwen3.5-9B shape)" : "qwen3 (Qwen3-8B shape)",
+           layers, hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", cfg.vocab_size);
     for (int i = 0; i < ntaps; i++) printf(" %d", taps[i]);
     printf(" + last\n");
     printf("dflash target step (forward + capture + publish): %.0f tok/s (%.1f ms/step, %d iters), %.0f TFLOP/s "
@@ -161,10 +189,11 @@ int main(int argc, char **argv)
     printf("ideal at %.0f TFLOP/s: %.0f tok/s (%.2f GFLOP/token)\n", tflops, tflops * 1e12 / flops_tok,
            flops_tok / 1e9);
     printf("time split (instrumented step, %.1f ms of device time): matmul %.1f ms (%.1f%%), attention %.1f ms "
-           "(%.1f%%), other kernels %.1f ms (%.1f%%), capture copies %.2f ms; publication (step - forward) %.2f ms "
-           "(%.2f%%)\n",
+           "(%.1f%%), delta rule %.1f ms (%.1f%%), other kernels %.1f ms (%.1f%%), capture copies %.2f ms; publication "
+           "(step - forward) %.2f ms (%.2f%%)\n",
            prof_total, cls[TARGET_CUDA_MATMUL], 100 * cls[TARGET_CUDA_MATMUL] / prof_total, cls[TARGET_CUDA_ATTENTION],
-           100 * cls[TARGET_CUDA_ATTENTION] / prof_total, cls[TARGET_CUDA_OTHER],
+           100 * cls[TARGET_CUDA_ATTENTION] / prof_total, cls[TARGET_CUDA_DELTA_RULE],
+           100 * cls[TARGET_CUDA_DELTA_RULE] / prof_total, cls[TARGET_CUDA_OTHER],
            100 * cls[TARGET_CUDA_OTHER] / prof_total, cls[TARGET_CUDA_COPY], publish_ms,
            100 * publish_ms / (step_s * 1e3));
     double gemm_flop = 2 * nonembed * T, attn_flop = attn * T;

@@ -21,6 +21,19 @@ void qk_norm_rope_cpu(float *q, int ldq, float *k, int ldk, int n, int nh, int n
     rope_apply_cpu(k, ldk, n, nkv, hd, pos, inv_freq, 0);
 }
 
+void qk_norm_rope_partial_cpu(float *q, int ldq, float *k, int ldk, int n, int nh, int nkv, int hd, int rd,
+                              const float *q_w, const float *k_w, float eps, const int32_t *pos,
+                              const double *inv_freq)
+{
+    DF_ASSERT(n >= 0 && ldq >= nh * hd && ldk >= nkv * hd && rd > 0 && rd % 2 == 0 && rd <= hd);
+    for (int t = 0; t < n && (q_w || k_w); t++) {
+        if (q_w) rmsnorm_forward_cpu(q + (size_t)t * ldq, hd, q + (size_t)t * ldq, hd, q_w, nh, hd, eps);
+        if (k_w) rmsnorm_forward_cpu(k + (size_t)t * ldk, hd, k + (size_t)t * ldk, hd, k_w, nkv, hd, eps);
+    }
+    for (int h = 0; h < nh; h++) rope_apply_cpu(q + (size_t)h * hd, ldq, n, 1, rd, pos, inv_freq, 0);
+    for (int h = 0; h < nkv; h++) rope_apply_cpu(k + (size_t)h * hd, ldk, n, 1, rd, pos, inv_freq, 0);
+}
+
 /* dx of one token's heads in place: rmsnorm_backward_cpu needs dx apart from dy, so through tmp (heads*hd). */
 static void qk_norm_backward_token(float *d, const float *x, int heads, int hd, const float *w, float *dw, float eps,
                                    float *tmp)

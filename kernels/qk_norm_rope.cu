@@ -152,6 +152,67 @@ extern "C" void qk_norm_rope_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, in
     CHECK_CUDA_LAUNCH();
 }
 
+// Partial rotary (hybrid targets): one warp per (token, head) row. The normalised row goes to the warp's slice of
+// shared memory (hd floats), then each lane writes its elements: i < rd/2 pairs with i + rd/2 (x1·c − x2·s), the
+// partner half with i − rd/2 (x2·c + x1·s), and i >= rd is only normalised. Each lane writes only what it read.
+#define QKR_PARTIAL_WARPS 8
+static __global__ void qk_norm_rope_partial_kernel(__nv_bfloat16 *q, int ldq, __nv_bfloat16 *k, int ldk, int n,
+                                                   int nh, int nkv, int hd, int rd, const __nv_bfloat16 *q_w,
+                                                   const __nv_bfloat16 *k_w, float eps, const int32_t *pos,
+                                                   const double *inv_freq)
+{
+    extern __shared__ float qkr_sh[];
+    const int lane = threadIdx.x & 31;
+    float *xs = qkr_sh + (size_t)(threadIdx.x / 32) * hd;
+    int t;
+    __nv_bfloat16 *x;
+    const __nv_bfloat16 *w;
+    if (!qkr_row(q, ldq, k, ldk, n, nh, nkv, hd, q_w, k_w, &t, &x, &w)) return;
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += 32) {
+        float v = __bfloat162float(x[i]);
+        xs[i] = v;
+        ss += v * v;
+    }
+    const float rstd = w ? qkr_rstd(ss, hd, eps) : 1.0f;
+    for (int i = lane; i < hd; i += 32)
+        if (w) xs[i] = __bfloat162float(w[i]) * (xs[i] * rstd);
+    __syncwarp();
+    const double two_pi = 6.283185307179586476925, inv_two_pi = 0.15915494309189533577, p = (double)pos[t];
+    const int half = rd / 2;
+    for (int i = lane; i < hd; i += 32) {
+        float o = xs[i];
+        if (i < rd) {
+            const int f = i < half ? i : i - half;
+            double ang = p * inv_freq[f];
+            ang -= two_pi * rint(ang * inv_two_pi);
+            float s, c;
+            sincosf((float)ang, &s, &c);
+            o = i < half ? xs[i] * c - xs[i + half] * s : xs[i] * c + xs[i - half] * s;
+        }
+        x[i] = __float2bfloat16_rn(o);
+    }
+}
+
+extern "C" void qk_norm_rope_partial_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd,
+                                          int rd, const uint16_t *q_w, const uint16_t *k_w, float eps,
+                                          const int32_t *pos, const double *inv_freq, void *stream)
+{
+    if (n <= 0) return;
+    if (hd % 2 != 0 || hd > 64 * QKR_MAX_PAIRS || rd <= 0 || rd % 2 != 0 || rd > hd) {
+        fprintf(stderr, "qk_norm_rope_partial_cuda: head_dim %d / rotary dim %d unsupported (even, rd <= hd <= %d)\n",
+                hd, rd, 64 * QKR_MAX_PAIRS);
+        exit(1);
+    }
+    long long rows = (long long)n * (nh + nkv);
+    unsigned grid = (unsigned)((rows + QKR_PARTIAL_WARPS - 1) / QKR_PARTIAL_WARPS);
+    qk_norm_rope_partial_kernel<<<grid, QKR_PARTIAL_WARPS * 32, sizeof(float) * (size_t)QKR_PARTIAL_WARPS * hd,
+                                  (cudaStream_t)stream>>>(
+        (__nv_bfloat16 *)q, ldq, (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, rd, (const __nv_bfloat16 *)q_w,
+        (const __nv_bfloat16 *)k_w, eps, pos, inv_freq);
+    CHECK_CUDA_LAUNCH();
+}
+
 // ---- backward ----
 // One warp per chunk of consecutive (token, head) rows of q or of k (q chunks first); the chunking depends on the
 // shape only. Lane l holds elements i = VEC·l + e (+ 32·VEC per step) and their partners at i + hd/2. Per row: the

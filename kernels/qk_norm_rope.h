@@ -17,6 +17,12 @@ void qk_norm_rope_cpu(float *q, int ldq, float *k, int ldk, int n, int nh, int n
  * dq_w/dk_w (hd) += the norm weights' gradients (skipped when NULL). The composition the drafter backward runs:
  * rope_apply_cpu(inverse = 1), then rmsnorm_backward_cpu over the heads of each token. dq/dk may be NULL with nh/nkv
  * heads skipped. */
+/* Partial rotary (the hybrid targets): the same per-head norm over all hd values, then the rotate-half rotation of
+ * only the first rd values of each head (pairs (i, i + rd/2), i < rd/2); inv_freq (rd/2) from rope_inv_freq(rd).
+ * rd == hd gives qk_norm_rope_cpu. */
+void qk_norm_rope_partial_cpu(float *q, int ldq, float *k, int ldk, int n, int nh, int nkv, int hd, int rd,
+                              const float *q_w, const float *k_w, float eps, const int32_t *pos,
+                              const double *inv_freq);
 void qk_norm_rope_backward_cpu(float *dq, int lddq, float *dk, int lddk, const float *q, int ldq, const float *k,
                                int ldk, int n, int nh, int nkv, int hd, const float *q_w, const float *k_w,
                                float *dq_w, float *dk_w, float eps, const int32_t *pos, const double *inv_freq);
@@ -28,6 +34,10 @@ extern "C" {
 void qk_norm_rope_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd,
                        const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
                        const double *inv_freq, void *stream);
+/* CUDA partial rotary (qk_norm_rope_partial_cpu), bf16 in place, fp32 math; hd <= 256, rd even, rd <= hd. */
+void qk_norm_rope_partial_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd, int rd,
+                               const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
+                               const double *inv_freq, void *stream);
 /* Bytes of fp32 workspace qk_norm_rope_backward_cuda needs (per-row-chunk partials of dq_w and dk_w). */
 size_t qk_norm_rope_backward_cuda_workspace(int n, int nh, int nkv, int hd);
 /* CUDA backward of qk_norm_rope_cuda, bf16 in place, fp32 math: dq (n, nh*hd; lddq) and dk (n, nkv*hd; lddk) become

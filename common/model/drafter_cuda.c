@@ -360,76 +360,41 @@ static dflash_attn_cuda_in dc_attn_in(const drafter_cuda *d, const dc_acts *a, c
     return in;
 }
 
-int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const drafter_batch *bt, errbuf *err)
+/* The batch's host arrays into the pinned stage (after the previous upload from it completed), in the order of
+ * d->d_batch: positions (T) | block_ids | block_pos | labels (NB) | ctx_start | ctx_len (N) | weights (NB). Returns
+ * the words written. */
+static size_t dc_stage(drafter_cuda *d, const int32_t *positions, int T, const drafter_blocks *blk)
 {
-    drafter_cuda *d = (drafter_cuda *)b;
-    int rc = dc_check_batch(d, bt, err);
-    if (rc) return rc;
+    const int N = blk->nblocks, NB = N * d->B;
+    int32_t *hs = d->h_stage;
+    size_t o = 0;
+    memcpy(hs + o, positions, 4 * (size_t)T), o += (size_t)T;
+    memcpy(hs + o, blk->block_ids, 4 * (size_t)NB), o += (size_t)NB;
+    memcpy(hs + o, blk->block_pos, 4 * (size_t)NB), o += (size_t)NB;
+    memcpy(hs + o, blk->labels, 4 * (size_t)NB), o += (size_t)NB;
+    memcpy(hs + o, blk->ctx_start, 4 * (size_t)N), o += (size_t)N;
+    memcpy(hs + o, blk->ctx_len, 4 * (size_t)N), o += (size_t)N;
+    memcpy(hs + o, blk->weights, 4 * (size_t)NB), o += (size_t)NB;
+    DF_ASSERT(o <= d->stage_words);
+    return o;
+}
+
+/* The forward of N blocks (N*B rows) on T context rows aux (device bf16, (T, K*H)), the batch's arrays on the
+ * device: every layer's activations kept in d->acts, the final hidden after the final norm in d->h. */
+static void dc_forward(drafter_cuda *d, const uint16_t *w, const uint16_t *aux, int T, int N, const int32_t *d_pos,
+                       const int32_t *d_bids, const int32_t *d_bpos, const int32_t *d_cstart, const int32_t *d_clen)
+{
     const hf_config *c = &d->cfg;
     const int H = d->H, hd = d->hd, nh = d->nh, nkv = d->nkv, qd = d->qd, kd = d->kd, qkvw = d->qkvw, I = d->I;
-    const int K = d->K, B = d->B, T = bt->ntok;
+    const int K = d->K, B = d->B, NB = N * B;
     const float eps = (float)c->rms_eps;
     cudaStream_t st = d->stream;
     matmul_cuda *mm = d->mm;
-
-    /* anchors and blocks on the host, exactly as drafter_cpu.c */
-    int32_t *anchors = NULL, *anchor_seq = NULL;
-    const int N = anchors_sample(bt->cu_seqlens, bt->nseq, bt->loss_mask, d->tc.max_anchors, d->tc.seed, 0, bt->id,
-                                 &anchors, &anchor_seq);
-    DF_ASSERT(N <= d->max_blocks);
-    drafter_blocks blk;
-    drafter_blocks_build(&blk, bt->input_ids, bt->cu_seqlens, bt->loss_mask, anchors, anchor_seq, N, B,
-                         c->mask_token_id, d->tc.gamma);
-    const int NB = N * B;
-    /* the metrics the host knows: which slots are trained and their weights (summed in the CPU backend's order) */
-    drafter_metrics *pm = &d->pending;
-    memset(pm, 0, sizeof *pm);
-    for (int j = 0; j < N; j++)
-        for (int k = 1; k < B; k++)
-            if (blk.weights[j * B + k] != 0.0f) {
-                pm->weight_sum += blk.weights[j * B + k];
-                pm->slot_total[k]++;
-            }
-    pm->nblocks = N;
-    d->pending_id = bt->id;
-
-    /* upload through the pinned stage, once the previous upload from it has completed */
-    CHECK_CUDA(cudaEventSynchronize(d->staged));
-    int32_t *hs = d->h_stage;
-    size_t o = 0;
-    memcpy(hs + o, bt->positions, 4 * (size_t)T), o += (size_t)T;
-    memcpy(hs + o, blk.block_ids, 4 * (size_t)NB), o += (size_t)NB;
-    memcpy(hs + o, blk.block_pos, 4 * (size_t)NB), o += (size_t)NB;
-    memcpy(hs + o, blk.labels, 4 * (size_t)NB), o += (size_t)NB;
-    memcpy(hs + o, blk.ctx_start, 4 * (size_t)N), o += (size_t)N;
-    memcpy(hs + o, blk.ctx_len, 4 * (size_t)N), o += (size_t)N;
-    memcpy(hs + o, blk.weights, 4 * (size_t)NB), o += (size_t)NB;
-    DF_ASSERT(o <= d->stage_words);
-    drafter_blocks_free(&blk);
-    free(anchors);
-    free(anchor_seq);
-    const int32_t *d_pos = d->d_batch, *d_bids = d_pos + T, *d_bpos = d_bids + NB, *d_labels = d_bpos + NB;
-    const int32_t *d_cstart = d_labels + NB, *d_clen = d_cstart + N;
-    const float *d_weights = (const float *)(d_clen + N);
-
-    d->nev = 0;
-    for (int i = 0; i < DRAFTER_CUDA_NCLASS; i++) d->prof_ms[i] = 0;
-    dc_mark(d, DRAFTER_CUDA_OTHER);
-    CHECK_CUDA(cudaMemcpyAsync(d->d_batch, hs, 4 * o, cudaMemcpyHostToDevice, st));
-    CHECK_CUDA(cudaEventRecord(d->staged, st));
-    d->pending_device = N > 0;
-    if (N == 0) { /* nothing to train: no gradient, no device metrics */
-        CHECK_CUDA(cudaEventRecord(d->met_ready, st));
-        return 0;
-    }
-
     const drafter_param *P = d->L.params;
-    const uint16_t *aux = bt->aux, *w_fc = w + P[DRAFTER_PARAM_FC].offset;
+    const uint16_t *w_fc = w + P[DRAFTER_PARAM_FC].offset;
     const uint16_t *w_hn = w + P[DRAFTER_PARAM_HIDDEN_NORM].offset, *w_fn = w + P[DRAFTER_PARAM_NORM].offset;
     const dflash_attn_shape as = {.nblocks = N, .block_size = B, .nh = nh, .nkv = nkv, .hd = hd,
                                   .scale = 1.0f / sqrtf((float)hd)};
-
-    /* ---- forward ---- */
     /* context: F = hidden_norm(aux · fcᵀ), shared by every layer */
     matmul_forward_cuda(mm, d->fc_out, H, NULL, 0, 0.0f, aux, K * H, w_fc, T, H, K * H, st);
     dc_mark(d, DRAFTER_CUDA_GEMM);
@@ -472,6 +437,71 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
     }
     rmsnorm_forward_cuda(d->h, H, d->x_final, H, w_fn, NB, H, eps, st);
     dc_mark(d, DRAFTER_CUDA_OTHER);
+}
+
+int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const drafter_batch *bt, errbuf *err)
+{
+    drafter_cuda *d = (drafter_cuda *)b;
+    int rc = dc_check_batch(d, bt, err);
+    if (rc) return rc;
+    const hf_config *c = &d->cfg;
+    const int H = d->H, hd = d->hd, nh = d->nh, nkv = d->nkv, qd = d->qd, kd = d->kd, qkvw = d->qkvw, I = d->I;
+    const int K = d->K, B = d->B, T = bt->ntok;
+    const float eps = (float)c->rms_eps;
+    cudaStream_t st = d->stream;
+    matmul_cuda *mm = d->mm;
+
+    /* anchors and blocks on the host, exactly as drafter_cpu.c */
+    int32_t *anchors = NULL, *anchor_seq = NULL;
+    const int N = anchors_sample(bt->cu_seqlens, bt->nseq, bt->loss_mask, d->tc.max_anchors, d->tc.seed, 0, bt->id,
+                                 &anchors, &anchor_seq);
+    DF_ASSERT(N <= d->max_blocks);
+    drafter_blocks blk;
+    drafter_blocks_build(&blk, bt->input_ids, bt->cu_seqlens, bt->loss_mask, anchors, anchor_seq, N, B,
+                         c->mask_token_id, d->tc.gamma);
+    const int NB = N * B;
+    /* the metrics the host knows: which slots are trained and their weights (summed in the CPU backend's order) */
+    drafter_metrics *pm = &d->pending;
+    memset(pm, 0, sizeof *pm);
+    for (int j = 0; j < N; j++)
+        for (int k = 1; k < B; k++)
+            if (blk.weights[j * B + k] != 0.0f) {
+                pm->weight_sum += blk.weights[j * B + k];
+                pm->slot_total[k]++;
+            }
+    pm->nblocks = N;
+    d->pending_id = bt->id;
+
+    /* upload through the pinned stage, once the previous upload from it has completed */
+    CHECK_CUDA(cudaEventSynchronize(d->staged));
+    int32_t *hs = d->h_stage;
+    size_t o = dc_stage(d, bt->positions, T, &blk);
+    drafter_blocks_free(&blk);
+    free(anchors);
+    free(anchor_seq);
+    const int32_t *d_pos = d->d_batch, *d_bids = d_pos + T, *d_bpos = d_bids + NB, *d_labels = d_bpos + NB;
+    const int32_t *d_cstart = d_labels + NB, *d_clen = d_cstart + N;
+    const float *d_weights = (const float *)(d_clen + N);
+
+    d->nev = 0;
+    for (int i = 0; i < DRAFTER_CUDA_NCLASS; i++) d->prof_ms[i] = 0;
+    dc_mark(d, DRAFTER_CUDA_OTHER);
+    CHECK_CUDA(cudaMemcpyAsync(d->d_batch, hs, 4 * o, cudaMemcpyHostToDevice, st));
+    CHECK_CUDA(cudaEventRecord(d->staged, st));
+    d->pending_device = N > 0;
+    if (N == 0) { /* nothing to train: no gradient, no device metrics */
+        CHECK_CUDA(cudaEventRecord(d->met_ready, st));
+        return 0;
+    }
+
+    const drafter_param *P = d->L.params;
+    const uint16_t *aux = bt->aux, *w_fc = w + P[DRAFTER_PARAM_FC].offset;
+    const uint16_t *w_hn = w + P[DRAFTER_PARAM_HIDDEN_NORM].offset, *w_fn = w + P[DRAFTER_PARAM_NORM].offset;
+    const dflash_attn_shape as = {.nblocks = N, .block_size = B, .nh = nh, .nkv = nkv, .hd = hd,
+                                  .scale = 1.0f / sqrtf((float)hd)};
+
+    /* ---- forward ---- */
+    dc_forward(d, w, aux, T, N, d_pos, d_bids, d_bpos, d_cstart, d_clen);
     /* loss head: Σ w·CE into d_met[0], dh = ∂(Σ w·CE)/∂h (loss_scale 1 as the CPU backend: the reducer divides) */
     cross_entropy_cuda(d->ce, d->ce_row, d->argmax, (double *)d->d_met, d->dh, H, d->h, H, d->lm_head, d_labels,
                        d_weights, 1.0f, NB, st);
@@ -543,6 +573,35 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
             d->prof_ms[d->ev_class[i]] += ms;
         }
     }
+    return 0;
+}
+
+int drafter_cuda_forward_logits(drafter_backend *b, const uint16_t *w, const uint16_t *aux, int T,
+                                const int32_t *positions, const drafter_blocks *blk, uint16_t *logits, errbuf *err)
+{
+    drafter_cuda *d = (drafter_cuda *)b;
+    const int N = blk->nblocks, B = d->B, NB = N * B;
+    if (blk->block_size != B || N < 1 || N > d->max_blocks || T < 1 || T > d->max_tokens)
+        return errbuf_set(err, EINVAL, "drafter forward: %d blocks of %d over %d context rows (the backend: blocks of "
+                          "%d, at most %d blocks and %d rows)", N, blk->block_size, T, B, d->max_blocks,
+                          d->max_tokens);
+    for (int j = 0; j < NB; j++)
+        if (blk->block_ids[j] < 0 || blk->block_ids[j] >= d->V)
+            return errbuf_set(err, EINVAL, "drafter forward: block token %d of row %d is outside the vocabulary (%d)",
+                              blk->block_ids[j], j, d->V);
+    for (int j = 0; j < N; j++)
+        if (blk->ctx_start[j] < 0 || blk->ctx_len[j] < 0 || blk->ctx_start[j] + blk->ctx_len[j] > T)
+            return errbuf_set(err, EINVAL, "drafter forward: block %d sees context rows [%d, %d) of %d", j,
+                              blk->ctx_start[j], blk->ctx_start[j] + blk->ctx_len[j], T);
+    CHECK_CUDA(cudaEventSynchronize(d->staged));
+    size_t o = dc_stage(d, positions, T, blk);
+    const int32_t *d_pos = d->d_batch, *d_bids = d_pos + T, *d_bpos = d_bids + NB, *d_labels = d_bpos + NB;
+    const int32_t *d_cstart = d_labels + NB, *d_clen = d_cstart + N;
+    d->nev = 0;
+    CHECK_CUDA(cudaMemcpyAsync(d->d_batch, d->h_stage, 4 * o, cudaMemcpyHostToDevice, d->stream));
+    CHECK_CUDA(cudaEventRecord(d->staged, d->stream));
+    dc_forward(d, w, aux, T, N, d_pos, d_bids, d_bpos, d_cstart, d_clen);
+    matmul_forward_cuda(d->mm, logits, d->V, NULL, 0, 0.0f, d->h, d->H, d->lm_head, NB, d->V, d->H, d->stream);
     return 0;
 }
 

@@ -29,6 +29,11 @@ int drafter_cuda_create_random(drafter_backend **out, const drafter_train_config
  * staging) before it returns; weights, grads and batch->aux must stay valid until the stream has finished. */
 int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *weights, float *grads, const drafter_batch *batch,
                          errbuf *err);
+/* Inference (no loss, no backward, the training path untouched): the forward of the blocks blk (host arrays; labels
+ * and weights unused) on T context rows aux (device bf16, (T, K*H)) with their positions (host, T), and the logits of
+ * every block row into logits (device bf16, (N*B, V)). Enqueued on the backend's stream; the caller synchronises. */
+int drafter_cuda_forward_logits(drafter_backend *b, const uint16_t *weights, const uint16_t *aux, int T,
+                                const int32_t *positions, const drafter_blocks *blk, uint16_t *logits, errbuf *err);
 /* Wait for the last enqueued step's metrics (copied back asynchronously into pinned memory) and fill *mt. */
 void drafter_cuda_metrics(drafter_backend *b, drafter_metrics *mt);
 /* Run one step at the largest shape (max_tokens in max_seqs sequences, the most blocks) against weights, into scratch

@@ -24,9 +24,7 @@ static int is_eos(const spec_opts *o, int32_t t)
     return 0;
 }
 
-/* The blocks' bookkeeping shared by decoding and the walk: what a block commits, given its accepted draft slots,
- * the committed text so far (seq, the accepted slots and the bonus already written at start+1..) and the end. */
-static int block_commit(const spec_opts *o, const int32_t *seq, int start, int acc, int total, int *stopped)
+int spec_block_commit(const spec_opts *o, const int32_t *seq, int start, int acc, int total, int *stopped)
 {
     int produced = acc + 1 < total - start - 1 ? acc + 1 : total - start - 1;
     for (int i = 1; i <= produced; i++)
@@ -91,7 +89,7 @@ int spec_decode(target_cache *c, drafter_infer *d, const int32_t *prompt, int pl
         while (acc + 1 < vs && block[acc + 1] == spec_greedy(logits + (size_t)acc * V, V, o->reserved)) acc++;
         for (int k = 1; k <= acc; k++) seq[start + k] = block[k];
         seq[start + acc + 1] = spec_greedy(logits + (size_t)acc * V, V, o->reserved); /* the bonus token */
-        int produced = block_commit(o, seq, start, acc, total, &stopped);
+        int produced = spec_block_commit(o, seq, start, acc, total, &stopped);
         /* the committed block positions start..start+produced-1 hold correct tokens: their taps are context */
         memcpy(ctx + (size_t)start * KH, baux, sizeof(float) * (size_t)produced * KH);
         start += produced;
@@ -173,7 +171,7 @@ int spec_walk(target_model *tm, drafter_infer *d, const int32_t *text, int plen,
         drafter_infer_block(d, aux, start, text[start], NULL, draft);
         int acc = 0;
         while (acc + 1 < vs && draft[acc + 1] == text[start + acc + 1]) acc++;
-        int produced = block_commit(o, text, start, acc, total, &stopped);
+        int produced = spec_block_commit(o, text, start, acc, total, &stopped);
         start += produced;
         r->accepted[r->nblocks++] = produced;
     }

@@ -35,6 +35,10 @@ typedef struct spec_result {
 } spec_result;
 
 void spec_result_free(spec_result *r);
+/* The blocks' bookkeeping shared by decoding (CPU and CUDA, spec_decode_cuda.h) and the walk: how many tokens a
+ * block commits, given its accepted draft slots acc, the committed text so far (seq, the accepted slots and the
+ * bonus already written at start+1..) and the end (total positions); *stopped = 1 when one of them is an EOS. */
+int spec_block_commit(const spec_opts *o, const int32_t *seq, int start, int acc, int total, int *stopped);
 
 /* Speculative decoding of prompt[0..plen) with sequence 0 of cache c (emptied first; its capacity must hold
  * plen + max_new positions). */

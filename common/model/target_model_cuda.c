@@ -25,6 +25,8 @@
 #include "rope.h"
 #include "safetensors.h"
 #include "swiglu.h"
+#include "target_hybrid.h"
+#include "target_hybrid_cuda.h"
 
 static void *tc_alloc(target_cuda *m, size_t bytes)
 {
@@ -133,9 +135,6 @@ static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int f
     if (max_tokens <= 0 || max_seqs <= 0)
         return errbuf_set(err, EINVAL, "target_cuda: max_tokens %d and max_seqs %d must be positive", max_tokens,
                           max_seqs);
-    if (cfg->is_hybrid)
-        return errbuf_set(err, ENOTSUP, "target_cuda: the hybrid %s target (Gated DeltaNet layers) has no CUDA forward "
-                          "yet; its CPU forward runs with job.backend = cpu", cfg->model_type);
     if (cfg->head_dim % 2 || cfg->num_kv_heads <= 0 || cfg->num_heads % cfg->num_kv_heads)
         return errbuf_set(err, EINVAL, "target_cuda: head_dim %d / heads %d / kv heads %d unsupported", cfg->head_dim,
                           cfg->num_heads, cfg->num_kv_heads);
@@ -157,34 +156,47 @@ static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int f
     m->embed = tc_alloc(m, V * H * 2);
     m->lm_head = c->tie_embeddings ? m->embed : tc_alloc(m, V * H * 2);
     if (full) m->final_norm = tc_alloc(m, H * 2);
-    m->layers = xcalloc((size_t)nlayers, sizeof *m->layers);
-    for (int i = 0; i < nlayers; i++) tc_alloc_layer(m, &m->layers[i]);
+    if (!c->is_hybrid) {
+        m->layers = xcalloc((size_t)nlayers, sizeof *m->layers);
+        for (int i = 0; i < nlayers; i++) tc_alloc_layer(m, &m->layers[i]);
+    }
 
-    double *inv = xmalloc(sizeof(double) * hd / 2);
+    /* hybrid targets rotate the first rotary_dim dimensions of each head (partial RoPE) */
+    const size_t rd = c->is_hybrid ? (size_t)c->rotary_dim : hd;
+    double *inv = xmalloc(sizeof(double) * rd / 2);
     rope_params rp = {.theta = c->rope_theta, .llama3 = c->rope_llama3, .factor = c->rope_factor,
                       .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
                       .original_max_position = c->rope_original_max_position};
-    rope_inv_freq(inv, c->head_dim, &rp);
+    rope_inv_freq(inv, (int)rd, &rp);
     /* as target_model.c: a bf16 checkpoint's reference rotates with bf16-rounded frequencies */
     if (!strcmp(c->torch_dtype, "bfloat16"))
-        for (size_t i = 0; i < hd / 2; i++) inv[i] = bf16_to_f32(f32_to_bf16((float)inv[i]));
-    m->d_inv_freq = tc_alloc(m, sizeof(double) * hd / 2);
-    CHECK_CUDA(cudaMemcpy(m->d_inv_freq, inv, sizeof(double) * hd / 2, cudaMemcpyHostToDevice));
+        for (size_t i = 0; i < rd / 2; i++) inv[i] = bf16_to_f32(f32_to_bf16((float)inv[i]));
+    m->d_inv_freq = tc_alloc(m, sizeof(double) * rd / 2);
+    CHECK_CUDA(cudaMemcpy(m->d_inv_freq, inv, sizeof(double) * rd / 2, cudaMemcpyHostToDevice));
     free(inv);
 
     size_t t = (size_t)max_tokens;
     m->max_tokens = max_tokens, m->max_seqs = max_seqs;
     m->x = tc_alloc(m, t * H * 2);
     m->u = tc_alloc(m, t * H * 2);
-    m->qkv = tc_alloc(m, t * (qd + 2 * kd) * 2);
-    m->attn = tc_alloc(m, t * qd * 2);
-    m->gu = tc_alloc(m, t * 2 * I * 2);
-    m->act = tc_alloc(m, t * I * 2);
+    if (!c->is_hybrid) { /* a hybrid target's own workspaces come from target_hybrid_cuda_create */
+        m->qkv = tc_alloc(m, t * (qd + 2 * kd) * 2);
+        m->attn = tc_alloc(m, t * qd * 2);
+        m->gu = tc_alloc(m, t * 2 * I * 2);
+        m->act = tc_alloc(m, t * I * 2);
+    }
     size_t nstage = 2 * t + (size_t)max_seqs + 1;
     m->d_ids = tc_alloc(m, nstage * sizeof(int32_t));
     CHECK_CUDA(cudaMallocHost((void **)&m->h_stage, nstage * sizeof(int32_t)));
     CHECK_CUDA(cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventRecord(m->staged, m->stream));
+    if (c->is_hybrid) {
+        int rc = target_hybrid_cuda_create(m, err);
+        if (rc) {
+            target_cuda_destroy(&m);
+            return rc;
+        }
+    }
     *out = m;
     return 0;
 }
@@ -206,11 +218,19 @@ int target_cuda_load(target_cuda **out, const char *dir, int max_layer, int max_
     rc = tc_create(&m, &cfg, nlayers, full, max_tokens, max_seqs, stream, err);
     if (rc) goto fail;
     const hf_config *c = &m->cfg;
-    rc = target_cuda_upload_tensor(st, "model.embed_tokens.weight", m->embed, c->vocab_size, c->hidden_size, err);
+    /* hybrid vision-language checkpoints keep the text model under model.language_model. */
+    const char *prefix = c->is_hybrid ? target_hybrid_prefix(st) : "model.";
+    char name[160];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
+    rc = target_cuda_upload_tensor(st, name, m->embed, c->vocab_size, c->hidden_size, err);
     if (!rc && !c->tie_embeddings)
         rc = target_cuda_upload_tensor(st, "lm_head.weight", m->lm_head, c->vocab_size, c->hidden_size, err);
-    if (!rc && full) rc = target_cuda_upload_tensor(st, "model.norm.weight", m->final_norm, c->hidden_size, 0, err);
-    for (int i = 0; !rc && i < nlayers; i++) rc = tc_load_layer(m, st, i, err);
+    snprintf(name, sizeof name, "%snorm.weight", prefix);
+    if (!rc && full)
+        rc = c->is_hybrid ? target_hybrid_cuda_upload_norm(st, name, m->final_norm, c->hidden_size, err)
+                          : target_cuda_upload_tensor(st, name, m->final_norm, c->hidden_size, 0, err);
+    if (!rc && c->is_hybrid) rc = target_hybrid_cuda_load(m, st, prefix, err);
+    for (int i = 0; !rc && !c->is_hybrid && i < nlayers; i++) rc = tc_load_layer(m, st, i, err);
     if (rc) goto fail;
     st_close(&st);
     *out = m;
@@ -235,7 +255,8 @@ int target_cuda_init_random(target_cuda **out, const hf_config *cfg, uint64_t se
     rand_fill_bf16_cuda(m->embed, V * H, s++, a, 0.0f, m->stream);
     if (m->lm_head != m->embed) rand_fill_bf16_cuda(m->lm_head, V * H, s++, a, 0.0f, m->stream);
     rand_fill_bf16_cuda(m->final_norm, H, s++, 0.0f, 1.0f, m->stream);
-    for (int i = 0; i < m->nlayers; i++) {
+    if (m->hy) target_hybrid_cuda_init_random(m, &s, a);
+    for (int i = 0; !m->hy && i < m->nlayers; i++) {
         tc_layer *l = &m->layers[i];
         rand_fill_bf16_cuda(l->input_norm, H, s++, 0.0f, 1.0f, m->stream);
         rand_fill_bf16_cuda(l->post_norm, H, s++, 0.0f, 1.0f, m->stream);
@@ -256,6 +277,7 @@ void target_cuda_destroy(target_cuda **mp)
     target_cuda *m = *mp;
     if (!m) return;
     CHECK_CUDA(cudaStreamSynchronize(m->stream));
+    target_hybrid_cuda_destroy(m);
     if (m->layers)
         for (int i = 0; i < m->nlayers; i++) {
             tc_layer *l = &m->layers[i];
@@ -298,7 +320,7 @@ void target_cuda_profile(const target_cuda *m, double ms[TARGET_CUDA_NCLASS])
 }
 
 /* Profiling: an event after each kernel; the span from the previous event is charged to the kernel's class. */
-static void tc_mark(target_cuda *m, int cls)
+void target_cuda_mark(target_cuda *m, int cls)
 {
     if (!m->profiling || m->nev >= TC_MAX_EVENTS) return;
     m->ev_class[m->nev] = cls;
@@ -321,69 +343,40 @@ static void tc_copy_rows(target_cuda *m, uint16_t *dst, int ldd, const uint16_t 
                                  cudaMemcpyDeviceToDevice, m->stream));
 }
 
-void target_cuda_run_layers(target_cuda *m, const tc_rows *rows, const tc_kv_cache *kv, int deepest, const int *taps,
-                            int ntaps, uint16_t *aux, int ld_aux, uint16_t *last, uint16_t *logits,
-                            const int32_t *logit_rows, int nlogit)
+uint16_t *target_cuda_layer_dst(target_cuda *m, int li, const int *taps, int ntaps, uint16_t *aux, int ld_aux,
+                                uint16_t *last, int *ldd, int *first_tap)
+{
+    const int H = m->cfg.hidden_size;
+    *first_tap = -1;
+    for (int i = 0; i < ntaps && *first_tap < 0; i++)
+        if (taps[i] == li) *first_tap = i;
+    if (*first_tap >= 0) {
+        *ldd = ld_aux;
+        return aux + (size_t)*first_tap * H;
+    }
+    *ldd = H;
+    return last && li == m->cfg.num_layers - 1 ? last : m->x;
+}
+
+void target_cuda_layer_copies(target_cuda *m, int li, int first_tap, const int *taps, int ntaps, uint16_t *aux,
+                              int ld_aux, uint16_t *last, const uint16_t *r, int ldr, int T)
+{
+    const int H = m->cfg.hidden_size;
+    for (int i = first_tap + 1; first_tap >= 0 && i < ntaps; i++)
+        if (taps[i] == li) tc_copy_rows(m, aux + (size_t)i * H, ld_aux, r, ldr, T, H);
+    if (first_tap >= 0 && last && li == m->cfg.num_layers - 1) tc_copy_rows(m, last, H, r, ldr, T, H);
+    target_cuda_mark(m, TARGET_CUDA_COPY);
+}
+
+void target_cuda_finish(target_cuda *m, const uint16_t *r, int ldr, int T, uint16_t *logits,
+                        const int32_t *logit_rows, int nlogit)
 {
     const hf_config *c = &m->cfg;
-    const int T = rows->T, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
-    const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size, qkvw = qd + 2 * kd;
-    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    const int H = c->hidden_size;
     cudaStream_t st = m->stream;
-
-    embedding_forward_cuda(m->x, rows->ids, T, m->embed, H, st);
-    tc_mark(m, TARGET_CUDA_OTHER);
-    uint16_t *r = m->x; /* the residual stream: x, or the tap block / last buffer the previous layer wrote */
-    int ldr = H;
-    for (int li = 0; li <= deepest; li++) {
-        const tc_layer *l = &m->layers[li];
-        rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
-        tc_mark(m, TARGET_CUDA_OTHER);
-        matmul_forward_cuda(m->mm, m->qkv, qkvw, NULL, 0, 0.0f, m->u, H, l->w_qkv, T, qkvw, H, st);
-        tc_mark(m, TARGET_CUDA_MATMUL);
-        qk_norm_rope_cuda(m->qkv, qkvw, m->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
-                          m->d_inv_freq, st);
-        tc_mark(m, TARGET_CUDA_OTHER);
-        if (kv)
-            kv_cache_append_cuda(kv->kc[li], kv->vc[li], kv->seq_stride, m->qkv + qd, qkvw, m->qkv + qd + kd, qkvw,
-                                 kv->seq, kv->pos, T, kd, st);
-        if (!kv || kv->packed)
-            attention_causal_forward_cuda(m->attn, qd, m->qkv, qkvw, m->qkv + qd, qkvw, m->qkv + qd + kd, qkvw,
-                                          rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, st);
-        else
-            kv_attention_forward_cuda(m->attn, qd, m->qkv, qkvw, kv->kc[li], kv->vc[li], kv->seq_stride, kv->seq,
-                                          kv->pos, T, kv->max_pos, nh, nkv, hd, scale, kv->workspace, st);
-        tc_mark(m, TARGET_CUDA_ATTENTION);
-        matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, m->attn, qd, l->w_o, T, H, qd, st);
-        tc_mark(m, TARGET_CUDA_MATMUL);
-        rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, eps, st);
-        tc_mark(m, TARGET_CUDA_OTHER);
-        matmul_forward_cuda(m->mm, m->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
-        tc_mark(m, TARGET_CUDA_MATMUL);
-        swiglu_forward_cuda(m->act, I, m->gu, 2 * I, T, I, st);
-        tc_mark(m, TARGET_CUDA_OTHER);
-        /* where this layer's output goes: its first tap block, else the caller's last buffer (last layer), else x */
-        uint16_t *dst = m->x;
-        int ldd = H, first_tap = -1;
-        for (int i = 0; i < ntaps && first_tap < 0; i++)
-            if (taps[i] == li) first_tap = i;
-        if (first_tap >= 0) {
-            dst = aux + (size_t)first_tap * H, ldd = ld_aux;
-        } else if (last && li == c->num_layers - 1) {
-            dst = last, ldd = H;
-        }
-        matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, m->act, I, l->w_down, T, H, I, st);
-        tc_mark(m, TARGET_CUDA_MATMUL);
-        r = dst, ldr = ldd;
-        /* a layer tapped twice, or tapped and also the requested last output: copies (rare) */
-        for (int i = first_tap + 1; first_tap >= 0 && i < ntaps; i++)
-            if (taps[i] == li) tc_copy_rows(m, aux + (size_t)i * H, ld_aux, r, ldr, T, H);
-        if (first_tap >= 0 && last && li == c->num_layers - 1) tc_copy_rows(m, last, H, r, ldr, T, H);
-        tc_mark(m, TARGET_CUDA_COPY);
-    }
     if (logits) {
-        rmsnorm_forward_cuda(m->u, H, r, ldr, m->final_norm, T, H, eps, st);
-        tc_mark(m, TARGET_CUDA_OTHER);
+        rmsnorm_forward_cuda(m->u, H, r, ldr, m->final_norm, T, H, (float)c->rms_eps, st);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
         const uint16_t *rows_in = m->u;
         int n = T;
         if (logit_rows) { /* only the rows asked for: gathered into x (free now) */
@@ -392,7 +385,7 @@ void target_cuda_run_layers(target_cuda *m, const tc_rows *rows, const tc_kv_cac
         }
         matmul_forward_cuda(m->mm, logits, c->vocab_size, NULL, 0, 0.0f, rows_in, H, m->lm_head, n, c->vocab_size, H,
                             st);
-        tc_mark(m, TARGET_CUDA_MATMUL);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
     }
     if (m->profiling && m->nev > 0) {
         CHECK_CUDA(cudaEventSynchronize(m->ev[m->nev - 1]));
@@ -402,6 +395,64 @@ void target_cuda_run_layers(target_cuda *m, const tc_rows *rows, const tc_kv_cac
             m->prof_ms[m->ev_class[i]] += ms;
         }
     }
+}
+
+void target_cuda_run_layers(target_cuda *m, const tc_rows *rows, const tc_kv_cache *kv, int deepest, const int *taps,
+                            int ntaps, uint16_t *aux, int ld_aux, uint16_t *last, uint16_t *logits,
+                            const int32_t *logit_rows, int nlogit)
+{
+    if (m->hy) { /* hybrid targets: no KV-cache decoding (target_cuda_cache_create refuses them) */
+        DF_ASSERT(!kv);
+        target_hybrid_cuda_run_layers(m, rows, deepest, taps, ntaps, aux, ld_aux, last, logits, logit_rows, nlogit);
+        return;
+    }
+    const hf_config *c = &m->cfg;
+    const int T = rows->T, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size, qkvw = qd + 2 * kd;
+    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    cudaStream_t st = m->stream;
+
+    embedding_forward_cuda(m->x, rows->ids, T, m->embed, H, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    uint16_t *r = m->x; /* the residual stream: x, or the tap block / last buffer the previous layer wrote */
+    int ldr = H;
+    for (int li = 0; li <= deepest; li++) {
+        const tc_layer *l = &m->layers[li];
+        rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
+        matmul_forward_cuda(m->mm, m->qkv, qkvw, NULL, 0, 0.0f, m->u, H, l->w_qkv, T, qkvw, H, st);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
+        qk_norm_rope_cuda(m->qkv, qkvw, m->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
+                          m->d_inv_freq, st);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
+        if (kv)
+            kv_cache_append_cuda(kv->kc[li], kv->vc[li], kv->seq_stride, m->qkv + qd, qkvw, m->qkv + qd + kd, qkvw,
+                                 kv->seq, kv->pos, T, kd, st);
+        if (!kv || kv->packed)
+            attention_causal_forward_cuda(m->attn, qd, m->qkv, qkvw, m->qkv + qd, qkvw, m->qkv + qd + kd, qkvw,
+                                          rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, st);
+        else
+            kv_attention_forward_cuda(m->attn, qd, m->qkv, qkvw, kv->kc[li], kv->vc[li], kv->seq_stride, kv->seq,
+                                          kv->pos, T, kv->max_pos, nh, nkv, hd, scale, kv->workspace, st);
+        target_cuda_mark(m, TARGET_CUDA_ATTENTION);
+        matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, m->attn, qd, l->w_o, T, H, qd, st);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
+        rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, eps, st);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
+        matmul_forward_cuda(m->mm, m->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
+        swiglu_forward_cuda(m->act, I, m->gu, 2 * I, T, I, st);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
+        /* where this layer's output goes: its first tap block, else the caller's last buffer (last layer), else x */
+        int ldd, first_tap;
+        uint16_t *dst = target_cuda_layer_dst(m, li, taps, ntaps, aux, ld_aux, last, &ldd, &first_tap);
+        matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, m->act, I, l->w_down, T, H, I, st);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
+        r = dst, ldr = ldd;
+        /* a layer tapped twice, or tapped and also the requested last output: copies (rare) */
+        target_cuda_layer_copies(m, li, first_tap, taps, ntaps, aux, ld_aux, last, r, ldr, T);
+    }
+    target_cuda_finish(m, r, ldr, T, logits, logit_rows, nlogit);
 }
 
 int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, int ntaps, uint16_t *aux, int ld_aux,
@@ -432,7 +483,7 @@ int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, 
 
     m->nev = 0;
     for (int i = 0; i < TARGET_CUDA_NCLASS; i++) m->prof_ms[i] = 0;
-    tc_mark(m, TARGET_CUDA_COPY);
+    target_cuda_mark(m, TARGET_CUDA_COPY);
     tc_rows rows = {.T = T, .nseq = b->nseq, .max_seqlen = max_seqlen, .ids = d_ids, .pos = d_ids + T,
                     .cu = d_ids + 2 * T};
     target_cuda_run_layers(m, &rows, NULL, deepest, taps, ntaps, aux, ld_aux, last, logits, NULL, 0);

@@ -31,8 +31,9 @@ struct target_cuda {
     int own_stream;
     matmul_cuda *mm;
     uint16_t *embed, *lm_head, *final_norm;
-    tc_layer *layers;
-    double *d_inv_freq;
+    tc_layer *layers;                /* Qwen3 / Llama */
+    struct target_hybrid_cuda *hy;   /* hybrid targets (target_hybrid_cuda.c): their layers and workspaces */
+    double *d_inv_freq;              /* (rd/2): rd = head_dim, or rotary_dim for hybrid targets */
     size_t device_bytes;
     /* workspaces for max_tokens */
     int max_tokens, max_seqs;
@@ -73,5 +74,19 @@ typedef struct tc_rows {
 void target_cuda_run_layers(target_cuda *m, const tc_rows *rows, const tc_kv_cache *kv, int deepest, const int *taps,
                             int ntaps, uint16_t *aux, int ld_aux, uint16_t *last, uint16_t *logits,
                             const int32_t *logit_rows, int nlogit);
+
+/* Pieces of the layer loop shared with the hybrid one (target_hybrid_cuda.c). */
+/* Profiling: charge the span since the previous mark to class cls (no-op unless profiling). */
+void target_cuda_mark(target_cuda *m, int cls);
+/* Where layer li's output (the residual stream) goes: its first tap block of aux (*first_tap its index), else last
+ * (the model's last layer), else m->x; *ldd its row stride. */
+uint16_t *target_cuda_layer_dst(target_cuda *m, int li, const int *taps, int ntaps, uint16_t *aux, int ld_aux,
+                                uint16_t *last, int *ldd, int *first_tap);
+/* After layer li wrote r (ldr): the copies for a layer tapped twice, or tapped and also the last. */
+void target_cuda_layer_copies(target_cuda *m, int li, int first_tap, const int *taps, int ntaps, uint16_t *aux,
+                              int ld_aux, uint16_t *last, const uint16_t *r, int ldr, int T);
+/* Final norm of r (ldr) and lm_head into logits (rows logit_rows, or all T), then the profile's collection. */
+void target_cuda_finish(target_cuda *m, const uint16_t *r, int ldr, int T, uint16_t *logits,
+                        const int32_t *logit_rows, int nlogit);
 
 #endif

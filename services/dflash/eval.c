@@ -16,6 +16,12 @@
 #include "target_decode.h"
 #include "target_model.h"
 #include "util.h"
+#ifdef DFLASH_CUDA
+#include "drafter_infer_cuda.h"
+#include "spec_decode_cuda.h"
+#include "target_decode_cuda.h"
+#include "target_model_cuda.h"
+#endif
 
 #define PROG "dflash eval"
 #define MAX_EOS 16
@@ -25,7 +31,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: " PROG " --target DIR --drafter DIR --prompts FILE [--limit N] [--max-new-tokens N] [--json]\n"
             "                   [--walk] [--untrained | --init-seed N] [--cache-len N]\n"
-            "                   [--eos ID]... [--no-eos]\n"
+            "                   [--eos ID]... [--no-eos] [--backend cpu|cuda]\n"
             "\n"
             "Measures the acceptance length tau of a DFlash drafter (z-lab checkpoint layout: config.json +\n"
             "model.safetensors) the way the DFlash authors do: one prompt at a time, temperature 0; the target's\n"
@@ -57,6 +63,8 @@ static void usage(FILE *f)
             "  --eos ID              an end-of-sequence token id (repeatable; default: eos_token_id of the\n"
             "                        target's generation_config.json, else of its config.json)\n"
             "  --no-eos              do not stop at any EOS\n"
+            "  --backend cpu|cuda    where the target and the drafter run (default cpu). cuda (the dflash-cuda\n"
+            "                        build): both in bf16 on GPU 0, the target with a KV cache; no --walk\n"
             "  -h, --help            this help\n"
             "\n"
             "The target's greedy choice skips the drafter's mask token (a reserved id). Exit status: 0 done, 1 error\n"
@@ -193,7 +201,7 @@ static void report(const eval_stats *st, int walk, int json, const char *drafter
 int cmd_eval(int argc, char **argv)
 {
     enum { OPT_TARGET = 256, OPT_DRAFTER, OPT_PROMPTS, OPT_LIMIT, OPT_MAX_NEW, OPT_JSON, OPT_WALK, OPT_UNTRAINED,
-           OPT_INIT_SEED, OPT_CACHE_LEN, OPT_NO_EOS, OPT_EOS };
+           OPT_INIT_SEED, OPT_CACHE_LEN, OPT_NO_EOS, OPT_EOS, OPT_BACKEND };
     static const struct option longopts[] = {
         {"target", required_argument, NULL, OPT_TARGET},   {"drafter", required_argument, NULL, OPT_DRAFTER},
         {"prompts", required_argument, NULL, OPT_PROMPTS}, {"limit", required_argument, NULL, OPT_LIMIT},
@@ -201,12 +209,12 @@ int cmd_eval(int argc, char **argv)
         {"json", no_argument, NULL, OPT_JSON},             {"walk", no_argument, NULL, OPT_WALK},
         {"untrained", no_argument, NULL, OPT_UNTRAINED},   {"init-seed", required_argument, NULL, OPT_INIT_SEED},
         {"cache-len", required_argument, NULL, OPT_CACHE_LEN}, {"no-eos", no_argument, NULL, OPT_NO_EOS},
-        {"eos", required_argument, NULL, OPT_EOS},
+        {"eos", required_argument, NULL, OPT_EOS},         {"backend", required_argument, NULL, OPT_BACKEND},
         {"help", no_argument, NULL, 'h'},                  {NULL, 0, NULL, 0},
     };
     const char *target_dir = NULL, *drafter_dir = NULL, *prompts_path = NULL;
     long limit = 0, max_new = 128, init_seed = -1, cache_len = 0;
-    int json = 0, walk = 0, untrained = 0, no_eos = 0, opt;
+    int json = 0, walk = 0, untrained = 0, no_eos = 0, use_cuda = 0, opt;
     int32_t eos[MAX_EOS];
     int neos = 0;
     opterr = 0;
@@ -224,6 +232,11 @@ int cmd_eval(int argc, char **argv)
         case OPT_INIT_SEED: if (parse_int("--init-seed", optarg, 0, LONG_MAX, &init_seed)) return 2; break;
         case OPT_CACHE_LEN: if (parse_int("--cache-len", optarg, 2, 1 << 24, &cache_len)) return 2; break;
         case OPT_NO_EOS: no_eos = 1; break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return usage_error("--backend: '%s' is not cpu or cuda", optarg);
+            use_cuda = !strcmp(optarg, "cuda");
+            break;
         case OPT_EOS: {
             long v;
             if (parse_int("--eos", optarg, 0, INT32_MAX, &v)) return 2;
@@ -242,6 +255,14 @@ int cmd_eval(int argc, char **argv)
     if (!prompts_path) return usage_error("%s", "missing --prompts FILE");
     if (untrained && init_seed >= 0) return usage_error("%s", "--untrained and --init-seed exclude each other");
     if (no_eos && neos) return usage_error("%s", "--eos and --no-eos exclude each other");
+    if (use_cuda && walk) return usage_error("%s", "--walk runs on the CPU backend only (it needs no decoding)");
+#ifndef DFLASH_CUDA
+    if (use_cuda) {
+        fprintf(stderr, PROG ": error: --backend cuda: this build of dflash has no CUDA backend; run dflash-cuda "
+                "(built beside dflash when nvcc is found)\n");
+        return 1;
+    }
+#endif
     log_init("eval", LOG_LEVEL_INFO);
 
     errbuf err = {{0}};
@@ -251,17 +272,30 @@ int cmd_eval(int argc, char **argv)
     prompt_set ps = {0};
     eval_stats st = {0};
     int rc = 1;
-    char which[64] = "trained weights";
-    if (target_model_load(&tm, target_dir, -1, &err)) goto fail;
-    const hf_config *tc = target_model_config(tm);
+    char which[96] = "trained weights";
+    const hf_config *tc = NULL, *dc = NULL;
+    hf_config tcfg;
+#ifdef DFLASH_CUDA
+    target_cuda *tg = NULL; /* --backend cuda: the target, its cache, the drafter and the loop's buffers */
+    target_cuda_cache *cache_g = NULL;
+    drafter_infer_cuda *dg = NULL;
+    spec_cuda *sg = NULL;
+#endif
+    if (use_cuda) { /* loaded on the GPU once the prompts give the cache's length */
+        if (hf_config_load(&tcfg, target_dir, &err)) goto fail;
+        tc = &tcfg;
+    } else {
+        if (target_model_load(&tm, target_dir, -1, &err)) goto fail;
+        tc = target_model_config(tm);
+    }
     if (untrained && read_job_seed(drafter_dir, &init_seed, &err)) goto fail;
     if (init_seed >= 0) {
         snprintf(which, sizeof which, "untrained: fresh weights of seed %ld", init_seed);
-        if (drafter_infer_load_fresh(&d, drafter_dir, (uint64_t)init_seed, tm, &err)) goto fail;
-    } else if (drafter_infer_load(&d, drafter_dir, tm, &err)) {
+        if (!use_cuda && drafter_infer_load_fresh(&d, drafter_dir, (uint64_t)init_seed, tm, &err)) goto fail;
+    } else if (!use_cuda && drafter_infer_load(&d, drafter_dir, tm, &err)) {
         goto fail;
     }
-    const hf_config *dc = drafter_infer_config(d);
+    if (!use_cuda) dc = drafter_infer_config(d);
     for (int i = 0; i < neos; i++)
         if (eos[i] >= tc->vocab_size) {
             errbuf_set(&err, EINVAL, "--eos %d: outside the target's vocabulary (%d)", eos[i], tc->vocab_size);
@@ -291,7 +325,20 @@ int cmd_eval(int argc, char **argv)
         }
         if (n > need) need = (int)n;
     }
-    if (!walk && target_cache_create(&cache, tm, 1, need, &err)) goto fail;
+#ifdef DFLASH_CUDA
+    if (use_cuda) {
+        if (target_cuda_load(&tg, target_dir, -1, need, 1, NULL, &err) ||
+            target_cuda_cache_create(&cache_g, tg, 1, need, need, &err) ||
+            drafter_infer_cuda_load(&dg, drafter_dir, target_dir, tc, init_seed >= 0, (uint64_t)init_seed, need,
+                                    &err) ||
+            spec_cuda_create(&sg, tg, cache_g, dg, need, &err))
+            goto fail;
+        dc = drafter_infer_cuda_config(dg);
+        size_t at = strlen(which);
+        snprintf(which + at, sizeof which - at, ", on the GPU (bf16)");
+    }
+#endif
+    if (!use_cuda && !walk && target_cache_create(&cache, tm, 1, need, &err)) goto fail;
 
     st.B = dc->block_size;
     st.per_prompt = json_array();
@@ -300,9 +347,18 @@ int cmd_eval(int argc, char **argv)
     for (int i = 0; i < ps.n; i++) {
         const prompt_line *pl = &ps.v[i];
         spec_result r = {0}, base = {0};
-        int e = walk ? spec_walk(tm, d, pl->ids, pl->plen, pl->len, &so, &r, &err)
+        int e;
+#ifdef DFLASH_CUDA
+        if (use_cuda) {
+            e = spec_decode_cuda(sg, pl->ids, pl->plen, &so, &r, &err);
+            if (!e) e = spec_target_greedy_cuda(sg, pl->ids, pl->plen, &so, &base, &err);
+        } else
+#endif
+        {
+            e = walk ? spec_walk(tm, d, pl->ids, pl->plen, pl->len, &so, &r, &err)
                      : spec_decode(cache, d, pl->ids, pl->plen, &so, &r, &err);
-        if (!e && !walk) e = spec_target_greedy(cache, tm, pl->ids, pl->plen, &so, &base, &err);
+            if (!e && !walk) e = spec_target_greedy(cache, tm, pl->ids, pl->plen, &so, &base, &err);
+        }
         if (e) {
             spec_result_free(&r);
             spec_result_free(&base);
@@ -333,5 +389,11 @@ fail:
     target_cache_destroy(&cache);
     drafter_infer_destroy(&d);
     target_model_destroy(&tm);
+#ifdef DFLASH_CUDA
+    spec_cuda_destroy(&sg);
+    drafter_infer_cuda_destroy(&dg);
+    target_cuda_cache_destroy(&cache_g);
+    target_cuda_destroy(&tg);
+#endif
     return rc;
 }

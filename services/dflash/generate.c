@@ -1,7 +1,8 @@
 /* generate: `dflash generate` (see generate.h). The prompt file is read and checked whole before any decoding, so
- * a bad line costs nothing. Workers claim prompts in file order and decode each alone in their own cache; the main
- * thread writes finished lines strictly in file order (a finished line waits for those before it), so the output
- * does not depend on --threads and a crash leaves a prefix of it. */
+ * a bad line costs nothing. CPU workers claim prompts in file order and decode each alone in their own cache (the
+ * GPU backend: one thread, generate_cuda.c); the main thread writes finished lines strictly in file order (a
+ * finished line waits for those before it), so the output does not depend on --threads and a crash leaves a prefix
+ * of it. */
 #include "generate.h"
 
 #include <cblas.h>
@@ -21,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "generate_impl.h"
 #include "json_util.h"
 #include "prompt_file.h"
 #include "target_decode.h"
@@ -56,7 +58,11 @@ static void usage(FILE *f)
             "  --max-len N            prompt + answer tokens at most (default: the target's\n"
             "                         max_position_embeddings); a prompt of N tokens or more is an error\n"
             "  --limit N              only the first N prompts of FILE\n"
-            "  --threads N            decoding threads, one KV cache each (default: CPUs, at most 16)\n"
+            "  --threads N            decoding threads, one KV cache each (default: CPUs, at most 16; cpu)\n"
+            "  --backend cpu|cuda     where the target runs (default cpu). cuda (the dflash-cuda build): bf16 on\n"
+            "                         GPU 0, continuous batching: up to --batch answers decoded together, one\n"
+            "                         forward a step; tokens may differ from cpu's (fp32) where logits nearly tie\n"
+            "  --batch N              cuda: sequences in the KV cache at once (default 64)\n"
             "  --eos ID               an end-of-sequence token id (repeatable; default: eos_token_id of the\n"
             "                         target's generation_config.json, else of its config.json)\n"
             "  --suppress ID          a token id never generated (repeatable), e.g. the drafter's mask token\n"
@@ -205,43 +211,43 @@ static int output_resume(const char *out, int fd, const prompt_set *s, uint8_t *
 
 /* ---- decoding ---- */
 
-typedef struct result {
-    int32_t *gen; /* generated tokens */
-    int n;
-    const char *stop;
-    atomic_int ready;
-} result;
-
-typedef struct gen_job {
-    target_model *m;
-    const prompt_set *prompts;
-    const int64_t *todo; /* indices into prompts, in file order */
-    int64_t ntodo;
-    result *res;         /* (ntodo) */
-    int max_new, max_len, cache_len, vocab;
-    const int32_t *eos, *suppress;
-    int neos, nsuppress;
-    atomic_llong next, tokens;
-    atomic_int failed;
-    pthread_mutex_t lock; /* guards err; with done_cond, the writer's wait */
-    pthread_cond_t done_cond;
-    errbuf err;
-} gen_job;
-
-static int is_eos(const gen_job *j, int32_t id)
+int gen_job_is_eos(const gen_job *j, int32_t id)
 {
     for (int i = 0; i < j->neos; i++)
         if (j->eos[i] == id) return 1;
     return 0;
 }
 
+int gen_result_begin(const gen_job *j, const prompt_line *p, result *r)
+{
+    int room = j->max_len - p->plen, limit = j->max_new < room ? j->max_new : room;
+    DF_ASSERT(limit >= 1); /* generate_main refuses a prompt that leaves no room */
+    r->gen = xmalloc(sizeof *r->gen * (size_t)limit);
+    r->n = 0;
+    r->stop = limit < j->max_new ? "max_len" : "max_new_tokens";
+    return limit;
+}
+
+void gen_job_publish(gen_job *j, int64_t i)
+{
+    pthread_mutex_lock(&j->lock);
+    atomic_store(&j->res[i].ready, 1);
+    pthread_cond_broadcast(&j->done_cond);
+    pthread_mutex_unlock(&j->lock);
+}
+
+void gen_job_fail(gen_job *j, const errbuf *err)
+{
+    pthread_mutex_lock(&j->lock);
+    if (!atomic_exchange(&j->failed, 1)) j->err = *err;
+    pthread_cond_broadcast(&j->done_cond);
+    pthread_mutex_unlock(&j->lock);
+}
+
 /* Greedy answer of prompt p into r. */
 static int decode_one(gen_job *j, target_cache *c, float *logits, const prompt_line *p, result *r, errbuf *err)
 {
-    int room = j->max_len - p->plen, limit = j->max_new < room ? j->max_new : room;
-    r->gen = xmalloc(sizeof *r->gen * (size_t)(limit > 0 ? limit : 1));
-    r->n = 0;
-    r->stop = limit < j->max_new ? "max_len" : "max_new_tokens";
+    int limit = gen_result_begin(j, p, r);
     int rc = target_cache_crop(c, 0, 0, err);
     if (!rc) rc = target_cache_forward_last(c, 0, p->ids, p->plen, NULL, 0, NULL, logits, err);
     while (!rc) {
@@ -252,7 +258,7 @@ static int decode_one(gen_job *j, target_cache *c, float *logits, const prompt_l
         }
         r->gen[r->n++] = t;
         atomic_fetch_add(&j->tokens, 1);
-        if (is_eos(j, t)) {
+        if (gen_job_is_eos(j, t)) {
             r->stop = "eos";
             break;
         }
@@ -275,19 +281,9 @@ static void *worker_main(void *arg)
         int64_t i = atomic_fetch_add(&j->next, 1);
         if (i >= j->ntodo) break;
         rc = decode_one(j, c, logits, &j->prompts->v[j->todo[i]], &j->res[i], &err);
-        if (!rc) {
-            pthread_mutex_lock(&j->lock);
-            atomic_store(&j->res[i].ready, 1);
-            pthread_cond_broadcast(&j->done_cond);
-            pthread_mutex_unlock(&j->lock);
-        }
+        if (!rc) gen_job_publish(j, i);
     }
-    if (rc) {
-        pthread_mutex_lock(&j->lock);
-        if (!atomic_exchange(&j->failed, 1)) j->err = err;
-        pthread_cond_broadcast(&j->done_cond);
-        pthread_mutex_unlock(&j->lock);
-    }
+    if (rc) gen_job_fail(j, &err);
     target_cache_destroy(&c);
     free(logits);
     return NULL;
@@ -347,24 +343,26 @@ static int write_line(int fd, const strbuf *b)
 
 typedef struct gen_opts {
     const char *target, *prompts, *out;
-    long long max_new, max_len, limit, threads;
+    long long max_new, max_len, limit, threads, batch;
     int32_t eos[MAX_IDS], suppress[MAX_IDS];
-    int neos, nsuppress, eos_given, quiet;
+    int neos, nsuppress, eos_given, quiet, cuda;
 } gen_opts;
 
 static int parse_opts(int argc, char **argv, gen_opts *o)
 {
-    enum { O_TARGET = 256, O_PROMPTS, O_MAX_NEW, O_MAX_LEN, O_LIMIT, O_THREADS, O_EOS, O_SUPPRESS };
+    enum { O_TARGET = 256, O_PROMPTS, O_MAX_NEW, O_MAX_LEN, O_LIMIT, O_THREADS, O_EOS, O_SUPPRESS, O_BACKEND,
+           O_BATCH };
     static const struct option longopts[] = {
         {"target", required_argument, NULL, O_TARGET},       {"prompts", required_argument, NULL, O_PROMPTS},
         {"output", required_argument, NULL, 'o'},            {"max-new-tokens", required_argument, NULL, O_MAX_NEW},
         {"max-len", required_argument, NULL, O_MAX_LEN},     {"limit", required_argument, NULL, O_LIMIT},
         {"threads", required_argument, NULL, O_THREADS},     {"eos", required_argument, NULL, O_EOS},
         {"suppress", required_argument, NULL, O_SUPPRESS},   {"quiet", no_argument, NULL, 'q'},
+        {"backend", required_argument, NULL, O_BACKEND},     {"batch", required_argument, NULL, O_BATCH},
         {"help", no_argument, NULL, 'h'},                    {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (gen_opts){.max_new = 256, .threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu};
+    *o = (gen_opts){.max_new = 256, .threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu, .batch = 64};
     long long v;
     int opt;
     opterr = 0;
@@ -378,6 +376,12 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
         case O_MAX_LEN: if (parse_int("--max-len", optarg, 2, 1 << 26, &o->max_len)) return 2; break;
         case O_LIMIT: if (parse_int("--limit", optarg, 1, INT64_MAX, &o->limit)) return 2; break;
         case O_THREADS: if (parse_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case O_BATCH: if (parse_int("--batch", optarg, 1, 4096, &o->batch)) return 2; break;
+        case O_BACKEND:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return usage_error("--backend: '%s' is not cpu or cuda", optarg);
+            o->cuda = !strcmp(optarg, "cuda");
+            break;
         case O_EOS:
         case O_SUPPRESS:
             if (parse_int(opt == O_EOS ? "--eos" : "--suppress", optarg, 0, INT32_MAX, &v)) return 2;
@@ -395,6 +399,13 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
     if (!o->target) return usage_error("%s", "missing --target DIR");
     if (!o->prompts) return usage_error("%s", "missing --prompts FILE");
     if (!o->out) return usage_error("%s", "missing -o OUT.jsonl");
+#ifndef DFLASH_CUDA
+    if (o->cuda) {
+        fprintf(stderr, PROG ": error: --backend cuda: this build of dflash has no CUDA backend; run dflash-cuda "
+                "(built beside dflash when nvcc is found)\n");
+        return 1;
+    }
+#endif
     return -1;
 }
 
@@ -486,11 +497,13 @@ int generate_main(int argc, char **argv)
     double t0 = now_seconds(), last_print = t0, last_sync = t0;
     int64_t written = 0;
     if (ntodo > 0) {
-        if (target_model_load(&m, o.target, -1, &err) != 0) {
+        if (!o.cuda && target_model_load(&m, o.target, -1, &err) != 0) {
             fprintf(stderr, PROG ": error: %s\n", err.msg);
             goto done;
         }
-        j = (gen_job){.m = m, .prompts = &ps, .todo = todo, .ntodo = ntodo, .max_new = (int)o.max_new,
+        j = (gen_job){.m = m, .target_dir = o.target, .prompts = &ps, .todo = todo, .ntodo = ntodo,
+                      .max_new = (int)o.max_new, .longest = longest,
+                      .batch = (int)(o.batch < ntodo ? o.batch : ntodo),
                       .max_len = (int)(max_len < INT32_MAX ? max_len : INT32_MAX), .vocab = cfg.vocab_size,
                       .eos = o.eos, .neos = o.neos, .suppress = o.suppress, .nsuppress = o.nsuppress};
         long long cl = (long long)longest + o.max_new;
@@ -501,10 +514,14 @@ int generate_main(int argc, char **argv)
         /* One BLAS thread per worker: parallelism comes from the prompts, and the arithmetic (so the tokens) stays
          * the same whatever --threads is. */
         openblas_set_num_threads(1);
+        void *(*decoder)(void *) = worker_main;
         nth = (int)(o.threads < ntodo ? o.threads : ntodo);
+#ifdef DFLASH_CUDA
+        if (o.cuda) decoder = generate_cuda_worker, nth = 1; /* one thread drives the GPU's batch */
+#endif
         th = xcalloc((size_t)nth, sizeof *th);
         for (int i = 0; i < nth; i++) {
-            int e = pthread_create(&th[i], NULL, worker_main, &j);
+            int e = pthread_create(&th[i], NULL, decoder, &j);
             if (e) {
                 fprintf(stderr, PROG ": error: cannot start decoding thread %d: %s\n", i, strerror(e));
                 pthread_mutex_lock(&j.lock);
@@ -566,9 +583,11 @@ int generate_main(int argc, char **argv)
     if (!o.quiet && ntodo > 0) progress(&j, written, ps.n, ndone, t0, 1, &last_print);
     double dt = now_seconds() - t0;
     long long tok = atomic_load(&j.tokens);
-    printf("generated %" PRId64 " answers (%lld tokens, %.1f tokens/s on %d threads); %" PRId64
-           " already in %s; %" PRId64 " prompts in all\n",
-           written, tok, dt > 0 ? (double)tok / dt : 0.0, nth, ndone, o.out, (int64_t)ps.n);
+    char where[64];
+    if (o.cuda) snprintf(where, sizeof where, "on the GPU, batch %d", j.batch ? j.batch : (int)o.batch);
+    else snprintf(where, sizeof where, "on %d threads", nth);
+    printf("generated %" PRId64 " answers (%lld tokens, %.1f tokens/s %s); %" PRId64 " already in %s; %" PRId64
+           " prompts in all\n", written, tok, dt > 0 ? (double)tok / dt : 0.0, where, ndone, o.out, (int64_t)ps.n);
     rc = 0;
 done:
     if (fd >= 0) close(fd);

@@ -27,7 +27,7 @@ static void usage_main(FILE *f)
             "       " PROG " eval --target DIR --drafter DIR --prompts FILE [--limit N] [--max-new-tokens N] [--json]\n"
             "       " PROG " eval --help\n"
             "       " PROG " generate --target DIR --prompts FILE -o OUT.jsonl [--max-new-tokens N] [--limit N]\n"
-            "                [--threads N] [--eos ID]...\n"
+            "                [--threads N] [--eos ID]... [--backend cpu|cuda] [--batch N]\n"
             "       " PROG " generate --help\n"
             "       " PROG " --help\n"
             "\n"

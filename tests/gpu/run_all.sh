@@ -29,13 +29,20 @@ one() { # LABEL COMMAND...
 nvidia-smi -L >>"$log" 2>&1
 one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-1500}" timeout 420 bash tests/gpu/gpu_train.sh
 for t in test_train_kernels_gpu test_dflash_attention_gpu test_cross_entropy_gpu test_kernels_gpu test_vmm_pool \
-         test_target_gpu test_decode_gpu test_gated_delta_rule_gpu; do
-    [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 180 "$BUILD/gpu/$t"
+         test_decode_gpu test_logits_mask_gpu test_gated_delta_rule_gpu test_hybrid_kernels_gpu; do
+    [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 300 "$BUILD/gpu/$t"
 done
+# the target forward, one process per family (the hybrid one also writes checkpoints and runs CPU references)
+one test_target_gpu timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
+one test_target_gpu_hybrid timeout 480 "$BUILD/gpu/test_target_gpu" hybrid
 [ -n "${GOLDENS:-}" ] && one test_drafter_gpu timeout 180 "$BUILD/gpu/test_drafter_gpu" "$GOLDENS"
 one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
+one generate_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/generate_gpu.sh
+one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
 echo "$pass passed, $fail failed" | tee -a "$log"
 [ "${1:-}" = quick ] && exit $((fail > 0))
-{ "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; "$BUILD/bench/bench_decode"; } >"$OUT/bench.log" 2>&1
+{ "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; "$BUILD/bench/bench_decode"
+  # the hybrid (Qwen3.5-9B-shaped) target and transformers' model on the same batch
+  "$BUILD/bench/bench_target" --family qwen3_5; python3 bench/torch_hybrid_anchor.py; } >"$OUT/bench.log" 2>&1
 cat "$OUT/bench.log"
 exit $((fail > 0))

@@ -138,6 +138,10 @@ rc=$?
 "${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/x.out" --max-new-tokens 0 >/dev/null 2>"$T/usage2.err"
 [ $? -eq 2 ] && grep -q -- "--max-new-tokens" "$T/usage2.err" && ok generate_usage_bad_value || fail generate_usage_bad_value "$(cat "$T/usage2.err")"
 "$BIN/dflash" generate --help | grep -q -- "--max-new-tokens" && ok generate_help || fail generate_help
+# the CPU-only build names the build that has the CUDA backend (tests/gpu/generate_gpu.sh runs that one)
+"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/cuda.out" --backend cuda >/dev/null 2>"$T/cuda.err"
+[ $? -eq 1 ] && grep -q "no CUDA backend; run dflash-cuda" "$T/cuda.err" && [ ! -e "$T/cuda.out" ] && ok generate_cpu_build_refuses_cuda \
+    || fail generate_cpu_build_refuses_cuda "$(cat "$T/cuda.err")"
 # a target of another family (the hybrid Qwen3.5 golden, when present) is refused by name
 HYB=${DFLASH_GOLDENS:-tests/goldens}/qwen35-tiny/target
 if [ -f "$HYB/config.json" ]; then

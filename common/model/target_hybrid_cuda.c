@@ -1,0 +1,596 @@
+/* target_hybrid_cuda: the hybrid decoder layers on CUDA, following target_hybrid.c (the CPU reference). Per layer:
+ * zero-centred RMSNorm, then
+ *  - Gated DeltaNet: one fused GEMM [q | k | v | z | b | a], causal depthwise conv1d + SiLU over q|k|v (history
+ *    restarting at each sequence start), l2-norm of q (scaled) and k with beta = sigmoid(b) and
+ *    g = -exp(A_log) softplus(a + dt_bias) (gated_delta_prep), the chunked delta rule (fp32 state), the gated
+ *    RMSNorm with silu(z), out_proj whose epilogue adds the residual;
+ *  - or gated attention: one fused GEMM [q (every head) | gate (every head) | k | v] (q_proj's per-head [q | gate]
+ *    rows are regrouped at load), q/k norm + partial RoPE, flash attention, output * sigmoid(gate), o_proj adding
+ *    the residual;
+ * then RMSNorm and the MLP: dense SwiGLU as Qwen3 (one gate|up GEMM, down_proj adding the residual), or the MoE
+ * block: one fp32 GEMM for the router logits and the shared-expert gate logit, softmax + top-k on the device, the
+ * picks grouped by expert ON THE HOST (one stream sync per MoE layer for T*K ints: simple, and it gives the host the
+ * per-expert row counts the GEMMs need), the rows gathered in expert order (each expert's block padded to 64 rows
+ * so that cuBLASLt sees few shapes and its cached algorithms are reused), one gate|up GEMM, SwiGLU and down GEMM
+ * per expert over its rows, the shared expert's SwiGLU over every row, and one gather kernel (moe_combine) that adds
+ * the weighted expert rows and the gated shared expert to the residual. A layer's last kernel (down_proj GEMM or
+ * moe_combine) writes the residual stream straight into the tap block / last buffer as the Qwen3 loop does.
+ * tests/hybrid_flow.h transcribes the loading and the forward with the kernels' CPU references (the unit test
+ * test_target_hybrid_cuda_flow checks it against target_hybrid.c; test_target_gpu uses it as the GPU's bf16
+ * reference): change the two together. */
+#include "target_hybrid_cuda.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "attention.h"
+#include "causal_conv1d.h"
+#include "cuda_check.h"
+#include "embedding.h"
+#include "gated_delta_prep.h"
+#include "gated_delta_rule.h"
+#include "gated_rmsnorm.h"
+#include "matmul.h"
+#include "moe_combine.h"
+#include "moe_router.h"
+#include "qk_norm_rope.h"
+#include "rand_fill.h"
+#include "rmsnorm.h"
+#include "sigmoid_gate.h"
+#include "swiglu.h"
+#include "target_hybrid_layout.h"
+
+typedef struct thc_layer {
+    int linear, moe;
+    uint16_t *input_norm, *post_norm; /* (H), 1 + w */
+    /* gated attention */
+    uint16_t *w_attn;                 /* (2qd + 2kd, H): rows [q (qd) | gate (qd) | k (kd) | v (kd)] */
+    uint16_t *w_o;                    /* (H, qd) */
+    uint16_t *q_norm, *k_norm;        /* (hd), 1 + w */
+    /* Gated DeltaNet */
+    uint16_t *w_lin;                  /* (C + VD + 2 HV, H): rows [q | k | v (C) | z (VD) | b (HV) | a (HV)] */
+    uint16_t *conv;                   /* (C, Kc) */
+    float *a_log, *dt_bias;           /* (HV), fp32 */
+    uint16_t *gnorm;                  /* (Dv), plain weight */
+    uint16_t *w_out;                  /* (H, VD) */
+    /* dense MLP */
+    uint16_t *w_gu, *w_down;          /* (2I, H): gate | up rows; (H, I) */
+    /* MoE */
+    uint16_t *w_router;               /* (E + has_shared, H): router rows, then shared_expert_gate */
+    uint16_t *e_gu, *e_down;          /* (E, 2Im, H): per expert gate | up rows; (E, H, Im) */
+    uint16_t *s_gu, *s_down;          /* shared expert (2Is, H), (H, Is); NULL when Is = 0 */
+} thc_layer;
+
+struct target_hybrid_cuda {
+    thc_layer *layers;
+    int C, VD, lin_w, attn_w, ldl;    /* conv channels, value width, fused widths, router logits' row stride */
+    /* workspaces, for max_tokens rows */
+    uint16_t *proj;                   /* (T, max(lin_w, attn_w)) */
+    uint16_t *conv;                   /* (T, C) */
+    float *g, *beta;                  /* (T, HV) */
+    uint16_t *core;                   /* (T, max(VD, qd)): delta-rule output / attention output */
+    uint16_t *gu, *act;               /* dense MLP: (T, 2I), (T, I) */
+    /* MoE */
+    float *logits;                    /* (T, ldl) fp32: E router logits, then the shared gate logit */
+    int32_t *sel;                     /* (T*K) device */
+    float *selw;                      /* (T*K) device */
+    int32_t *d_rows;                  /* slot_row (T*K) | row_token (R), device */
+    int32_t *h_sel, *h_rows;          /* pinned: sel (T*K); slot_row | row_token */
+    int32_t *h_off;                   /* (E+1) host */
+    /* rows in expert order, each expert's block padded to TARGET_HYBRID_MOE_PAD rows (few GEMM shapes, aligned
+     * offsets): at most R = T*K + E*(pad-1) rows */
+    uint16_t *xs, *egu, *eact, *ys;   /* (R, H), (R, 2Im), (R, Im), (R, H) */
+    uint16_t *sgu, *sact, *sh;        /* (T, 2Is), (T, Is), (T, H) */
+};
+
+static void *thc_alloc(target_cuda *m, size_t bytes)
+{
+    void *p = NULL;
+    CHECK_CUDA(cudaMalloc(&p, bytes ? bytes : 16));
+    m->device_bytes += bytes;
+    return p;
+}
+
+static void thc_free(void *pp)
+{
+    void **p = (void **)pp;
+    if (*p) CHECK_CUDA(cudaFree(*p));
+    *p = NULL;
+}
+
+int target_hybrid_cuda_create(target_cuda *m, errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    const int H = c->hidden_size, hd = c->head_dim, qd = c->num_heads * hd, kd = c->num_kv_heads * hd;
+    const int HK = c->linear_num_k_heads, HV = c->linear_num_v_heads, Dk = c->linear_k_head_dim;
+    const int Dv = c->linear_v_head_dim, E = c->num_experts, K = c->num_experts_per_tok;
+    if (HK <= 0 || HV % HK || Dk <= 0 || Dk > 256 || Dv <= 0 || c->linear_conv_kernel <= 0)
+        return errbuf_set(err, EINVAL, "target_cuda: linear attention with %d/%d heads of %d/%d, conv kernel %d "
+                          "unsupported (key dim at most 256, value heads a multiple of key heads)", HK, HV, Dk, Dv,
+                          c->linear_conv_kernel);
+    if (hd > 256 || c->rotary_dim <= 0 || c->rotary_dim % 2 || c->rotary_dim > hd)
+        return errbuf_set(err, EINVAL, "target_cuda: head_dim %d / rotary dim %d unsupported (head_dim at most 256)",
+                          hd, c->rotary_dim);
+    if (E > 0 && (E > 1024 || K <= 0 || K > E))
+        return errbuf_set(err, EINVAL, "target_cuda: %d experts with top-%d unsupported (at most 1024 experts)", E, K);
+    struct target_hybrid_cuda *y = xcalloc(1, sizeof *y);
+    m->hy = y;
+    y->C = 2 * HK * Dk + HV * Dv, y->VD = HV * Dv;
+    y->lin_w = y->C + y->VD + 2 * HV;
+    y->attn_w = 2 * qd + 2 * kd;
+    const size_t h2 = (size_t)H * 2, I = (size_t)c->intermediate_size, Im = (size_t)c->moe_intermediate_size;
+    const size_t Is = (size_t)c->shared_expert_intermediate_size, C = (size_t)y->C, VD = (size_t)y->VD;
+    int any_dense = 0, any_moe = 0;
+    y->layers = xcalloc((size_t)m->nlayers, sizeof *y->layers);
+    for (int i = 0; i < m->nlayers; i++) {
+        thc_layer *l = &y->layers[i];
+        l->linear = c->layer_linear[i];
+        l->moe = E > 0 && c->layer_moe[i];
+        any_dense |= !l->moe, any_moe |= l->moe;
+        l->input_norm = thc_alloc(m, h2);
+        l->post_norm = thc_alloc(m, h2);
+        if (l->linear) {
+            l->w_lin = thc_alloc(m, (size_t)y->lin_w * h2);
+            l->conv = thc_alloc(m, C * (size_t)c->linear_conv_kernel * 2);
+            l->a_log = thc_alloc(m, sizeof(float) * (size_t)HV);
+            l->dt_bias = thc_alloc(m, sizeof(float) * (size_t)HV);
+            l->gnorm = thc_alloc(m, (size_t)Dv * 2);
+            l->w_out = thc_alloc(m, VD * h2);
+        } else {
+            l->w_attn = thc_alloc(m, (size_t)y->attn_w * h2);
+            l->w_o = thc_alloc(m, (size_t)qd * h2);
+            l->q_norm = thc_alloc(m, (size_t)hd * 2);
+            l->k_norm = thc_alloc(m, (size_t)hd * 2);
+        }
+        if (l->moe) {
+            l->w_router = thc_alloc(m, (size_t)(E + (Is > 0)) * h2);
+            l->e_gu = thc_alloc(m, (size_t)E * 2 * Im * h2);
+            l->e_down = thc_alloc(m, (size_t)E * Im * h2);
+            if (Is > 0) {
+                l->s_gu = thc_alloc(m, 2 * Is * h2);
+                l->s_down = thc_alloc(m, Is * h2);
+            }
+        } else {
+            l->w_gu = thc_alloc(m, 2 * I * h2);
+            l->w_down = thc_alloc(m, I * h2);
+        }
+    }
+    const size_t T = (size_t)m->max_tokens, TK = T * (size_t)(K > 0 ? K : 1);
+    const size_t R = TK + (size_t)E * (TARGET_HYBRID_MOE_PAD - 1);
+    y->proj = thc_alloc(m, T * (size_t)(y->lin_w > y->attn_w ? y->lin_w : y->attn_w) * 2);
+    y->conv = thc_alloc(m, T * C * 2);
+    y->g = thc_alloc(m, sizeof(float) * T * (size_t)HV);
+    y->beta = thc_alloc(m, sizeof(float) * T * (size_t)HV);
+    y->core = thc_alloc(m, T * (VD > (size_t)qd ? VD : (size_t)qd) * 2);
+    if (any_dense) {
+        y->gu = thc_alloc(m, T * 2 * I * 2);
+        y->act = thc_alloc(m, T * I * 2);
+    }
+    if (any_moe) {
+        y->ldl = (E + 1 + 3) / 4 * 4; /* 16-byte rows */
+        y->logits = thc_alloc(m, sizeof(float) * T * (size_t)y->ldl);
+        y->sel = thc_alloc(m, sizeof(int32_t) * TK);
+        y->selw = thc_alloc(m, sizeof(float) * TK);
+        y->d_rows = thc_alloc(m, sizeof(int32_t) * (TK + R));
+        CHECK_CUDA(cudaMallocHost((void **)&y->h_sel, sizeof(int32_t) * TK));
+        CHECK_CUDA(cudaMallocHost((void **)&y->h_rows, sizeof(int32_t) * (TK + R)));
+        y->h_off = xmalloc(sizeof(int32_t) * (size_t)(E + 1));
+        y->xs = thc_alloc(m, R * h2);
+        y->egu = thc_alloc(m, R * 2 * Im * 2);
+        y->eact = thc_alloc(m, R * Im * 2);
+        y->ys = thc_alloc(m, R * h2);
+        if (Is > 0) {
+            y->sgu = thc_alloc(m, T * 2 * Is * 2);
+            y->sact = thc_alloc(m, T * Is * 2);
+            y->sh = thc_alloc(m, T * h2);
+        }
+    }
+    return 0;
+}
+
+void target_hybrid_cuda_destroy(target_cuda *m)
+{
+    struct target_hybrid_cuda *y = m->hy;
+    if (!y) return;
+    for (int i = 0; y->layers && i < m->nlayers; i++) {
+        thc_layer *l = &y->layers[i];
+        void *p[] = {&l->input_norm, &l->post_norm, &l->w_attn, &l->w_o, &l->q_norm, &l->k_norm, &l->w_lin,
+                     &l->conv, &l->a_log, &l->dt_bias, &l->gnorm, &l->w_out, &l->w_gu, &l->w_down, &l->w_router,
+                     &l->e_gu, &l->e_down, &l->s_gu, &l->s_down};
+        for (size_t j = 0; j < sizeof p / sizeof p[0]; j++) thc_free(p[j]);
+    }
+    free(y->layers);
+    void *b[] = {&y->proj, &y->conv, &y->g, &y->beta, &y->core, &y->gu, &y->act, &y->logits, &y->sel, &y->selw,
+                 &y->d_rows, &y->xs, &y->egu, &y->eact, &y->ys, &y->sgu, &y->sact, &y->sh};
+    for (size_t j = 0; j < sizeof b / sizeof b[0]; j++) thc_free(b[j]);
+    if (y->h_sel) CHECK_CUDA(cudaFreeHost(y->h_sel));
+    if (y->h_rows) CHECK_CUDA(cudaFreeHost(y->h_rows));
+    free(y->h_off);
+    free(y);
+    m->hy = NULL;
+}
+
+/* ---- loading: every tensor goes through fp32 on the host (st_load_f32 converts and checks the shape), is
+ * reordered there when the fused layout needs it, and is uploaded as bf16 ---- */
+
+/* dst (n bf16, device) = bf16(src[i] + add) */
+static void thc_put(uint16_t *dst, const float *src, size_t n, float add)
+{
+    const size_t chunk = (size_t)1 << 22;
+    uint16_t *h = xmalloc(sizeof *h * (n < chunk ? n : chunk));
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t cnt = n - off < chunk ? n - off : chunk;
+        for (size_t i = 0; i < cnt; i++) h[i] = f32_to_bf16(src[off + i] + add);
+        CHECK_CUDA(cudaMemcpy(dst + off, h, cnt * 2, cudaMemcpyHostToDevice));
+    }
+    free(h);
+}
+
+typedef struct thc_loader {
+    const st_file *st;
+    const char *prefix;
+    int layer;
+    errbuf *err;
+} thc_loader;
+
+static void thc_name(const thc_loader *L, char *n, size_t cap, const char *suffix)
+{
+    snprintf(n, cap, "%slayers.%d.%s", L->prefix, L->layer, suffix);
+}
+
+static int thc_has(const thc_loader *L, const char *suffix)
+{
+    char n[256];
+    thc_name(L, n, sizeof n, suffix);
+    return st_find(L->st, n) != NULL;
+}
+
+/* Tensor `suffix` of shape (d0[, d1[, d2]]) (0 ends the shape) as fp32 in *out (caller frees). */
+static int thc_get(const thc_loader *L, const char *suffix, float **out, int64_t d0, int64_t d1, int64_t d2)
+{
+    char n[256];
+    thc_name(L, n, sizeof n, suffix);
+    int64_t shape[3] = {d0, d1, d2};
+    return st_load_f32(L->st, n, out, d2 > 0 ? 3 : d1 > 0 ? 2 : 1, shape, NULL, L->err);
+}
+
+/* Tensor `suffix` (d0[, d1[, d2]]) uploaded as bf16(w + add) to dst. */
+static int thc_up(const thc_loader *L, const char *suffix, uint16_t *dst, int64_t d0, int64_t d1, int64_t d2,
+                  float add)
+{
+    float *f = NULL;
+    int rc = thc_get(L, suffix, &f, d0, d1, d2);
+    if (!rc) thc_put(dst, f, (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1) * (size_t)(d2 > 0 ? d2 : 1), add);
+    free(f);
+    return rc;
+}
+
+/* Tensor `suffix` (rows, cols): row r uploaded to row map(r) of dst (rows of cols). */
+static int thc_up_rows(const thc_loader *L, const char *suffix, uint16_t *dst, int64_t rows, int64_t cols,
+                       const int *map)
+{
+    float *f = NULL;
+    int rc = thc_get(L, suffix, &f, rows, cols, 0);
+    if (rc) return rc;
+    float *p = xmalloc(sizeof(float) * (size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(p + (size_t)map[r] * (size_t)cols, f + (size_t)r * (size_t)cols, sizeof(float) * (size_t)cols);
+    thc_put(dst, p, (size_t)(rows * cols), 0.0f);
+    free(p);
+    free(f);
+    return 0;
+}
+
+/* fp32 vector `suffix` (n) to device fp32 dst */
+static int thc_up_f32(const thc_loader *L, const char *suffix, float *dst, int64_t n)
+{
+    float *f = NULL;
+    int rc = thc_get(L, suffix, &f, n, 0, 0);
+    if (!rc) CHECK_CUDA(cudaMemcpy(dst, f, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice));
+    free(f);
+    return rc;
+}
+
+int target_hybrid_cuda_upload_norm(const st_file *st, const char *name, uint16_t *dst, int n, errbuf *err)
+{
+    float *f = NULL;
+    int64_t shape[1] = {n};
+    int rc = st_load_f32(st, name, &f, 1, shape, NULL, err);
+    if (!rc) thc_put(dst, f, (size_t)n, 1.0f);
+    free(f);
+    return rc;
+}
+
+static int thc_load_linear(const thc_loader *L, const hf_config *c, const struct target_hybrid_cuda *y,
+                           thc_layer *l)
+{
+    const int64_t H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
+    const int64_t Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim, Kc = c->linear_conv_kernel;
+    const int64_t C = y->C, VD = y->VD;
+    int rc;
+    if (thc_has(L, "linear_attn.in_proj_qkvz.weight")) { /* Qwen3-Next: per-group interleaved rows */
+        const int64_t rows = C + VD, rows_ba = 2 * HV;
+        int *map = xmalloc(sizeof(int) * (size_t)rows);
+        for (int64_t r = 0; r < rows; r++) map[r] = target_hybrid_qkvz_row((int)r, (int)HK, (int)HV, (int)Dk, (int)Dv);
+        rc = thc_up_rows(L, "linear_attn.in_proj_qkvz.weight", l->w_lin, rows, H, map);
+        for (int64_t r = 0; r < rows_ba; r++) map[r] = target_hybrid_ba_row((int)r, (int)HK, (int)HV);
+        if (!rc) rc = thc_up_rows(L, "linear_attn.in_proj_ba.weight", l->w_lin + (size_t)(C + VD) * H, rows_ba, H, map);
+        free(map);
+    } else {
+        rc = thc_up(L, "linear_attn.in_proj_qkv.weight", l->w_lin, C, H, 0, 0.0f);
+        if (!rc) rc = thc_up(L, "linear_attn.in_proj_z.weight", l->w_lin + (size_t)C * H, VD, H, 0, 0.0f);
+        if (!rc) rc = thc_up(L, "linear_attn.in_proj_b.weight", l->w_lin + (size_t)(C + VD) * H, HV, H, 0, 0.0f);
+        if (!rc) rc = thc_up(L, "linear_attn.in_proj_a.weight", l->w_lin + (size_t)(C + VD + HV) * H, HV, H, 0, 0.0f);
+    }
+    /* conv1d.weight is (C, 1, K) as nn.Conv1d stores it; some converters squeeze it to (C, K) */
+    char n[256];
+    thc_name(L, n, sizeof n, "linear_attn.conv1d.weight");
+    const st_tensor *cw = st_find(L->st, n);
+    if (!rc) rc = cw && cw->ndim == 2 ? thc_up(L, "linear_attn.conv1d.weight", l->conv, C, Kc, 0, 0.0f)
+                                      : thc_up(L, "linear_attn.conv1d.weight", l->conv, C, 1, Kc, 0.0f);
+    if (!rc) rc = thc_up_f32(L, "linear_attn.A_log", l->a_log, HV);
+    if (!rc) rc = thc_up_f32(L, "linear_attn.dt_bias", l->dt_bias, HV);
+    if (!rc) rc = thc_up(L, "linear_attn.norm.weight", l->gnorm, Dv, 0, 0, 0.0f);
+    if (!rc) rc = thc_up(L, "linear_attn.out_proj.weight", l->w_out, H, VD, 0, 0.0f);
+    return rc;
+}
+
+static int thc_load_attn(const thc_loader *L, const hf_config *c, thc_layer *l)
+{
+    const int64_t H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, qd = nh * hd;
+    const int64_t kd = (int64_t)c->num_kv_heads * hd;
+    int *map = xmalloc(sizeof(int) * (size_t)(2 * qd));
+    for (int64_t r = 0; r < 2 * qd; r++) map[r] = target_hybrid_q_gate_row((int)r, (int)nh, (int)hd);
+    int rc = thc_up_rows(L, "self_attn.q_proj.weight", l->w_attn, 2 * qd, H, map);
+    free(map);
+    if (!rc) rc = thc_up(L, "self_attn.k_proj.weight", l->w_attn + (size_t)(2 * qd) * H, kd, H, 0, 0.0f);
+    if (!rc) rc = thc_up(L, "self_attn.v_proj.weight", l->w_attn + (size_t)(2 * qd + kd) * H, kd, H, 0, 0.0f);
+    if (!rc) rc = thc_up(L, "self_attn.o_proj.weight", l->w_o, H, qd, 0, 0.0f);
+    if (!rc) rc = thc_up(L, "self_attn.q_norm.weight", l->q_norm, hd, 0, 0, 1.0f);
+    if (!rc) rc = thc_up(L, "self_attn.k_norm.weight", l->k_norm, hd, 0, 0, 1.0f);
+    return rc;
+}
+
+static int thc_load_moe(const thc_loader *L, const hf_config *c, thc_layer *l)
+{
+    const int64_t H = c->hidden_size, E = c->num_experts, Im = c->moe_intermediate_size;
+    const int64_t Is = c->shared_expert_intermediate_size;
+    int rc = thc_up(L, "mlp.gate.weight", l->w_router, E, H, 0, 0.0f);
+    if (!rc && thc_has(L, "mlp.experts.gate_up_proj")) { /* transformers' fused layout */
+        rc = thc_up(L, "mlp.experts.gate_up_proj", l->e_gu, E, 2 * Im, H, 0.0f);
+        if (!rc) rc = thc_up(L, "mlp.experts.down_proj", l->e_down, E, H, Im, 0.0f);
+    } else {
+        char s[96];
+        for (int64_t e = 0; e < E && !rc; e++) {
+            uint16_t *gu = l->e_gu + (size_t)(e * 2 * Im * H);
+            snprintf(s, sizeof s, "mlp.experts.%lld.gate_proj.weight", (long long)e);
+            rc = thc_up(L, s, gu, Im, H, 0, 0.0f);
+            snprintf(s, sizeof s, "mlp.experts.%lld.up_proj.weight", (long long)e);
+            if (!rc) rc = thc_up(L, s, gu + (size_t)(Im * H), Im, H, 0, 0.0f);
+            snprintf(s, sizeof s, "mlp.experts.%lld.down_proj.weight", (long long)e);
+            if (!rc) rc = thc_up(L, s, l->e_down + (size_t)(e * H * Im), H, Im, 0, 0.0f);
+        }
+    }
+    if (!rc && Is > 0) {
+        rc = thc_up(L, "mlp.shared_expert.gate_proj.weight", l->s_gu, Is, H, 0, 0.0f);
+        if (!rc) rc = thc_up(L, "mlp.shared_expert.up_proj.weight", l->s_gu + (size_t)(Is * H), Is, H, 0, 0.0f);
+        if (!rc) rc = thc_up(L, "mlp.shared_expert.down_proj.weight", l->s_down, H, Is, 0, 0.0f);
+        if (!rc) rc = thc_up(L, "mlp.shared_expert_gate.weight", l->w_router + (size_t)(E * H), 1, H, 0, 0.0f);
+    }
+    return rc;
+}
+
+int target_hybrid_cuda_load(target_cuda *m, const st_file *st, const char *prefix, errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    struct target_hybrid_cuda *y = m->hy;
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    int rc = 0;
+    for (int i = 0; i < m->nlayers && !rc; i++) {
+        thc_layer *l = &y->layers[i];
+        thc_loader L = {.st = st, .prefix = prefix, .layer = i, .err = err};
+        rc = thc_up(&L, "input_layernorm.weight", l->input_norm, H, 0, 0, 1.0f);
+        if (!rc) rc = thc_up(&L, "post_attention_layernorm.weight", l->post_norm, H, 0, 0, 1.0f);
+        if (!rc) rc = l->linear ? thc_load_linear(&L, c, y, l) : thc_load_attn(&L, c, l);
+        if (!rc && l->moe) {
+            rc = thc_load_moe(&L, c, l);
+        } else if (!rc) {
+            rc = thc_up(&L, "mlp.gate_proj.weight", l->w_gu, I, H, 0, 0.0f);
+            if (!rc) rc = thc_up(&L, "mlp.up_proj.weight", l->w_gu + (size_t)(I * H), I, H, 0, 0.0f);
+            if (!rc) rc = thc_up(&L, "mlp.down_proj.weight", l->w_down, H, I, 0, 0.0f);
+        }
+    }
+    return rc;
+}
+
+void target_hybrid_cuda_init_random(target_cuda *m, uint64_t *seed, float a)
+{
+    const hf_config *c = &m->cfg;
+    struct target_hybrid_cuda *y = m->hy;
+    const size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim, qd = (size_t)c->num_heads * hd;
+    const size_t I = (size_t)c->intermediate_size, E = (size_t)c->num_experts;
+    const size_t Im = (size_t)c->moe_intermediate_size, Is = (size_t)c->shared_expert_intermediate_size;
+    const int HV = c->linear_num_v_heads;
+    cudaStream_t st = m->stream;
+    uint64_t s = *seed;
+    float *alog = xmalloc(sizeof(float) * (size_t)HV), *dtb = xmalloc(sizeof(float) * (size_t)HV);
+    for (int i = 0; i < m->nlayers; i++) {
+        thc_layer *l = &y->layers[i];
+        rand_fill_bf16_cuda(l->input_norm, H, s++, 0.0f, 1.0f, st);
+        rand_fill_bf16_cuda(l->post_norm, H, s++, 0.0f, 1.0f, st);
+        if (l->linear) {
+            rand_fill_bf16_cuda(l->w_lin, (size_t)y->lin_w * H, s++, a, 0.0f, st);
+            rand_fill_bf16_cuda(l->conv, (size_t)y->C * (size_t)c->linear_conv_kernel, s++, 0.5f, 0.0f, st);
+            rand_fill_bf16_cuda(l->gnorm, (size_t)c->linear_v_head_dim, s++, 0.0f, 1.0f, st);
+            rand_fill_bf16_cuda(l->w_out, H * (size_t)y->VD, s++, a, 0.0f, st);
+            uint64_t r = s++;
+            for (int h = 0; h < HV; h++) { /* transformers' init: A ~ U[0, 16) (here [1, 16)), dt_bias = 1 */
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                alog[h] = logf(1.0f + 15.0f * (float)((r >> 40) & 0xffffff) / 16777216.0f);
+                dtb[h] = 1.0f;
+            }
+            CHECK_CUDA(cudaMemcpy(l->a_log, alog, sizeof(float) * (size_t)HV, cudaMemcpyHostToDevice));
+            CHECK_CUDA(cudaMemcpy(l->dt_bias, dtb, sizeof(float) * (size_t)HV, cudaMemcpyHostToDevice));
+        } else {
+            rand_fill_bf16_cuda(l->w_attn, (size_t)y->attn_w * H, s++, a, 0.0f, st);
+            rand_fill_bf16_cuda(l->w_o, H * qd, s++, a, 0.0f, st);
+            rand_fill_bf16_cuda(l->q_norm, hd, s++, 0.0f, 1.0f, st);
+            rand_fill_bf16_cuda(l->k_norm, hd, s++, 0.0f, 1.0f, st);
+        }
+        if (l->moe) {
+            rand_fill_bf16_cuda(l->w_router, (E + (Is > 0)) * H, s++, a, 0.0f, st);
+            rand_fill_bf16_cuda(l->e_gu, E * 2 * Im * H, s++, a, 0.0f, st);
+            rand_fill_bf16_cuda(l->e_down, E * H * Im, s++, a, 0.0f, st);
+            if (Is > 0) {
+                rand_fill_bf16_cuda(l->s_gu, 2 * Is * H, s++, a, 0.0f, st);
+                rand_fill_bf16_cuda(l->s_down, H * Is, s++, a, 0.0f, st);
+            }
+        } else {
+            rand_fill_bf16_cuda(l->w_gu, 2 * I * H, s++, a, 0.0f, st);
+            rand_fill_bf16_cuda(l->w_down, H * I, s++, a, 0.0f, st);
+        }
+    }
+    free(alog);
+    free(dtb);
+    *seed = s;
+}
+
+/* ---- forward ---- */
+
+/* Gated DeltaNet over u (T, H); m->x = r + out_proj(...). */
+static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, const uint16_t *r, int ldr)
+{
+    const hf_config *c = &m->cfg;
+    struct target_hybrid_cuda *y = m->hy;
+    const int T = rows->T, H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
+    const int Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim, C = y->C, VD = y->VD, W = y->lin_w;
+    cudaStream_t st = m->stream;
+    matmul_forward_cuda(m->mm, y->proj, W, NULL, 0, 0.0f, m->u, H, l->w_lin, T, W, H, st);
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    causal_conv1d_silu_cuda(y->conv, C, y->proj, W, l->conv, C, c->linear_conv_kernel, rows->cu, rows->nseq, T, st);
+    gated_delta_prep_cuda(y->conv, C, T, HK, Dk, y->beta, y->g, HV, y->proj + C + VD, W, y->proj + C + VD + HV, W,
+                          l->a_log, l->dt_bias, HV, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    gated_delta_rule_forward_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C, y->g, HV,
+                                  y->beta, HV, rows->cu, rows->nseq, HK, HV, Dk, Dv, st);
+    target_cuda_mark(m, TARGET_CUDA_DELTA_RULE);
+    gated_rmsnorm_cuda(y->core, VD, y->core, VD, y->proj + C, W, l->gnorm, T, HV, Dv, (float)c->rms_eps, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, y->core, VD, l->w_out, T, H, VD, st);
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+}
+
+/* Gated attention over u (T, H); m->x = r + o_proj(...). */
+static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, const uint16_t *r, int ldr)
+{
+    const hf_config *c = &m->cfg;
+    struct target_hybrid_cuda *y = m->hy;
+    const int T = rows->T, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    const int qd = nh * hd, kd = nkv * hd, W = y->attn_w;
+    cudaStream_t st = m->stream;
+    uint16_t *q = y->proj, *gate = y->proj + qd, *k = y->proj + 2 * qd, *v = y->proj + 2 * qd + kd;
+    matmul_forward_cuda(m->mm, y->proj, W, NULL, 0, 0.0f, m->u, H, l->w_attn, T, W, H, st);
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    qk_norm_rope_partial_cuda(q, W, k, W, T, nh, nkv, hd, c->rotary_dim, l->q_norm, l->k_norm, (float)c->rms_eps,
+                              rows->pos, m->d_inv_freq, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    attention_causal_forward_cuda(y->core, qd, q, W, k, W, v, W, rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd,
+                                  1.0f / sqrtf((float)hd), st);
+    target_cuda_mark(m, TARGET_CUDA_ATTENTION);
+    sigmoid_gate_cuda(y->core, qd, y->core, qd, gate, W, T, qd, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, y->core, qd, l->w_o, T, H, qd, st);
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+}
+
+/* The MoE block over u (T, H): dst (ldd) = m->x + experts + gated shared expert. */
+static void thc_moe(target_cuda *m, const thc_layer *l, int T, uint16_t *dst, int ldd)
+{
+    const hf_config *c = &m->cfg;
+    struct target_hybrid_cuda *y = m->hy;
+    const int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
+    const int Is = c->shared_expert_intermediate_size, TK = T * K;
+    cudaStream_t st = m->stream;
+    matmul_forward_f32_cuda(m->mm, y->logits, y->ldl, 0.0f, m->u, H, l->w_router, T, E + (Is > 0), H, st);
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    moe_router_topk_cuda(y->sel, y->selw, y->logits, y->ldl, T, E, K, c->norm_topk_prob, st);
+    /* grouping on the host: the only sync of the forward (T*K ints each way through pinned buffers; the previous
+     * MoE layer's upload from h_rows completed before this sync returned) */
+    CHECK_CUDA(cudaMemcpyAsync(y->h_sel, y->sel, sizeof(int32_t) * (size_t)TK, cudaMemcpyDeviceToHost, st));
+    CHECK_CUDA(cudaStreamSynchronize(st));
+    int32_t *slot_row = y->h_rows, *row_token = y->h_rows + TK;
+    const int NR = target_hybrid_moe_group(y->h_sel, T, K, E, TARGET_HYBRID_MOE_PAD, y->h_off, row_token, slot_row);
+    DF_ASSERT(NR >= TK); /* -1: an expert id outside [0, E) (non-finite router logits) */
+    CHECK_CUDA(cudaMemcpyAsync(y->d_rows, y->h_rows, sizeof(int32_t) * (size_t)(TK + NR), cudaMemcpyHostToDevice, st));
+    embedding_forward_cuda(y->xs, y->d_rows + TK, NR, m->u, H, st); /* rows of u in expert order */
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    for (int e = 0; e < E; e++) {
+        const int off = y->h_off[e], n = y->h_off[e + 1] - off;
+        if (n > 0)
+            matmul_forward_cuda(m->mm, y->egu + (size_t)off * 2 * Im, 2 * Im, NULL, 0, 0.0f, y->xs + (size_t)off * H,
+                                H, l->e_gu + (size_t)e * 2 * Im * H, n, 2 * Im, H, st);
+    }
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    swiglu_forward_cuda(y->eact, Im, y->egu, 2 * Im, NR, Im, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    for (int e = 0; e < E; e++) {
+        const int off = y->h_off[e], n = y->h_off[e + 1] - off;
+        if (n > 0)
+            matmul_forward_cuda(m->mm, y->ys + (size_t)off * H, H, NULL, 0, 0.0f, y->eact + (size_t)off * Im, Im,
+                                l->e_down + (size_t)e * H * Im, n, H, Im, st);
+    }
+    if (Is > 0) {
+        matmul_forward_cuda(m->mm, y->sgu, 2 * Is, NULL, 0, 0.0f, m->u, H, l->s_gu, T, 2 * Is, H, st);
+        swiglu_forward_cuda(y->sact, Is, y->sgu, 2 * Is, T, Is, st);
+        matmul_forward_cuda(m->mm, y->sh, H, NULL, 0, 0.0f, y->sact, Is, l->s_down, T, H, Is, st);
+    }
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    moe_combine_cuda(dst, ldd, m->x, H, y->ys, H, y->d_rows, y->selw, T, K, H, Is > 0 ? y->sh : NULL, H,
+                     y->logits + E, y->ldl, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+}
+
+void target_hybrid_cuda_run_layers(target_cuda *m, const tc_rows *rows, int deepest, const int *taps, int ntaps,
+                                   uint16_t *aux, int ld_aux, uint16_t *last, uint16_t *logits,
+                                   const int32_t *logit_rows, int nlogit)
+{
+    const hf_config *c = &m->cfg;
+    struct target_hybrid_cuda *y = m->hy;
+    const int T = rows->T, H = c->hidden_size, I = c->intermediate_size;
+    const float eps = (float)c->rms_eps;
+    cudaStream_t st = m->stream;
+
+    embedding_forward_cuda(m->x, rows->ids, T, m->embed, H, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    uint16_t *r = m->x; /* the residual stream: x, or the tap block / last buffer the previous layer wrote */
+    int ldr = H;
+    for (int li = 0; li <= deepest; li++) {
+        const thc_layer *l = &y->layers[li];
+        rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
+        if (l->linear) thc_linear(m, l, rows, r, ldr);
+        else thc_attn(m, l, rows, r, ldr);
+        rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, eps, st);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
+        int ldd, first_tap;
+        uint16_t *dst = target_cuda_layer_dst(m, li, taps, ntaps, aux, ld_aux, last, &ldd, &first_tap);
+        if (l->moe) {
+            thc_moe(m, l, T, dst, ldd);
+        } else {
+            matmul_forward_cuda(m->mm, y->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
+            target_cuda_mark(m, TARGET_CUDA_MATMUL);
+            swiglu_forward_cuda(y->act, I, y->gu, 2 * I, T, I, st);
+            target_cuda_mark(m, TARGET_CUDA_OTHER);
+            matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, y->act, I, l->w_down, T, H, I, st);
+            target_cuda_mark(m, TARGET_CUDA_MATMUL);
+        }
+        r = dst, ldr = ldd;
+        target_cuda_layer_copies(m, li, first_tap, taps, ntaps, aux, ld_aux, last, r, ldr, T);
+    }
+    target_cuda_finish(m, r, ldr, T, logits, logit_rows, nlogit);
+}

@@ -1,0 +1,25 @@
+/* causal_conv1d: the causal depthwise conv1d + SiLU of Gated DeltaNet over packed variable-length sequences:
+ *   y[t, ch] = silu(Σ_{j<K} w[ch, j] · x[t − (K−1) + j, ch])
+ * where rows before the token's sequence start count as zero (the history restarts at every sequence start, as a
+ * sequence run alone sees it). fp32 math; the CUDA version takes bf16 activations and weights. */
+#ifndef DFLASH_KERNEL_CAUSAL_CONV1D_H
+#define DFLASH_KERNEL_CAUSAL_CONV1D_H
+
+#include <stdint.h>
+
+/* y (T, C; ldy) from x (T, C; ldx) and w (C, K); cu_seqlens (nseq+1), cu_seqlens[nseq] = T. y must not overlap x. */
+void causal_conv1d_silu_cpu(float *y, int ldy, const float *x, int ldx, const float *w, int C, int K,
+                            const int32_t *cu_seqlens, int nseq);
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CUDA, bf16 in/out, fp32 accumulation; cu_seqlens is a device array, T = cu_seqlens[nseq] given by the caller.
+ * stream is a cudaStream_t. */
+void causal_conv1d_silu_cuda(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int C, int K,
+                             const int32_t *cu_seqlens, int nseq, int T, void *stream);
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# GPU system test (GPU machine): `dflash-cuda generate --backend cuda` on make_fixture's prompts, against the CPU
+# path (`dflash generate`) on the same target (a bf16 copy of make_fixture's shape, so both read the same weights).
+# bf16 activations on the GPU against fp32 on the CPU can flip a greedy choice where two logits nearly tie, and
+# every later token of that answer then follows another prefix; so the check counts flips: each GPU answer is walked
+# against the CPU's greedy continuation of the same prefix (the CPU regenerates from the GPU's own prefix after each
+# flip), and flips must be at most MAX_FLIP_PCT (default 5) % of the GPU's tokens. A wrong position, cache slot or
+# mask gives wrong tokens nearly everywhere. Also: one line per prompt, in order, the same prompts, EOS and
+# --suppress honoured, --batch smaller than the prompt count (slots reused), dflash-prepare reads the output, the
+# summary and progress lines, and resume after SIGKILL (plus a partial last line): every prompt answered once, in
+# order, the lines written before the kill kept byte for byte.
+# Usage: BUILD=build tests/gpu/generate_gpu.sh   (needs $BUILD/bin/dflash, dflash-cuda, dflash-demo, dflash-prepare)
+# A dry run of the script's logic without a GPU: CAND_BACKEND=cpu CAND_TARGET=f32 (the candidate is the CPU path on
+# make_fixture's fp32 target: its flips come from the weights' bf16 rounding instead).
+cd "$(dirname "$0")/../.." || exit 1
+. tests/system/lib.bash
+make_fixture || { fail generate_gpu_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+V=256
+"$BIN/dflash-demo" make-target "$T/target16" --seed 11 --hidden 32 --layers 4 --heads 4 --kv-heads 2 --head-dim 8 \
+    --intermediate 64 --vocab $V --dtype bf16 >/dev/null 2>>"$T/fixture.log" ||
+    { fail generate_gpu_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+TGT=$T/target16
+CAND_TARGET=${CAND_TARGET:-$TGT}
+[ "$CAND_TARGET" = f32 ] && CAND_TARGET=$T/target
+CAND_BACKEND=${CAND_BACKEND:-cuda}
+MAX_FLIP_PCT=${MAX_FLIP_PCT:-5}
+CPU=("$BIN/dflash" generate --target "$TGT")
+GPU=("$BIN/dflash-cuda" generate --target "$CAND_TARGET" --backend "$CAND_BACKEND")
+# the prompts of make_fixture's data, and an EOS id that ends some answers early (so slots free at different steps)
+python3 - "$T/data.jsonl" "$T/prompts.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[2], "w") as f:
+    for l in open(sys.argv[1]):
+        l = json.loads(l)
+        f.write(json.dumps({"input_ids": l["input_ids"][:l["loss_mask"].index(1)]}) + "\n")
+EOF
+"${CPU[@]}" --prompts "$T/prompts.jsonl" -o "$T/probe.jsonl" --max-new-tokens 24 --suppress $((V - 1)) -q >/dev/null 2>&1
+eos=$(python3 -c "import json; l=json.loads(open('$T/probe.jsonl').readline()); print(l['input_ids'][l['loss_mask'].index(1) + 5])")
+ARGS=(--prompts "$T/prompts.jsonl" --max-new-tokens 24 --suppress $((V - 1)) --eos "$eos")
+
+# ---- the GPU's answers against the CPU's ----
+"${CPU[@]}" "${ARGS[@]}" -o "$T/cpu.jsonl" -q >/dev/null 2>"$T/cpu.err" || fail generate_gpu_cpu_reference "$(cat "$T/cpu.err")"
+"${GPU[@]}" "${ARGS[@]}" --batch 16 -o "$T/gpu.jsonl" >"$T/gpu.out" 2>"$T/gpu.err"
+rc=$?
+[ $rc -eq 0 ] && ok generate_gpu_runs || fail generate_gpu_runs "exit $rc: $(tail -3 "$T/gpu.err")"
+grep -qE "^generated 48 answers \([0-9]+ tokens, .* tokens/s on the GPU, batch 16\)" "$T/gpu.out" \
+    && grep -q "48/48 prompts done" "$T/gpu.err" && ok generate_gpu_summary_and_progress \
+    || [ "$CAND_BACKEND" != cuda ] || fail generate_gpu_summary_and_progress "$(cat "$T/gpu.out" "$T/gpu.err")"
+"$BIN/dflash-prepare" -o "$T/prep" "$T/gpu.jsonl" >"$T/prep.out" 2>&1 && grep -q "^prepared 48 samples" "$T/prep.out" \
+    && ok generate_gpu_output_prepares || fail generate_gpu_output_prepares "$(cat "$T/prep.out")"
+# The walk: prints "ok ..." or "FAIL ..." lines; the CPU regenerations run through $T/regen.sh.
+cat >"$T/regen.sh" <<EOF
+#!/usr/bin/env bash
+rm -f "\$2" && exec $(printf '%q ' "${CPU[@]}") --prompts "\$1" -o "\$2" --max-new-tokens 24 --suppress $((V - 1)) --eos $eos -q >/dev/null
+EOF
+chmod +x "$T/regen.sh"
+python3 - "$T/prompts.jsonl" "$T/cpu.jsonl" "$T/gpu.jsonl" "$T/regen.sh" "$T/regen" "$MAX_FLIP_PCT" "$eos" $((V - 1)) <<'EOF'
+import json, subprocess, sys
+prompts_f, cpu_f, gpu_f, regen, tmp, max_pct, eos, sup = sys.argv[1:9]
+max_pct, eos, sup, M = float(max_pct), int(eos), int(sup), 24
+prompts = [json.loads(l)["input_ids"] for l in open(prompts_f)]
+cpu = [json.loads(l) for l in open(cpu_f)]
+gpu = [json.loads(l) for l in open(gpu_f)]
+def split(line):
+    p = line["loss_mask"].index(1)
+    assert line["loss_mask"] == [0] * p + [1] * (len(line["input_ids"]) - p)
+    return line["input_ids"][:p], line["input_ids"][p:]
+bad = None
+if len(gpu) != len(prompts): bad = "%d lines, want %d" % (len(gpu), len(prompts))
+for i, g in enumerate(gpu if not bad else []):
+    p, a = split(g)
+    if g["prompt_line"] != i + 1 or p != prompts[i]: bad = "line %d: prompt_line %s or its prompt differs" % (i + 1, g["prompt_line"]); break
+    if sup in a: bad = "line %d: the suppressed id %d was generated" % (i + 1, sup); break
+    if eos in a[:-1] or (a[-1] != eos and len(a) != M) or g["stop"] != ("eos" if a[-1] == eos else "max_new_tokens"):
+        bad = "line %d: answer of %d tokens, stop %s: EOS %d or --max-new-tokens %d not honoured" % (i + 1, len(a), g["stop"], eos, M); break
+print(("FAIL generate_gpu_lines_prompts_eos_suppress: " + bad) if bad else "ok generate_gpu_lines_prompts_eos_suppress")
+if bad: sys.exit()
+ans = [split(g)[1] for g in gpu]
+ref = [split(c)[1] for c in cpu]           # the CPU's greedy answer from what the GPU holds at k[i]
+k = [0] * len(ans)                        # GPU answer tokens checked so far
+flips = [0] * len(ans)
+rounds = 0
+while True:
+    redo = []
+    for i, a in enumerate(ans):
+        if k[i] >= len(a): continue
+        c, j = ref[i], 0
+        while k[i] + j < len(a) and j < len(c) and a[k[i] + j] == c[j]: j += 1
+        k[i] += j
+        if k[i] < len(a) or j < len(c):   # a differs at k[i] (or one answer ends before the other)
+            flips[i] += 1
+            k[i] += 1
+            if k[i] < len(a): redo.append(i)
+    if not redo: break
+    rounds += 1
+    with open(tmp + ".jsonl", "w") as f:
+        for i in redo: f.write(json.dumps({"input_ids": prompts[i] + ans[i][:k[i]]}) + "\n")
+    subprocess.run([regen, tmp + ".jsonl", tmp + ".out"], check=True)
+    out = [json.loads(l) for l in open(tmp + ".out")]
+    for i, o in zip(redo, out): ref[i] = split(o)[1][:M - k[i]]
+ntok = sum(len(a) for a in ans)
+same = sum(f == 0 for f in flips)
+pct = 100.0 * sum(flips) / ntok
+print("%s generate_gpu_tokens_match_cpu: %d of %d lines identical to the CPU's (%.1f%%); %d greedy flips in %d tokens "
+      "(%.2f%%, at most %.1f%%; %d CPU regeneration rounds)" % ("ok" if pct <= max_pct else "FAIL", same, len(ans),
+      100.0 * same / len(ans), sum(flips), ntok, pct, max_pct, rounds))
+EOF
+
+# ---- resume: SIGKILL part-way, a partial last line, rerun: every prompt once, in order, the kept lines kept ----
+python3 - "$T/prompts.jsonl" "$T/many.jsonl" <<'EOF'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+with open(sys.argv[2], "w") as f:
+    for i in range(2000): f.write(lines[i % len(lines)] + "\n" + ("\n" if i % 7 == 0 else ""))
+EOF
+LONG=(--prompts "$T/many.jsonl" --max-new-tokens 120 --suppress $((V - 1)) --batch 16 -q)
+"${GPU[@]}" "${LONG[@]}" -o "$T/cut.jsonl" >/dev/null 2>"$T/cut.err" &
+pid=$!
+for _ in $(seq 1 3000); do
+    [ -f "$T/cut.jsonl" ] && [ "$(wc -l <"$T/cut.jsonl")" -ge 30 ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.02
+done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+n=$(wc -l <"$T/cut.jsonl")
+if [ "$n" -ge 30 ] && [ "$n" -lt 2000 ]; then ok generate_gpu_killed_part_way; else fail generate_gpu_killed_part_way "$n of 2000 lines when killed: $(tail -2 "$T/cut.err")"; fi
+cp "$T/cut.jsonl" "$T/cut.before"
+head -n 1 "$T/cut.before" | head -c 40 >>"$T/cut.jsonl" # a crash in the middle of a write
+"${GPU[@]}" "${LONG[@]}" -o "$T/cut.jsonl" >"$T/resume.out" 2>"$T/resume.err"
+rc=$?
+grep -q "dropping a partial last line" "$T/resume.err" && grep -q "already answers $n of the 2000 prompts" "$T/resume.err" \
+    && ok generate_gpu_resume_skips_done_and_drops_partial \
+    || fail generate_gpu_resume_skips_done_and_drops_partial "exit $rc: $(tail -3 "$T/resume.err")"
+d=$(python3 - "$T/many.jsonl" "$T/cut.jsonl" <<'EOF'
+import json, sys
+prompts = [json.loads(l)["input_ids"] for l in open(sys.argv[1]) if l.strip()]
+out = [json.loads(l) for l in open(sys.argv[2])]
+lineno = [i + 1 for i, l in enumerate(open(sys.argv[1])) if l.strip()]
+if len(out) != len(prompts): print("%d lines, want %d" % (len(out), len(prompts))); sys.exit()
+for i, o in enumerate(out):
+    p = o["loss_mask"].index(1)
+    if o["prompt_line"] != lineno[i] or o["input_ids"][:p] != prompts[i]:
+        print("line %d: prompt_line %s, want %d (or its prompt differs)" % (i + 1, o["prompt_line"], lineno[i])); break
+EOF
+)
+[ $rc -eq 0 ] && [ -z "$d" ] && cmp -s "$T/cut.before" <(head -n "$n" "$T/cut.jsonl") && ok generate_gpu_resume_complete_in_order \
+    || fail generate_gpu_resume_complete_in_order "exit $rc: $d"
+"$BIN/dflash-prepare" -o "$T/prep2" "$T/cut.jsonl" >"$T/prep2.out" 2>&1 && grep -q "^prepared 2000 samples" "$T/prep2.out" \
+    && ok generate_gpu_resumed_output_prepares || fail generate_gpu_resumed_output_prepares "$(cat "$T/prep2.out")"
+exit $FAILED

@@ -1,0 +1,251 @@
+/* The CUDA kernels of the hybrid target (Qwen3.5 family) against their CPU references on the same bf16-exact
+ * inputs: causal_conv1d (packed sequences, strided input), gated_delta_prep, gated_rmsnorm, sigmoid_gate,
+ * qk_norm_rope_partial (head_dim 32 / rotary 8 as the goldens, 256 / 64 as Qwen3.5-9B, and rotary = head_dim
+ * against qk_norm_rope_cuda), moe_router (expert ids exactly, weights to fp32 rounding) and moe_combine. The GPU
+ * output is bf16 (one rounding of an fp32 result): tolerances 1e-2 on the relative norm and the max error.
+ * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "causal_conv1d.h"
+#include "cuda_check.h"
+#include "gated_delta_prep.h"
+#include "gated_rmsnorm.h"
+#include "gpu_test.h"
+#include "moe_combine.h"
+#include "moe_router.h"
+#include "qk_norm_rope.h"
+#include "rope.h"
+#include "sigmoid_gate.h"
+#include "util.h"
+
+#define TOL 1e-2
+
+/* device bf16 (n) against ref */
+static void cmp_dev(const char *name, const uint16_t *d, const float *ref, size_t n)
+{
+    uint16_t *h = dev_get(d, n * 2);
+    compare_bf16(name, h, ref, n, TOL, TOL);
+    free(h);
+}
+
+/* device fp32 (n) against ref: max |got - ref| <= tol * max(1, |ref|) */
+static void cmp_dev_f32(const char *name, const float *d, const float *ref, size_t n, double tol)
+{
+    float *h = dev_get(d, n * 4);
+    double worst = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)h[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
+        if (!(e <= tol)) bad = 1;
+        worst = fmax(worst, e);
+    }
+    printf("%s %s max_rel_err=%.3g (tol %.0e)\n", bad ? "FAIL" : "ok", name, worst, tol);
+    if (bad) failures++;
+    free(h);
+}
+
+static int32_t *cu_of(const int *lens, int nseq, int *T)
+{
+    int32_t *cu = xmalloc(sizeof(int32_t) * (size_t)(nseq + 1));
+    cu[0] = 0;
+    for (int s = 0; s < nseq; s++) cu[s + 1] = cu[s] + lens[s];
+    *T = cu[nseq];
+    return cu;
+}
+
+static void check_conv(void)
+{
+    const int lens[4] = {1, 3, 70, 5}, C = 40, K = 4, ldx = C + 8;
+    int T;
+    int32_t *cu = cu_of(lens, 4, &T);
+    float *xf = xmalloc(sizeof(float) * (size_t)T * ldx), *wf = xmalloc(sizeof(float) * (size_t)C * K);
+    float *ref = xmalloc(sizeof(float) * (size_t)T * C);
+    uint16_t *xh = rnd_bf16((size_t)T * ldx, 2.0, xf), *wh = rnd_bf16((size_t)C * K, 0.5, wf);
+    causal_conv1d_silu_cpu(ref, C, xf, ldx, wf, C, K, cu, 4);
+    uint16_t *dx = dev_upload(xh, (size_t)T * ldx * 2), *dw = dev_upload(wh, (size_t)C * K * 2);
+    uint16_t *dy = dev_poisoned((size_t)T * C);
+    int32_t *dcu = dev_upload(cu, sizeof(int32_t) * 5);
+    causal_conv1d_silu_cuda(dy, C, dx, ldx, dw, C, K, dcu, 4, T, stream);
+    cmp_dev("causal_conv1d_silu seqs=[1,3,70,5] C=40 K=4 ldx=48", dy, ref, (size_t)T * C);
+    CHECK_CUDA(cudaFree(dx)); CHECK_CUDA(cudaFree(dw)); CHECK_CUDA(cudaFree(dy)); CHECK_CUDA(cudaFree(dcu));
+    free(cu), free(xf), free(wf), free(ref), free(xh), free(wh);
+}
+
+static void check_prep(int T, int hk, int dk, int hv)
+{
+    const int ldqk = 2 * hk * dk + 24, ldba = 2 * hv + 6; /* b in columns [0, hv), a in [hv + 3, 2 hv + 3) */
+    float *qkf = xmalloc(sizeof(float) * (size_t)T * ldqk), *baf = xmalloc(sizeof(float) * (size_t)T * ldba);
+    uint16_t *qkh = rnd_bf16((size_t)T * ldqk, 1.5, qkf), *bah = rnd_bf16((size_t)T * ldba, 4.0, baf);
+    float alog[64], dtb[64];
+    for (int h = 0; h < hv; h++) alog[h] = (float)log(1.0 + 7.5 * (rnd_uniform() + 1.0)), dtb[h] = (float)rnd_uniform();
+    float *beta = xmalloc(sizeof(float) * (size_t)T * hv), *g = xmalloc(sizeof(float) * (size_t)T * hv);
+    gated_delta_prep_cpu(qkf, ldqk, T, hk, dk, beta, g, hv, baf, ldba, baf + hv + 3, ldba, alog, dtb, hv);
+    uint16_t *dqk = dev_upload(qkh, (size_t)T * ldqk * 2), *dba = dev_upload(bah, (size_t)T * ldba * 2);
+    float *dal = dev_upload(alog, sizeof(float) * (size_t)hv), *ddt = dev_upload(dtb, sizeof(float) * (size_t)hv);
+    float *dbeta = dev_upload(NULL, sizeof(float) * (size_t)T * hv), *dg = dev_upload(NULL, sizeof(float) * (size_t)T * hv);
+    gated_delta_prep_cuda(dqk, ldqk, T, hk, dk, dbeta, dg, hv, dba, ldba, dba + hv + 3, ldba, dal, ddt, hv, stream);
+    char name[128];
+    snprintf(name, sizeof name, "gated_delta_prep qk T=%d hk=%d dk=%d", T, hk, dk);
+    cmp_dev(name, dqk, qkf, (size_t)T * ldqk); /* the padding columns pass through untouched */
+    snprintf(name, sizeof name, "gated_delta_prep beta T=%d hv=%d", T, hv);
+    cmp_dev_f32(name, dbeta, beta, (size_t)T * hv, 1e-5);
+    snprintf(name, sizeof name, "gated_delta_prep g T=%d hv=%d", T, hv);
+    cmp_dev_f32(name, dg, g, (size_t)T * hv, 1e-5);
+    CHECK_CUDA(cudaFree(dqk)); CHECK_CUDA(cudaFree(dba)); CHECK_CUDA(cudaFree(dal)); CHECK_CUDA(cudaFree(ddt));
+    CHECK_CUDA(cudaFree(dbeta)); CHECK_CUDA(cudaFree(dg));
+    free(qkf), free(baf), free(qkh), free(bah), free(beta), free(g);
+}
+
+static void check_gated_rmsnorm(int T, int heads, int dim)
+{
+    const int ld = heads * dim, ldz = ld + 40;
+    float *xf = xmalloc(sizeof(float) * (size_t)T * ld), *zf = xmalloc(sizeof(float) * (size_t)T * ldz);
+    float *wf = xmalloc(sizeof(float) * (size_t)dim);
+    uint16_t *xh = rnd_bf16((size_t)T * ld, 3.0, xf), *zh = rnd_bf16((size_t)T * ldz, 3.0, zf);
+    uint16_t *wh = rnd_bf16((size_t)dim, 1.0, wf);
+    uint16_t *dx = dev_upload(xh, (size_t)T * ld * 2), *dz = dev_upload(zh, (size_t)T * ldz * 2);
+    uint16_t *dw = dev_upload(wh, (size_t)dim * 2);
+    gated_rmsnorm_cpu(xf, ld, xf, ld, zf + 40, ldz, wf, T, heads, dim, 1e-6f);
+    gated_rmsnorm_cuda(dx, ld, dx, ld, dz + 40, ldz, dw, T, heads, dim, 1e-6f, stream); /* in place, as the model */
+    char name[128];
+    snprintf(name, sizeof name, "gated_rmsnorm in place T=%d heads=%d dim=%d", T, heads, dim);
+    cmp_dev(name, dx, xf, (size_t)T * ld);
+    CHECK_CUDA(cudaFree(dx)); CHECK_CUDA(cudaFree(dz)); CHECK_CUDA(cudaFree(dw));
+    free(xf), free(zf), free(wf), free(xh), free(zh), free(wh);
+}
+
+static void check_sigmoid_gate(void)
+{
+    const int rows = 17, dim = 96, ldg = 2 * dim + 8;
+    float *xf = xmalloc(sizeof(float) * rows * dim), *gf = xmalloc(sizeof(float) * rows * ldg);
+    uint16_t *xh = rnd_bf16((size_t)rows * dim, 2.0, xf), *gh = rnd_bf16((size_t)rows * ldg, 6.0, gf);
+    uint16_t *dx = dev_upload(xh, (size_t)rows * dim * 2), *dg = dev_upload(gh, (size_t)rows * ldg * 2);
+    sigmoid_gate_cpu(xf, dim, xf, dim, gf + dim, ldg, rows, dim);
+    sigmoid_gate_cuda(dx, dim, dx, dim, dg + dim, ldg, rows, dim, stream);
+    cmp_dev("sigmoid_gate in place rows=17 dim=96 ldg=200", dx, xf, (size_t)rows * dim);
+    CHECK_CUDA(cudaFree(dx)); CHECK_CUDA(cudaFree(dg));
+    free(xf), free(gf), free(xh), free(gh);
+}
+
+/* q and k as column blocks of one (n, ld) projection row, as the hybrid forward lays them out */
+static void check_partial_rope(int n, int nh, int nkv, int hd, int rd, int vs_full)
+{
+    const int qd = nh * hd, kd = nkv * hd, ld = 2 * qd + 2 * kd;
+    float *pf = xmalloc(sizeof(float) * (size_t)n * ld), *wq = xmalloc(sizeof(float) * hd), *wk = xmalloc(sizeof(float) * hd);
+    uint16_t *ph = rnd_bf16((size_t)n * ld, 2.0, pf), *wqh = rnd_bf16(hd, 1.0, wq), *wkh = rnd_bf16(hd, 1.0, wk);
+    int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)n);
+    for (int t = 0; t < n; t++) pos[t] = t < n / 2 ? t : 5000 + 37 * t;
+    double *inv = xmalloc(sizeof(double) * (size_t)rd / 2);
+    rope_params rp = {.theta = 1e7};
+    rope_inv_freq(inv, rd, &rp);
+    uint16_t *dp = dev_upload(ph, (size_t)n * ld * 2), *dwq = dev_upload(wqh, (size_t)hd * 2);
+    uint16_t *dwk = dev_upload(wkh, (size_t)hd * 2);
+    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * (size_t)n);
+    double *dinv = dev_upload(inv, sizeof(double) * (size_t)rd / 2);
+    qk_norm_rope_partial_cpu(pf, ld, pf + 2 * qd, ld, n, nh, nkv, hd, rd, wq, wk, 1e-6f, pos, inv);
+    qk_norm_rope_partial_cuda(dp, ld, dp + 2 * qd, ld, n, nh, nkv, hd, rd, dwq, dwk, 1e-6f, dpos, dinv, stream);
+    char name[160];
+    snprintf(name, sizeof name, "qk_norm_rope_partial n=%d nh=%d nkv=%d hd=%d rd=%d (positions to %d)", n, nh, nkv,
+             hd, rd, pos[n - 1]);
+    cmp_dev(name, dp, pf, (size_t)n * ld);
+    if (vs_full) { /* rd == hd: the same as the existing kernel */
+        uint16_t *dp2 = dev_upload(ph, (size_t)n * ld * 2);
+        qk_norm_rope_cuda(dp2, ld, dp2 + 2 * qd, ld, n, nh, nkv, hd, dwq, dwk, 1e-6f, dpos, dinv, stream);
+        uint16_t *a = dev_get(dp, (size_t)n * ld * 2), *b = dev_get(dp2, (size_t)n * ld * 2);
+        float *bf = xmalloc(sizeof(float) * (size_t)n * ld);
+        for (size_t i = 0; i < (size_t)n * ld; i++) bf[i] = bf16_to_f32(b[i]);
+        compare_bf16("qk_norm_rope_partial(rd = hd) vs qk_norm_rope_cuda", a, bf, (size_t)n * ld, 4e-3, 1e-2);
+        free(a), free(b), free(bf);
+        CHECK_CUDA(cudaFree(dp2));
+    }
+    CHECK_CUDA(cudaFree(dp)); CHECK_CUDA(cudaFree(dwq)); CHECK_CUDA(cudaFree(dwk)); CHECK_CUDA(cudaFree(dpos));
+    CHECK_CUDA(cudaFree(dinv));
+    free(pf), free(wq), free(wk), free(ph), free(wqh), free(wkh), free(pos), free(inv);
+}
+
+static void check_router(int T, int E, int K, int norm)
+{
+    const int ldl = E + 3;
+    float *lf = xmalloc(sizeof(float) * (size_t)T * ldl);
+    for (size_t i = 0; i < (size_t)T * ldl; i++) lf[i] = (float)(4.0 * rnd_uniform());
+    int32_t *sel = xmalloc(sizeof(int32_t) * (size_t)T * K);
+    float *selw = xmalloc(sizeof(float) * (size_t)T * K);
+    moe_router_topk_cpu(sel, selw, lf, ldl, T, E, K, norm);
+    float *dl = dev_upload(lf, sizeof(float) * (size_t)T * ldl), *dw = dev_upload(NULL, sizeof(float) * (size_t)T * K);
+    int32_t *ds = dev_upload(NULL, sizeof(int32_t) * (size_t)T * K);
+    moe_router_topk_cuda(ds, dw, dl, ldl, T, E, K, norm, stream);
+    int32_t *gs = dev_get(ds, sizeof(int32_t) * (size_t)T * K);
+    int mism = 0;
+    for (int i = 0; i < T * K; i++) mism += gs[i] != sel[i];
+    printf("%s moe_router_topk ids T=%d E=%d K=%d norm=%d: %d of %d differ\n", mism ? "FAIL" : "ok", T, E, K, norm,
+           mism, T * K);
+    if (mism) failures++;
+    char name[128];
+    snprintf(name, sizeof name, "moe_router_topk weights T=%d E=%d K=%d norm=%d", T, E, K, norm);
+    cmp_dev_f32(name, dw, selw, (size_t)T * K, 1e-5);
+    CHECK_CUDA(cudaFree(dl)); CHECK_CUDA(cudaFree(dw)); CHECK_CUDA(cudaFree(ds));
+    free(lf), free(sel), free(selw), free(gs);
+}
+
+static void check_combine(int T, int K, int H, int shared)
+{
+    const int ldr = H + 8, ldy = H, lds = H + 16, ldsg = 5;
+    float *rf = xmalloc(sizeof(float) * (size_t)T * ldr), *yf = xmalloc(sizeof(float) * (size_t)T * K * ldy);
+    float *sf = xmalloc(sizeof(float) * (size_t)T * lds), *sg = xmalloc(sizeof(float) * (size_t)T * ldsg);
+    uint16_t *rh = rnd_bf16((size_t)T * ldr, 2.0, rf), *yh = rnd_bf16((size_t)T * K * ldy, 2.0, yf);
+    uint16_t *sh = rnd_bf16((size_t)T * lds, 2.0, sf);
+    int32_t *row = xmalloc(sizeof(int32_t) * (size_t)T * K);
+    float *w = xmalloc(sizeof(float) * (size_t)T * K);
+    for (int i = 0; i < T * K; i++) row[i] = (i * 7 + 3) % (T * K), w[i] = (float)(0.5 * (rnd_uniform() + 1.0));
+    for (int i = 0; i < T * ldsg; i++) sg[i] = (float)(3.0 * rnd_uniform());
+    uint16_t *dr = dev_upload(rh, (size_t)T * ldr * 2), *dy = dev_upload(yh, (size_t)T * K * ldy * 2);
+    uint16_t *dsh = dev_upload(sh, (size_t)T * lds * 2);
+    int32_t *drow = dev_upload(row, sizeof(int32_t) * (size_t)T * K);
+    float *dw = dev_upload(w, sizeof(float) * (size_t)T * K), *dsg = dev_upload(sg, sizeof(float) * (size_t)T * ldsg);
+    moe_combine_cpu(rf, ldr, rf, ldr, yf, ldy, row, w, T, K, H, shared ? sf : NULL, lds, sg + 2, ldsg);
+    moe_combine_cuda(dr, ldr, dr, ldr, dy, ldy, drow, dw, T, K, H, shared ? dsh : NULL, lds, dsg + 2, ldsg, stream);
+    char name[128];
+    snprintf(name, sizeof name, "moe_combine in place T=%d K=%d H=%d shared=%d", T, K, H, shared);
+    cmp_dev(name, dr, rf, (size_t)T * ldr);
+    CHECK_CUDA(cudaFree(dr)); CHECK_CUDA(cudaFree(dy)); CHECK_CUDA(cudaFree(dsh)); CHECK_CUDA(cudaFree(drow));
+    CHECK_CUDA(cudaFree(dw)); CHECK_CUDA(cudaFree(dsg));
+    free(rf), free(yf), free(sf), free(sg), free(rh), free(yh), free(sh), free(row), free(w);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) {
+        printf("usage: test_hybrid_kernels_gpu\nCompares the hybrid target's CUDA kernels with their CPU references "
+               "on random data.\n");
+        return strcmp(argv[1], "--help") && strcmp(argv[1], "-h") ? 2 : 0;
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("FAIL test_hybrid_kernels_gpu: no CUDA device\n");
+        return 1;
+    }
+    CHECK_CUDA(cudaStreamCreate(&stream));
+    check_conv();
+    check_prep(50, 2, 16, 4);
+    check_prep(70, 16, 128, 32);
+    check_gated_rmsnorm(33, 4, 24);
+    check_gated_rmsnorm(40, 32, 128);
+    check_sigmoid_gate();
+    check_partial_rope(70, 4, 2, 32, 8, 0);
+    check_partial_rope(70, 16, 4, 256, 64, 0);
+    check_partial_rope(40, 4, 2, 64, 64, 1);
+    check_router(100, 8, 2, 1);
+    check_router(300, 256, 8, 1);
+    check_router(50, 60, 4, 0);
+    check_combine(20, 3, 72, 1);
+    check_combine(33, 8, 64, 0);
+    CHECK_CUDA(cudaStreamDestroy(stream));
+    printf("test_hybrid_kernels_gpu: %d case(s) failed\n", failures);
+    return failures ? 1 : 0;
+}
