@@ -9,10 +9,15 @@
 #include <string.h>
 
 #include "attention.h"
+#include "causal_conv1d.h"
+#include "gated_delta_prep.h"
 #include "gated_delta_rule.h"
+#include "gated_rmsnorm.h"
 #include "matmul.h"
+#include "moe_router.h"
 #include "rmsnorm.h"
 #include "rope.h"
+#include "sigmoid_gate.h"
 #include "swiglu.h"
 
 typedef struct hybrid_layer {
@@ -281,43 +286,6 @@ void target_hybrid_destroy(target_hybrid **hp)
 /* ---- forward ---- */
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-static float siluf_(float x) { return x / (1.0f + expf(-x)); }
-/* torch.nn.functional.softplus (beta 1, threshold 20) */
-static float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-/* x (rows, dim; ld) *= 1 / sqrt(sum(x²) + 1e-6) * scale: transformers' l2norm (FLA's form), then the query scale. */
-static void l2norm_rows(float *x, int ld, int rows, int heads, int dim, float scale)
-{
-    for (int r = 0; r < rows; r++)
-        for (int h = 0; h < heads; h++) {
-            float *v = x + (size_t)r * ld + (size_t)h * dim;
-            float ss = 0.0f;
-            for (int i = 0; i < dim; i++) ss += v[i] * v[i];
-            float inv = 1.0f / sqrtf(ss + 1e-6f);
-            for (int i = 0; i < dim; i++) v[i] = v[i] * inv * scale;
-        }
-}
-
-/* Causal depthwise conv1d + SiLU: y[t, ch] = silu(Σ_j w[ch, j] · x[t - (K-1) + j, ch]), the history restarting at
- * every sequence start (zero padding before it). */
-static void causal_conv_silu(float *y, const float *x, const float *w, int C, int K, const target_batch *b)
-{
-    for (int s = 0; s < b->nseq; s++) {
-        const int t0 = b->cu_seqlens[s], t1 = b->cu_seqlens[s + 1];
-        for (int t = t0; t < t1; t++) {
-            float *yt = y + (size_t)t * C;
-            for (int ch = 0; ch < C; ch++) {
-                const float *wc = w + (size_t)ch * K;
-                float acc = 0.0f;
-                for (int j = 0; j < K; j++) {
-                    int src = t - (K - 1) + j;
-                    if (src >= t0) acc += wc[j] * x[(size_t)src * C + ch];
-                }
-                yt[ch] = siluf_(acc);
-            }
-        }
-    }
-}
 
 static void linear_attn_forward(target_hybrid *h, const hf_config *c, const hybrid_layer *l, float *x,
                                 const float *u, const target_batch *b)
@@ -333,23 +301,14 @@ static void linear_attn_forward(target_hybrid *h, const hf_config *c, const hybr
     matmul_forward_cpu(z, VD, u, H, l->w_z, T, VD, H, 0);
     matmul_forward_cpu(ba, 2 * HV, u, H, l->w_b, T, HV, H, 0);         /* b in columns [0, HV) */
     matmul_forward_cpu(ba + HV, 2 * HV, u, H, l->w_a, T, HV, H, 0);    /* a in columns [HV, 2HV) */
-    causal_conv_silu(conv, mixed, l->conv, C, K, b);
+    causal_conv1d_silu_cpu(conv, C, mixed, C, l->conv, C, K, b->cu_seqlens, b->nseq);
     float *q = conv, *k = conv + HK * Dk, *v = conv + 2 * HK * Dk;
-    l2norm_rows(q, C, T, HK, Dk, 1.0f / sqrtf((float)Dk));
-    l2norm_rows(k, C, T, HK, Dk, 1.0f);
-    /* beta = sigmoid(b) into the b columns, g = -exp(A_log) * softplus(a + dt_bias) into the a columns */
-    for (int t = 0; t < T; t++) {
-        float *bt = ba + (size_t)t * 2 * HV, *at = bt + HV;
-        for (int i = 0; i < HV; i++) {
-            bt[i] = sigmoidf_(bt[i]);
-            at[i] = -expf(l->a_log[i]) * softplusf_(at[i] + l->dt_bias[i]);
-        }
-    }
+    /* q, k l2-normalised (q scaled by Dk^-1/2); beta = sigmoid(b) over the b columns, g over the a columns */
+    gated_delta_prep_cpu(q, C, T, HK, Dk, ba, ba + HV, 2 * HV, ba, 2 * HV, ba + HV, 2 * HV, l->a_log, l->dt_bias, HV);
     gated_delta_rule_forward_cpu(core, VD, q, C, k, C, v, C, ba + HV, 2 * HV, ba, 2 * HV, b->cu_seqlens, b->nseq, HK,
                                  HV, Dk, Dv);
     /* RMSNormGated per (token, value head): w * rmsnorm(o) * silu(z) */
-    rmsnorm_forward_cpu(core, Dv, core, Dv, l->gnorm, T * HV, Dv, eps);
-    for (size_t i = 0; i < (size_t)T * VD; i++) core[i] *= siluf_(z[i]);
+    gated_rmsnorm_cpu(core, VD, core, VD, z, VD, l->gnorm, T, HV, Dv, eps);
     matmul_forward_cpu(x, H, core, VD, l->w_out, T, H, VD, 1);
 }
 
@@ -377,12 +336,8 @@ static void full_attn_forward(target_hybrid *h, const hf_config *c, const hybrid
     for (int hh = 0; hh < nh; hh++) rope_apply_cpu(q + (size_t)hh * hd, qd, T, 1, rd, b->positions, inv_freq, 0);
     for (int hh = 0; hh < nkv; hh++) rope_apply_cpu(k + (size_t)hh * hd, kd, T, 1, rd, b->positions, inv_freq, 0);
     attention_causal_forward_cpu(attn, q, k, v, b->cu_seqlens, b->nseq, nh, nkv, hd, 1.0f / sqrtf((float)hd));
-    for (int t = 0; t < T; t++)
-        for (int hh = 0; hh < nh; hh++) {
-            float *o = attn + (size_t)t * qd + (size_t)hh * hd;
-            const float *gt = qg + (size_t)t * 2 * qd + (size_t)hh * 2 * hd + hd;
-            for (int d = 0; d < hd; d++) o[d] *= sigmoidf_(gt[d]);
-        }
+    /* output gate: row (t, head) of attn times sigmoid of that head's gate half of q_proj's output */
+    sigmoid_gate_cpu(attn, hd, attn, hd, qg + hd, 2 * hd, T * nh, hd);
     matmul_forward_cpu(x, H, attn, qd, l->wo, T, H, qd, 1);
 }
 
@@ -412,28 +367,9 @@ static void moe_forward(target_hybrid *h, const hf_config *c, const hybrid_layer
         h->wts = xmalloc(sizeof(float) * need);
         h->idx_cap = need;
     }
-    int *sel = xmalloc(sizeof(int) * need);
+    int32_t *sel = xmalloc(sizeof(int32_t) * need);
     float *selw = xmalloc(sizeof(float) * need);
-    for (int t = 0; t < T; t++) {
-        float *p = probs + (size_t)t * E, mx = p[0], sum = 0.0f;
-        for (int e = 1; e < E; e++) mx = fmaxf(mx, p[e]);
-        for (int e = 0; e < E; e++) sum += p[e] = expf(p[e] - mx);
-        for (int e = 0; e < E; e++) p[e] /= sum;
-        float ksum = 0.0f;
-        for (int j = 0; j < K; j++) { /* the j-th largest; ties to the lower expert id */
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j; i++) taken |= sel[(size_t)t * K + i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[(size_t)t * K + j] = best;
-            selw[(size_t)t * K + j] = p[best];
-            ksum += p[best];
-        }
-        if (c->norm_topk_prob)
-            for (int j = 0; j < K; j++) selw[(size_t)t * K + j] /= ksum;
-    }
+    moe_router_topk_cpu(sel, selw, probs, E, T, E, K, c->norm_topk_prob);
     float *xs = scratch(h, HB_B, (size_t)T * H), *ys = scratch(h, HB_C, (size_t)T * H);
     float *gu = scratch(h, HB_D, (size_t)T * 2 * Im), *act = scratch(h, HB_E, (size_t)T * Im);
     for (int e = 0; e < E; e++) {
