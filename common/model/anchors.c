@@ -106,3 +106,29 @@ double drafter_default_gamma(int block_size)
     double g = block_size / 2.0 - 1.0;
     return g < 1.0 ? 1.0 : g;
 }
+
+void drafter_blocks_alloc_one(drafter_blocks *b, int block_size)
+{
+    b->nblocks = 1;
+    b->block_size = block_size;
+    b->anchor = xcalloc(1, sizeof(int32_t));
+    b->anchor_seq = xcalloc(1, sizeof(int32_t));
+    b->ctx_start = xcalloc(1, sizeof(int32_t));
+    b->ctx_len = xcalloc(1, sizeof(int32_t));
+    b->block_ids = xcalloc((size_t)block_size, sizeof(int32_t));
+    b->block_pos = xcalloc((size_t)block_size, sizeof(int32_t));
+    b->labels = xcalloc((size_t)block_size, sizeof(int32_t));
+    b->weights = xcalloc((size_t)block_size, sizeof(float));
+}
+
+void drafter_blocks_set_one(drafter_blocks *b, int p, int32_t token, int32_t mask_token_id)
+{
+    b->anchor[0] = p;
+    b->anchor_seq[0] = 0;
+    b->ctx_start[0] = 0;
+    b->ctx_len[0] = p;
+    for (int k = 0; k < b->block_size; k++) {
+        b->block_ids[k] = k == 0 ? token : mask_token_id;
+        b->block_pos[k] = p + k;
+    }
+}

@@ -26,6 +26,11 @@ void drafter_blocks_build(drafter_blocks *b, const int32_t *input_ids, const int
                           const uint8_t *loss_mask, const int32_t *anchors, const int32_t *anchor_seq, int nanchors,
                           int block_size, int mask_token_id, double gamma);
 void drafter_blocks_free(drafter_blocks *b);
+/* The one block of drafting at inference: allocate a one-block plan of block_size slots (no labels, zero weights),
+ * then per call set it to anchor p of sequence 0 (context rows [0, p): the positions strictly before the block, as in
+ * training) with slots [token, mask x (B-1)] at positions p..p+B-1. */
+void drafter_blocks_alloc_one(drafter_blocks *b, int block_size);
+void drafter_blocks_set_one(drafter_blocks *b, int p, int32_t token, int32_t mask_token_id);
 /* The spec's gamma for a block size: 7 for 16, 5 for 10, 4 for 8; otherwise block_size/2 - 1, at least 1. */
 double drafter_default_gamma(int block_size);
 

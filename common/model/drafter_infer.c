@@ -37,17 +37,7 @@ static drafter_infer *infer_new(drafter_model *m, const target_model *tm)
     d->KH = c->num_taps * c->hidden_size;
     d->fz = (drafter_frozen){.embed = target_model_embedding(tm), .lm_head = target_model_lm_head(tm), .vocab = d->V};
     /* one block: ctx rows [0, p), slots at p..p+B-1, no labels (inference trains nothing) */
-    drafter_blocks *b = &d->blk;
-    b->nblocks = 1;
-    b->block_size = d->B;
-    b->anchor = xcalloc(1, sizeof(int32_t));
-    b->anchor_seq = xcalloc(1, sizeof(int32_t));
-    b->ctx_start = xcalloc(1, sizeof(int32_t));
-    b->ctx_len = xcalloc(1, sizeof(int32_t));
-    b->block_ids = xcalloc((size_t)d->B, sizeof(int32_t));
-    b->block_pos = xcalloc((size_t)d->B, sizeof(int32_t));
-    b->labels = xcalloc((size_t)d->B, sizeof(int32_t));
-    b->weights = xcalloc((size_t)d->B, sizeof(float));
+    drafter_blocks_alloc_one(&d->blk, d->B);
     d->logits = xmalloc(sizeof(float) * (size_t)d->B * (size_t)d->V);
     return d;
 }
@@ -101,12 +91,7 @@ void drafter_infer_block(drafter_infer *d, const float *ctx, int p, int32_t toke
         for (int t = 0; t < d->pos_cap; t++) d->pos[t] = t;
     }
     drafter_blocks *b = &d->blk;
-    b->anchor[0] = p;
-    b->ctx_len[0] = p; /* positions strictly before the block, as in training */
-    for (int k = 0; k < d->B; k++) {
-        b->block_ids[k] = k == 0 ? token : drafter_model_config(d->m)->mask_token_id;
-        b->block_pos[k] = p + k;
-    }
+    drafter_blocks_set_one(b, p, token, drafter_model_config(d->m)->mask_token_id);
     float *lg = logits ? logits : d->logits;
     drafter_outputs o = {.logits = lg};
     drafter_forward_backward(d->m, &d->fz, ctx, p, d->pos, b, 0, 1.0f, NULL, &o);

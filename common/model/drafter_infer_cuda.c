@@ -70,17 +70,7 @@ int drafter_infer_cuda_load(drafter_infer_cuda **out, const char *dir, const cha
     d->pos = xmalloc(sizeof *d->pos * (size_t)max_ctx);
     for (int t = 0; t < max_ctx; t++) d->pos[t] = t;
     /* one block: ctx rows [0, p), slots at p..p+B-1, no labels (inference trains nothing) */
-    drafter_blocks *b = &d->blk;
-    b->nblocks = 1;
-    b->block_size = d->B;
-    b->anchor = xcalloc(1, sizeof(int32_t));
-    b->anchor_seq = xcalloc(1, sizeof(int32_t));
-    b->ctx_start = xcalloc(1, sizeof(int32_t));
-    b->ctx_len = xcalloc(1, sizeof(int32_t));
-    b->block_ids = xcalloc((size_t)d->B, sizeof(int32_t));
-    b->block_pos = xcalloc((size_t)d->B, sizeof(int32_t));
-    b->labels = xcalloc((size_t)d->B, sizeof(int32_t));
-    b->weights = xcalloc((size_t)d->B, sizeof(float));
+    drafter_blocks_alloc_one(&d->blk, d->B);
     *out = d;
     return 0;
 }
@@ -109,13 +99,7 @@ int drafter_infer_cuda_block(drafter_infer_cuda *d, const uint16_t *ctx, int p, 
         return errbuf_set(err, EINVAL, "drafter block at position %d: the context holds 1..%d positions", p,
                           d->max_ctx);
     drafter_blocks *b = &d->blk;
-    b->anchor[0] = p;
-    b->ctx_start[0] = 0;
-    b->ctx_len[0] = p; /* positions strictly before the block, as in training */
-    for (int k = 0; k < d->B; k++) {
-        b->block_ids[k] = k == 0 ? token : d->cfg.mask_token_id;
-        b->block_pos[k] = p + k;
-    }
+    drafter_blocks_set_one(b, p, token, d->cfg.mask_token_id);
     int rc = drafter_cuda_forward_logits(d->b, d->w, ctx, p, d->pos, b, d->logits, err);
     if (rc) return rc;
     void *st = drafter_cuda_stream(d->b);
