@@ -36,17 +36,6 @@ int spec_block_commit(const spec_opts *o, const int32_t *seq, int start, int acc
     return produced;
 }
 
-/* The prompt into the cache: taps of every position into aux (may be NULL), the last position's logits (V) into
- * logits. Two forwards so that only one logits row exists (a long prompt's (plen, V) logits would not fit). */
-static int prefill(target_cache *c, const int32_t *prompt, int plen, const int *taps, int ntaps, int KH, float *aux,
-                   float *logits, errbuf *err)
-{
-    int rc = plen > 1 ? target_cache_forward(c, 0, prompt, plen - 1, taps, ntaps, aux, NULL, err) : 0;
-    if (rc) return rc;
-    return target_cache_forward(c, 0, prompt + plen - 1, 1, taps, ntaps, aux ? aux + (size_t)(plen - 1) * KH : NULL,
-                                logits, err);
-}
-
 static void result_init(spec_result *r, int max_new, int max_blocks)
 {
     memset(r, 0, sizeof *r);
@@ -54,46 +43,44 @@ static void result_init(spec_result *r, int max_new, int max_blocks)
     r->accepted = xmalloc(sizeof(int) * (size_t)(max_blocks > 0 ? max_blocks : 1));
 }
 
-int spec_decode(target_cache *c, drafter_infer *d, const int32_t *prompt, int plen, const spec_opts *o,
-                spec_result *r, errbuf *err)
+int spec_run(const spec_engine_ops *ops, void *e, int B, int capacity, const int32_t *prompt, int plen,
+             const spec_opts *o, spec_result *r, errbuf *err)
 {
-    const hf_config *dc = drafter_infer_config(d);
-    const int B = dc->block_size, V = dc->vocab_size, K = dc->num_taps, KH = K * dc->hidden_size;
+    DF_ASSERT(plen >= 1 && o->max_new >= 1 && B >= 0 && B <= DFLASH_MAX_BLOCK);
     const int total = plen + o->max_new;
-    DF_ASSERT(plen >= 1 && o->max_new >= 1);
-    result_init(r, o->max_new, o->max_new);
-    int rc = target_cache_crop(c, 0, 0, err);
-    if (rc) return rc;
-    if (total > target_cache_capacity(c))
+    result_init(r, o->max_new, B ? o->max_new : 0);
+    if (total > capacity)
         return errbuf_set(err, ENOSPC, "%d prompt tokens + %d new tokens exceed the cache (%d positions)", plen,
-                          o->max_new, target_cache_capacity(c));
+                          o->max_new, capacity);
     int32_t *seq = xmalloc(sizeof(int32_t) * (size_t)(total + 1)), block[DFLASH_MAX_BLOCK], draft[DFLASH_MAX_BLOCK];
-    float *ctx = xmalloc(sizeof(float) * (size_t)total * (size_t)KH);          /* taps of committed positions */
-    float *baux = xmalloc(sizeof(float) * (size_t)B * (size_t)KH);
-    float *logits = xmalloc(sizeof(float) * (size_t)B * (size_t)V);
+    int32_t next[DFLASH_MAX_BLOCK];
     memcpy(seq, prompt, sizeof(int32_t) * (size_t)plen);
-
     double t0 = now_seconds();
-    if ((rc = prefill(c, prompt, plen, dc->taps, K, KH, ctx, logits, err))) goto done;
-    seq[plen] = spec_greedy(logits, V, o->reserved);
+    int rc = ops->prefill(e, prompt, plen, B > 0, &seq[plen], err);
+    if (rc) goto done;
     double t1 = now_seconds();
     r->prefill_s = t1 - t0;
     int start = plen, stopped = is_eos(o, seq[plen]);
-    while (start + 1 < total && !stopped) {
+    if (!B) { /* target only: one token a step */
+        while (start + 1 < total && !stopped) {
+            if ((rc = ops->verify(e, &seq[start], 1, 0, &seq[start + 1], err))) goto done;
+            stopped = is_eos(o, seq[++start]);
+        }
+    }
+    while (B && start + 1 < total && !stopped) {
         int vs = total - start < B ? total - start : B; /* verify no position past the end */
-        drafter_infer_block(d, ctx, start, seq[start], NULL, draft);
+        if ((rc = ops->draft(e, start, seq[start], draft, err))) goto done;
         block[0] = seq[start];
         for (int k = 1; k < vs; k++) block[k] = draft[k];
-        if ((rc = target_cache_forward(c, 0, block, vs, dc->taps, K, baux, logits, err))) goto done;
+        if ((rc = ops->verify(e, block, vs, 1, next, err))) goto done;
         int acc = 0;
-        while (acc + 1 < vs && block[acc + 1] == spec_greedy(logits + (size_t)acc * V, V, o->reserved)) acc++;
+        while (acc + 1 < vs && block[acc + 1] == next[acc]) acc++;
         for (int k = 1; k <= acc; k++) seq[start + k] = block[k];
-        seq[start + acc + 1] = spec_greedy(logits + (size_t)acc * V, V, o->reserved); /* the bonus token */
+        seq[start + acc + 1] = next[acc]; /* the bonus token */
         int produced = spec_block_commit(o, seq, start, acc, total, &stopped);
         /* the committed block positions start..start+produced-1 hold correct tokens: their taps are context */
-        memcpy(ctx + (size_t)start * KH, baux, sizeof(float) * (size_t)produced * KH);
+        if ((rc = ops->commit(e, start, produced, err))) goto done;
         start += produced;
-        if ((rc = target_cache_crop(c, 0, start, err))) goto done;
         r->accepted[r->nblocks++] = produced;
     }
     r->decode_s = now_seconds() - t1;
@@ -101,37 +88,84 @@ int spec_decode(target_cache *c, drafter_infer *d, const int32_t *prompt, int pl
     memcpy(r->tokens, seq + plen, sizeof(int32_t) * (size_t)r->ntokens);
 done:
     free(seq);
-    free(ctx);
-    free(baux);
-    free(logits);
+    return rc;
+}
+
+/* ---- the CPU engine: target_decode and drafter_infer, taps and logits on the host ---- */
+
+typedef struct cpu_engine {
+    target_cache *c;
+    drafter_infer *d;              /* NULL: target only */
+    int V, K, KH;
+    const int *taps;
+    int32_t reserved;
+    float *ctx, *baux, *logits;    /* (capacity, KH) committed taps; (B, KH) the verified block's; (B, V) */
+} cpu_engine;
+
+static int cpu_prefill(void *ep, const int32_t *prompt, int plen, int with_taps, int32_t *first, errbuf *err)
+{
+    cpu_engine *e = ep;
+    int rc = target_cache_crop(e->c, 0, 0, err);
+    const int *taps = with_taps ? e->taps : NULL;
+    const int K = with_taps ? e->K : 0;
+    /* two forwards so that only one logits row exists (a long prompt's (plen, V) logits would not fit) */
+    if (!rc && plen > 1) rc = target_cache_forward(e->c, 0, prompt, plen - 1, taps, K, with_taps ? e->ctx : NULL, NULL,
+                                                   err);
+    if (!rc)
+        rc = target_cache_forward(e->c, 0, prompt + plen - 1, 1, taps, K,
+                                  with_taps ? e->ctx + (size_t)(plen - 1) * e->KH : NULL, e->logits, err);
+    if (!rc) *first = spec_greedy(e->logits, e->V, e->reserved);
+    return rc;
+}
+
+static int cpu_draft(void *ep, int start, int32_t token, int32_t *draft, errbuf *err)
+{
+    (void)err;
+    cpu_engine *e = ep;
+    drafter_infer_block(e->d, e->ctx, start, token, NULL, draft);
+    return 0;
+}
+
+static int cpu_verify(void *ep, const int32_t *block, int n, int with_taps, int32_t *next, errbuf *err)
+{
+    cpu_engine *e = ep;
+    int rc = target_cache_forward(e->c, 0, block, n, with_taps ? e->taps : NULL, with_taps ? e->K : 0,
+                                  with_taps ? e->baux : NULL, e->logits, err);
+    for (int i = 0; !rc && i < n; i++) next[i] = spec_greedy(e->logits + (size_t)i * e->V, e->V, e->reserved);
+    return rc;
+}
+
+static int cpu_commit(void *ep, int start, int n, errbuf *err)
+{
+    cpu_engine *e = ep;
+    memcpy(e->ctx + (size_t)start * e->KH, e->baux, sizeof(float) * (size_t)n * e->KH);
+    return target_cache_crop(e->c, 0, start + n, err);
+}
+
+static const spec_engine_ops cpu_ops = {cpu_prefill, cpu_draft, cpu_verify, cpu_commit};
+
+int spec_decode(target_cache *c, drafter_infer *d, const int32_t *prompt, int plen, const spec_opts *o,
+                spec_result *r, errbuf *err)
+{
+    const hf_config *dc = drafter_infer_config(d);
+    const int B = dc->block_size, cap = target_cache_capacity(c), total = plen + o->max_new;
+    cpu_engine e = {.c = c, .d = d, .V = dc->vocab_size, .K = dc->num_taps, .KH = dc->num_taps * dc->hidden_size,
+                    .taps = dc->taps, .reserved = o->reserved};
+    e.ctx = xmalloc(sizeof(float) * (size_t)(total < cap ? total : cap) * (size_t)e.KH);
+    e.baux = xmalloc(sizeof(float) * (size_t)B * (size_t)e.KH);
+    e.logits = xmalloc(sizeof(float) * (size_t)B * (size_t)e.V);
+    int rc = spec_run(&cpu_ops, &e, B, cap, prompt, plen, o, r, err);
+    free(e.ctx), free(e.baux), free(e.logits);
     return rc;
 }
 
 int spec_target_greedy(target_cache *c, const target_model *tm, const int32_t *prompt, int plen, const spec_opts *o,
                        spec_result *r, errbuf *err)
 {
-    const int V = target_model_config(tm)->vocab_size;
-    DF_ASSERT(plen >= 1 && o->max_new >= 1);
-    result_init(r, o->max_new, 0);
-    int rc = target_cache_crop(c, 0, 0, err);
-    if (rc) return rc;
-    if (plen + o->max_new > target_cache_capacity(c))
-        return errbuf_set(err, ENOSPC, "%d prompt tokens + %d new tokens exceed the cache (%d positions)", plen,
-                          o->max_new, target_cache_capacity(c));
-    float *logits = xmalloc(sizeof(float) * (size_t)V);
-    double t0 = now_seconds();
-    if ((rc = prefill(c, prompt, plen, NULL, 0, 0, NULL, logits, err))) goto done;
-    r->tokens[r->ntokens++] = spec_greedy(logits, V, o->reserved);
-    double t1 = now_seconds();
-    r->prefill_s = t1 - t0;
-    while (r->ntokens < o->max_new && !is_eos(o, r->tokens[r->ntokens - 1])) {
-        if ((rc = target_cache_forward(c, 0, &r->tokens[r->ntokens - 1], 1, NULL, 0, NULL, logits, err))) goto done;
-        r->tokens[r->ntokens] = spec_greedy(logits, V, o->reserved);
-        r->ntokens++;
-    }
-    r->decode_s = now_seconds() - t1;
-done:
-    free(logits);
+    cpu_engine e = {.c = c, .V = target_model_config(tm)->vocab_size, .reserved = o->reserved};
+    e.logits = xmalloc(sizeof(float) * (size_t)e.V);
+    int rc = spec_run(&cpu_ops, &e, 0, target_cache_capacity(c), prompt, plen, o, r, err);
+    free(e.logits);
     return rc;
 }
 

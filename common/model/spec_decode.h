@@ -35,10 +35,31 @@ typedef struct spec_result {
 } spec_result;
 
 void spec_result_free(spec_result *r);
-/* The blocks' bookkeeping shared by decoding (CPU and CUDA, spec_decode_cuda.h) and the walk: how many tokens a
- * block commits, given its accepted draft slots acc, the committed text so far (seq, the accepted slots and the
+/* The blocks' bookkeeping shared by decoding and the walk: how many tokens a block commits, given its accepted draft slots acc, the committed text so far (seq, the accepted slots and the
  * bonus already written at start+1..) and the end (total positions); *stopped = 1 when one of them is an EOS. */
 int spec_block_commit(const spec_opts *o, const int32_t *seq, int start, int acc, int total, int *stopped);
+
+/* What the decoding loop needs of a backend (the CPU one below, spec_decode_cuda.h's on the GPU): a target with a
+ * KV cache (sequence 0) and, for speculative decoding, a drafter. Greedy choices never pick opts.reserved. */
+typedef struct spec_engine_ops {
+    /* Empty the cache, run prompt[0..plen): the taps of its positions become context rows [0, plen) when with_taps;
+     * *first = the target's greedy choice after it. */
+    int (*prefill)(void *e, const int32_t *prompt, int plen, int with_taps, int32_t *first, errbuf *err);
+    /* The drafter's block at position start (slot 0 = token, conditioned on context rows [0, start)): draft[0..B). */
+    int (*draft)(void *e, int start, int32_t token, int32_t *draft, errbuf *err);
+    /* The target runs block[0..n) after the cache; next[i] = its greedy choice after block[0..i]. with_taps: the
+     * rows' taps are kept for commit. */
+    int (*verify)(void *e, const int32_t *block, int n, int with_taps, int32_t *next, errbuf *err);
+    /* The first n rows of the last verified block, at positions start.., are committed: their taps become context
+     * rows, and the cache keeps start + n positions. */
+    int (*commit)(void *e, int start, int n, errbuf *err);
+} spec_engine_ops;
+
+/* The loop itself on an engine: speculative decoding with block size B (the DFlash authors' reference loop, see
+ * above), or target-only greedy decoding (B = 0: nblocks = 0). capacity: the positions the cache holds (prompt +
+ * answer must fit). */
+int spec_run(const spec_engine_ops *ops, void *e, int B, int capacity, const int32_t *prompt, int plen,
+             const spec_opts *o, spec_result *r, errbuf *err);
 
 /* Speculative decoding of prompt[0..plen) with sequence 0 of cache c (emptied first; its capacity must hold
  * plen + max_new positions). */
