@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one go, for one device command on the GPU machine:
 #   BUILD=<folder with bin/ gpu/ bench/> OUT=<log folder> GOLDENS=<goldens dir> TORCH=<torch_drafter_anchor.py>
-#   tests/gpu/run_all.sh [quick]
+#   tests/gpu/run_all.sh [quick | bench]
 # Writes $OUT/tests.log (every test's lines, then "N passed, N failed") and $OUT/bench.log (bench_drafter, then the
-# PyTorch reference in the same process tree, so the two figures come from one run). quick: tests only.
+# PyTorch reference in the same process tree, so the two figures come from one run; bench_decode; the hybrid target
+# and transformers' model). quick: tests only; bench: benchmarks only (the two fit the device's 10-minute calls).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 OUT=${OUT:-/tmp/dflash-gpu-out}
@@ -27,6 +28,7 @@ one() { # LABEL COMMAND...
     echo "$label: $p passed, $f failed, exit $rc ($((SECONDS - t0)) s)"
 }
 nvidia-smi -L >>"$log" 2>&1
+if [ "${1:-}" != bench ]; then
 one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-1500}" timeout 420 bash tests/gpu/gpu_train.sh
 for t in test_train_kernels_gpu test_dflash_attention_gpu test_cross_entropy_gpu test_kernels_gpu test_vmm_pool \
          test_decode_gpu test_logits_mask_gpu test_gated_delta_rule_gpu test_hybrid_kernels_gpu; do
@@ -40,6 +42,7 @@ one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
 one generate_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/generate_gpu.sh
 one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
 echo "$pass passed, $fail failed" | tee -a "$log"
+fi
 [ "${1:-}" = quick ] && exit $((fail > 0))
 { "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; "$BUILD/bench/bench_decode"
   # the hybrid (Qwen3.5-9B-shaped) target and transformers' model on the same batch
