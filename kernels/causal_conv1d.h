@@ -10,6 +10,11 @@
 /* y (T, C; ldy) from x (T, C; ldx) and w (C, K); cu_seqlens (nseq+1), cu_seqlens[nseq] = T. y must not overlap x. */
 void causal_conv1d_silu_cpu(float *y, int ldy, const float *x, int ldx, const float *w, int C, int K,
                             const int32_t *cu_seqlens, int nseq);
+/* One sequence of T new rows continuing from its history: state (K-1, C) holds the conv inputs of the K-1 rows before
+ * x[0] (oldest first; zeros at a sequence start) and is left holding the last K-1 input rows (decoding). NULL state:
+ * a sequence start, nothing kept. y must not overlap x or state. */
+void causal_conv1d_silu_state_cpu(float *y, int ldy, const float *x, int ldx, const float *w, int C, int K, int T,
+                                  float *state);
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,6 +14,11 @@
 void gated_delta_rule_forward_cpu(float *out, int ldo, const float *q, int ldq, const float *k, int ldk,
                                   const float *v, int ldv, const float *g, int ldg, const float *beta, int ldb,
                                   const int32_t *cu_seqlens, int nseq, int hk, int hv, int dk, int dv);
+/* One sequence of T tokens continuing from state (hv, dk, dv), fp32, left holding the state after the last token
+ * (decoding; zeros at a sequence start). Same layouts otherwise. */
+void gated_delta_rule_forward_state_cpu(float *out, int ldo, const float *q, int ldq, const float *k, int ldk,
+                                        const float *v, int ldv, const float *g, int ldg, const float *beta, int ldb,
+                                        int T, int hk, int hv, int dk, int dv, float *state);
 
 #ifdef __cplusplus
 extern "C" {

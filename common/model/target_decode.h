@@ -1,9 +1,11 @@
-/* target_decode: the frozen target decoding against a KV cache (CPU backend; Qwen3 and Llama targets). A cache holds
+/* target_decode: the frozen target decoding against a KV cache (CPU backend; Qwen3, Llama and the hybrid Qwen3.5
+ * family: for those the cache also holds each sequence's linear-attention states). A cache holds
  * nseq independent sequences of at most max_len positions each. A forward appends n tokens of one sequence at the
  * positions that follow what the cache holds (prefill: the whole prompt; decode: one token; verify: a block of B
  * tokens), and gives for each of them the tapped hidden states (the same taps and values as target_model_forward
  * over the whole text) and the logits. Every layer runs on every forward (the cache needs all of them), so the model
- * must be fully loaded. Crop keeps a prefix (the accepted part of a verified block). Errors name the sequence, the
+ * must be fully loaded. Crop keeps a prefix (the accepted part of a verified block; on a hybrid target it may not go
+ * back past the start of the sequence's last forward, except to 0). Errors name the sequence, the
  * length and the limit; a refused call changes nothing. A cache owns its scratch and only reads the model: several
  * threads may each drive their own cache over one shared model at the same time. */
 #ifndef DFLASH_TARGET_DECODE_H
@@ -17,7 +19,7 @@
 typedef struct target_cache target_cache;
 
 /* A cache for model m (fully loaded: logits need the final norm and lm_head), nseq sequences of max_len positions.
- * -ENOTSUP for a family other than qwen3/llama (hybrid Qwen3.5 / Qwen3-Next targets), the message naming its
+ * -ENOTSUP for a family other than qwen3/llama/hybrid Qwen3.5 (Qwen3-Next included), the message naming its
  * model_type. */
 int target_cache_create(target_cache **out, target_model *m, int nseq, int max_len, errbuf *err);
 void target_cache_destroy(target_cache **c);
@@ -31,7 +33,10 @@ int target_cache_forward(target_cache *c, int seq, const int32_t *ids, int n, co
 /* As target_cache_forward, but logits (1, V) of the last of the n tokens only (a prompt's prefill: no (n, V)). */
 int target_cache_forward_last(target_cache *c, int seq, const int32_t *ids, int n, const int *taps, int ntaps,
                               float *aux, float *logits, errbuf *err);
-/* Keep the first len positions of sequence seq (0 <= len <= its length). */
+/* Keep the first len positions of sequence seq (0 <= len <= its length). Hybrid targets: the linear-attention states
+ * are restored by re-running the kept tokens of the last forward from the states before it, so len must be 0 or at
+ * least the position where the sequence's last forward started (decoding never needs more); -EINVAL otherwise,
+ * nothing changed. */
 int target_cache_crop(target_cache *c, int seq, int len, errbuf *err);
 
 /* Greedy choice: the highest logit of row (vocab) over ids not in suppress[0..nsuppress), the lowest id on ties;

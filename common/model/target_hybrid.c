@@ -13,6 +13,7 @@
 #include "gated_delta_prep.h"
 #include "gated_delta_rule.h"
 #include "gated_rmsnorm.h"
+#include "kv_attention.h"
 #include "matmul.h"
 #include "moe_router.h"
 #include "rmsnorm.h"
@@ -47,17 +48,38 @@ typedef struct hybrid_layer {
 
 enum { HB_U, HB_A, HB_B, HB_C, HB_D, HB_E, HB_F, HB_G, HB_N };
 
-struct target_hybrid {
-    int nlayers;
-    hybrid_layer *layers;
+struct target_hybrid_scratch {
     size_t cap[HB_N];
-    float *buf[HB_N];                       /* scratch, grown on demand */
+    float *buf[HB_N];                       /* grown on demand */
     int *idx;                               /* MoE routing: (T*k) token ids per expert */
     float *wts;                             /* (T*k) their weights */
     size_t idx_cap;
 };
 
-static float *scratch(target_hybrid *h, int i, size_t n)
+struct target_hybrid {
+    int nlayers;
+    hybrid_layer *layers;
+    target_hybrid_scratch scratch;          /* target_hybrid_layer_forward's */
+};
+
+target_hybrid_scratch *target_hybrid_scratch_new(void) { return xcalloc(1, sizeof(target_hybrid_scratch)); }
+
+static void scratch_free(target_hybrid_scratch *h)
+{
+    for (int i = 0; i < HB_N; i++) free(h->buf[i]);
+    free(h->idx);
+    free(h->wts);
+}
+
+void target_hybrid_scratch_destroy(target_hybrid_scratch **sp)
+{
+    if (!*sp) return;
+    scratch_free(*sp);
+    free(*sp);
+    *sp = NULL;
+}
+
+static float *scratch(target_hybrid_scratch *h, int i, size_t n)
 {
     if (h->cap[i] < n) {
         free(h->buf[i]);
@@ -276,9 +298,7 @@ void target_hybrid_destroy(target_hybrid **hp)
     if (!h) return;
     for (int i = 0; i < h->nlayers; i++) free_layer(&h->layers[i]);
     free(h->layers);
-    for (int i = 0; i < HB_N; i++) free(h->buf[i]);
-    free(h->idx);
-    free(h->wts);
+    scratch_free(&h->scratch);
     free(h);
     *hp = NULL;
 }
@@ -287,10 +307,18 @@ void target_hybrid_destroy(target_hybrid **hp)
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-static void linear_attn_forward(target_hybrid *h, const hf_config *c, const hybrid_layer *l, float *x,
-                                const float *u, const target_batch *b)
+/* The token rows of one layer call: T rows at positions pos; packed sequences (cu_seqlens, nseq) when st is NULL,
+ * else the new rows of one sequence continuing from its states st. */
+typedef struct rows {
+    int T, nseq;
+    const int32_t *pos, *cu_seqlens;
+    const target_hybrid_state *st;
+} rows;
+
+static void linear_attn_forward(target_hybrid_scratch *h, const hf_config *c, const hybrid_layer *l, float *x,
+                                const float *u, const rows *b)
 {
-    const int T = b->ntok, H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
+    const int T = b->T, H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
     const int Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim, K = c->linear_conv_kernel;
     const int C = 2 * HK * Dk + HV * Dv, VD = HV * Dv;
     const float eps = (float)c->rms_eps;
@@ -301,25 +329,32 @@ static void linear_attn_forward(target_hybrid *h, const hf_config *c, const hybr
     matmul_forward_cpu(z, VD, u, H, l->w_z, T, VD, H, 0);
     matmul_forward_cpu(ba, 2 * HV, u, H, l->w_b, T, HV, H, 0);         /* b in columns [0, HV) */
     matmul_forward_cpu(ba + HV, 2 * HV, u, H, l->w_a, T, HV, H, 0);    /* a in columns [HV, 2HV) */
-    causal_conv1d_silu_cpu(conv, C, mixed, C, l->conv, C, K, b->cu_seqlens, b->nseq);
+    if (b->st) causal_conv1d_silu_state_cpu(conv, C, mixed, C, l->conv, C, K, T, b->st->conv);
+    else causal_conv1d_silu_cpu(conv, C, mixed, C, l->conv, C, K, b->cu_seqlens, b->nseq);
     float *q = conv, *k = conv + HK * Dk, *v = conv + 2 * HK * Dk;
     /* q, k l2-normalised (q scaled by Dk^-1/2); beta = sigmoid(b) over the b columns, g over the a columns */
     gated_delta_prep_cpu(q, C, T, HK, Dk, ba, ba + HV, 2 * HV, ba, 2 * HV, ba + HV, 2 * HV, l->a_log, l->dt_bias, HV);
-    gated_delta_rule_forward_cpu(core, VD, q, C, k, C, v, C, ba + HV, 2 * HV, ba, 2 * HV, b->cu_seqlens, b->nseq, HK,
-                                 HV, Dk, Dv);
+    if (b->st)
+        gated_delta_rule_forward_state_cpu(core, VD, q, C, k, C, v, C, ba + HV, 2 * HV, ba, 2 * HV, T, HK, HV, Dk, Dv,
+                                           b->st->delta);
+    else
+        gated_delta_rule_forward_cpu(core, VD, q, C, k, C, v, C, ba + HV, 2 * HV, ba, 2 * HV, b->cu_seqlens, b->nseq,
+                                     HK, HV, Dk, Dv);
     /* RMSNormGated per (token, value head): w * rmsnorm(o) * silu(z) */
     gated_rmsnorm_cpu(core, VD, core, VD, z, VD, l->gnorm, T, HV, Dv, eps);
     matmul_forward_cpu(x, H, core, VD, l->w_out, T, H, VD, 1);
 }
 
-static void full_attn_forward(target_hybrid *h, const hf_config *c, const hybrid_layer *l, float *x, const float *u,
-                              const target_batch *b, const double *inv_freq)
+static void full_attn_forward(target_hybrid_scratch *h, const hf_config *c, const hybrid_layer *l, float *x,
+                              const float *u, const rows *b, const double *inv_freq)
 {
-    const int T = b->ntok, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    const int T = b->T, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
     const int qd = nh * hd, kd = nkv * hd, rd = c->rotary_dim;
     const float eps = (float)c->rms_eps;
     float *qg = scratch(h, HB_A, (size_t)T * 2 * qd), *q = scratch(h, HB_B, (size_t)T * qd);
-    float *k = scratch(h, HB_C, (size_t)T * kd), *v = scratch(h, HB_D, (size_t)T * kd);
+    /* decoding computes the new rows' keys and values in place in the cache */
+    float *k = b->st ? b->st->k : scratch(h, HB_C, (size_t)T * kd);
+    float *v = b->st ? b->st->v : scratch(h, HB_D, (size_t)T * kd);
     float *attn = scratch(h, HB_E, (size_t)T * qd);
     matmul_forward_cpu(qg, 2 * qd, u, H, l->wq, T, 2 * qd, H, 0);
     matmul_forward_cpu(k, kd, u, H, l->wk, T, kd, H, 0);
@@ -333,9 +368,14 @@ static void full_attn_forward(target_hybrid *h, const hf_config *c, const hybrid
     rmsnorm_forward_cpu(k, hd, k, hd, l->k_norm, T * nkv, hd, eps);
     /* partial RoPE: the first rotary_dim of each head, rotate-half within them (text positions: every mrope section
      * sees the same position, so it is plain RoPE) */
-    for (int hh = 0; hh < nh; hh++) rope_apply_cpu(q + (size_t)hh * hd, qd, T, 1, rd, b->positions, inv_freq, 0);
-    for (int hh = 0; hh < nkv; hh++) rope_apply_cpu(k + (size_t)hh * hd, kd, T, 1, rd, b->positions, inv_freq, 0);
-    attention_causal_forward_cpu(attn, q, k, v, b->cu_seqlens, b->nseq, nh, nkv, hd, 1.0f / sqrtf((float)hd));
+    for (int hh = 0; hh < nh; hh++) rope_apply_cpu(q + (size_t)hh * hd, qd, T, 1, rd, b->pos, inv_freq, 0);
+    for (int hh = 0; hh < nkv; hh++) rope_apply_cpu(k + (size_t)hh * hd, kd, T, 1, rd, b->pos, inv_freq, 0);
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (b->st)
+        kv_attention_forward_cpu(attn, qd, q, qd, b->st->kv.kc, b->st->kv.vc, b->st->kv.seq_stride, b->st->kv.seq,
+                                 b->pos, T, nh, nkv, hd, scale);
+    else
+        attention_causal_forward_cpu(attn, q, k, v, b->cu_seqlens, b->nseq, nh, nkv, hd, scale);
     /* output gate: row (t, head) of attn times sigmoid of that head's gate half of q_proj's output */
     sigmoid_gate_cpu(attn, hd, attn, hd, qg + hd, 2 * hd, T * nh, hd);
     matmul_forward_cpu(x, H, attn, qd, l->wo, T, H, qd, 1);
@@ -353,7 +393,8 @@ static void swiglu_mlp(float *x, const float *u, int n, int H, int I, const floa
 
 /* The sparse MoE block: softmax router (fp32), top-k (renormalised when norm_topk_prob), SwiGLU experts weighted by
  * their routing weight, plus the shared expert scaled by sigmoid(shared_expert_gate · u). Adds into x. */
-static void moe_forward(target_hybrid *h, const hf_config *c, const hybrid_layer *l, float *x, const float *u, int T)
+static void moe_forward(target_hybrid_scratch *h, const hf_config *c, const hybrid_layer *l, float *x, const float *u,
+                        int T)
 {
     const int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
     const int Is = c->shared_expert_intermediate_size;
@@ -409,12 +450,12 @@ static void moe_forward(target_hybrid *h, const hf_config *c, const hybrid_layer
     }
 }
 
-void target_hybrid_layer_forward(target_hybrid *h, const hf_config *c, int li, float *x, const target_batch *b,
-                                 const double *inv_freq)
+static void layer_forward(const target_hybrid *hy, target_hybrid_scratch *h, const hf_config *c, int li, float *x,
+                          const rows *b, const double *inv_freq)
 {
-    DF_ASSERT(li >= 0 && li < h->nlayers);
-    const hybrid_layer *l = &h->layers[li];
-    const int T = b->ntok, H = c->hidden_size;
+    DF_ASSERT(li >= 0 && li < hy->nlayers);
+    const hybrid_layer *l = &hy->layers[li];
+    const int T = b->T, H = c->hidden_size;
     const float eps = (float)c->rms_eps;
     float *u = scratch(h, HB_U, (size_t)T * H);
     rmsnorm_forward_cpu(u, H, x, H, l->input_norm, T, H, eps);
@@ -429,4 +470,26 @@ void target_hybrid_layer_forward(target_hybrid *h, const hf_config *c, int li, f
         swiglu_mlp(x, u, T, H, I, l->w_gate, l->w_up, l->w_down, scratch(h, HB_A, (size_t)T * I),
                    scratch(h, HB_B, (size_t)T * I));
     }
+}
+
+void target_hybrid_layer_forward(target_hybrid *h, const hf_config *c, int li, float *x, const target_batch *b,
+                                 const double *inv_freq)
+{
+    rows r = {.T = b->ntok, .nseq = b->nseq, .pos = b->positions, .cu_seqlens = b->cu_seqlens};
+    layer_forward(h, &h->scratch, c, li, x, &r, inv_freq);
+}
+
+int target_hybrid_layer_linear(const target_hybrid *h, int li)
+{
+    DF_ASSERT(li >= 0 && li < h->nlayers);
+    return h->layers[li].linear;
+}
+
+void target_hybrid_layer_decode(const target_hybrid *h, target_hybrid_scratch *s, const hf_config *c, int li,
+                                float *x, int n, const int32_t *pos, const double *inv_freq,
+                                const target_hybrid_state *st)
+{
+    DF_ASSERT(st && n >= 0);
+    rows r = {.T = n, .pos = pos, .st = st};
+    layer_forward(h, s, c, li, x, &r, inv_freq);
 }

@@ -51,7 +51,7 @@ static void usage(FILE *f)
             "FILE's) and a partial last line left by a crash is dropped and redone. Lines are appended with one\n"
             "write each and synced to disk at most once a second. The output does not depend on --threads.\n"
             "\n"
-            "  --target DIR           target checkpoint folder (qwen3 or llama; config.json + safetensors)\n"
+            "  --target DIR           target checkpoint folder (qwen3, llama, Qwen3.5; config.json + safetensors)\n"
             "  --prompts FILE         prompt JSONL\n"
             "  -o, --output OUT       output JSONL (appended to when it exists)\n"
             "  --max-new-tokens N     answer tokens per prompt at most (default 256)\n"
@@ -441,8 +441,9 @@ int generate_main(int argc, char **argv)
         fprintf(stderr, PROG ": error: %s\n", err.msg);
         return 1;
     }
-    if (cfg.arch != HF_ARCH_QWEN3 && cfg.arch != HF_ARCH_LLAMA) {
-        fprintf(stderr, PROG ": error: decoding with a KV cache supports qwen3 and llama targets; %s is %s\n",
+    if (cfg.arch != HF_ARCH_QWEN3 && cfg.arch != HF_ARCH_LLAMA && !cfg.is_hybrid) {
+        fprintf(stderr, PROG ": error: decoding with a KV cache supports qwen3, llama and hybrid Qwen3.5 targets; "
+                "%s is %s\n",
                 o.target, cfg.model_type);
         return 1;
     }

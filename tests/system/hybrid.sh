@@ -2,7 +2,9 @@
 # A job whose target is a hybrid Qwen3.5 model (Gated DeltaNet + gated attention; the qwen35-tiny golden's target,
 # and the MoE one) trains end to end on the CPU: steps commit once each, the checkpoint's drafter config follows the
 # target (hidden size, vocabulary, 6 target layers, taps inside them, a Qwen3-style drafter with full RoPE), and a
-# run stopped part-way resumes to the same ledger. The data come from a Qwen3 demo target of the same vocabulary.
+# run stopped part-way resumes to the same ledger; dflash eval of the drafters on the hybrid targets: decoding (KV
+# cache + linear-attention states) commits the greedy tokens and agrees with the walk over the target's greedy text.
+# The training data come from a Qwen3 demo target of the same vocabulary.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
@@ -41,12 +43,56 @@ sys.exit(1 if errs else 0)
 EOP
 }
 
+# eval_agrees NAME: dflash eval of NAME's drafter on the hybrid target: speculative decoding with the target's KV cache
+# and linear-attention states (crops inside every verified block) commits the target-only greedy tokens, and gives
+# the accepted lengths of the walk over the target's own greedy text (one full forward), block by block. PROMPTS
+# (default: held-out prompts) given: its first 6 lines, and some block must keep part of its draft (a crop inside it)
+eval_agrees() {
+    local n=$1 prompts=${2:-$T/$1.greedy.jsonl}
+    [ -n "${2:-}" ] || "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$prompts" --samples 6 --answer-len 20 \
+        --seed 9 >/dev/null 2>"$T/$n.eval.err" || { tail -3 "$T/$n.eval.err"; return 1; }
+    "$BIN/dflash" eval --target "$T/target" --drafter "$T/$n/ckpt/latest" --prompts "$prompts" --limit 6 \
+        --max-new-tokens 20 --json >"$T/$n.decode.json" 2>>"$T/$n.eval.err" &&
+    "$BIN/dflash" eval --target "$T/target" --drafter "$T/$n/ckpt/latest" --prompts "$prompts" --limit 6 \
+        --max-new-tokens 20 --json --walk >"$T/$n.walk.json" 2>>"$T/$n.eval.err" ||
+        { tail -3 "$T/$n.eval.err"; return 1; }
+    python3 - "$T/$n.decode.json" "$T/$n.walk.json" "${2:-}" <<'EOP'
+import json, sys
+d, w = (json.load(open(p)) for p in sys.argv[1:3])
+errs = []
+if sys.argv[3] and not any(1 < a < d["block_size"] for p in d["per_prompt"] for a in p["accepted"]):
+    errs.append("no block kept part of its draft (tau %s): no crop inside a block was tested" % d["tau"])
+if d["mode"] != "decode" or w["mode"] != "walk": errs.append("modes %s/%s" % (d["mode"], w["mode"]))
+if d["prompts"] != 6 or w["prompts"] != 6: errs.append("prompts %d/%d" % (d["prompts"], w["prompts"]))
+if d["outputs_differ"] != 0: errs.append("%d prompts' speculative output differs from greedy" % d["outputs_differ"])
+for a, b in zip(d["per_prompt"], w["per_prompt"]):
+    if a["accepted"] != b["accepted"] or a["new_tokens"] != b["new_tokens"] or a["new_tokens"] != 20:
+        errs.append("line %d: decode %s, walk %s" % (a["line"], a["accepted"], b["accepted"])); break
+if d["tau"] != w["tau"] or d["histogram"] != w["histogram"]: errs.append("tau %s vs %s" % (d["tau"], w["tau"]))
+print("; ".join(errs) if errs else "tau %.4f, blocks %d" % (d["tau"], sum(len(p["accepted"]) for p in d["per_prompt"])))
+sys.exit(1 if errs else 0)
+EOP
+}
+
 write_config dense $STEPS
 if run_job dense; then ok hybrid_dense_run_completes
 else fail hybrid_dense_run_completes "$(tail -5 "$T/dense.out")"; fi
 if msg=$(check_ledger dense $STEPS 2); then ok "hybrid_dense_ledger ($msg)"; else fail hybrid_dense_ledger "$msg"; fi
 if msg=$(check_ckpt dense); then ok "hybrid_dense_checkpoint_config ($msg)"
 else fail hybrid_dense_checkpoint_config "$msg"; fi
+if msg=$(eval_agrees dense); then ok "hybrid_dense_eval_decode_equals_walk ($msg)"
+else fail hybrid_dense_eval_decode_equals_walk "$msg"; fi
+
+# a drafter fitted (300 steps, lr 1e-2) to the hybrid target's own greedy text: on its training prompts blocks keep
+# part of their drafts, so decoding crops inside verified blocks at every length
+"$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/fit.jsonl" --samples 48 --answer-len 20 --seed 5 \
+    >/dev/null 2>>"$T/fixture.log" &&
+    "$BIN/dflash-prepare" -o "$T/fitdata" "$T/fit.jsonl" >/dev/null 2>>"$T/fixture.log"
+write_config fit 300
+sed -i "s|^checkpoint_every = .*|checkpoint_every = 0|; s|^lr = .*|lr = 1e-2|; s|^path = .*|path = $T/fitdata|" \
+    "$T/fit.ini"
+if run_job fit && msg=$(eval_agrees fit "$T/fit.jsonl"); then ok "hybrid_fitted_eval_decode_equals_walk ($msg)"
+else fail hybrid_fitted_eval_decode_equals_walk "${msg:-} $(tail -3 "$T/fit.out")"; fi
 
 # the MoE target, and a run stopped part-way then resumed
 rm -rf "$T/target" && cp -r "$GOLDENS/qwen35moe-tiny/target" "$T/target" && chmod -R u+w "$T/target"
@@ -68,4 +114,6 @@ grep -q "resuming from" "$T/moe/logs/dflashd.log" && ok hybrid_moe_resumed_from_
 if msg=$(check_ledger moe $MOE_STEPS 2); then ok "hybrid_moe_ledger_exactly_once ($msg)"
 else fail hybrid_moe_ledger_exactly_once "$msg"; fi
 if msg=$(check_ckpt moe); then ok "hybrid_moe_checkpoint_config ($msg)"; else fail hybrid_moe_checkpoint_config "$msg"; fi
+if msg=$(eval_agrees moe); then ok "hybrid_moe_eval_decode_equals_walk ($msg)"
+else fail hybrid_moe_eval_decode_equals_walk "$msg"; fi
 exit $FAILED

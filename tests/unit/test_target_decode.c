@@ -1,6 +1,7 @@
 /* target_decode: decoding with a KV cache (prefill, one token at a time, a verified block, a crop and a different
  * continuation) gives the logits and tapped hidden states of target_model_forward over the whole text, on the
- * golden Qwen3 target and on a Llama reading of it; sequences of one cache do not see each other; refused calls
+ * golden Qwen3 target and on a Llama reading of it, and on the hybrid Qwen3.5 goldens (dense and MoE: a crop within the
+ * last forward restores the recurrent states; one further back is refused); sequences of one cache do not see each other; refused calls
  * (capacity, crop bounds, bad ids, bad taps) change nothing; two threads may share one model. */
 #include <errno.h>
 #include <pthread.h>
@@ -257,7 +258,7 @@ TEST(create_refuses_partial_model_hybrid_family_and_bad_sizes)
     target_model *m = load(g);
     EXPECT(target_cache_create(&c, m, 0, 8, &err) == -EINVAL && c == NULL);
     EXPECT(target_cache_create(&c, m, 1, 0, &err) == -EINVAL && c == NULL);
-    /* a family other than qwen3/llama (a hybrid Qwen3.5 target): refused by name */
+    /* a family it cannot decode (here: a Qwen3.5 model_type without the hybrid layers loaded): refused by name */
     m->cfg.arch = (enum hf_arch)(HF_ARCH_LLAMA + 1);
     snprintf(m->cfg.model_type, sizeof m->cfg.model_type, "qwen3_5_text");
     EXPECT(target_cache_create(&c, m, 1, 8, &err) == -ENOTSUP && c == NULL);
@@ -310,9 +311,9 @@ static void *decode_thread(void *p)
     return NULL;
 }
 
-TEST(two_threads_share_one_model)
+static void two_threads_share(const char *dir)
 {
-    target_model *m = load(golden_target());
+    target_model *m = load(dir);
     const int V = target_model_config(m)->vocab_size, n = 16;
     int32_t ids[2][16];
     random_ids(ids[0], n, V, 21);
@@ -335,5 +336,120 @@ TEST(two_threads_share_one_model)
     }
     target_model_destroy(&m);
 }
+
+TEST(two_threads_share_one_model) { two_threads_share(golden_target()); }
+
+/* ---- the hybrid Qwen3.5 targets (Gated DeltaNet states beside the attention layers' KV cache) ---- */
+
+/* A hybrid golden case's folder: $DFLASH_GOLDENS (else tests/goldens)/<rel>. */
+static const char *golden(const char *rel)
+{
+    static char p[4][512];
+    static int i;
+    const char *g = getenv("DFLASH_GOLDENS");
+    char *out = p[i++ % 4];
+    snprintf(out, 512, "%s/%s", g && *g ? g : "tests/goldens", rel);
+    return out;
+}
+
+/* Prefill 8, four single tokens, a block of 5 cropped to 15 then to 14 (a crop after a crop), a different
+ * continuation; sequence 0 holds another text meanwhile and continues undisturbed. */
+static void hybrid_decode_matches_full(const char *dir)
+{
+    target_model *m = load(dir);
+    const hf_config *cfg = target_model_config(m);
+    REQUIRE(cfg->is_hybrid);
+    const int H = cfg->hidden_size, V = cfg->vocab_size, L = 20;
+    const int taps[] = {0, 3, cfg->num_layers - 1, 2};
+    const int ntaps = 4;
+    int32_t a[20], b[20], other[6];
+    random_ids(a, L, V, 1);
+    memcpy(b, a, sizeof a);
+    random_ids(b + 14, L - 14, V, 2); /* b shares a's first 14 tokens */
+    random_ids(other, 6, V, 3);
+    float *aux_a = malloc(sizeof(float) * L * ntaps * H), *log_a = malloc(sizeof(float) * L * V);
+    float *aux_b = malloc(sizeof(float) * L * ntaps * H), *log_b = malloc(sizeof(float) * L * V);
+    full_forward(m, a, L, taps, ntaps, aux_a, log_a);
+    full_forward(m, b, L, taps, ntaps, aux_b, log_b);
+
+    target_cache *c = NULL;
+    errbuf err = {{0}};
+    int rc = target_cache_create(&c, m, 2, 24, &err);
+    if (rc) fprintf(stderr, "  create: %s\n", err.msg);
+    REQUIRE(rc == 0);
+    REQUIRE(target_cache_forward(c, 0, other, 6, NULL, 0, NULL, NULL, &err) == 0);
+    step_and_compare(c, 1, a, 0, 8, taps, ntaps, H, V, aux_a, log_a, "prefill");
+    for (int t = 8; t < 12; t++) step_and_compare(c, 1, a, t, 1, taps, ntaps, H, V, aux_a, log_a, "decode");
+    step_and_compare(c, 1, a, 12, 5, taps, ntaps, H, V, aux_a, log_a, "block");
+    /* back past the block's start (12): refused, nothing changed */
+    EXPECT(target_cache_crop(c, 1, 11, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "sequence 1");
+    EXPECT_CONTAINS(err.msg, "start (12) of its last forward");
+    EXPECT(target_cache_length(c, 1) == 17);
+    REQUIRE(target_cache_crop(c, 1, 15, &err) == 0);
+    REQUIRE(target_cache_crop(c, 1, 14, &err) == 0);
+    EXPECT(target_cache_crop(c, 1, 11, &err) == -EINVAL);
+    EXPECT(target_cache_length(c, 1) == 14);
+    step_and_compare(c, 1, b, 14, 6, taps, ntaps, H, V, aux_b, log_b, "block after crop");
+    /* a crop to the whole length is a no-op; to the block's start keeps the states before it */
+    REQUIRE(target_cache_crop(c, 1, 20, &err) == 0);
+    REQUIRE(target_cache_crop(c, 1, 14, &err) == 0);
+    step_and_compare(c, 1, b, 14, 1, taps, ntaps, H, V, aux_b, log_b, "single after crop to the block start");
+    step_and_compare(c, 1, b, 15, 5, taps, ntaps, H, V, aux_b, log_b, "block after that");
+    EXPECT(target_cache_length(c, 0) == 6);
+    int32_t o7[7];
+    memcpy(o7, other, sizeof other);
+    o7[6] = a[0];
+    float *aux_o = malloc(sizeof(float) * 7 * ntaps * H), *log_o = malloc(sizeof(float) * 7 * V);
+    full_forward(m, o7, 7, taps, ntaps, aux_o, log_o);
+    step_and_compare(c, 0, o7, 6, 1, taps, ntaps, H, V, aux_o, log_o, "other sequence");
+    /* a crop to 0 starts again: prefill with forward_last (the last row's logits only) */
+    REQUIRE(target_cache_crop(c, 1, 0, &err) == 0);
+    float *lg = malloc(sizeof(float) * V);
+    REQUIRE(target_cache_forward_last(c, 1, a, 9, NULL, 0, NULL, lg, &err) == 0);
+    EXPECT(rel_diff(lg, log_a + 8 * V, (size_t)V) <= TOL);
+    step_and_compare(c, 1, a, 9, 3, taps, ntaps, H, V, aux_a, log_a, "after a crop to 0");
+    target_cache_destroy(&c);
+    EXPECT(c == NULL);
+    free(lg); free(aux_o); free(log_o);
+    free(aux_a); free(log_a); free(aux_b); free(log_b);
+    target_model_destroy(&m);
+}
+
+TEST(qwen35_decode_prefill_step_block_crop_match_full_forward) { hybrid_decode_matches_full(golden("qwen35-tiny/target")); }
+
+TEST(qwen35moe_decode_prefill_step_block_crop_match_full_forward)
+{
+    hybrid_decode_matches_full(golden("qwen35moe-tiny/target"));
+}
+
+/* Refused forwards change no state: after them the sequence still continues the text exactly. */
+TEST(hybrid_refused_calls_change_nothing)
+{
+    target_model *m = load(golden("qwen35-tiny/target"));
+    const int V = target_model_config(m)->vocab_size;
+    int32_t ids[12];
+    random_ids(ids, 12, V, 9);
+    float *ref = malloc(sizeof(float) * 12 * V), *lg = malloc(sizeof(float) * 4 * V);
+    full_forward(m, ids, 12, NULL, 0, NULL, ref);
+    target_cache *c = NULL;
+    errbuf err = {{0}};
+    REQUIRE(target_cache_create(&c, m, 1, 10, &err) == 0);
+    EXPECT(target_cache_crop(c, 0, 0, &err) == 0);
+    REQUIRE(target_cache_forward(c, 0, ids, 8, NULL, 0, NULL, NULL, &err) == 0);
+    EXPECT(target_cache_forward(c, 0, ids + 8, 3, NULL, 0, NULL, lg, &err) == -ENOSPC);
+    int32_t bad[2] = {ids[8], V};
+    EXPECT(target_cache_forward(c, 0, bad, 2, NULL, 0, NULL, lg, &err) == -EINVAL);
+    EXPECT(target_cache_crop(c, 0, 9, &err) == -EINVAL);
+    EXPECT(target_cache_length(c, 0) == 8);
+    REQUIRE(target_cache_forward(c, 0, ids + 8, 2, NULL, 0, NULL, lg, &err) == 0);
+    EXPECT(rel_diff(lg, ref + 8 * V, 2 * (size_t)V) <= TOL);
+    target_cache_destroy(&c);
+    free(ref); free(lg);
+    target_model_destroy(&m);
+}
+
+/* A hybrid model's decoding scratch is the cache's, not the model's: two threads, the same bits. */
+TEST(two_threads_share_one_hybrid_model) { two_threads_share(golden("qwen35moe-tiny/target")); }
 
 TEST_MAIN
