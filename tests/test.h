@@ -33,6 +33,22 @@ extern int test_failed_here;
     do { double a_ = (a), b_ = (b);                                                 \
          if (!(fabs(a_ - b_) <= (tol))) { fprintf(stderr, "  %s:%d: %s=%g vs %s=%g (tol %g)\n", __FILE__, \
               __LINE__, #a, a_, #b, b_, (double)(tol)); test_failed_here = 1; } } while (0)
+/* The golden cases' folder: $DFLASH_GOLDENS, else the repository's tests/goldens; test_golden(rel) is rel inside it
+ * (four results may be held at once). */
+static inline const char *test_goldens(void)
+{
+    const char *g = getenv("DFLASH_GOLDENS");
+    return g && *g ? g : "tests/goldens";
+}
+static inline const char *test_golden(const char *rel)
+{
+    static char path[4][512];
+    static int k;
+    char *p = path[k++ % 4];
+    snprintf(p, sizeof path[0], "%s/%s", test_goldens(), rel);
+    return p;
+}
+
 /* Expect a string to contain a substring (for error messages that must name a file or field). */
 #define EXPECT_CONTAINS(hay, needle)                                                \
     do { const char *h_ = (hay), *n_ = (needle);                                    \

@@ -361,7 +361,7 @@ TEST(bad_checkpoints_get_clear_errors)
 
 TEST(target_checkpoint_missing_tensor_names_file_and_tensor)
 {
-    const char *goldens = getenv("DFLASH_GOLDENS") ? getenv("DFLASH_GOLDENS") : "tests/goldens";
+    const char *goldens = test_goldens();
     char src[512], dir[64], path[600];
     snprintf(src, sizeof src, "%s/tiny/target", goldens);
     snprintf(dir, sizeof dir, "%s", tmp_dir());

@@ -6,16 +6,6 @@
 #include "hf_config.h"
 #include "tests/test.h"
 
-static const char *golden(const char *rel)
-{
-    static char path[4][512];
-    static int k;
-    char *p = path[k++ % 4];
-    const char *goldens = getenv("DFLASH_GOLDENS");
-    snprintf(p, 512, "%s/%s", goldens && *goldens ? goldens : "tests/goldens", rel);
-    return p;
-}
-
 static json_t *load_json(const char *path)
 {
     json_error_t jerr;
@@ -49,11 +39,11 @@ TEST(golden_targets)
 {
     hf_config c;
     errbuf err = {{0}};
-    int ret = hf_config_load(&c, golden("tiny/target/config.json"), &err);
+    int ret = hf_config_load(&c, test_golden("tiny/target/config.json"), &err);
     if (ret) fprintf(stderr, "  %s\n", err.msg);
     REQUIRE(ret == 0);
     check_target(&c, "float32");
-    REQUIRE(hf_config_load(&c, golden("tiny-bf16/target"), &err) == 0); /* directory form */
+    REQUIRE(hf_config_load(&c, test_golden("tiny-bf16/target"), &err) == 0); /* directory form */
     check_target(&c, "bfloat16");
 }
 
@@ -63,7 +53,7 @@ TEST(golden_drafters)
     for (int k = 0; k < 2; k++) {
         hf_config c;
         errbuf err = {{0}};
-        int ret = hf_config_load(&c, golden(paths[k]), &err);
+        int ret = hf_config_load(&c, test_golden(paths[k]), &err);
         if (ret) fprintf(stderr, "  %s\n", err.msg);
         REQUIRE(ret == 0);
         EXPECT(c.is_dflash == 1 && c.block_size == 4 && c.num_target_layers == 8 && c.mask_token_id == 500);
@@ -95,7 +85,7 @@ TEST(missing_required_fields)
     const char *required[] = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                               "vocab_size", "rms_norm_eps", "model_type"};
     for (size_t i = 0; i < sizeof required / sizeof *required; i++) {
-        json_t *j = load_json(golden("tiny/target/config.json"));
+        json_t *j = load_json(test_golden("tiny/target/config.json"));
         json_object_del(j, required[i]);
         hf_config c;
         errbuf err = {{0}};
@@ -106,7 +96,7 @@ TEST(missing_required_fields)
         json_decref(j);
     }
     /* rope_theta: neither at top level nor in rope_parameters */
-    json_t *j = load_json(golden("tiny/target/config.json"));
+    json_t *j = load_json(test_golden("tiny/target/config.json"));
     json_object_del(json_object_get(j, "rope_parameters"), "rope_theta");
     hf_config c;
     errbuf err = {{0}};
@@ -114,7 +104,7 @@ TEST(missing_required_fields)
     EXPECT_CONTAINS(err.msg, "test.json: missing required field rope_theta");
     json_decref(j);
     /* a null counts as missing for a required field */
-    j = load_json(golden("tiny/target/config.json"));
+    j = load_json(test_golden("tiny/target/config.json"));
     json_object_set_new(j, "vocab_size", json_null());
     EXPECT(parse_json(&c, j, &err) == -EINVAL);
     EXPECT_CONTAINS(err.msg, "test.json: missing required field vocab_size");
@@ -143,7 +133,7 @@ TEST(wrong_types)
         {"model_type", json_string("mistral"), "test.json: field model_type: unsupported value \"mistral\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        json_t *j = load_json(golden("tiny/target/config.json"));
+        json_t *j = load_json(test_golden("tiny/target/config.json"));
         json_object_set_new(j, cases[i].field, cases[i].value);
         hf_config c;
         errbuf err = {{0}};
@@ -171,7 +161,7 @@ TEST(rope_variants)
     hf_config c;
     errbuf err = {{0}};
     /* Llama-3.1 style: top-level rope_theta + rope_scaling */
-    json_t *j = load_json(golden("tiny/target/config.json"));
+    json_t *j = load_json(test_golden("tiny/target/config.json"));
     json_object_set_new(j, "model_type", json_string("llama"));
     json_object_del(j, "rope_parameters");
     json_object_set_new(j, "rope_theta", json_real(500000.0));
@@ -211,7 +201,7 @@ TEST(dflash_fields)
     hf_config c;
     errbuf err = {{0}};
     for (int i = 0; i < 3; i++) {
-        json_t *j = load_json(golden("tiny/drafter/config.json"));
+        json_t *j = load_json(test_golden("tiny/drafter/config.json"));
         json_object_del(j, drop[i]);
         EXPECT(parse_json(&c, j, &err) == -EINVAL);
         char want[128];
@@ -221,7 +211,7 @@ TEST(dflash_fields)
     }
     const char *sub[] = {"mask_token_id", "target_layer_ids"};
     for (int i = 0; i < 2; i++) {
-        json_t *j = load_json(golden("tiny/drafter/config.json"));
+        json_t *j = load_json(test_golden("tiny/drafter/config.json"));
         json_object_del(json_object_get(j, "dflash_config"), sub[i]);
         EXPECT(parse_json(&c, j, &err) == -EINVAL);
         char want[128];
@@ -229,7 +219,7 @@ TEST(dflash_fields)
         EXPECT_CONTAINS(err.msg, want);
         json_decref(j);
     }
-    json_t *j = load_json(golden("tiny/drafter/config.json"));
+    json_t *j = load_json(test_golden("tiny/drafter/config.json"));
     json_t *dc = json_object_get(j, "dflash_config");
     json_object_set_new(dc, "target_layer_ids", json_pack("[i, i, s]", 1, 2, "3"));
     EXPECT(parse_json(&c, j, &err) == -EINVAL);
@@ -257,14 +247,14 @@ TEST(write_dflash_round_trip)
     snprintf(out, sizeof out, "%s/config.json", dir);
     hf_config c, back;
     errbuf err = {{0}};
-    REQUIRE(hf_config_load(&c, golden("tiny-bf16/drafter/config.json"), &err) == 0);
+    REQUIRE(hf_config_load(&c, test_golden("tiny-bf16/drafter/config.json"), &err) == 0);
     int ret = hf_config_write_dflash(&c, out, &err);
     if (ret) fprintf(stderr, "  %s\n", err.msg);
     REQUIRE(ret == 0);
     REQUIRE(hf_config_load(&back, dir, &err) == 0);
     EXPECT(memcmp(&c, &back, sizeof c) == 0);
     /* the same JSON document as the z-lab golden, field for field */
-    json_t *a = load_json(golden("tiny-bf16/drafter/config.json")), *b = load_json(out);
+    json_t *a = load_json(test_golden("tiny-bf16/drafter/config.json")), *b = load_json(out);
     EXPECT(json_equal(a, b));
     json_decref(a);
     json_decref(b);

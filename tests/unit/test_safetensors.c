@@ -7,14 +7,6 @@
 #include "safetensors.h"
 #include "tests/test.h"
 
-static const char *goldens(void)
-{
-    static char path[512];
-    const char *goldens = getenv("DFLASH_GOLDENS");
-    snprintf(path, sizeof path, "%s", goldens && *goldens ? goldens : "tests/goldens");
-    return path;
-}
-
 /* Write a safetensors file from a header text and a data region; returns the path (static buffer per call site
  * is not needed: callers copy). */
 static void write_raw(const char *path, const char *header, const void *data, size_t n)
@@ -266,7 +258,7 @@ TEST(read_errors_name_file_and_tensor)
 static void check_golden_target(const char *sub, enum st_dtype dt)
 {
     char p[600];
-    snprintf(p, sizeof p, "%s/%s/target/model.safetensors", goldens(), sub);
+    snprintf(p, sizeof p, "%s/%s/target/model.safetensors", test_goldens(), sub);
     st_file *f = NULL;
     errbuf err = {{0}};
     int ret = st_open(&f, p, &err);
@@ -313,7 +305,7 @@ TEST(golden_bf16_target)
     check_golden_target("tiny-bf16", ST_BF16);
     /* the directory form finds model.safetensors */
     char p[600];
-    snprintf(p, sizeof p, "%s/tiny-bf16/drafter", goldens());
+    snprintf(p, sizeof p, "%s/tiny-bf16/drafter", test_goldens());
     st_file *f = NULL;
     errbuf err = {{0}};
     REQUIRE(st_open(&f, p, &err) == 0);
@@ -324,7 +316,7 @@ TEST(golden_bf16_target)
 TEST(golden_case_metadata_and_i32)
 {
     char p[600];
-    snprintf(p, sizeof p, "%s/tiny/case.safetensors", goldens());
+    snprintf(p, sizeof p, "%s/tiny/case.safetensors", test_goldens());
     st_file *f = NULL;
     errbuf err = {{0}};
     REQUIRE(st_open(&f, p, &err) == 0);

@@ -19,16 +19,6 @@
 #include "tests/test.h"
 #include "util.h"
 
-static const char *golden(const char *rel)
-{
-    static char p[4][512];
-    static int k;
-    const char *g = getenv("DFLASH_GOLDENS");
-    char *out = p[k++ % 4];
-    snprintf(out, 512, "%s/%s", g && *g ? g : "tests/goldens", rel);
-    return out;
-}
-
 typedef struct fixture {
     target_model *tm;
     drafter_infer *d;
@@ -39,9 +29,9 @@ static void fixture_load(fixture *f)
 {
     errbuf err = {{0}};
     memset(f, 0, sizeof *f);
-    if (target_model_load(&f->tm, golden("tiny/target"), -1, &err)) fprintf(stderr, "  %s\n", err.msg);
+    if (target_model_load(&f->tm, test_golden("tiny/target"), -1, &err)) fprintf(stderr, "  %s\n", err.msg);
     REQUIRE(f->tm);
-    if (drafter_infer_load(&f->d, golden("tiny/drafter"), f->tm, &err)) fprintf(stderr, "  %s\n", err.msg);
+    if (drafter_infer_load(&f->d, test_golden("tiny/drafter"), f->tm, &err)) fprintf(stderr, "  %s\n", err.msg);
     REQUIRE(f->d);
     f->dc = drafter_infer_config(f->d);
 }
@@ -75,7 +65,7 @@ TEST(drafted_block_is_the_training_forward_with_one_anchor)
     REQUIRE(target_model_forward(f.tm, &tb, dc->taps, dc->num_taps, aux, NULL, NULL, &err) == 0);
     /* the training forward's view of the drafter: the same checkpoint as a drafter_model */
     drafter_model *m = NULL;
-    REQUIRE(drafter_model_load(&m, golden("tiny/drafter"), target_model_config(f.tm), &err) == 0);
+    REQUIRE(drafter_model_load(&m, test_golden("tiny/drafter"), target_model_config(f.tm), &err) == 0);
     drafter_frozen fz = {.embed = target_model_embedding(f.tm), .lm_head = target_model_lm_head(f.tm), .vocab = V};
     float *want = malloc(sizeof(float) * (size_t)B * V), *got = malloc(sizeof(float) * (size_t)B * V);
     const int anchors[] = {1, 7, 16};
@@ -203,7 +193,7 @@ static void write_drafter_variant(const char *dir, const char *sed_expr)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp %s/model.safetensors %s/ && sed -e '%s' %s/config.json "
-             "> %s/config.json", dir, dir, golden("tiny/drafter"), dir, sed_expr, golden("tiny/drafter"), dir);
+             "> %s/config.json", dir, dir, test_golden("tiny/drafter"), dir, sed_expr, test_golden("tiny/drafter"), dir);
     REQUIRE(system(cmd) == 0);
 }
 

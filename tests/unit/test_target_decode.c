@@ -6,38 +6,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <sys/stat.h>
 
 #include "rng.h"
 #include "target_decode.h"
 #include "target_model.h"
 #include "target_model_impl.h"
 #include "tests/test.h"
-
-/* The golden tiny target: $DFLASH_GOLDENS, else the repository's tests/goldens, else $DFLASH_SHARED/goldens or
- * ../shared/goldens (where the goldens lived before). The case fails when none has it. */
-static const char *golden_target(void)
-{
-    static char path[2100];
-    const char *env = getenv("DFLASH_GOLDENS"), *shared = getenv("DFLASH_SHARED");
-    char cand[4][512];
-    int n = 0;
-    if (env && *env) snprintf(cand[n++], sizeof cand[0], "%s", env);
-    snprintf(cand[n++], sizeof cand[0], "tests/goldens");
-    if (shared && *shared) snprintf(cand[n++], sizeof cand[0], "%s/goldens", shared);
-    snprintf(cand[n++], sizeof cand[0], "../shared/goldens");
-    for (int i = 0; i < n; i++) {
-        struct stat st;
-        snprintf(path, sizeof path, "%s/tiny/target/model.safetensors", cand[i]);
-        if (stat(path, &st) == 0) {
-            snprintf(path, sizeof path, "%s/tiny/target", cand[i]);
-            return path;
-        }
-    }
-    fprintf(stderr, "  no golden tiny target under $DFLASH_GOLDENS, tests/goldens, $DFLASH_SHARED/goldens or "
-                    "../shared/goldens\n");
-    exit(1);
-}
 
 static target_model *load(const char *dir)
 {
@@ -160,12 +134,12 @@ static void decode_matches_full(const char *dir)
     target_model_destroy(&m);
 }
 
-TEST(qwen3_decode_prefill_step_block_crop_match_full_forward) { decode_matches_full(golden_target()); }
+TEST(qwen3_decode_prefill_step_block_crop_match_full_forward) { decode_matches_full(test_golden("tiny/target")); }
 
 /* The same weights read as a Llama target (no q/k norm, the extra tensors ignored): the cache follows the family. */
 TEST(llama_decode_matches_full_forward)
 {
-    const char *g = golden_target();
+    const char *g = test_golden("tiny/target");
     char dir[] = "/tmp/dflash-decode-XXXXXX", path[700], src[700], cmd[1600];
     REQUIRE(mkdtemp(dir));
     snprintf(src, sizeof src, "%s/model.safetensors", g);
@@ -189,7 +163,7 @@ TEST(llama_decode_matches_full_forward)
 
 TEST(refused_calls_change_nothing)
 {
-    target_model *m = load(golden_target());
+    target_model *m = load(test_golden("tiny/target"));
     const hf_config *cfg = target_model_config(m);
     const int V = cfg->vocab_size, H = cfg->hidden_size;
     int32_t ids[12];
@@ -247,7 +221,7 @@ TEST(refused_calls_change_nothing)
 
 TEST(create_refuses_partial_model_hybrid_family_and_bad_sizes)
 {
-    const char *g = golden_target();
+    const char *g = test_golden("tiny/target");
     errbuf err = {{0}};
     target_model *part = NULL;
     REQUIRE(target_model_load(&part, g, 2, &err) == 0);
@@ -337,20 +311,9 @@ static void two_threads_share(const char *dir)
     target_model_destroy(&m);
 }
 
-TEST(two_threads_share_one_model) { two_threads_share(golden_target()); }
+TEST(two_threads_share_one_model) { two_threads_share(test_golden("tiny/target")); }
 
 /* ---- the hybrid Qwen3.5 targets (Gated DeltaNet states beside the attention layers' KV cache) ---- */
-
-/* A hybrid golden case's folder: $DFLASH_GOLDENS (else tests/goldens)/<rel>. */
-static const char *golden(const char *rel)
-{
-    static char p[4][512];
-    static int i;
-    const char *g = getenv("DFLASH_GOLDENS");
-    char *out = p[i++ % 4];
-    snprintf(out, 512, "%s/%s", g && *g ? g : "tests/goldens", rel);
-    return out;
-}
 
 /* Prefill 8, four single tokens, a block of 5 cropped to 15 then to 14 (a crop after a crop), a different
  * continuation; sequence 0 holds another text meanwhile and continues undisturbed. */
@@ -416,17 +379,20 @@ static void hybrid_decode_matches_full(const char *dir)
     target_model_destroy(&m);
 }
 
-TEST(qwen35_decode_prefill_step_block_crop_match_full_forward) { hybrid_decode_matches_full(golden("qwen35-tiny/target")); }
+TEST(qwen35_decode_prefill_step_block_crop_match_full_forward)
+{
+    hybrid_decode_matches_full(test_golden("qwen35-tiny/target"));
+}
 
 TEST(qwen35moe_decode_prefill_step_block_crop_match_full_forward)
 {
-    hybrid_decode_matches_full(golden("qwen35moe-tiny/target"));
+    hybrid_decode_matches_full(test_golden("qwen35moe-tiny/target"));
 }
 
 /* Refused forwards change no state: after them the sequence still continues the text exactly. */
 TEST(hybrid_refused_calls_change_nothing)
 {
-    target_model *m = load(golden("qwen35-tiny/target"));
+    target_model *m = load(test_golden("qwen35-tiny/target"));
     const int V = target_model_config(m)->vocab_size;
     int32_t ids[12];
     random_ids(ids, 12, V, 9);
@@ -450,6 +416,6 @@ TEST(hybrid_refused_calls_change_nothing)
 }
 
 /* A hybrid model's decoding scratch is the cache's, not the model's: two threads, the same bits. */
-TEST(two_threads_share_one_hybrid_model) { two_threads_share(golden("qwen35moe-tiny/target")); }
+TEST(two_threads_share_one_hybrid_model) { two_threads_share(test_golden("qwen35moe-tiny/target")); }
 
 TEST_MAIN

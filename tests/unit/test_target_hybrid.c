@@ -22,16 +22,6 @@
 #include "tests/test.h"
 #include "util.h"
 
-static const char *golden(const char *rel)
-{
-    static char path[4][512];
-    static int k;
-    char *p = path[k++ % 4];
-    const char *goldens = getenv("DFLASH_GOLDENS");
-    snprintf(p, 512, "%s/%s", goldens && *goldens ? goldens : "tests/goldens", rel);
-    return p;
-}
-
 static int parse(hf_config *c, const char *text, errbuf *err) { return hf_config_parse(c, text, "test.json", err); }
 
 /* ---- configs ---- */
@@ -40,7 +30,7 @@ TEST(golden_configs)
 {
     hf_config c;
     errbuf err = {{0}};
-    int rc = hf_config_load(&c, golden("qwen35-tiny/target"), &err);
+    int rc = hf_config_load(&c, test_golden("qwen35-tiny/target"), &err);
     if (rc) fprintf(stderr, "  %s\n", err.msg);
     REQUIRE(rc == 0);
     EXPECT(c.arch == HF_ARCH_QWEN3_5 && c.is_hybrid && !c.text_nested && c.has_qk_norm);
@@ -51,7 +41,7 @@ TEST(golden_configs)
     EXPECT(c.partial_rotary_factor == 0.25 && c.rotary_dim == 8 && c.rope_theta == 1e7);
     const unsigned char lin[6] = {1, 1, 1, 0, 1, 0};
     for (int i = 0; i < 6; i++) EXPECT(c.layer_linear[i] == lin[i]);
-    rc = hf_config_load(&c, golden("qwen35moe-tiny/target"), &err);
+    rc = hf_config_load(&c, test_golden("qwen35moe-tiny/target"), &err);
     if (rc) fprintf(stderr, "  %s\n", err.msg);
     REQUIRE(rc == 0);
     EXPECT(c.arch == HF_ARCH_QWEN3_5 && c.is_hybrid && c.num_experts == 8 && c.num_experts_per_tok == 2);
@@ -148,7 +138,7 @@ TEST(drafter_from_hybrid_target)
 {
     hf_config c;
     errbuf err = {{0}};
-    REQUIRE(hf_config_load(&c, golden("qwen35moe-tiny/target"), &err) == 0);
+    REQUIRE(hf_config_load(&c, test_golden("qwen35moe-tiny/target"), &err) == 0);
     hf_config_as_qwen3(&c);
     EXPECT(c.arch == HF_ARCH_QWEN3 && strcmp(c.model_type, "qwen3") == 0 && c.has_qk_norm == 1 && !c.is_hybrid);
     EXPECT(c.hidden_size == 64 && c.num_heads == 4 && c.num_kv_heads == 2 && c.head_dim == 32 && c.vocab_size == 512);
@@ -249,7 +239,7 @@ static void write_text(const char *dir, const char *name, const char *text)
 static json_t *golden_config(const char *rel)
 {
     json_error_t je;
-    json_t *j = json_load_file(golden(rel), 0, &je);
+    json_t *j = json_load_file(test_golden(rel), 0, &je);
     REQUIRE(j);
     return j;
 }
@@ -272,7 +262,7 @@ static void batch_load(batch_in *bi, const char *case_rel)
 {
     st_file *st = NULL;
     errbuf err = {{0}};
-    REQUIRE(st_open(&st, golden(case_rel), &err) == 0);
+    REQUIRE(st_open(&st, test_golden(case_rel), &err) == 0);
     size_t np = 0;
     REQUIRE(st_load_i32(st, "input_ids", &bi->ids, &bi->T, &err) == 0);
     REQUIRE(st_load_i32(st, "position_ids", &bi->pos, &np, &err) == 0);
@@ -337,7 +327,7 @@ static void rm_rf(const char *dir)
 TEST(qwen3_next_fused_layout)
 {
     ckpt k;
-    ckpt_read(&k, golden("qwen35-tiny/target"));
+    ckpt_read(&k, test_golden("qwen35-tiny/target"));
     const int64_t H = 64, HK = 2, HV = 4, Dk = 16, Dv = 24, r = HV / HK, grp = 2 * Dk + 2 * r * Dv;
     const unsigned char lin[6] = {1, 1, 1, 0, 1, 0};
     char n[160];
@@ -403,7 +393,7 @@ TEST(qwen3_next_fused_layout)
     json_decref(cfg);
     batch_in bi;
     batch_load(&bi, "qwen35-tiny/case.safetensors");
-    expect_same_forward(golden("qwen35-tiny/target"), dir, &bi, 64, 512);
+    expect_same_forward(test_golden("qwen35-tiny/target"), dir, &bi, 64, 512);
     ckpt_free(&k);
     batch_free(&bi);
     rm_rf(dir);
@@ -415,7 +405,7 @@ TEST(qwen3_next_fused_layout)
 TEST(vision_language_sharded_layout)
 {
     ckpt k;
-    ckpt_read(&k, golden("qwen35-tiny/target"));
+    ckpt_read(&k, test_golden("qwen35-tiny/target"));
     char n[200];
     for (int i = 0; i < k.n; i++) {
         if (strncmp(k.t[i].name, "model.", 6) != 0) continue;
@@ -452,7 +442,7 @@ TEST(vision_language_sharded_layout)
     json_decref(cfg);
     batch_in bi;
     batch_load(&bi, "qwen35-tiny/case.safetensors");
-    expect_same_forward(golden("qwen35-tiny/target"), dir, &bi, 64, 512);
+    expect_same_forward(test_golden("qwen35-tiny/target"), dir, &bi, 64, 512);
     /* a missing text tensor is named with its full name and the checkpoint */
     snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
     int drop = ckpt_find(&k, "model.language_model.layers.4.linear_attn.dt_bias");
@@ -472,7 +462,7 @@ TEST(vision_language_sharded_layout)
 TEST(moe_fused_experts_layout)
 {
     ckpt k;
-    ckpt_read(&k, golden("qwen35moe-tiny/target"));
+    ckpt_read(&k, test_golden("qwen35moe-tiny/target"));
     const int64_t E = 8, H = 64, Im = 32;
     char n[200];
     for (int L = 0; L < 6; L++) {
@@ -504,7 +494,7 @@ TEST(moe_fused_experts_layout)
     json_decref(cfg);
     batch_in bi;
     batch_load(&bi, "qwen35moe-tiny/case.safetensors");
-    expect_same_forward(golden("qwen35moe-tiny/target"), dir, &bi, 64, 512);
+    expect_same_forward(test_golden("qwen35moe-tiny/target"), dir, &bi, 64, 512);
     ckpt_free(&k);
     batch_free(&bi);
     rm_rf(dir);
@@ -519,8 +509,8 @@ TEST(packed_sequences_independent)
     batch_load(&bi, "qwen35moe-tiny/case.safetensors");
     target_model *m = NULL, *p = NULL;
     errbuf err = {{0}};
-    REQUIRE(target_model_load(&m, golden("qwen35moe-tiny/target"), -1, &err) == 0);
-    REQUIRE(target_model_load(&p, golden("qwen35moe-tiny/target"), 4, &err) == 0);
+    REQUIRE(target_model_load(&m, test_golden("qwen35moe-tiny/target"), -1, &err) == 0);
+    REQUIRE(target_model_load(&p, test_golden("qwen35moe-tiny/target"), 4, &err) == 0);
     EXPECT(target_model_loaded_layers(p) == 4);
     const int H = 64, taps[3] = {1, 3, 4};
     const size_t T = bi.T;

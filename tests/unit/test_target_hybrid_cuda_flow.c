@@ -15,16 +15,6 @@
 #include "tests/hybrid_flow.h"
 #include "tests/test.h"
 
-static const char *golden(const char *rel)
-{
-    static char path[4][512];
-    static int k;
-    char *p = path[k++ % 4];
-    const char *goldens = getenv("DFLASH_GOLDENS");
-    snprintf(p, 512, "%s/%s", goldens && *goldens ? goldens : "tests/goldens", rel);
-    return p;
-}
-
 /* ‖a − b‖/‖b‖ and max|a − b| / max(1, max|b|): test_target_gpu's metrics */
 static void metrics(const float *a, const float *b, size_t n, double *norm_rel, double *max_rel)
 {
@@ -41,8 +31,8 @@ static void metrics(const float *a, const float *b, size_t n, double *norm_rel, 
 static void check_case(const char *name)
 {
     char dir[600], casep[600];
-    snprintf(dir, sizeof dir, "%s/target", golden(name));
-    snprintf(casep, sizeof casep, "%s/case.safetensors", golden(name));
+    snprintf(dir, sizeof dir, "%s/target", test_golden(name));
+    snprintf(casep, sizeof casep, "%s/case.safetensors", test_golden(name));
     errbuf err = {{0}};
     hf_config cfg;
     st_file *cs = NULL;
@@ -93,7 +83,7 @@ TEST(cuda_flow_qwen35_moe) { check_case("qwen35moe-tiny"); }
 TEST(qwen3_next_row_maps_on_golden)
 {
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/target", golden("qwen35-tiny"));
+    snprintf(dir, sizeof dir, "%s/target", test_golden("qwen35-tiny"));
     errbuf err = {{0}};
     hf_config cfg;
     st_file *st = NULL;
@@ -136,8 +126,8 @@ TEST(qwen3_next_row_maps_on_golden)
 TEST(cuda_flow_qwen3_next_layout)
 {
     char src[600], casep[600], dir[] = "/tmp/dflash_hflow_XXXXXX";
-    snprintf(src, sizeof src, "%s/target", golden("qwen35-tiny"));
-    snprintf(casep, sizeof casep, "%s/case.safetensors", golden("qwen35-tiny"));
+    snprintf(src, sizeof src, "%s/target", test_golden("qwen35-tiny"));
+    snprintf(casep, sizeof casep, "%s/case.safetensors", test_golden("qwen35-tiny"));
     REQUIRE(mkdtemp(dir) && make_hybrid_layouts(src, dir) == 0);
     errbuf err = {{0}};
     st_file *cs = NULL;
