@@ -171,15 +171,18 @@ static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, u
 
 /* ---- one JSONL line -> one sample ---- */
 
-static void prepare_reserve(struct prepare *p, size_t n)
+/* Room for a sample of n tokens in the buffers *tok / *mask of capacity *cap (doubling from 4096). */
+static void sample_reserve(uint32_t **tok, uint8_t **mask, size_t *cap, size_t n)
 {
-    if (n <= p->cap) return;
-    size_t cap = p->cap ? p->cap : 4096;
-    while (cap < n) cap *= 2;
-    p->tok = xrealloc(p->tok, cap * sizeof *p->tok);
-    p->mask = xrealloc(p->mask, cap);
-    p->cap = cap;
+    if (n <= *cap) return;
+    size_t c = *cap ? *cap : 4096;
+    while (c < n) c *= 2;
+    *tok = xrealloc(*tok, c * sizeof **tok);
+    *mask = xrealloc(*mask, c);
+    *cap = c;
 }
+
+static void prepare_reserve(struct prepare *p, size_t n) { sample_reserve(&p->tok, &p->mask, &p->cap, n); }
 
 #define SKIP(reason, ...) (snprintf(p->detail, sizeof p->detail, __VA_ARGS__), (int)(reason))
 
@@ -272,16 +275,6 @@ static const char *sharegpt_role(const char *from)
     return NULL;
 }
 
-static void chat_worker_reserve(struct chat_worker *p, size_t n)
-{
-    if (n <= p->cap) return;
-    size_t cap = p->cap ? p->cap : 4096;
-    while (cap < n) cap *= 2;
-    p->tok = xrealloc(p->tok, cap * sizeof *p->tok);
-    p->mask = xrealloc(p->mask, cap);
-    p->cap = cap;
-}
-
 /* Fill p->tok/p->mask from one conversation line; returns the sample length, or -1 - reason with p->detail set. */
 static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_t len)
 {
@@ -344,7 +337,7 @@ static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_
         }
         p->truncated++;
     }
-    chat_worker_reserve(p, nt);
+    sample_reserve(&p->tok, &p->mask, &p->cap, nt);
     chat_text_mask(&p->ct, p->tb.start, p->tb.end, nt, p->mask);
     if (p->opt->max_len && nt > p->opt->max_len) nt = p->opt->max_len;
     size_t trained = 0;
