@@ -106,14 +106,10 @@ static int cpu_prefill(void *ep, const int32_t *prompt, int plen, int with_taps,
 {
     cpu_engine *e = ep;
     int rc = target_cache_crop(e->c, 0, 0, err);
-    const int *taps = with_taps ? e->taps : NULL;
-    const int K = with_taps ? e->K : 0;
-    /* two forwards so that only one logits row exists (a long prompt's (plen, V) logits would not fit) */
-    if (!rc && plen > 1) rc = target_cache_forward(e->c, 0, prompt, plen - 1, taps, K, with_taps ? e->ctx : NULL, NULL,
-                                                   err);
+    /* the last position's logits only: a long prompt's (plen, V) would not fit */
     if (!rc)
-        rc = target_cache_forward(e->c, 0, prompt + plen - 1, 1, taps, K,
-                                  with_taps ? e->ctx + (size_t)(plen - 1) * e->KH : NULL, e->logits, err);
+        rc = target_cache_forward_last(e->c, 0, prompt, plen, with_taps ? e->taps : NULL, with_taps ? e->K : 0,
+                                       with_taps ? e->ctx : NULL, e->logits, err);
     if (!rc) *first = spec_greedy(e->logits, e->V, e->reserved);
     return rc;
 }

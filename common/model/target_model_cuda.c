@@ -433,7 +433,7 @@ void target_cuda_run_layers(target_cuda *m, const tc_rows *rows, const tc_kv_cac
                                           rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, st);
         else
             kv_attention_forward_cuda(m->attn, qd, m->qkv, qkvw, kv->kc[li], kv->vc[li], kv->seq_stride, kv->seq,
-                                          kv->pos, T, kv->max_pos, nh, nkv, hd, scale, kv->workspace, st);
+                                      kv->pos, T, kv->max_pos, nh, nkv, hd, scale, kv->workspace, st);
         target_cuda_mark(m, TARGET_CUDA_ATTENTION);
         matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, m->attn, qd, l->w_o, T, H, qd, st);
         target_cuda_mark(m, TARGET_CUDA_MATMUL);

@@ -441,12 +441,6 @@ int generate_main(int argc, char **argv)
         fprintf(stderr, PROG ": error: %s\n", err.msg);
         return 1;
     }
-    if (cfg.arch != HF_ARCH_QWEN3 && cfg.arch != HF_ARCH_LLAMA && !cfg.is_hybrid) {
-        fprintf(stderr, PROG ": error: decoding with a KV cache supports qwen3, llama and hybrid Qwen3.5 targets; "
-                "%s is %s\n",
-                o.target, cfg.model_type);
-        return 1;
-    }
     for (int i = 0; i < o.nsuppress; i++)
         if (o.suppress[i] >= cfg.vocab_size) {
             fprintf(stderr, PROG ": error: --suppress %d is outside the target's vocabulary (%d)\n", o.suppress[i],
