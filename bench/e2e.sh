@@ -42,29 +42,52 @@ heartbeat_timeout_sec = 300
 token_slots = 4
 pool_slots = 3
 EOC
-( nvidia-smi pmon -s u -d 1 >"$W/pmon.log" 2>&1 ) &
-pmon=$!
+# pmon's lines and the ledger's growth, each with the time it was seen: the steady part is read off them below
+stamp='import sys, time
+for l in sys.stdin: print("%.3f %s" % (time.time(), l.rstrip()), flush=True)'
+nvidia-smi pmon -s u -d 1 2>&1 | python3 -u -c "$stamp" >"$W/pmon.log" &
+python3 - "$W/run/ledger.jsonl" >"$W/ledger.poll" <<'EOP' &
+import os, sys, time
+last = -1
+while True:
+    try: n = open(sys.argv[1], "rb").read().count(b"\n")
+    except OSError: n = 0
+    if n != last: print("%.4f %d" % (time.time(), n), flush=True); last = n
+    time.sleep(0.01)
+EOP
+poller=$!
 t0=$(date +%s.%N)
 "$BIN/dflash" run -c "$W/e2e.ini" >"$W/run.out" 2>&1
 rc=$?
-kill $pmon 2>/dev/null
+kill $poller 2>/dev/null
+pkill -f "nvidia-smi pmon" 2>/dev/null
 tail -6 "$W/run.out"
 cp "$W/run/ledger.jsonl" "$OUT/e2e_ledger.jsonl" 2>/dev/null
 python3 - "$W" "$t0" <<'EOP'
 import json, sys, os, collections
 w, t0 = sys.argv[1], float(sys.argv[2])
 lines = [json.loads(l) for l in open(os.path.join(w, "run/ledger.jsonl"))]
-mt = os.path.getmtime(os.path.join(w, "run/ledger.jsonl"))
-# steady part: from the drafter's READY to the end, from the per-step times dflashd's metrics log gives
-met = [json.loads(l) for l in open(os.path.join(w, "run/metrics.jsonl"))]
 toks = sum(l["tokens"] for l in lines)
 print("e2e: %d steps (%d samples, %d tokens), loss %.3f -> %.3f" % (len(lines), len(lines), toks, lines[0]["loss"], lines[-1]["loss"]))
-# per-process GPU use from pmon: pid -> mean sm%
+# the steady part: from the 10th committed step to the last, timed by the poller
+poll = [tuple(map(float, l.split())) for l in open(os.path.join(w, "ledger.poll")) if len(l.split()) == 2]
+first = next(((t, n) for t, n in poll if n >= 10), None)
+t_end, n_end = poll[-1]
+if first and n_end > first[1]:
+    t_a, n_a = first
+    st_tok = sum(l["tokens"] for l in lines[int(n_a):int(n_end)])
+    dt = t_end - t_a
+    print("e2e steady (steps %d-%d, %.1f s): %.2f samples/s, %.0f tokens/s, %.0f ms a step" %
+          (n_a, n_end, dt, (n_end - n_a) / dt, st_tok / dt, 1000 * dt / (n_end - n_a)))
+else:
+    t_a = t_end
+    print("e2e steady: fewer than 10 steps, no steady figure")
+# per-process GPU use from pmon (lines: time gpu pid type sm% ...), over the steady part only
 sm = collections.defaultdict(list)
 for l in open(os.path.join(w, "pmon.log")):
     p = l.split()
-    if len(p) > 4 and p[0].isdigit() and p[3] not in ("-",):
-        try: sm[p[1]].append(float(p[3]))
+    if len(p) > 5 and p[2].isdigit() and t_a <= float(p[0]) <= t_end:
+        try: sm[p[2]].append(float(p[4]))
         except ValueError: pass
 names = {}
 for f in os.listdir(os.path.join(w, "run/logs")):
@@ -72,7 +95,8 @@ for f in os.listdir(os.path.join(w, "run/logs")):
         if "registered with the keeper" in l:
             names[l.split("[")[1].split("]")[0]] = f[:-4]
 for pid, v in sm.items():
-    print("gpu busy (pmon sm%%, mean over %d samples): %s pid %s %.1f%%" % (len(v), names.get(pid, "?"), pid, sum(v) / len(v)))
+    print("gpu busy in the steady part (pmon sm%%, mean over %d samples): %s pid %s %.1f%%" %
+          (len(v), names.get(pid, "?"), pid, sum(v) / len(v)))
 EOP
 grep -h "tokens/s\|samples" "$W/run.out" | tail -3
 grep -h "warm-up\|loaded\|deposited" "$W/run/logs/"*.log | head -8
