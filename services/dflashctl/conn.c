@@ -36,7 +36,7 @@ int conn_open(conn **out, const char *endpoint, const job_config *cfg, const cha
                         endpoint);
         goto fail;
     }
-    if (!strncmp(endpoint, "ipc://", 6) && access(endpoint + 6, F_OK) != 0) { /* else ZeroMQ waits for it to appear */
+    if (conn_socket_gone(endpoint)) { /* else ZeroMQ waits for it to appear */
         rc = errbuf_set(err, ECONNREFUSED, "%s: no such socket (%s): is the job running?", endpoint, strerror(errno));
         goto fail;
     }
@@ -54,6 +54,11 @@ int conn_open(conn **out, const char *endpoint, const job_config *cfg, const cha
 fail:
     conn_close(&c);
     return rc;
+}
+
+int conn_socket_gone(const char *endpoint)
+{
+    return !strncmp(endpoint, "ipc://", 6) && access(endpoint + 6, F_OK) != 0;
 }
 
 int conn_wait(conn *c, uint64_t id, double timeout, Dflash__Envelope **reply, errbuf *err)

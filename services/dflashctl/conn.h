@@ -16,6 +16,9 @@ int conn_open(conn **out, const char *endpoint, const job_config *cfg, const cha
 int conn_request(conn *c, Dflash__Envelope *req, double timeout, Dflash__Envelope **reply, errbuf *err);
 /* Wait up to timeout seconds for a further message with request id `id` (e.g. a drain's completion). */
 int conn_wait(conn *c, uint64_t id, double timeout, Dflash__Envelope **reply, errbuf *err);
+/* 1 when the endpoint is an ipc:// socket whose file is gone (dflashd removes it when it stops cleanly: the job
+ * ended or was stopped; a killed dflashd leaves it for its successor), else 0. */
+int conn_socket_gone(const char *endpoint);
 void conn_close(conn **c);
 
 #endif

@@ -193,14 +193,24 @@ static int cmd_drain(ctl_ctx *x, char **args)
 
 /* Follow the restart operation that request `id` started until it completes. The operation lives in the job state,
  * so a dflashd that restarts meanwhile carries it on: while dflashd does not answer, keep asking until --wait. */
+#define SOCKET_GONE_SEC 5.0 /* a restarted dflashd binds its socket again well within this */
 static int wait_restart(ctl_ctx *x, uint64_t id, const char *what)
 {
     int shown = 0, silent = 0;
-    double deadline = now_seconds() + x->wait;
+    double deadline = now_seconds() + x->wait, gone_since = 0;
     for (;;) {
         nap(0.25);
+        /* a socket gone for a while: dflashd stopped cleanly (the job ended or was stopped), not a crash that its
+         * supervisor repairs in a second or two; waiting out --wait would only hide that */
+        if (!conn_socket_gone(x->endpoint)) gone_since = 0;
+        else if (!gone_since) gone_since = now_seconds();
+        else if (now_seconds() - gone_since >= SOCKET_GONE_SEC) {
+            fprintf(stderr, PROG ": dflashd at %s has stopped (its socket is gone): the job ended or was stopped "
+                            "before the restart of %s completed\n", x->endpoint, what);
+            return 2;
+        }
         Dflash__Envelope *r;
-        int rc = fetch_status_q(x, &r, 1);
+        int rc = gone_since ? 2 : fetch_status_q(x, &r, 1); /* no socket: nobody to ask */
         if (rc == 2) {
             if (!silent) fprintf(stderr, PROG ": dflashd at %s is not answering; still following the restart of %s\n",
                                  x->endpoint, what);
@@ -353,7 +363,8 @@ static void usage(FILE *f)
                "                        (control.curve_client_keys_file); default: an ephemeral key\n"
                "  --name NAME           keygen: the key pair's file name (default dflashd)\n"
                "  --timeout SEC         how long dflashd may take to answer (default 5)\n"
-               "  --wait SEC            how long to wait for pause, drain and restarts to complete (default 900)\n"
+               "  --wait SEC            how long to wait for pause, drain and restarts to complete (default 900); a\n"
+               "                        restart's follower stops sooner when dflashd stops for good (its socket gone)\n"
                "  --json, --watch       status output (see `" PROG " status --help`)\n"
                "  -h, --help            this text; `" PROG " COMMAND --help` for one command\n"
                "\nexit status: 0 done, 1 refused or failed, 2 usage error or dflashd unreachable\n");

@@ -45,6 +45,7 @@ struct control {
     control_view v;
     void *ctx, *sock;
     int fd;
+    int bound_ipc; /* bound an ipc:// endpoint: its socket file is ours to remove */
     char endpoint[CONFIG_STRING_MAX + 16];
     worker_ctl ws[JOB_MAX_WORKERS];
     job_restart_op *op; /* the restart operation in the job state (it outlives this process) */
@@ -921,6 +922,7 @@ int control_new(control **out, const control_view *view, errbuf *err)
         goto fail;
     }
     if (ipc) chmod(c->endpoint + 6, 0660);
+    c->bound_ipc = ipc;
     size_t fl = sizeof c->fd;
     if (zmq_getsockopt(c->sock, ZMQ_FD, &c->fd, &fl) != 0) {
         rc = errbuf_set(err, errno, "control: ZMQ_FD: %s", zmq_strerror(errno));
@@ -976,6 +978,10 @@ void control_destroy(control **pc)
     if (c->sock) zmq_close(c->sock);
     zap_destroy(&c->zap);
     if (c->ctx) zmq_ctx_term(c->ctx);
+    /* libzmq leaves the file of an ipc socket it was given by name: remove it, so that a clean stop reads as one
+     * (dflashctl: "no such socket"; a follower of a restart stops waiting). A killed dflashd leaves it, and its
+     * successor's bind replaces it. */
+    if (c->bound_ipc) unlink(c->endpoint + 6);
     free(c);
     *pc = NULL;
 }

@@ -195,4 +195,46 @@ print("%d samples, %d -> %d%s" % (len(v), v[0] if v else -1, v[-1] if v else -1,
 sys.exit(1 if bad or len(v) < 10 else 0)
 EOP
 then ok control_step_never_went_back; else fail control_step_never_went_back "$(tail -3 "$T/steps.txt")"; fi
+
+# a job stopped in the middle of a rolling restart: dflashd exits cleanly and removes its socket, and dflashctl, which
+# follows the restart, says so and exits 2 soon after, instead of waiting out its --wait as for a dflashd restarting
+write_config gone 1000000
+sed -i -e 's/^checkpoint_every = .*/checkpoint_every = 0/' "$T/gone.ini"
+gctl() { "$CTL" -c "$T/gone.ini" --wait 120 "$@"; }
+"$BIN/dflash" run -c "$T/gone.ini" >"$T/gone.out" 2>&1 &
+sup=$!
+deadline=$((SECONDS + 60))
+until [ "$(gctl status 2>/dev/null | awk 'NR == 2 { split($2, a, "/"); print a[1] }')" -gt 5 ] 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] && kill -0 $sup 2>/dev/null || break
+    sleep 0.2
+done
+t0=$(date +%s%N)
+( gctl rolling-restart drafter >"$T/gone-roll.out" 2>"$T/gone-roll.err"; echo $? >"$T/gone-roll.rc"
+  echo $((($(date +%s%N) - t0) / 1000000)) >"$T/gone-roll.ms" ) &
+roller=$!
+deadline=$((SECONDS + 30))
+until grep -q "control: restarting drafter-" "$T/gone/logs/dflashd.log" 2>/dev/null || [ $SECONDS -ge $deadline ]; do
+    sleep 0.05
+done
+restarting=$(grep -c "control: restarting drafter-" "$T/gone/logs/dflashd.log" 2>/dev/null)
+kill -TERM $sup
+wait $sup
+sup_rc=$?
+# dflashd has exited by now; a socket file it left behind would leave dflashctl waiting out its --wait: say so now
+if [ -e "$T/gone/ctl" ]; then
+    kill -TERM $(pgrep -P $roller) 2>/dev/null # the dflashctl
+    socket="left behind by the dflashd that exited"
+else
+    socket=removed
+fi
+wait $roller
+left=$(pgrep -f "$T/gone" | tr '\n' ' ')
+if [ "$restarting" -gt 0 ] 2>/dev/null && [ "$(cat "$T/gone-roll.rc")" = 2 ] &&
+   grep -q "has stopped (its socket is gone)" "$T/gone-roll.err" && [ "$(cat "$T/gone-roll.ms")" -lt 60000 ] &&
+   [ "$socket" = removed ] && [ -z "$left" ]; then
+    ok "control_restart_follower_sees_job_stop (dflash run exit $sup_rc; dflashctl exit 2 after $(cat "$T/gone-roll.ms") ms: $(tail -1 "$T/gone-roll.err"))"
+else
+    fail control_restart_follower_sees_job_stop "restarting lines $restarting; dflash run exit $sup_rc; dflashctl exit $(cat "$T/gone-roll.rc") after $(cat "$T/gone-roll.ms") ms: $(cat "$T/gone-roll.out" "$T/gone-roll.err" | tr '\n' ';'); socket $T/gone/ctl $socket; left running: ${left:-none}; $(tail -2 "$T/gone/logs/dflashd.log")"
+    [ -n "$left" ] && kill -9 $left 2>/dev/null
+fi
 exit $FAILED
