@@ -1,10 +1,11 @@
 // attention: causal flash attention forward over packed variable-length sequences, GQA, bf16 in/out.
-// Tensor-core path (head_dim 16/32/64/128): a CTA of 4 warps takes 128 queries of one head of one sequence (each K/V
-// tile brought from L2 serves 128 queries); each warp owns 32 query rows (two m16 tiles), so every K and V fragment
-// read from shared memory feeds both tiles (half the shared-memory traffic per MMA of one m16 tile per warp); Q
-// fragments are re-read from shared memory per K/V tile (registers go to the 2x(HD/8)x4 fp32 accumulators). 255
-// registers at head_dim 128, two CTAs per SM. K/V tiles of 64 keys stream through shared memory (cp.async, two
-// stages, rows padded by 16 bytes so ldmatrix is conflict-free). S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16
+// Tensor-core path (head_dim 16/32/64/128, and 256 with the smaller tiles of flash_shape below): a CTA of 4 warps
+// takes 128 queries of one head of one sequence (each K/V tile brought from L2 serves 128 queries); each warp owns 32
+// query rows (two m16 tiles), so every K and V fragment read from shared memory feeds both tiles (half the
+// shared-memory traffic per MMA of one m16 tile per warp); Q fragments are re-read from shared memory per K/V tile
+// (registers go to the 2x(HD/8)x4 fp32 accumulators). 255 registers at head_dim 128, two CTAs per SM. K/V tiles of
+// 64 keys stream through shared memory (cp.async, two stages, rows padded by 16 bytes so ldmatrix is conflict-free).
+// S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16
 // with fp32 accumulators; the softmax is online (running max and sum in fp32, exp2 with the scale folded in; only the
 // tiles that cross a warp's diagonal are masked; tiles wholly above a warp's rows are skipped); P is rounded to bf16
 // only as the A operand of P·V. The score matrix never leaves registers.
@@ -19,7 +20,14 @@
 
 namespace {
 
-constexpr int kBlockM = 128, kBlockN = 64, kWarps = 4, kRowsPerWarp = kBlockM / kWarps; // two m16 tiles per warp
+constexpr int kWarps = 4;
+// per head_dim: MT m16 tiles of query rows per warp (kBlockM = 4 warps x 16 x MT queries a CTA), BN keys a K/V tile.
+// Up to 128: MT 2, BN 64. At 256 the O accumulators of two m-tiles would not fit in registers: MT 1, BN 32 (64
+// queries a CTA; 2 x 100 KB of shared memory, two CTAs per SM).
+template <int HD> struct flash_shape {
+    static constexpr int MT = HD <= 128 ? 2 : 1, BN = HD <= 128 ? 64 : 32;
+    static constexpr int kBlockM = kWarps * 16 * MT, kRowsPerWarp = 16 * MT;
+};
 
 using namespace mma_sm80;
 
@@ -57,6 +65,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     flash_fwd_kernel(__nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk,
                      const __nv_bfloat16 *v, int ldv, const int32_t *cu_seqlens, int group, float scale_log2)
 {
+    constexpr int MT = flash_shape<HD>::MT, kBlockN = flash_shape<HD>::BN;
+    constexpr int kBlockM = flash_shape<HD>::kBlockM, kRowsPerWarp = flash_shape<HD>::kRowsPerWarp;
     constexpr int kStride = HD + 8;
     constexpr int kTile = kBlockN * kStride; // elements of one K or V tile
     constexpr int kNT = kBlockN / 8;         // 8-key n-tiles of S
@@ -89,14 +99,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     load_tile<HD, kBlockN>(sv, vbase, ldv, 0, len);
     cp_async_commit();
 
-    float o[2][HD / 8][4];
+    float o[MT][HD / 8][4];
 #pragma unroll
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.0f;
     // row r of m-tile m: wrow0 + m*16 + g + 8*r; index m*2 + r. Key 0 is visible to every row (also to the rows past
     // len, whose results are never stored), and every warp takes tile 0, so the running max is finite after it.
-    float m_run[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l_run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float m_run[2 * MT], l_run[2 * MT];
+#pragma unroll
+    for (int r = 0; r < 2 * MT; r++) m_run[r] = -INFINITY, l_run[r] = 0.0f;
     const __nv_bfloat16 *sq_w = sq + (warp * kRowsPerWarp + (lane & 15)) * kStride + (lane >> 4) * 8;
 
     for (int j = 0; j < nkb; j++) {
@@ -117,16 +129,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         if (k0 <= wrow0 + kRowsPerWarp - 1) {
 
         // S = Q Kᵀ : 32 rows (two m-tiles) x 64 keys per warp; each K fragment serves both m-tiles
-        float s[2][kNT][4];
+        float s[MT][kNT][4];
 #pragma unroll
-        for (int m = 0; m < 2; m++)
+        for (int m = 0; m < MT; m++)
 #pragma unroll
             for (int t = 0; t < kNT; t++) s[m][t][0] = s[m][t][1] = s[m][t][2] = s[m][t][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t qa[2][4];
+            uint32_t qa[MT][4];
 #pragma unroll
-            for (int m = 0; m < 2; m++)
+            for (int m = 0; m < MT; m++)
                 ldmatrix_x4(qa[m][0], qa[m][1], qa[m][2], qa[m][3], sq_w + m * 16 * kStride + kk * 16);
 #pragma unroll
             for (int t = 0; t < kNT; t += 2) {
@@ -135,7 +147,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                     tk + (t * 8 + (lane & 7) + ((lane >> 4) << 3)) * kStride + kk * 16 + ((lane >> 3) & 1) * 8;
                 ldmatrix_x4(b0, b1, b2, b3, p);
 #pragma unroll
-                for (int m = 0; m < 2; m++) {
+                for (int m = 0; m < MT; m++) {
                     mma_bf16(s[m][t], qa[m], b0, b1);
                     mma_bf16(s[m][t + 1], qa[m], b2, b3);
                 }
@@ -145,9 +157,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         // causal mask (only where a key of the tile can pass a row of the warp; keys >= len are then past every
         // stored row too), online softmax in log2 units: p = 2^(s·scale_log2 − m), one FFMA and one EX2 per score
         const bool need_mask = k0 + kBlockN - 1 > wrow0;
-        float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        float mx[2 * MT];
 #pragma unroll
-        for (int m = 0; m < 2; m++) {
+        for (int r = 0; r < 2 * MT; r++) mx[r] = -INFINITY;
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
 #pragma unroll
             for (int t = 0; t < kNT; t++) {
 #pragma unroll
@@ -161,9 +175,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                 }
             }
         }
-        float corr[4], neg_m[4];
+        float corr[2 * MT], neg_m[2 * MT];
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 2 * MT; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             float m_new = fmaxf(m_run[r], mx[r] * scale_log2); // finite: see m_run above
@@ -171,9 +185,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
             m_run[r] = m_new;
             neg_m[r] = -m_new;
         }
-        uint32_t pf[2][kBlockN / 16][4];
+        uint32_t pf[MT][kBlockN / 16][4];
 #pragma unroll
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < MT; m++) {
             float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
             for (int t = 0; t < kNT; t++) {
@@ -205,7 +219,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                     tv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + n0 * 8 + (lane >> 4) * 8;
                 ldmatrix_x4_trans(b0, b1, b2, b3, p);
 #pragma unroll
-                for (int m = 0; m < 2; m++) {
+                for (int m = 0; m < MT; m++) {
                     mma_bf16(o[m][n0], pf[m][kk], b0, b1);
                     mma_bf16(o[m][n0 + 1], pf[m][kk], b2, b3);
                 }
@@ -217,13 +231,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
     // the row sums are partial per thread: reduce over the 4 threads of a row
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < 2 * MT; r++) {
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
     }
     __nv_bfloat16 *obase = out + (size_t)start * ldo + (size_t)head * HD;
 #pragma unroll
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < MT; m++) {
         const int row_a = wrow0 + m * 16 + g, row_b = row_a + 8;
         const float inv_a = 1.0f / l_run[m * 2], inv_b = 1.0f / l_run[m * 2 + 1];
 #pragma unroll
@@ -300,6 +314,7 @@ void launch_flash(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint
                   int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int group, float scale,
                   cudaStream_t st)
 {
+    constexpr int kBlockM = flash_shape<HD>::kBlockM, kBlockN = flash_shape<HD>::BN;
     const size_t smem = (size_t)(kBlockM + 4 * kBlockN) * (HD + 8) * sizeof(__nv_bfloat16);
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
@@ -335,6 +350,7 @@ extern "C" void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint
         case 32: launch_flash<32>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
         case 64: launch_flash<64>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
         case 128: launch_flash<128>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
+        case 256: launch_flash<256>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
         default: break;
         }
     }

@@ -1,6 +1,10 @@
-// gated_delta_rule: CUDA chunked gated delta rule (forward). One block per (sequence, value head, tile of DVT value
+// gated_delta_rule: CUDA chunked gated delta rule (forward). One block per (sequence, value head, tile of dvt value
 // columns): the recurrence is separable over the value columns (column j of the state only ever meets column j of
-// v), so a block keeps a (dk, DVT) fp32 slice of the state in shared memory and walks its sequence chunk by chunk.
+// v), so a block keeps a (dk, dvt) fp32 slice of the state in shared memory and walks its sequence chunk by chunk.
+// dvt is 64 where the shared memory allows (dk <= 128: the chunk's k·k and q·k products, which every column tile of a
+// head recomputes, are shared by twice the columns of the 32-column tile taken at larger dk). The chunk's gates are
+// loaded by all threads before one thread sums them; the triangular solve gives each value column 4 lanes of a warp
+// (strided partial sums over u, combined by shuffles: the columns never meet, so no block barrier per row).
 // With S0 the state at a chunk start and G_t = Σ_{u<=t} g_u (cumulative log-decay inside the chunk, G <= 0):
 //   δ_t = β_t (v_t − e^{G_t} S0ᵀk_t − Σ_{u<t} e^{G_t−G_u} (k_t·k_u) δ_u)    (a unit lower-triangular solve)
 //   o_t = e^{G_t} S0ᵀq_t + Σ_{u<=t} e^{G_t−G_u} (q_t·k_u) δ_u
@@ -14,30 +18,31 @@
 #include "gated_delta_rule.h"
 
 #define GDR_CHUNK 64
-#define GDR_DVT 32
 #define GDR_THREADS 256
+#define GDR_SOLVE_LANES 4 /* lanes per value column in the triangular solve: 256 threads cover 64 columns */
 
 static __global__ void gdr_chunk_kernel(__nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq,
                                         const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v, int ldv,
                                         const float *g, int ldg, const float *beta, int ldb,
-                                        const int32_t *cu_seqlens, int rep, int dk, int dv)
+                                        const int32_t *cu_seqlens, int rep, int dk, int dv, int dvt)
 {
     extern __shared__ float sm[];
-    const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * GDR_DVT, kh = h / rep;
-    const int nj = min(GDR_DVT, dv - j0), tid = threadIdx.x;
+    const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * dvt, kh = h / rep;
+    const int nj = min(dvt, dv - j0), tid = threadIdx.x;
     const int C = GDR_CHUNK, ks = dk + 1; // odd row stride: threads reading k_u for consecutive u hit distinct banks
-    float *S = sm;                        // (dk, DVT)
-    float *Kc = S + dk * GDR_DVT;         // (C, ks)
+    float *S = sm;                        // (dk, dvt)
+    float *Kc = S + dk * dvt;             // (C, ks)
     float *Qc = Kc + C * ks;              // (C, ks)
-    float *D = Qc + C * ks;               // (C, DVT): the right-hand side, then δ
-    float *A = D + C * GDR_DVT;           // (C, C): strictly lower β_t e^{G_t−G_u} k_t·k_u
+    const int ldd = dvt + 1;              // odd: the solve's 4 lanes of a column read 4 rows on distinct banks
+    float *D = Qc + C * ks;               // (C, ldd): the right-hand side, then δ
+    float *A = D + C * ldd;               // (C, C): strictly lower β_t e^{G_t−G_u} k_t·k_u
     float *QK = A + C * C;                // (C, C): lower e^{G_t−G_u} q_t·k_u
     float *G = QK + C * C;                // (C)
     float *B = G + C;                     // (C)
     float *EG = B + C;                    // (C): e^{G_t}
     float *EL = EG + C;                   // (C): e^{G_{L-1} - G_u}
     const int t0 = cu_seqlens[s], t1 = cu_seqlens[s + 1];
-    for (int i = tid; i < dk * GDR_DVT; i += blockDim.x) S[i] = 0.0f;
+    for (int i = tid; i < dk * dvt; i += blockDim.x) S[i] = 0.0f;
     for (int c0 = t0; c0 < t1; c0 += C) {
         const int L = min(C, t1 - c0);
         __syncthreads(); // S written by the previous chunk
@@ -46,14 +51,13 @@ static __global__ void gdr_chunk_kernel(__nv_bfloat16 *out, int ldo, const __nv_
             Kc[t * ks + d] = __bfloat162float(k[(size_t)(c0 + t) * ldk + (size_t)kh * dk + d]);
             Qc[t * ks + d] = __bfloat162float(q[(size_t)(c0 + t) * ldq + (size_t)kh * dk + d]);
         }
-        if (tid == 0) { // the in-chunk cumulative log-decay: at most 64 terms
-            float acc = 0.0f;
-            for (int t = 0; t < L; t++) {
-                acc += g[(size_t)(c0 + t) * ldg + h];
-                G[t] = acc;
-                B[t] = beta[(size_t)(c0 + t) * ldb + h];
-            }
+        for (int t = tid; t < L; t += blockDim.x) {
+            G[t] = g[(size_t)(c0 + t) * ldg + h];
+            B[t] = beta[(size_t)(c0 + t) * ldb + h];
         }
+        __syncthreads();
+        if (tid == 0) // the in-chunk cumulative log-decay: at most 64 terms, from shared memory
+            for (int t = 1; t < L; t++) G[t] += G[t - 1];
         __syncthreads();
         for (int t = tid; t < L; t += blockDim.x) {
             EG[t] = __expf(G[t]);
@@ -80,34 +84,47 @@ static __global__ void gdr_chunk_kernel(__nv_bfloat16 *out, int ldo, const __nv_
         for (int i = tid; i < L * nj; i += blockDim.x) { // rhs: β_t (v_t − e^{G_t} S0ᵀ k_t)
             int t = i / nj, j = i - t * nj;
             float sk = 0.0f;
-            for (int d = 0; d < dk; d++) sk += S[d * GDR_DVT + j] * Kc[t * ks + d];
+            for (int d = 0; d < dk; d++) sk += S[d * dvt + j] * Kc[t * ks + d];
             float vt = __bfloat162float(v[(size_t)(c0 + t) * ldv + (size_t)h * dv + j0 + j]);
-            D[t * GDR_DVT + j] = B[t] * (vt - EG[t] * sk);
+            D[t * ldd + j] = B[t] * (vt - EG[t] * sk);
         }
         __syncthreads();
-        if (tid < nj) { // forward substitution, one value column per thread (columns are independent)
-            for (int t = 1; t < L; t++) {
-                float acc = D[t * GDR_DVT + tid];
-                for (int u = 0; u < t; u++) acc -= A[t * C + u] * D[u * GDR_DVT + tid];
-                D[t * GDR_DVT + tid] = acc;
+        { // forward substitution: column j = tid / 4, its 4 lanes sum u ≡ r (mod 4) and combine by shuffles
+            const int j = tid / GDR_SOLVE_LANES, r = tid % GDR_SOLVE_LANES;
+            for (int j1 = j; j1 < dvt; j1 += blockDim.x / GDR_SOLVE_LANES) { // warp-uniform: 8 columns a warp
+                for (int t = 1; t < L; t++) {
+                    float acc = 0.0f;
+                    for (int u = r; u < t; u += GDR_SOLVE_LANES) acc += A[t * C + u] * D[u * ldd + j1];
+                    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+                    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+                    if (r == 0 && j1 < nj) D[t * ldd + j1] -= acc;
+                    __syncwarp(); // row t of the column is read by its 4 lanes for row t + 1
+                }
             }
         }
         __syncthreads();
         for (int i = tid; i < L * nj; i += blockDim.x) { // outputs, from S0 and the chunk's δ
             int t = i / nj, j = i - t * nj;
             float sq = 0.0f, intra = 0.0f;
-            for (int d = 0; d < dk; d++) sq += S[d * GDR_DVT + j] * Qc[t * ks + d];
-            for (int u = 0; u <= t; u++) intra += QK[t * C + u] * D[u * GDR_DVT + j];
+            for (int d = 0; d < dk; d++) sq += S[d * dvt + j] * Qc[t * ks + d];
+            for (int u = 0; u <= t; u++) intra += QK[t * C + u] * D[u * ldd + j];
             out[(size_t)(c0 + t) * ldo + (size_t)h * dv + j0 + j] = __float2bfloat16_rn(EG[t] * sq + intra);
         }
         __syncthreads(); // every output read S0
         for (int i = tid; i < dk * nj; i += blockDim.x) {
             int d = i / nj, j = i - d * nj;
-            float acc = EG[L - 1] * S[d * GDR_DVT + j];
-            for (int u = 0; u < L; u++) acc += EL[u] * Kc[u * ks + d] * D[u * GDR_DVT + j];
-            S[d * GDR_DVT + j] = acc;
+            float acc = EG[L - 1] * S[d * dvt + j];
+            for (int u = 0; u < L; u++) acc += EL[u] * Kc[u * ks + d] * D[u * ldd + j];
+            S[d * dvt + j] = acc;
         }
     }
+}
+
+/* the kernel's shared memory: S (dk, dvt), Kc and Qc (C, dk + 1), D (C, dvt + 1), A and QK (C, C), G B EG EL (C) */
+static size_t gdr_smem_bytes(int dk, int dvt)
+{
+    const size_t C = GDR_CHUNK;
+    return sizeof(float) * ((size_t)dk * dvt + 2 * C * (dk + 1) + C * (dvt + 1) + 2 * C * C + 4 * C);
 }
 
 extern "C" void gated_delta_rule_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
@@ -120,13 +137,13 @@ extern "C" void gated_delta_rule_forward_cuda(uint16_t *out, int ldo, const uint
         fprintf(stderr, "gated_delta_rule_forward_cuda: hk %d / hv %d / dk %d unsupported\n", hk, hv, dk);
         exit(1);
     }
-    const int C = GDR_CHUNK;
-    size_t smem = sizeof(float) * ((size_t)dk * GDR_DVT + 2 * (size_t)C * (dk + 1) + (size_t)C * GDR_DVT +
-                                   2 * (size_t)C * C + 4 * (size_t)C);
+    /* 64 value columns a block where the shared memory allows and the heads are that wide, else 32 */
+    const int dvt = dv > 32 && gdr_smem_bytes(dk, 64) <= 160 * 1024 ? 64 : 32;
+    const size_t smem = gdr_smem_bytes(dk, dvt);
     CHECK_CUDA(cudaFuncSetAttribute(gdr_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((unsigned)nseq, (unsigned)hv, (unsigned)((dv + GDR_DVT - 1) / GDR_DVT));
+    dim3 grid((unsigned)nseq, (unsigned)hv, (unsigned)((dv + dvt - 1) / dvt));
     gdr_chunk_kernel<<<grid, GDR_THREADS, smem, (cudaStream_t)stream>>>(
         (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k, ldk,
-        (const __nv_bfloat16 *)v, ldv, g, ldg, beta, ldb, cu_seqlens, hv / hk, dk, dv);
+        (const __nv_bfloat16 *)v, ldv, g, ldg, beta, ldb, cu_seqlens, hv / hk, dk, dv, dvt);
     CHECK_CUDA_LAUNCH();
 }

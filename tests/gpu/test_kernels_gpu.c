@@ -321,6 +321,10 @@ int main(void)
     const int lens_d[] = {256, 127, 383, 64, 128, 513};
     check_attention(lens_d, 6, 16, 4, 128, 2.0); /* 128-query tile edges, 4 query heads per kv head */
     check_attention(lens_d, 6, 4, 1, 32, 2.0);
+    /* head_dim 256 (Qwen3.5's gated attention, 16/4 heads): 64-query tiles of one m16 tile per warp, 32-key tiles */
+    check_attention(lens_a, 7, 16, 4, 256, 2.0);
+    check_attention(lens_d, 6, 6, 2, 256, 2.0);
+    check_attention(lens_c, 1, 2, 1, 256, 1.0);
 
     check_rand_fill(1000003, 42, 0.05f, 0.0f);
     check_rand_fill(4097, 7, 0.0f, 1.0f);
