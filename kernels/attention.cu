@@ -5,10 +5,9 @@
 // shared-memory traffic per MMA of one m16 tile per warp); Q fragments are re-read from shared memory per K/V tile
 // (registers go to the 2x(HD/8)x4 fp32 accumulators). 255 registers at head_dim 128, two CTAs per SM. K/V tiles of
 // 64 keys stream through shared memory (cp.async, two stages, rows padded by 16 bytes so ldmatrix is conflict-free).
-// S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16
-// with fp32 accumulators; the softmax is online (running max and sum in fp32, exp2 with the scale folded in; only the
-// tiles that cross a warp's diagonal are masked; tiles wholly above a warp's rows are skipped); P is rounded to bf16
-// only as the A operand of P·V. The score matrix never leaves registers.
+// S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16 with fp32 accumulators; the softmax is online (running max and sum
+// in fp32, exp2 with the scale folded in; only the tiles that cross a warp's diagonal are masked; tiles wholly above a
+// warp's rows are skipped); P is rounded to bf16 only as the A operand of P·V. The score matrix never leaves registers.
 // Grid: x = query heads, y = sequences, z = query blocks in reverse (the longest causal rows start first).
 // Scalar path (any head_dim, unaligned strides): one warp per (query, head), online softmax over keys.
 #include <cuda_bf16.h>
