@@ -291,3 +291,44 @@ int32_t target_logits_argmax(const float *row, int vocab, const int32_t *suppres
     }
     return best;
 }
+
+static int sample_item_cmp(const void *a, const void *b)
+{
+    const target_sample_item *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int32_t target_logits_sample(const float *row, int vocab, const int32_t *suppress, int nsuppress, double temperature,
+                             double top_p, double u, target_sample_item *scratch)
+{
+    float mx = -INFINITY;
+    int n = 0;
+    for (int v = 0; v < vocab; v++) {
+        int skip = isnan(row[v]);
+        for (int i = 0; i < nsuppress && !skip; i++) skip = suppress[i] == v;
+        if (skip) continue;
+        scratch[n++] = (target_sample_item){.p = row[v], .id = v};
+        if (row[v] > mx) mx = row[v];
+    }
+    if (n == 0) return -1;
+    if (mx == -INFINITY || mx == INFINITY) return target_logits_argmax(row, vocab, suppress, nsuppress);
+    for (int i = 0; i < n; i++) scratch[i].p = (float)exp(((double)scratch[i].p - (double)mx) / temperature);
+    int keep = n;
+    double total = 0.0;
+    if (top_p < 1.0) {
+        double all = 0.0;
+        for (int i = 0; i < n; i++) all += scratch[i].p;
+        qsort(scratch, (size_t)n, sizeof *scratch, sample_item_cmp);
+        for (keep = 0; keep < n && (keep == 0 || total < top_p * all);) total += scratch[keep++].p;
+    } else {
+        for (int i = 0; i < n; i++) total += scratch[i].p;
+    }
+    const double target = u * total;
+    double acc = 0.0;
+    for (int i = 0; i < keep; i++) {
+        acc += scratch[i].p;
+        if (acc > target) return scratch[i].id;
+    }
+    return scratch[keep - 1].id; /* rounding left the draw at the very end */
+}

@@ -43,4 +43,17 @@ int target_cache_crop(target_cache *c, int seq, int len, errbuf *err);
  * -1 when every id is suppressed. */
 int32_t target_logits_argmax(const float *row, int vocab, const int32_t *suppress, int nsuppress);
 
+/* One entry of target_logits_sample's scratch (the caller provides vocab of them). */
+typedef struct target_sample_item {
+    float p;
+    int32_t id;
+} target_sample_item;
+/* Sampled choice at temperature > 0, a pure function of its inputs: over the ids left (not in suppress, logit not
+ * NaN), p ∝ exp((logit − max) / temperature); top_p < 1 keeps the smallest set of the most likely ids whose mass
+ * reaches top_p (order: p descending, then id ascending), top_p = 1 keeps all of them in id order; the answer is
+ * the id at which the running mass of that sequence first exceeds u × its total (u in [0, 1)). Every id left at
+ * -inf: the greedy choice. -1 when every id is suppressed. */
+int32_t target_logits_sample(const float *row, int vocab, const int32_t *suppress, int nsuppress, double temperature,
+                             double top_p, double u, target_sample_item *scratch);
+
 #endif

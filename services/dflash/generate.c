@@ -25,6 +25,7 @@
 #include "generate_impl.h"
 #include "json_util.h"
 #include "prompt_file.h"
+#include "rng.h"
 #include "target_decode.h"
 #include "target_model.h"
 #include "util.h"
@@ -39,10 +40,12 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: " PROG " --target DIR --prompts FILE -o OUT.jsonl [options]\n"
             "\n"
-            "Answers every prompt of FILE with the target's own greedy continuation (temperature 0) and writes\n"
+            "Answers every prompt of FILE with the target's own continuation, greedy by default (temperature 0;\n"
+            "--temperature samples), and writes\n"
             "OUT.jsonl for dflash-prepare: one line per prompt, in FILE's order,\n"
             "  {\"input_ids\": prompt + answer, \"loss_mask\": 0 on the prompt, 1 on the answer,\n"
-            "   \"prompt_line\": its line in FILE, \"stop\": \"eos\" | \"max_new_tokens\" | \"max_len\"}\n"
+            "   \"prompt_line\": its line in FILE, \"stop\": \"eos\" | \"max_new_tokens\" | \"max_len\"\n"
+            "   [, \"sampling\": {\"temperature\": T, \"top_p\": P, \"seed\": S} when sampled]}\n"
             "An answer ends after an EOS token (kept, trained) or --max-new-tokens tokens. FILE is JSONL as\n"
             "dflash-prepare reads it: a line's prompt is the leading run of its tokens with loss_mask 0 (labels\n"
             "-100); a line with input_ids only is all prompt; blank lines are ignored. Lines without input_ids\n"
@@ -66,6 +69,13 @@ static void usage(FILE *f)
             "  --eos ID               an end-of-sequence token id (repeatable; default: eos_token_id of the\n"
             "                         target's generation_config.json, else of its config.json)\n"
             "  --suppress ID          a token id never generated (repeatable), e.g. the drafter's mask token\n"
+            "  --temperature T        sample at temperature T > 0 instead of the greedy choice (cpu backend)\n"
+            "  --top-p P              with --temperature: sample among the most likely tokens of total\n"
+            "                         probability P (0 < P <= 1, default 1: all of them)\n"
+            "  --seed S               with --temperature: the draws (default 0); the token at answer position\n"
+            "                         i of FILE's line L is drawn from the stream (S, L, i), so the output does\n"
+            "                         not depend on --threads and a resumed run redoes the same draws; a rerun\n"
+            "                         on an OUT made with other settings is refused\n"
             "  -q, --quiet            no progress lines\n"
             "  -h, --help             this text\n"
             "\n"
@@ -98,6 +108,21 @@ static int parse_int(const char *flag, const char *s, long long lo, long long hi
 /* ---- the output's lines ---- */
 
 /* The ids of input_ids into *ids (n entries), checked against vocab; the message names the field and index. */
+/* A number in [lo, hi] (lo itself excluded unless lo_ok) for flag, else a usage error naming it. */
+static int parse_real(const char *flag, const char *v, double lo, double hi, int lo_ok, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi) || (!lo_ok && x == lo)) {
+        fprintf(stderr, PROG ": %s: '%s' is not a number in %s%g, %g]\n(try '" PROG " --help')\n", flag, v,
+                lo_ok ? "[" : "(", lo, hi);
+        return 2;
+    }
+    *out = x;
+    return 0;
+}
+
 static int read_ids(const json_t *arr, int vocab, int32_t **ids, int *n, char *why, size_t whylen)
 {
     if (!json_is_array(arr)) {
@@ -133,7 +158,54 @@ static int read_ids(const json_t *arr, int vocab, int32_t **ids, int *n, char *w
 
 /* Scan out (open as fd): mark done[i] for the prompts it answers (checking each line's prompt against s), drop a
  * partial last line. 0, or -1 after printing the error. */
-static int output_resume(const char *out, int fd, const prompt_set *s, uint8_t *done, int64_t *ndone, int vocab)
+/* The decoding settings an output line records (temperature 0: greedy, the other two unused). */
+typedef struct sampling {
+    double temperature, top_p;
+    long long seed;
+} sampling;
+
+/* x as the shortest of %.15g / %.17g that reads back as x (so "0.7" stays 0.7 in the output). */
+static void fmt_real(char *buf, size_t n, double x)
+{
+    snprintf(buf, n, "%.15g", x);
+    if (strtod(buf, NULL) != x) snprintf(buf, n, "%.17g", x);
+}
+
+/* For messages: "greedily" or "with temperature T, top_p P, seed S". */
+static void sampling_describe(char *buf, size_t n, const sampling *d)
+{
+    char t[32], p[32];
+    fmt_real(t, sizeof t, d->temperature);
+    fmt_real(p, sizeof p, d->top_p);
+    if (d->temperature == 0.0) snprintf(buf, n, "greedily");
+    else snprintf(buf, n, "with temperature %s, top_p %s, seed %lld", t, p, d->seed);
+}
+
+/* Whether two settings decode differently (greedy ignores top_p and seed). */
+static int sampling_differs(const sampling *a, const sampling *b)
+{
+    return a->temperature != b->temperature ||
+           (a->temperature != 0.0 && (a->top_p != b->top_p || a->seed != b->seed));
+}
+
+/* The settings recorded by a line of OUT: no "sampling" member is greedy. 0, or -1 with why set. */
+static int sampling_read(const json_t *root, sampling *d, const char **why)
+{
+    const json_t *sm = json_object_get(root, "sampling");
+    *d = (sampling){.top_p = 1.0};
+    if (!sm) return 0;
+    const json_t *t = json_object_get(sm, "temperature"), *p = json_object_get(sm, "top_p");
+    const json_t *sd = json_object_get(sm, "seed");
+    if (!json_is_number(t) || !json_is_number(p) || !json_is_integer(sd)) {
+        *why = "its \"sampling\" needs numbers temperature, top_p and an integer seed";
+        return -1;
+    }
+    d->temperature = json_number_value(t), d->top_p = json_number_value(p), d->seed = json_integer_value(sd);
+    return 0;
+}
+
+static int output_resume(const char *out, int fd, const prompt_set *s, uint8_t *done, int64_t *ndone, int vocab,
+                         const sampling *run)
 {
     *ndone = 0;
     int rfd = dup(fd);
@@ -178,11 +250,20 @@ static int output_resume(const char *out, int fd, const prompt_set *s, uint8_t *
         int32_t *ids = NULL;
         int n = 0;
         const char *bad = NULL;
+        sampling had;
+        char mismatch[256];
         if (at < 0) bad = "its prompt_line is not a prompt of this prompt file (or beyond --limit)";
         else if (done[at]) bad = "a second answer to the same prompt";
         else if (read_ids(json_object_get(root, "input_ids"), vocab, &ids, &n, why, sizeof why)) bad = why;
         else if (n <= s->v[at].plen || memcmp(ids, s->v[at].ids, sizeof *ids * (size_t)s->v[at].plen))
             bad = "its prompt differs from that line of the prompt file";
+        else if (!sampling_read(root, &had, &bad) && sampling_differs(&had, run)) {
+            char h[96], r[96];
+            sampling_describe(h, sizeof h, &had);
+            sampling_describe(r, sizeof r, run);
+            snprintf(mismatch, sizeof mismatch, "decoded %s, this run %s (rerun with its settings)", h, r);
+            bad = mismatch;
+        }
         if (bad) {
             fprintf(stderr, PROG ": error: %s:%" PRId64 ": prompt_line %" PRId64 ": %s: use another -o\n", out, lineno,
                     want, bad);
@@ -244,14 +325,26 @@ void gen_job_fail(gen_job *j, const errbuf *err)
     pthread_mutex_unlock(&j->lock);
 }
 
-/* Greedy answer of prompt p into r. */
-static int decode_one(gen_job *j, target_cache *c, float *logits, const prompt_line *p, result *r, errbuf *err)
+/* The token at answer position i of prompt p: greedy, or drawn from the stream (seed, p's line, i). */
+static int32_t pick_token(const gen_job *j, const float *logits, const prompt_line *p, int i,
+                          target_sample_item *scratch)
+{
+    if (j->temperature == 0.0) return target_logits_argmax(logits, j->vocab, j->suppress, j->nsuppress);
+    rng r;
+    rng_seed(&r, j->seed, (uint64_t)p->lineno, (uint64_t)i, 0);
+    return target_logits_sample(logits, j->vocab, j->suppress, j->nsuppress, j->temperature, j->top_p,
+                                rng_uniform(&r), scratch);
+}
+
+/* The answer of prompt p into r. */
+static int decode_one(gen_job *j, target_cache *c, float *logits, target_sample_item *scratch, const prompt_line *p,
+                      result *r, errbuf *err)
 {
     int limit = gen_result_begin(j, p, r);
     int rc = target_cache_crop(c, 0, 0, err);
     if (!rc) rc = target_cache_forward_last(c, 0, p->ids, p->plen, NULL, 0, NULL, logits, err);
     while (!rc) {
-        int32_t t = target_logits_argmax(logits, j->vocab, j->suppress, j->nsuppress);
+        int32_t t = pick_token(j, logits, p, r->n, scratch);
         if (t < 0) {
             rc = errbuf_set(err, EINVAL, "every token id is suppressed (--suppress)");
             break;
@@ -275,17 +368,19 @@ static void *worker_main(void *arg)
     target_cache *c = NULL;
     errbuf err = {{0}};
     float *logits = xmalloc(sizeof *logits * (size_t)j->vocab);
+    target_sample_item *scratch = j->temperature > 0.0 ? xmalloc(sizeof *scratch * (size_t)j->vocab) : NULL;
     int rc = target_cache_create(&c, j->m, 1, j->cache_len, &err);
     for (;;) {
         if (rc || atomic_load(&j->failed)) break;
         int64_t i = atomic_fetch_add(&j->next, 1);
         if (i >= j->ntodo) break;
-        rc = decode_one(j, c, logits, &j->prompts->v[j->todo[i]], &j->res[i], &err);
+        rc = decode_one(j, c, logits, scratch, &j->prompts->v[j->todo[i]], &j->res[i], &err);
         if (!rc) gen_job_publish(j, i);
     }
     if (rc) gen_job_fail(j, &err);
     target_cache_destroy(&c);
     free(logits);
+    free(scratch);
     return NULL;
 }
 
@@ -315,7 +410,7 @@ static void sb_printf(strbuf *b, const char *fmt, ...)
 }
 
 /* One output line into b (cleared first). */
-static void format_line(strbuf *b, const prompt_line *p, const result *r)
+static void format_line(strbuf *b, const prompt_line *p, const result *r, const sampling *d)
 {
     b->n = 0;
     sb_printf(b, "{\"input_ids\": [");
@@ -323,7 +418,14 @@ static void format_line(strbuf *b, const prompt_line *p, const result *r)
     for (int t = 0; t < r->n; t++) sb_printf(b, ", %d", r->gen[t]);
     sb_printf(b, "], \"loss_mask\": [");
     for (int t = 0; t < p->plen + r->n; t++) sb_printf(b, t ? ", %d" : "%d", t >= p->plen);
-    sb_printf(b, "], \"prompt_line\": %" PRId64 ", \"stop\": \"%s\"}\n", (int64_t)p->lineno, r->stop);
+    sb_printf(b, "], \"prompt_line\": %" PRId64 ", \"stop\": \"%s\"", (int64_t)p->lineno, r->stop);
+    if (d->temperature != 0.0) {
+        char t[32], tp[32];
+        fmt_real(t, sizeof t, d->temperature);
+        fmt_real(tp, sizeof tp, d->top_p);
+        sb_printf(b, ", \"sampling\": {\"temperature\": %s, \"top_p\": %s, \"seed\": %lld}", t, tp, d->seed);
+    }
+    sb_printf(b, "}\n");
 }
 
 /* Append b with one write(): a crash leaves the line whole or a partial tail that the next run drops. */
@@ -343,7 +445,8 @@ static int write_line(int fd, const strbuf *b)
 
 typedef struct gen_opts {
     const char *target, *prompts, *out;
-    long long max_new, max_len, limit, threads, batch;
+    long long max_new, max_len, limit, threads, batch, seed;
+    double temperature, top_p;
     int32_t eos[MAX_IDS], suppress[MAX_IDS];
     int neos, nsuppress, eos_given, quiet, cuda;
 } gen_opts;
@@ -351,7 +454,7 @@ typedef struct gen_opts {
 static int parse_opts(int argc, char **argv, gen_opts *o)
 {
     enum { O_TARGET = 256, O_PROMPTS, O_MAX_NEW, O_MAX_LEN, O_LIMIT, O_THREADS, O_EOS, O_SUPPRESS, O_BACKEND,
-           O_BATCH };
+           O_BATCH, O_TEMPERATURE, O_TOP_P, O_SEED };
     static const struct option longopts[] = {
         {"target", required_argument, NULL, O_TARGET},       {"prompts", required_argument, NULL, O_PROMPTS},
         {"output", required_argument, NULL, 'o'},            {"max-new-tokens", required_argument, NULL, O_MAX_NEW},
@@ -359,10 +462,13 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
         {"threads", required_argument, NULL, O_THREADS},     {"eos", required_argument, NULL, O_EOS},
         {"suppress", required_argument, NULL, O_SUPPRESS},   {"quiet", no_argument, NULL, 'q'},
         {"backend", required_argument, NULL, O_BACKEND},     {"batch", required_argument, NULL, O_BATCH},
-        {"help", no_argument, NULL, 'h'},                    {NULL, 0, NULL, 0},
+        {"temperature", required_argument, NULL, O_TEMPERATURE}, {"top-p", required_argument, NULL, O_TOP_P},
+        {"seed", required_argument, NULL, O_SEED},           {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (gen_opts){.max_new = 256, .threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu, .batch = 64};
+    *o = (gen_opts){.max_new = 256, .threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu, .batch = 64, .top_p = 1.0};
+    int top_p_given = 0, seed_given = 0;
     long long v;
     int opt;
     opterr = 0;
@@ -377,6 +483,14 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
         case O_LIMIT: if (parse_int("--limit", optarg, 1, INT64_MAX, &o->limit)) return 2; break;
         case O_THREADS: if (parse_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
         case O_BATCH: if (parse_int("--batch", optarg, 1, 4096, &o->batch)) return 2; break;
+        case O_TEMPERATURE:
+            if (parse_real("--temperature", optarg, 0.0, 100.0, 1, &o->temperature)) return 2;
+            break;
+        case O_TOP_P:
+            if (parse_real("--top-p", optarg, 0.0, 1.0, 0, &o->top_p)) return 2;
+            top_p_given = 1;
+            break;
+        case O_SEED: if (parse_int("--seed", optarg, 0, INT64_MAX, &o->seed)) return 2; seed_given = 1; break;
         case O_BACKEND:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
                 return usage_error("--backend: '%s' is not cpu or cuda", optarg);
@@ -399,6 +513,9 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
     if (!o->target) return usage_error("%s", "missing --target DIR");
     if (!o->prompts) return usage_error("%s", "missing --prompts FILE");
     if (!o->out) return usage_error("%s", "missing -o OUT.jsonl");
+    if (o->temperature == 0.0 && (top_p_given || seed_given))
+        return usage_error("%s needs --temperature > 0 (without it, decoding is greedy)",
+                           top_p_given ? "--top-p" : "--seed");
 #ifndef DFLASH_CUDA
     if (o->cuda) {
         fprintf(stderr, PROG ": error: --backend cuda: this build of dflash has no CUDA backend; run dflash-cuda "
@@ -406,6 +523,11 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
         return 1;
     }
 #endif
+    if (o->cuda && o->temperature > 0.0) {
+        fprintf(stderr, PROG ": error: --temperature: sampling runs on the cpu backend only (--backend cuda decodes "
+                "greedily)\n");
+        return 1;
+    }
     return -1;
 }
 
@@ -483,7 +605,8 @@ int generate_main(int argc, char **argv)
                 errno == EWOULDBLOCK ? "another dflash generate is writing it" : strerror(errno));
         goto done;
     }
-    if (output_resume(o.out, fd, &ps, done, &ndone, cfg.vocab_size)) goto done;
+    const sampling run = {.temperature = o.temperature, .top_p = o.top_p, .seed = o.seed};
+    if (output_resume(o.out, fd, &ps, done, &ndone, cfg.vocab_size, &run)) goto done;
     todo = xmalloc(sizeof *todo * (size_t)ps.n);
     for (int64_t i = 0; i < ps.n; i++)
         if (!done[i]) todo[ntodo++] = i;
@@ -500,7 +623,8 @@ int generate_main(int argc, char **argv)
                       .max_new = (int)o.max_new, .longest = longest,
                       .batch = (int)(o.batch < ntodo ? o.batch : ntodo),
                       .max_len = (int)(max_len < INT32_MAX ? max_len : INT32_MAX), .vocab = cfg.vocab_size,
-                      .eos = o.eos, .neos = o.neos, .suppress = o.suppress, .nsuppress = o.nsuppress};
+                      .eos = o.eos, .neos = o.neos, .suppress = o.suppress, .nsuppress = o.nsuppress,
+                      .temperature = o.temperature, .top_p = o.top_p, .seed = (uint64_t)o.seed};
         long long cl = (long long)longest + o.max_new;
         j.cache_len = (int)(cl < j.max_len ? cl : j.max_len);
         j.res = xcalloc((size_t)ntodo, sizeof *j.res);
@@ -541,7 +665,7 @@ int generate_main(int argc, char **argv)
             pthread_mutex_unlock(&j.lock);
             if (!ready) break; /* a worker failed */
             result *r = &j.res[written];
-            format_line(&line, &ps.v[todo[written]], r);
+            format_line(&line, &ps.v[todo[written]], r, &run);
             if (write_line(fd, &line) != 0) {
                 fprintf(stderr, PROG ": error: writing %s: %s\n", o.out, strerror(errno ? errno : EIO));
                 bad = 1;

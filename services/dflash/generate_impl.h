@@ -30,6 +30,8 @@ typedef struct gen_job {
     int max_new, max_len, cache_len, vocab, longest, batch;
     const int32_t *eos, *suppress;
     int neos, nsuppress;
+    double temperature, top_p; /* temperature 0: greedy (the GPU backend's only mode) */
+    uint64_t seed;
     atomic_llong next, tokens;
     atomic_int failed;
     pthread_mutex_t lock; /* guards err; with done_cond, the writer's wait */

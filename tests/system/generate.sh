@@ -113,6 +113,68 @@ if command -v flock >/dev/null; then
         && ok generate_refuses_concurrent_writer || fail generate_refuses_concurrent_writer "exit $rc: $(cat "$T/lock.err")"
 fi
 
+# ---- sampling: a pure function of (seed, prompt line, position): --threads-independent, resumable, recorded ----
+SAMP=(--prompts "$T/data.jsonl" --max-new-tokens 24 --suppress $((V - 1)) -q)
+"${GEN[@]}" "${SAMP[@]}" --temperature 1 --seed 7 --threads 1 -o "$T/s1.jsonl" >/dev/null 2>"$T/s1.err"
+rc1=$?
+"${GEN[@]}" "${SAMP[@]}" --temperature 1 --seed 7 --threads 3 -o "$T/s3.jsonl" >/dev/null 2>&1
+"${GEN[@]}" "${SAMP[@]}" --temperature 1 --seed 8 --threads 2 -o "$T/s8.jsonl" >/dev/null 2>&1
+d=$(python3 - "$T/out2.jsonl" "$T/s1.jsonl" "$T/s8.jsonl" <<'EOF2'
+import json, sys
+greedy, s7, s8 = ([json.loads(l) for l in open(f)] for f in sys.argv[1:4])
+if len(s7) != len(greedy): print("%d lines, want %d" % (len(s7), len(greedy))); sys.exit()
+for g, a in zip(greedy, s7):
+    p = g["loss_mask"].index(1)
+    if a["input_ids"][:p] != g["input_ids"][:p] or a["loss_mask"] != [0] * p + [1] * (len(a["input_ids"]) - p):
+        print("prompt_line %d: prompt or mask changed" % a["prompt_line"]); sys.exit()
+    if a.get("sampling") != {"temperature": 1, "top_p": 1, "seed": 7}: print("sampling %s" % a.get("sampling")); sys.exit()
+    if "sampling" in g: print("a greedy line records sampling"); sys.exit()
+diff = sum(a["input_ids"] != g["input_ids"] for g, a in zip(greedy, s7))
+other = sum(a["input_ids"] != b["input_ids"] for a, b in zip(s7, s8))
+if diff < len(greedy) // 2: print("only %d of %d sampled answers differ from greedy" % (diff, len(greedy)))
+elif other < len(greedy) // 2: print("seeds 7 and 8 differ on %d of %d answers only" % (other, len(greedy)))
+else: print("ok %d of %d differ from greedy, %d between seeds" % (diff, len(greedy), other))
+EOF2
+)
+[ $rc1 -eq 0 ] && [ "${d#ok}" != "$d" ] && ok "generate_samples_with_temperature (${d#ok })" || fail generate_samples_with_temperature "exit $rc1: $d $(tail -2 "$T/s1.err")"
+cmp -s "$T/s1.jsonl" "$T/s3.jsonl" && ok generate_sampling_threads_independent || fail generate_sampling_threads_independent
+"$BIN/dflash-prepare" -o "$T/sprep" "$T/s1.jsonl" >"$T/sprep.out" 2>&1 && grep -q "^prepared 48 samples" "$T/sprep.out" \
+    && ok generate_sampled_output_prepares || fail generate_sampled_output_prepares "$(cat "$T/sprep.out")"
+# a nucleus of (almost) nothing is the greedy choice; so is temperature 1e-6 (bar exact ties)
+"${GEN[@]}" "${SAMP[@]}" --temperature 1 --top-p 1e-9 -o "$T/nucleus.jsonl" >/dev/null 2>&1
+d=$(python3 -c "
+import json, sys
+g = [json.loads(l)['input_ids'] for l in open('$T/out2.jsonl')]
+n = [json.loads(l)['input_ids'] for l in open('$T/nucleus.jsonl')]
+print('' if g == n else '%d of %d answers differ from greedy' % (sum(a != b for a, b in zip(g, n)), len(g)))")
+[ -z "$d" ] && ok generate_top_p_tiny_is_greedy || fail generate_top_p_tiny_is_greedy "$d"
+# resumed after a cut: the same draws; a rerun with other settings on the same output is refused, the file untouched
+head -n 20 "$T/s1.jsonl" >"$T/sres.jsonl"
+"${GEN[@]}" "${SAMP[@]}" --temperature 1 --seed 7 --threads 2 -o "$T/sres.jsonl" >/dev/null 2>"$T/sres.err"
+cmp -s "$T/sres.jsonl" "$T/s1.jsonl" && grep -q "already answers 20 of the 48" "$T/sres.err" && ok generate_sampling_resumes_same_draws \
+    || fail generate_sampling_resumes_same_draws "$(cat "$T/sres.err")"
+head -n 20 "$T/s1.jsonl" >"$T/smix.jsonl"
+cp "$T/smix.jsonl" "$T/smix.before"
+"${GEN[@]}" "${SAMP[@]}" --temperature 1 --seed 9 -o "$T/smix.jsonl" >/dev/null 2>"$T/smix.err"
+rc=$?
+"${GEN[@]}" "${SAMP[@]}" -o "$T/smix.jsonl" >/dev/null 2>"$T/smix2.err"
+rc2=$?
+[ $rc -eq 1 ] && [ $rc2 -eq 1 ] && cmp -s "$T/smix.jsonl" "$T/smix.before" &&
+    grep -q "smix.jsonl:1: prompt_line 1: decoded with temperature 1, top_p 1, seed 7, this run with temperature 1, top_p 1, seed 9" "$T/smix.err" &&
+    grep -q "smix.jsonl:1: prompt_line 1: decoded with temperature 1, top_p 1, seed 7, this run greedily" "$T/smix2.err" \
+    && ok generate_refuses_other_sampling_settings || fail generate_refuses_other_sampling_settings "exit $rc/$rc2: $(cat "$T/smix.err" "$T/smix2.err")"
+sed '1s/"sampling": {[^}]*}/"sampling": "hot"/' "$T/smix.before" >"$T/sbad.jsonl"
+"${GEN[@]}" "${SAMP[@]}" --temperature 1 --seed 7 -o "$T/sbad.jsonl" >/dev/null 2>"$T/sbad.err"
+[ $? -eq 1 ] && grep -q 'sbad.jsonl:1: prompt_line 1: its "sampling" needs numbers' "$T/sbad.err" && ok generate_refuses_bad_sampling_record \
+    || fail generate_refuses_bad_sampling_record "$(cat "$T/sbad.err")"
+# usage errors name the flag
+"${GEN[@]}" "${SAMP[@]}" --temperature -1 -o "$T/x.out" >/dev/null 2>"$T/t1.err"; a=$?
+"${GEN[@]}" "${SAMP[@]}" --temperature 1 --top-p 0 -o "$T/x.out" >/dev/null 2>"$T/t2.err"; b=$?
+"${GEN[@]}" "${SAMP[@]}" --seed 3 -o "$T/x.out" >/dev/null 2>"$T/t3.err"; c=$?
+[ $a -eq 2 ] && [ $b -eq 2 ] && [ $c -eq 2 ] && grep -q -- "--temperature: '-1' is not a number in \[0, 100\]" "$T/t1.err" &&
+    grep -q -- "--top-p: '0' is not a number in (0, 1\]" "$T/t2.err" && grep -q -- "--seed needs --temperature > 0" "$T/t3.err" &&
+    [ ! -e "$T/x.out" ] && ok generate_sampling_usage_errors || fail generate_sampling_usage_errors "$a $b $c: $(cat "$T/t1.err" "$T/t2.err" "$T/t3.err")"
+
 # ---- bad input: exit 1, the message names the file and line (or the field); usage errors exit 2 ----
 bad() { # name, expected message (grep -E), file content; runs generate on it
     local name=$1 want=$2

@@ -258,6 +258,56 @@ TEST(argmax_lowest_id_on_ties_and_suppressed_ids)
     EXPECT(target_logits_argmax(nan_row, 4, s3, 1) == 1);
 }
 
+/* Sampling: over a grid of u, each id is picked as often as its probability says (temperature and top_p applied),
+ * suppressed and NaN ids never; all at -inf is the greedy choice; everything suppressed is -1. */
+static void sample_frequencies(const float *row, int V, const int32_t *sup, int nsup, double temp, double top_p,
+                               double *freq)
+{
+    enum { N = 20000 };
+    target_sample_item scratch[8];
+    for (int v = 0; v < V; v++) freq[v] = 0;
+    for (int i = 0; i < N; i++) {
+        int32_t t = target_logits_sample(row, V, sup, nsup, temp, top_p, (i + 0.5) / N, scratch);
+        REQUIRE(t >= 0 && t < V);
+        freq[t] += 1.0 / N;
+    }
+}
+
+TEST(sample_follows_temperature_top_p_and_suppression)
+{
+    /* probabilities at temperature 1: 0.1 0.2 0.3 0.4 (as logits log p) */
+    float row[4] = {logf(0.1f), logf(0.2f), logf(0.3f), logf(0.4f)};
+    double f[4];
+    sample_frequencies(row, 4, NULL, 0, 1.0, 1.0, f);
+    EXPECT_NEAR(f[0], 0.1, 1e-3); EXPECT_NEAR(f[1], 0.2, 1e-3); EXPECT_NEAR(f[2], 0.3, 1e-3); EXPECT_NEAR(f[3], 0.4, 1e-3);
+    /* temperature 0.5 squares the odds: 1 4 9 16 over 30 */
+    sample_frequencies(row, 4, NULL, 0, 0.5, 1.0, f);
+    EXPECT_NEAR(f[0], 1 / 30.0, 1e-3); EXPECT_NEAR(f[3], 16 / 30.0, 1e-3);
+    /* top_p 0.6: the nucleus is {3, 2} (0.4 + 0.3 >= 0.6), renormalised to 4/7 and 3/7 */
+    sample_frequencies(row, 4, NULL, 0, 1.0, 0.6, f);
+    EXPECT(f[0] == 0 && f[1] == 0);
+    EXPECT_NEAR(f[3], 4 / 7.0, 1e-3); EXPECT_NEAR(f[2], 3 / 7.0, 1e-3);
+    /* top_p tiny: the most likely id alone */
+    sample_frequencies(row, 4, NULL, 0, 1.0, 1e-9, f);
+    EXPECT_NEAR(f[3], 1.0, 1e-9);
+    /* a suppressed id and a NaN never come out; the rest keep their ratios (0.2 : 0.3) */
+    float nan_row[4] = {logf(0.1f), logf(0.2f), logf(0.3f), NAN};
+    int32_t s0[] = {0};
+    sample_frequencies(nan_row, 4, s0, 1, 1.0, 1.0, f);
+    EXPECT(f[0] == 0 && f[3] == 0);
+    EXPECT_NEAR(f[1], 0.4, 1e-3); EXPECT_NEAR(f[2], 0.6, 1e-3);
+    /* all left at -inf: the greedy rule (the lowest id left); everything suppressed: -1 */
+    float inf_row[3] = {-INFINITY, -INFINITY, -INFINITY};
+    target_sample_item scratch[4];
+    int32_t s1[] = {0};
+    EXPECT(target_logits_sample(inf_row, 3, s1, 1, 1.0, 1.0, 0.7, scratch) == 1);
+    int32_t all[] = {0, 1, 2};
+    EXPECT(target_logits_sample(inf_row, 3, all, 3, 1.0, 1.0, 0.7, scratch) == -1);
+    /* the same inputs, the same id (a pure function) */
+    EXPECT(target_logits_sample(row, 4, NULL, 0, 0.8, 0.9, 0.37, scratch) ==
+           target_logits_sample(row, 4, NULL, 0, 0.8, 0.9, 0.37, scratch));
+}
+
 /* Two threads, each its own cache over one shared model, decode different texts at the same time: the same bits
  * as decoding them one after the other. */
 struct thread_arg {
