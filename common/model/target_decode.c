@@ -273,6 +273,13 @@ int target_cache_crop(target_cache *c, int seq, int len, errbuf *err)
     return 0;
 }
 
+static int suppressed(int32_t v, const int32_t *suppress, int nsuppress)
+{
+    for (int i = 0; i < nsuppress; i++)
+        if (suppress[i] == v) return 1;
+    return 0;
+}
+
 int32_t target_logits_argmax(const float *row, int vocab, const int32_t *suppress, int nsuppress)
 {
     int32_t best = -1;
@@ -283,9 +290,7 @@ int32_t target_logits_argmax(const float *row, int vocab, const int32_t *suppres
     /* argmax_rows_cpu's rule (first index of the maximum; NaN never wins) over the ids left */
     float bv = -INFINITY;
     for (int v = 0; v < vocab; v++) {
-        int skip = 0;
-        for (int i = 0; i < nsuppress && !skip; i++) skip = suppress[i] == v;
-        if (skip) continue;
+        if (suppressed(v, suppress, nsuppress)) continue;
         if (best < 0) best = v;
         if (row[v] > bv) bv = row[v], best = v;
     }
@@ -305,9 +310,7 @@ int32_t target_logits_sample(const float *row, int vocab, const int32_t *suppres
     float mx = -INFINITY;
     int n = 0;
     for (int v = 0; v < vocab; v++) {
-        int skip = isnan(row[v]);
-        for (int i = 0; i < nsuppress && !skip; i++) skip = suppress[i] == v;
-        if (skip) continue;
+        if (isnan(row[v]) || suppressed(v, suppress, nsuppress)) continue;
         scratch[n++] = (target_sample_item){.p = row[v], .id = v};
         if (row[v] > mx) mx = row[v];
     }

@@ -1,8 +1,9 @@
 /* target_decode: decoding with a KV cache (prefill, one token at a time, a verified block, a crop and a different
  * continuation) gives the logits and tapped hidden states of target_model_forward over the whole text, on the
- * golden Qwen3 target and on a Llama reading of it, and on the hybrid Qwen3.5 goldens (dense and MoE: a crop within the
- * last forward restores the recurrent states; one further back is refused); sequences of one cache do not see each other; refused calls
- * (capacity, crop bounds, bad ids, bad taps) change nothing; two threads may share one model. */
+ * golden Qwen3 target and on a Llama reading of it, and on the hybrid Qwen3.5 goldens (dense and MoE: a crop within
+ * the last forward restores the recurrent states; one further back is refused); sequences of one cache do not see
+ * each other; refused calls (capacity, crop bounds, bad ids, bad taps) change nothing; two threads may share one
+ * model; sampling follows temperature, top_p and the suppressed ids. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -80,58 +81,89 @@ static void step_and_compare(target_cache *c, int seq, const int32_t *ids, int f
     free(logits);
 }
 
-/* Prefill 8, four single tokens, a block of 5, crop to 14 and continue with a different text: every row matches
- * the full forward of the text it belongs to. Sequence 1 of the cache is used while sequence 0 holds another text. */
+/* What both decoding schedules share: texts a (20 tokens), b (a's first 14, then others), other (6 tokens, held by
+ * sequence 0 meanwhile) and o7 = other + a[0]; the full forward of a, b and o7 over taps {0, 3, last, tap3}; a cache
+ * of 2 x 24 with other in sequence 0 and, in sequence 1, a's prefill of 8, four single tokens and a block of 5, each
+ * checked against the full forward. */
+typedef struct decode_case {
+    target_model *m;
+    int H, V, ntaps, taps[4];
+    int32_t a[20], b[20], other[6], o7[7];
+    float *aux_a, *log_a, *aux_b, *log_b, *aux_o, *log_o;
+    target_cache *c;
+} decode_case;
+
+static void decode_case_begin(decode_case *k, const char *dir, int tap3)
+{
+    const int L = 20;
+    k->m = load(dir);
+    const hf_config *cfg = target_model_config(k->m);
+    k->H = cfg->hidden_size, k->V = cfg->vocab_size, k->ntaps = 4;
+    memcpy(k->taps, (int[]){0, 3, cfg->num_layers - 1, tap3}, sizeof k->taps);
+    const int H = k->H, V = k->V, ntaps = k->ntaps;
+    random_ids(k->a, L, V, 1);
+    memcpy(k->b, k->a, sizeof k->a);
+    random_ids(k->b + 14, L - 14, V, 2); /* b shares a's first 14 tokens */
+    random_ids(k->other, 6, V, 3);
+    memcpy(k->o7, k->other, sizeof k->other);
+    k->o7[6] = k->a[0];
+    k->aux_a = malloc(sizeof(float) * L * ntaps * H), k->log_a = malloc(sizeof(float) * L * V);
+    k->aux_b = malloc(sizeof(float) * L * ntaps * H), k->log_b = malloc(sizeof(float) * L * V);
+    k->aux_o = malloc(sizeof(float) * 7 * ntaps * H), k->log_o = malloc(sizeof(float) * 7 * V);
+    full_forward(k->m, k->a, L, k->taps, ntaps, k->aux_a, k->log_a);
+    full_forward(k->m, k->b, L, k->taps, ntaps, k->aux_b, k->log_b);
+    full_forward(k->m, k->o7, 7, k->taps, ntaps, k->aux_o, k->log_o);
+
+    k->c = NULL;
+    errbuf err = {{0}};
+    int rc = target_cache_create(&k->c, k->m, 2, 24, &err);
+    if (rc) fprintf(stderr, "  create: %s\n", err.msg);
+    REQUIRE(rc == 0);
+    EXPECT(target_cache_capacity(k->c) == 24);
+    EXPECT(target_cache_length(k->c, 0) == 0 && target_cache_length(k->c, 1) == 0);
+    REQUIRE(target_cache_forward(k->c, 0, k->other, 6, NULL, 0, NULL, NULL, &err) == 0);
+    step_and_compare(k->c, 1, k->a, 0, 8, k->taps, ntaps, H, V, k->aux_a, k->log_a, "prefill");
+    for (int t = 8; t < 12; t++)
+        step_and_compare(k->c, 1, k->a, t, 1, k->taps, ntaps, H, V, k->aux_a, k->log_a, "decode");
+    step_and_compare(k->c, 1, k->a, 12, 5, k->taps, ntaps, H, V, k->aux_a, k->log_a, "block");
+}
+
+/* Rows [from, from+n) of text ids in sequence seq against its full forward (aux, lg) */
+#define STEP(k, seq, ids, from, n, aux, lg, what) \
+    step_and_compare((k)->c, seq, (k)->ids, from, n, (k)->taps, (k)->ntaps, (k)->H, (k)->V, (k)->aux, (k)->lg, what)
+
+static void decode_case_end(decode_case *k)
+{
+    target_cache_destroy(&k->c);
+    EXPECT(k->c == NULL);
+    free(k->aux_a); free(k->log_a); free(k->aux_b); free(k->log_b); free(k->aux_o); free(k->log_o);
+    target_model_destroy(&k->m);
+}
+
+/* After decode_case_begin: crop to 14 and continue with b; sequence 0 continues undisturbed; logits only and taps
+ * only. */
 static void decode_matches_full(const char *dir)
 {
-    target_model *m = load(dir);
-    const hf_config *cfg = target_model_config(m);
-    const int H = cfg->hidden_size, V = cfg->vocab_size, L = 20;
-    const int taps[] = {0, 3, cfg->num_layers - 1, 3};
-    const int ntaps = 4;
-    int32_t a[20], b[20], other[6];
-    random_ids(a, L, V, 1);
-    memcpy(b, a, sizeof a);
-    random_ids(b + 14, L - 14, V, 2); /* b shares a's first 14 tokens */
-    random_ids(other, 6, V, 3);
-    float *aux_a = malloc(sizeof(float) * L * ntaps * H), *log_a = malloc(sizeof(float) * L * V);
-    float *aux_b = malloc(sizeof(float) * L * ntaps * H), *log_b = malloc(sizeof(float) * L * V);
-    full_forward(m, a, L, taps, ntaps, aux_a, log_a);
-    full_forward(m, b, L, taps, ntaps, aux_b, log_b);
-
-    target_cache *c = NULL;
+    decode_case k;
+    decode_case_begin(&k, dir, 3);
     errbuf err = {{0}};
-    REQUIRE(target_cache_create(&c, m, 2, 24, &err) == 0);
-    EXPECT(target_cache_capacity(c) == 24);
-    EXPECT(target_cache_length(c, 0) == 0 && target_cache_length(c, 1) == 0);
-    REQUIRE(target_cache_forward(c, 0, other, 6, NULL, 0, NULL, NULL, &err) == 0);
-    step_and_compare(c, 1, a, 0, 8, taps, ntaps, H, V, aux_a, log_a, "prefill");
-    for (int t = 8; t < 12; t++) step_and_compare(c, 1, a, t, 1, taps, ntaps, H, V, aux_a, log_a, "decode");
-    step_and_compare(c, 1, a, 12, 5, taps, ntaps, H, V, aux_a, log_a, "block");
-    REQUIRE(target_cache_crop(c, 1, 14, &err) == 0);
-    EXPECT(target_cache_length(c, 1) == 14);
-    step_and_compare(c, 1, b, 14, 6, taps, ntaps, H, V, aux_b, log_b, "block after crop");
-    EXPECT(target_cache_length(c, 0) == 6);
-    /* and sequence 0 continues undisturbed: its next row equals the full forward of other + a[0] */
-    int32_t o7[7];
-    memcpy(o7, other, sizeof other);
-    o7[6] = a[0];
-    float *aux_o = malloc(sizeof(float) * 7 * ntaps * H), *log_o = malloc(sizeof(float) * 7 * V);
-    full_forward(m, o7, 7, taps, ntaps, aux_o, log_o);
-    step_and_compare(c, 0, o7, 6, 1, taps, ntaps, H, V, aux_o, log_o, "other sequence");
+    REQUIRE(target_cache_crop(k.c, 1, 14, &err) == 0);
+    EXPECT(target_cache_length(k.c, 1) == 14);
+    STEP(&k, 1, b, 14, 6, aux_b, log_b, "block after crop");
+    EXPECT(target_cache_length(k.c, 0) == 6);
+    /* sequence 0's next row equals the full forward of other + a[0] */
+    STEP(&k, 0, o7, 6, 1, aux_o, log_o, "other sequence");
     /* logits only, taps only */
-    REQUIRE(target_cache_crop(c, 0, 6, &err) == 0);
+    const int H = k.H, V = k.V, ntaps = k.ntaps;
+    REQUIRE(target_cache_crop(k.c, 0, 6, &err) == 0);
     float *lg = malloc(sizeof(float) * V), *ax = malloc(sizeof(float) * ntaps * H);
-    REQUIRE(target_cache_forward(c, 0, o7 + 6, 1, NULL, 0, NULL, lg, &err) == 0);
-    EXPECT(rel_diff(lg, log_o + 6 * V, (size_t)V) <= TOL);
-    REQUIRE(target_cache_crop(c, 0, 6, &err) == 0);
-    REQUIRE(target_cache_forward(c, 0, o7 + 6, 1, taps, ntaps, ax, NULL, &err) == 0);
-    EXPECT(rel_diff(ax, aux_o + 6 * ntaps * H, (size_t)ntaps * H) <= TOL);
-    target_cache_destroy(&c);
-    EXPECT(c == NULL);
-    free(lg); free(ax); free(aux_o); free(log_o);
-    free(aux_a); free(log_a); free(aux_b); free(log_b);
-    target_model_destroy(&m);
+    REQUIRE(target_cache_forward(k.c, 0, k.o7 + 6, 1, NULL, 0, NULL, lg, &err) == 0);
+    EXPECT(rel_diff(lg, k.log_o + 6 * V, (size_t)V) <= TOL);
+    REQUIRE(target_cache_crop(k.c, 0, 6, &err) == 0);
+    REQUIRE(target_cache_forward(k.c, 0, k.o7 + 6, 1, k.taps, ntaps, ax, NULL, &err) == 0);
+    EXPECT(rel_diff(ax, k.aux_o + 6 * ntaps * H, (size_t)ntaps * H) <= TOL);
+    free(lg); free(ax);
+    decode_case_end(&k);
 }
 
 TEST(qwen3_decode_prefill_step_block_crop_match_full_forward) { decode_matches_full(test_golden("tiny/target")); }
@@ -279,7 +311,7 @@ TEST(sample_follows_temperature_top_p_and_suppression)
     float row[4] = {logf(0.1f), logf(0.2f), logf(0.3f), logf(0.4f)};
     double f[4];
     sample_frequencies(row, 4, NULL, 0, 1.0, 1.0, f);
-    EXPECT_NEAR(f[0], 0.1, 1e-3); EXPECT_NEAR(f[1], 0.2, 1e-3); EXPECT_NEAR(f[2], 0.3, 1e-3); EXPECT_NEAR(f[3], 0.4, 1e-3);
+    for (int v = 0; v < 4; v++) EXPECT_NEAR(f[v], 0.1 * (v + 1), 1e-3);
     /* temperature 0.5 squares the odds: 1 4 9 16 over 30 */
     sample_frequencies(row, 4, NULL, 0, 0.5, 1.0, f);
     EXPECT_NEAR(f[0], 1 / 30.0, 1e-3); EXPECT_NEAR(f[3], 16 / 30.0, 1e-3);
@@ -365,35 +397,16 @@ TEST(two_threads_share_one_model) { two_threads_share(test_golden("tiny/target")
 
 /* ---- the hybrid Qwen3.5 targets (Gated DeltaNet states beside the attention layers' KV cache) ---- */
 
-/* Prefill 8, four single tokens, a block of 5 cropped to 15 then to 14 (a crop after a crop), a different
- * continuation; sequence 0 holds another text meanwhile and continues undisturbed. */
+/* After decode_case_begin: a crop back past the block's start is refused; the block cropped to 15 then to 14 (a
+ * crop after a crop), a different continuation; crops to the whole length and to the block's start; sequence 0
+ * continues undisturbed; a crop to 0 starts again. */
 static void hybrid_decode_matches_full(const char *dir)
 {
-    target_model *m = load(dir);
-    const hf_config *cfg = target_model_config(m);
-    REQUIRE(cfg->is_hybrid);
-    const int H = cfg->hidden_size, V = cfg->vocab_size, L = 20;
-    const int taps[] = {0, 3, cfg->num_layers - 1, 2};
-    const int ntaps = 4;
-    int32_t a[20], b[20], other[6];
-    random_ids(a, L, V, 1);
-    memcpy(b, a, sizeof a);
-    random_ids(b + 14, L - 14, V, 2); /* b shares a's first 14 tokens */
-    random_ids(other, 6, V, 3);
-    float *aux_a = malloc(sizeof(float) * L * ntaps * H), *log_a = malloc(sizeof(float) * L * V);
-    float *aux_b = malloc(sizeof(float) * L * ntaps * H), *log_b = malloc(sizeof(float) * L * V);
-    full_forward(m, a, L, taps, ntaps, aux_a, log_a);
-    full_forward(m, b, L, taps, ntaps, aux_b, log_b);
-
-    target_cache *c = NULL;
+    decode_case k;
+    decode_case_begin(&k, dir, 2);
+    REQUIRE(target_model_config(k.m)->is_hybrid);
     errbuf err = {{0}};
-    int rc = target_cache_create(&c, m, 2, 24, &err);
-    if (rc) fprintf(stderr, "  create: %s\n", err.msg);
-    REQUIRE(rc == 0);
-    REQUIRE(target_cache_forward(c, 0, other, 6, NULL, 0, NULL, NULL, &err) == 0);
-    step_and_compare(c, 1, a, 0, 8, taps, ntaps, H, V, aux_a, log_a, "prefill");
-    for (int t = 8; t < 12; t++) step_and_compare(c, 1, a, t, 1, taps, ntaps, H, V, aux_a, log_a, "decode");
-    step_and_compare(c, 1, a, 12, 5, taps, ntaps, H, V, aux_a, log_a, "block");
+    target_cache *c = k.c;
     /* back past the block's start (12): refused, nothing changed */
     EXPECT(target_cache_crop(c, 1, 11, &err) == -EINVAL);
     EXPECT_CONTAINS(err.msg, "sequence 1");
@@ -403,30 +416,23 @@ static void hybrid_decode_matches_full(const char *dir)
     REQUIRE(target_cache_crop(c, 1, 14, &err) == 0);
     EXPECT(target_cache_crop(c, 1, 11, &err) == -EINVAL);
     EXPECT(target_cache_length(c, 1) == 14);
-    step_and_compare(c, 1, b, 14, 6, taps, ntaps, H, V, aux_b, log_b, "block after crop");
+    STEP(&k, 1, b, 14, 6, aux_b, log_b, "block after crop");
     /* a crop to the whole length is a no-op; to the block's start keeps the states before it */
     REQUIRE(target_cache_crop(c, 1, 20, &err) == 0);
     REQUIRE(target_cache_crop(c, 1, 14, &err) == 0);
-    step_and_compare(c, 1, b, 14, 1, taps, ntaps, H, V, aux_b, log_b, "single after crop to the block start");
-    step_and_compare(c, 1, b, 15, 5, taps, ntaps, H, V, aux_b, log_b, "block after that");
+    STEP(&k, 1, b, 14, 1, aux_b, log_b, "single after crop to the block start");
+    STEP(&k, 1, b, 15, 5, aux_b, log_b, "block after that");
     EXPECT(target_cache_length(c, 0) == 6);
-    int32_t o7[7];
-    memcpy(o7, other, sizeof other);
-    o7[6] = a[0];
-    float *aux_o = malloc(sizeof(float) * 7 * ntaps * H), *log_o = malloc(sizeof(float) * 7 * V);
-    full_forward(m, o7, 7, taps, ntaps, aux_o, log_o);
-    step_and_compare(c, 0, o7, 6, 1, taps, ntaps, H, V, aux_o, log_o, "other sequence");
+    STEP(&k, 0, o7, 6, 1, aux_o, log_o, "other sequence");
     /* a crop to 0 starts again: prefill with forward_last (the last row's logits only) */
+    const int V = k.V;
     REQUIRE(target_cache_crop(c, 1, 0, &err) == 0);
     float *lg = malloc(sizeof(float) * V);
-    REQUIRE(target_cache_forward_last(c, 1, a, 9, NULL, 0, NULL, lg, &err) == 0);
-    EXPECT(rel_diff(lg, log_a + 8 * V, (size_t)V) <= TOL);
-    step_and_compare(c, 1, a, 9, 3, taps, ntaps, H, V, aux_a, log_a, "after a crop to 0");
-    target_cache_destroy(&c);
-    EXPECT(c == NULL);
-    free(lg); free(aux_o); free(log_o);
-    free(aux_a); free(log_a); free(aux_b); free(log_b);
-    target_model_destroy(&m);
+    REQUIRE(target_cache_forward_last(c, 1, k.a, 9, NULL, 0, NULL, lg, &err) == 0);
+    EXPECT(rel_diff(lg, k.log_a + 8 * V, (size_t)V) <= TOL);
+    STEP(&k, 1, a, 9, 3, aux_a, log_a, "after a crop to 0");
+    free(lg);
+    decode_case_end(&k);
 }
 
 TEST(qwen35_decode_prefill_step_block_crop_match_full_forward)
