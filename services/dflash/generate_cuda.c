@@ -74,6 +74,21 @@ static int take_token(gen_job *j, slot *s, int32_t t)
     return r->n == s->limit;
 }
 
+/* A step's next tokens (next[r] for slot seqs[r]) into their answers; a finished answer goes to the writer and frees
+ * its slot. Returns how many finished. */
+static int take_tokens(gen_job *j, slot *sl, const int *seqs, int nrun, const int32_t *next)
+{
+    int finished = 0;
+    for (int r = 0; r < nrun; r++) {
+        slot *s = &sl[seqs[r]];
+        if (!take_token(j, s, next[r])) continue;
+        gen_job_publish(j, s->i);
+        s->i = -1;
+        finished++;
+    }
+    return finished;
+}
+
 /* Whether --suppress names every id of the vocabulary (nothing left to generate). */
 static int all_suppressed(const gen_job *j)
 {
@@ -143,12 +158,7 @@ void *generate_cuda_worker(void *arg)
                             (int64_t)j->prompts->v[j->todo[sl[seqs[0]].i]].lineno);
                 goto out;
             }
-            for (int r = 0; r < nrun; r++)
-                if (take_token(j, &sl[seqs[r]], g.h_next[r])) {
-                    gen_job_publish(j, sl[seqs[r]].i);
-                    sl[seqs[r]].i = -1;
-                    nactive--;
-                }
+            nactive -= take_tokens(j, sl, seqs, nrun, g.h_next);
         }
         /* one token for every active slot */
         nrun = 0;
@@ -160,12 +170,7 @@ void *generate_cuda_worker(void *arg)
             errbuf_wrap(&err, rc, "decode step over %d sequences", nrun);
             goto out;
         }
-        for (int r = 0; r < nrun; r++)
-            if (take_token(j, &sl[seqs[r]], g.h_next[r])) {
-                gen_job_publish(j, sl[seqs[r]].i);
-                sl[seqs[r]].i = -1;
-                nactive--;
-            }
+        nactive -= take_tokens(j, sl, seqs, nrun, g.h_next);
     }
 out:
     if (rc) gen_job_fail(j, &err);
