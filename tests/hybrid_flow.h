@@ -1,4 +1,4 @@
-/* hybrid_flow: the CUDA hybrid forward's data flow (common/model/target_hybrid_cuda.c) run on the CPU, for tests:
+/* hybrid_flow: the CUDA hybrid forward's data flow (common/target/target_hybrid_cuda.c) run on the CPU, for tests:
  * the same fused weight layouts (target_hybrid_layout's row maps), buffers, row strides, column offsets and
  * sequence of operators, each through its CPU reference (kernels/<op>.c) in fp32. With bf16 on, every weight and
  * every buffer the CUDA forward keeps in bf16 is rounded to bf16 where it does (A_log, dt_bias, g, beta and the

@@ -1,4 +1,4 @@
-/* Speculative decoding (common/model/spec_decode.h) and the drafter's inference forward (drafter_infer.h) on the
+/* Speculative decoding (common/decode/spec_decode.h) and the drafter's inference forward (drafter_infer.h) on the
  * goldens' tiny target and drafter: one drafted block is the training forward with a single anchor at the block's
  * position; speculative decoding commits exactly the target-only greedy tokens; the walk over that greedy text gives
  * the same accepted lengths, also when EOS stops generation early; a drafter made for another target is refused,

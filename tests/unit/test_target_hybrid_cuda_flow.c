@@ -1,4 +1,4 @@
-/* The data flow of the CUDA hybrid forward (common/model/target_hybrid_cuda.c) checked without a GPU, through
+/* The data flow of the CUDA hybrid forward (common/target/target_hybrid_cuda.c) checked without a GPU, through
  * tests/hybrid_flow.h (its transcription with the kernels' CPU references): in fp32 it must reproduce the CPU target
  * forward (target_model.c + target_hybrid.c) on the hybrid goldens, on their Qwen3-Next-style fused layout and on
  * small random checkpoints; in bf16 mode it prints how far a bf16 forward lands from fp32 (on the goldens ~0.1
