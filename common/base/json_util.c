@@ -1,5 +1,10 @@
 #include "json_util.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
 const char *json_type_name(const json_t *v)
 {
     if (!v) return "nothing";
@@ -13,4 +18,28 @@ const char *json_type_name(const json_t *v)
     case JSON_FALSE: return "boolean";
     default: return "null";
     }
+}
+
+int json_file_load(json_t **out, const char *path, size_t flags, errbuf *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        return errbuf_set(err, e, "%s: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) { /* fopen takes a directory; jansson then reads "" */
+        fclose(f);
+        return errbuf_set(err, EISDIR, "%s: %s", path, strerror(EISDIR));
+    }
+    json_error_t je;
+    *out = json_loadf(f, flags, &je);
+    int rerr = ferror(f) ? errno : 0;
+    fclose(f);
+    if (*out) return 0;
+    if (rerr) return errbuf_set(err, rerr, "%s: %s", path, strerror(rerr));
+    if (je.line < 1) return errbuf_set(err, EINVAL, "%s: invalid JSON: %s", path, je.text);
+    if (je.column < 1) return errbuf_set(err, EINVAL, "%s:%d: invalid JSON: %s", path, je.line, je.text);
+    return errbuf_set(err, EINVAL, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
 }

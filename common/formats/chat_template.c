@@ -8,6 +8,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "json_util.h"
+
 static void put(chat_text *t, const char *s, size_t n)
 {
     if (t->len + n + 1 > t->cap) { t->cap = (t->len + n + 1) * 2; t->text = xrealloc(t->text, t->cap); }
@@ -41,11 +43,10 @@ int chat_template_parse(const char *name, enum chat_template_kind *out)
 
 int chat_template_detect(const char *path, enum chat_template_kind *out, errbuf *err)
 {
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je); /* model_max_length may exceed int64 */
-    if (!root) return errbuf_set(err, ENOENT, "%s: %s", path, je.text);
+    json_t *root;
+    int ret = json_file_load(&root, path, JSON_DECODE_INT_AS_REAL, err); /* model_max_length may exceed int64 */
+    if (ret) return ret;
     const char *tpl = json_string_value(json_object_get(root, "chat_template"));
-    int ret = 0;
     if (tpl && strstr(tpl, "<|im_start|>")) *out = CHAT_TEMPLATE_QWEN3;
     else if (tpl && strstr(tpl, "<|start_header_id|>")) *out = CHAT_TEMPLATE_LLAMA3;
     else ret = errbuf_set(err, ENOENT, "%s: chat_template not recognised (pass --template qwen3|llama3)", path);

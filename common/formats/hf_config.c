@@ -508,9 +508,9 @@ int hf_eos_tokens(const char *dir, int vocab, int32_t *eos, int max, int *neos, 
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, files[f]);
         if (access(path, F_OK) != 0) continue;
-        json_error_t je;
-        json_t *root = json_load_file(path, 0, &je);
-        if (!root) return errbuf_set(err, EINVAL, "%s: invalid JSON: %s (line %d)", path, je.text, je.line);
+        json_t *root;
+        int lrc = json_file_load(&root, path, 0, err);
+        if (lrc) return lrc;
         const json_t *e = json_object_get(root, "eos_token_id");
         if (e && !json_is_null(e) && !json_is_integer(e) && !json_is_array(e)) {
             int rc = errbuf_set(err, EINVAL, "%s: field eos_token_id: expected an id or a list of ids, got %s", path,

@@ -306,12 +306,9 @@ static char *path_join(const char *dir, const char *name)
 /* Open every shard named by a model.safetensors.index.json (each once, in order of first mention). */
 static int index_open(st_file *f, const char *path, errbuf *err)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return errbuf_set(err, EINVAL, "%s: not valid JSON (line %d, column %d): %s", path, jerr.line, jerr.column,
-                          jerr.text);
-    int ret = 0;
+    json_t *root;
+    int ret = json_file_load(&root, path, JSON_REJECT_DUPLICATES, err);
+    if (ret) return ret;
     char *dir = xstrdup(path), *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
     else strcpy(dir, ".");

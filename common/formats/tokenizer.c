@@ -163,9 +163,9 @@ int tokenizer_load(tokenizer **out, const char *path, errbuf *err)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(file, sizeof file, "%s/tokenizer.json", path);
     else snprintf(file, sizeof file, "%s", path);
-    json_error_t je;
-    json_t *root = json_load_file(file, 0, &je);
-    if (!root) return errbuf_set(err, EINVAL, "%s:%d: %s", file, je.line, je.text);
+    json_t *root;
+    int rc = json_file_load(&root, file, 0, err);
+    if (rc) return rc;
     struct tokenizer *t = xcalloc(1, sizeof *t);
     int ret = -EINVAL;
     char *buf = NULL;

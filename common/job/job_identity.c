@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json_util.h"
+
 #define SAMPLE_BYTES (64 * 1024)
 #define SAMPLES 16
 
@@ -116,12 +118,12 @@ int job_identity_read(job_identity *id, const char *path, errbuf *err)
     memset(id, 0, sizeof *id);
     if (access(path, F_OK) != 0) return errbuf_set(err, ENOENT, "%s: %s", path, strerror(errno));
     json_error_t je;
-    json_t *o = json_load_file(path, 0, &je);
-    if (!o) return errbuf_set(err, EINVAL, "%s:%d: %s", path, je.line, je.text);
+    json_t *o;
+    int rc = json_file_load(&o, path, 0, err);
+    if (rc) return rc;
     const char *target = NULL, *cd = NULL, *wd = NULL;
     json_t *taps = NULL;
     json_int_t params = 0;
-    int rc = 0;
     if (json_unpack_ex(o, &je, 0, "{s:s, s:s, s:s, s:i, s:i, s:i, s:o, s:I}", "target", &target,
                        "target_config_digest", &cd, "target_weights_digest", &wd, "target_layers", &id->layers,
                        "hidden_size", &id->hidden, "vocab_size", &id->vocab, "taps", &taps, "drafter_parameters",

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "chat_template.h"
+#include "json_util.h"
 #include "tokenizer.h"
 
 static int compare_ids(const json_t *want, const tok_buf *b, char *why, size_t n)
@@ -26,9 +27,9 @@ int main(int argc, char **argv)
 {
     if (argc < 2) { fprintf(stderr, "usage: %s CASE.json [TOKENIZERS_DIR]\n", argv[0]); return 2; }
     const char *dir = argc > 2 ? argv[2] : "build/tokenizers";
-    json_error_t je;
-    json_t *root = json_load_file(argv[1], 0, &je);
-    if (!root) { fprintf(stderr, "%s:%d: %s\n", argv[1], je.line, je.text); return 2; }
+    json_t *root;
+    errbuf jerr;
+    if (json_file_load(&root, argv[1], 0, &jerr)) { fprintf(stderr, "%s\n", jerr.msg); return 2; }
     const char *name = json_string_value(json_object_get(root, "tokenizer"));
     if (!name) { fprintf(stderr, "%s: no \"tokenizer\" field\n", argv[1]); return 2; }
     char path[4096], family[64];
