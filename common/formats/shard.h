@@ -1,4 +1,4 @@
-/* shard: token shards, the training-data files (format in common/SHARD_FORMAT.md): a 64-byte header, then
+/* shard: token shards, the training-data files (format in common/formats/SHARD_FORMAT.md): a 64-byte header, then
  * offsets u64[nsamples+1], token ids u32[ntokens], loss_mask u8[ntokens], zero padding to 8 bytes; little-endian,
  * XXH64 (seed 0) of everything after the header stored in the header. A shard is read by mmap and fully validated
  * on open; a dataset is one shard or every *.shard of a folder. Readers own their mappings; sample pointers stay

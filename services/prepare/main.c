@@ -1,8 +1,8 @@
 /* dflash-prepare: turns tokenized JSONL (input_ids + loss_mask or labels per line), or with --chat conversations
  * (messages or ShareGPT conversations, tokenized with the target's tokenizer and chat template), into token shards
- * (common/SHARD_FORMAT.md), and inspects/validates existing shards (--inspect). Bad lines are skipped and reported
- * as "<file>:<line>: skipped: <reason>" (or are fatal with --strict). Exit status: 0 done, 1 I/O error, bad data
- * under --strict or nothing prepared, 2 usage error. */
+ * (common/formats/SHARD_FORMAT.md), and inspects/validates existing shards (--inspect). Bad lines are skipped and
+ * reported as "<file>:<line>: skipped: <reason>" (or are fatal with --strict). Exit status: 0 done, 1 I/O error,
+ * bad data under --strict or nothing prepared, 2 usage error. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
