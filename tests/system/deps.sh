@@ -19,6 +19,16 @@ chmod +x "$T/bin/apt-get"
 PKG=dflash-no-such-package
 deps() { PATH="$T/bin:$PATH" make -s --no-print-directory deps DEB_PKGS=$PKG APT_LOCKS="$T/lock-frontend" "$@"; }
 want="-o DPkg::Lock::Timeout=600 install -y -q $PKG"
+# hold_lock: another process takes the copied lock as apt does (fcntl) and keeps it until killed; sets holder
+hold_lock() {
+    rm -f "$T/holder.out"
+    python3 -c 'import fcntl, signal, sys
+f = open(sys.argv[1], "w"); fcntl.lockf(f, fcntl.LOCK_EX); print("held", flush=True); signal.pause()' \
+        "$T/lock-frontend" >"$T/holder.out" 2>&1 &
+    holder=$!
+    local deadline=$((SECONDS + 30))
+    until grep -q held "$T/holder.out" || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
+}
 
 # nothing holds the lock: no wait, apt is given its lock timeout
 out=$(deps 2>&1); rc=$?
@@ -36,12 +46,7 @@ else fail deps_apt_update_lock_timeout_passed "exit $rc; apt-get got: ${args//$'
 
 # a holder of the lock: deps says who and waits; apt-get runs only once the lock is free
 rm -f "$T/apt.args"
-python3 -c 'import fcntl, signal, sys
-f = open(sys.argv[1], "w"); fcntl.lockf(f, fcntl.LOCK_EX); print("held", flush=True); signal.pause()' \
-    "$T/lock-frontend" >"$T/holder.out" 2>&1 &
-holder=$!
-deadline=$((SECONDS + 30))
-until grep -q held "$T/holder.out" || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
+hold_lock
 deps >"$T/deps.out" 2>&1 &
 dp=$!
 deadline=$((SECONDS + 30))
@@ -60,12 +65,7 @@ fi
 
 # a lock held past the timeout: deps fails naming the holder, apt-get never runs
 rm -f "$T/apt.args"
-python3 -c 'import fcntl, signal, sys
-f = open(sys.argv[1], "w"); fcntl.lockf(f, fcntl.LOCK_EX); print("held", flush=True); signal.pause()' \
-    "$T/lock-frontend" >"$T/holder2.out" 2>&1 &
-holder=$!
-deadline=$((SECONDS + 30))
-until grep -q held "$T/holder2.out" || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
+hold_lock
 out=$(deps APT_LOCK_TIMEOUT=0 2>&1); rc=$?
 kill $holder; wait $holder 2>/dev/null
 if [ $rc != 0 ] && grep -qF "error: the apt lock is still held by pid $holder" <<<"$out" && [ ! -e "$T/apt.args" ]; then

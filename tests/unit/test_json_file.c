@@ -50,97 +50,87 @@ TEST(json_file_load_says_line_or_reason)
     rmdir(dir);
 }
 
-TEST(tokenizer_load_missing_or_bad)
+/* One reader of a JSON file: path is its file inside dir (each reader finds it from dir or takes it whole). */
+static int read_tokenizer(const char *dir, const char *path, errbuf *err)
 {
-    char *dir = test_tmpdir(), p[512], want[600];
-    tokenizer *t;
-    errbuf err = {{0}};
-    path_in(p, sizeof p, dir, "tokenizer.json");
-    EXPECT(tokenizer_load(&t, dir, &err) == -ENOENT);
-    snprintf(want, sizeof want, "%s: No such file or directory", p);
-    EXPECT_MSG(err.msg, want);
-    test_write_file(p, BAD, strlen(BAD));
-    EXPECT(tokenizer_load(&t, dir, &err) == -EINVAL);
-    snprintf(want, sizeof want, "%s:3: invalid JSON", p);
-    EXPECT_MSG(err.msg, want);
-    unlink(p);
-    rmdir(dir);
+    tokenizer *t = NULL;
+    (void)path;
+    int rc = tokenizer_load(&t, dir, err);
+    tokenizer_destroy(&t);
+    return rc;
 }
-
-TEST(chat_template_detect_missing_or_bad)
+static int read_chat_template(const char *dir, const char *path, errbuf *err)
 {
-    char *dir = test_tmpdir(), p[512], want[600];
     enum chat_template_kind k;
-    errbuf err = {{0}};
-    path_in(p, sizeof p, dir, "tokenizer_config.json");
-    EXPECT(chat_template_detect(p, &k, &err) == -ENOENT);
-    snprintf(want, sizeof want, "%s: No such file or directory", p);
-    EXPECT_MSG(err.msg, want);
-    test_write_file(p, BAD, strlen(BAD));
-    EXPECT(chat_template_detect(p, &k, &err) == -EINVAL);
-    snprintf(want, sizeof want, "%s:3: invalid JSON", p);
-    EXPECT_MSG(err.msg, want);
-    unlink(p);
-    rmdir(dir);
+    (void)dir;
+    return chat_template_detect(path, &k, err);
 }
-
-TEST(hf_eos_tokens_unreadable_or_bad)
+static int read_eos(const char *dir, const char *path, errbuf *err)
 {
-    char *dir = test_tmpdir(), p[512], want[600];
     int32_t eos[4];
     int n;
-    errbuf err = {{0}};
-    path_in(p, sizeof p, dir, "generation_config.json");
-    EXPECT(mkdir(p, 0755) == 0); /* exists, so it is read, but cannot be */
-    EXPECT(hf_eos_tokens(dir, 100, eos, 4, &n, &err) == -EISDIR);
-    snprintf(want, sizeof want, "%s: Is a directory", p);
-    EXPECT_MSG(err.msg, want);
-    rmdir(p);
-    test_write_file(p, BAD, strlen(BAD));
-    EXPECT(hf_eos_tokens(dir, 100, eos, 4, &n, &err) == -EINVAL);
-    snprintf(want, sizeof want, "%s:3: invalid JSON", p);
-    EXPECT_MSG(err.msg, want);
-    unlink(p);
-    rmdir(dir);
+    (void)path;
+    return hf_eos_tokens(dir, 100, eos, 4, &n, err);
 }
-
-TEST(safetensors_index_unreadable_or_bad)
+static int read_st_index(const char *dir, const char *path, errbuf *err)
 {
-    char *dir = test_tmpdir(), p[512], want[600];
-    st_file *f;
-    errbuf err = {{0}};
-    path_in(p, sizeof p, dir, "model.safetensors.index.json");
-    EXPECT(mkdir(p, 0755) == 0);
-    EXPECT(st_open(&f, dir, &err) == -EISDIR);
-    snprintf(want, sizeof want, "%s: Is a directory", p);
-    EXPECT_MSG(err.msg, want);
-    rmdir(p);
-    test_write_file(p, BAD, strlen(BAD));
-    EXPECT(st_open(&f, dir, &err) == -EINVAL);
-    snprintf(want, sizeof want, "%s:3: invalid JSON", p);
-    EXPECT_MSG(err.msg, want);
-    unlink(p);
-    rmdir(dir);
+    st_file *f = NULL;
+    (void)path;
+    int rc = st_open(&f, dir, err);
+    st_close(&f);
+    return rc;
 }
-
-TEST(job_identity_read_unreadable_or_bad)
+static int read_identity(const char *dir, const char *path, errbuf *err)
 {
-    char *dir = test_tmpdir(), p[512], want[600];
     job_identity id;
-    errbuf err = {{0}};
-    path_in(p, sizeof p, dir, "identity.json");
-    EXPECT(job_identity_read(&id, p, &err) == -ENOENT);
-    EXPECT(mkdir(p, 0755) == 0);
-    EXPECT(job_identity_read(&id, p, &err) == -EISDIR);
-    snprintf(want, sizeof want, "%s: Is a directory", p);
-    EXPECT_MSG(err.msg, want);
-    rmdir(p);
-    test_write_file(p, BAD, strlen(BAD));
-    EXPECT(job_identity_read(&id, p, &err) == -EINVAL);
-    snprintf(want, sizeof want, "%s:3: invalid JSON", p);
-    EXPECT_MSG(err.msg, want);
-    unlink(p);
-    rmdir(dir);
+    (void)dir;
+    return job_identity_read(&id, path, err);
+}
+
+static const struct reader {
+    const char *name, *file;
+    int (*read)(const char *dir, const char *path, errbuf *err);
+    int missing_is_error; /* else a missing file is skipped or looked for elsewhere */
+} readers[] = {
+    {"tokenizer_load", "tokenizer.json", read_tokenizer, 1},
+    {"chat_template_detect", "tokenizer_config.json", read_chat_template, 1},
+    {"hf_eos_tokens", "generation_config.json", read_eos, 0},
+    {"st_open of an index", "model.safetensors.index.json", read_st_index, 0},
+    {"job_identity_read", "identity.json", read_identity, 1},
+};
+
+/* each reader: a missing file (where that is an error), a directory in the file's place, a file that is not JSON */
+TEST(every_reader_says_line_or_reason)
+{
+    for (size_t r = 0; r < sizeof readers / sizeof readers[0]; r++) {
+        const struct reader *rd = &readers[r];
+        char *dir = test_tmpdir(), p[512], want[600];
+        errbuf err = {{0}};
+        int rc;
+        path_in(p, sizeof p, dir, rd->file);
+        if (rd->missing_is_error) {
+            rc = rd->read(dir, p, &err);
+            snprintf(want, sizeof want, "%s: No such file or directory", p);
+            if (rc != -ENOENT) fprintf(stderr, "  %s, missing: %d\n", rd->name, rc);
+            EXPECT(rc == -ENOENT);
+            EXPECT_MSG(err.msg, want);
+        }
+        REQUIRE(mkdir(p, 0755) == 0);
+        rc = rd->read(dir, p, &err);
+        snprintf(want, sizeof want, "%s: Is a directory", p);
+        if (rc != -EISDIR) fprintf(stderr, "  %s, a directory: %d\n", rd->name, rc);
+        EXPECT(rc == -EISDIR);
+        EXPECT_MSG(err.msg, want);
+        rmdir(p);
+        test_write_file(p, BAD, strlen(BAD));
+        rc = rd->read(dir, p, &err);
+        snprintf(want, sizeof want, "%s:3: invalid JSON", p);
+        if (rc != -EINVAL) fprintf(stderr, "  %s, bad JSON: %d\n", rd->name, rc);
+        EXPECT(rc == -EINVAL);
+        EXPECT_MSG(err.msg, want);
+        unlink(p);
+        rmdir(dir);
+    }
 }
 
 TEST_MAIN
