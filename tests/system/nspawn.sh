@@ -52,35 +52,10 @@ image() {
 image build/nspawn-root newer
 make_fixture || { fail nspawn_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 J=/var/lib/dflash
-cat >"$T/dflash.ini" <<EOC
-[job]
-name = t$$-ns
-run_dir = $J/job
-seed = 77
-[data]
-path = $J/data
-max_batch_tokens = 128
-max_batch_seqs = 8
-[target]
-model = $J/target
-[drafter]
-layers = 1
-block_size = 4
-num_taps = 2
-max_anchors = 8
-[train]
-steps = 1000000
-warmup_steps = 3
-checkpoint_every = 0
-lr = 3e-3
-[workers]
-targets = 2
-drafters = 2
-heartbeat_timeout_sec = 120
-[ring]
-token_slots = 4
-pool_slots = 2
-EOC
+# lib.bash's job, with the container's paths, no checkpoints, the units' watchdogs and a long heartbeat timeout
+write_config job 1000000
+sed -e "s|$T/|$J/|" -e "s|^name = .*|name = t$$-ns|" -e "s|^checkpoint_every = .*|checkpoint_every = 0|" \
+    -e "/^watchdog_sec/d" -e "s|^heartbeat_timeout_sec = .*|heartbeat_timeout_sec = 120|" "$T/job.ini" >"$T/dflash.ini"
 mkdir -p "$T/dropin"
 printf '[Service]\nWatchdogSec=3\n' >"$T/dropin/watchdog.conf"
 # boot ROOT CONFIG TAG: boots ROOT with the job (CONFIG as /etc/dflash/dflash.ini) bound in, waits for it to run;
