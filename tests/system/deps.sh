@@ -27,7 +27,7 @@ f = open(sys.argv[1], "w"); fcntl.lockf(f, fcntl.LOCK_EX); print("held", flush=T
         "$T/lock-frontend" >"$T/holder.out" 2>&1 &
     holder=$!
     local deadline=$((SECONDS + 30))
-    until grep -q held "$T/holder.out" || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
+    until grep -qs held "$T/holder.out" || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
 }
 
 # nothing holds the lock: no wait, apt is given its lock timeout
