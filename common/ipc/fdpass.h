@@ -7,7 +7,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define FDPASS_MAX_FDS 16
+/* fds in one message: the kernel's own limit (SCM_MAX_FD); a protocol that passes more says so where it is defined
+ * (keeper_proto.h: KEEPER_MAX_FDS) */
+#define FDPASS_MAX_FDS 253
 
 /* Send nfds (0..FDPASS_MAX_FDS) fds and len (>= 1) payload bytes in one message. Returns bytes sent or -errno. */
 ssize_t fdpass_send(int sock, const int *fds, int nfds, const void *buf, size_t len);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "job_state.h"
 #include "slot_pool.h"
 
 #define F(sec, field, type, lo, hi, def, rt, help) \
@@ -47,8 +48,9 @@ const config_field job_config_table[] = {
     F(train, eps, CONFIG_DOUBLE, 0, 1, "1e-8", 0, "AdamW epsilon"),
     F(train, weight_decay, CONFIG_DOUBLE, 0, 1, "0", 0, "decoupled weight decay (matrices only)"),
     F(train, clip, CONFIG_DOUBLE, 0, 1e9, "1.0", 0, "global L2 gradient clip (0: off)"),
-    F(workers, targets, CONFIG_INT, 1, 64, "2", 0, "target workers"),
-    F(workers, drafters, CONFIG_INT, 1, 64, "2", 0, "drafter workers (data-parallel)"),
+    F(workers, targets, CONFIG_INT, 1, JOB_MAX_TARGETS, "2", 0,
+      "target workers (at most JOB_MAX_TARGETS: a drafter gets every target's pool fd at its registration)"),
+    F(workers, drafters, CONFIG_INT, 1, JOB_MAX_DRAFTERS, "2", 0, "drafter workers (data-parallel)"),
     F(workers, watchdog_sec, CONFIG_DOUBLE, 0, 3600, "10", 0, "watchdog interval of each worker (0: off)"),
     F(workers, heartbeat_timeout_sec, CONFIG_DOUBLE, 0.1, 3600, "10", 0,
       "a worker silent this long is treated as dead (its slots reclaimed)"),

@@ -54,16 +54,27 @@ void job_state_close(job_state *js)
 }
 
 
+int job_role_workers(const job_config *cfg, enum job_role role)
+{
+    switch (role) {
+    case JOB_ROLE_PREFETCH: return 1;
+    case JOB_ROLE_TARGET: return cfg->workers.targets;
+    case JOB_ROLE_DRAFTER: return cfg->workers.drafters;
+    default: return 0;
+    }
+}
+
 job_worker *job_state_worker(job_state *js, enum job_role role, int index)
 {
     int slot;
     switch (role) {
     case JOB_ROLE_PREFETCH: slot = 0; break;
     case JOB_ROLE_TARGET: slot = 1 + index; break;
-    case JOB_ROLE_DRAFTER: slot = 1 + 64 + index; break;
+    case JOB_ROLE_DRAFTER: slot = 1 + JOB_MAX_TARGETS + index; break;
     default: return NULL;
     }
-    if (index < 0 || index >= 64 || slot >= JOB_MAX_WORKERS) return NULL;
+    int max = role == JOB_ROLE_PREFETCH ? 1 : role == JOB_ROLE_TARGET ? JOB_MAX_TARGETS : JOB_MAX_DRAFTERS;
+    if (index < 0 || index >= max || slot >= JOB_MAX_WORKERS) return NULL;
     return &js->h->workers[slot];
 }
 

@@ -11,11 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "job_config.h"
 #include "shm.h"
 #include "util.h"
 
-#define JOB_MAX_WORKERS 136     /* prefetch + 64 targets + 64 drafters + spare */
-#define JOB_MAX_DRAFTERS 64
+#define JOB_MAX_TARGETS 64      /* workers.targets at most (the config table's bound) */
+#define JOB_MAX_DRAFTERS 64     /* workers.drafters at most */
+#define JOB_MAX_WORKERS (1 + JOB_MAX_TARGETS + JOB_MAX_DRAFTERS + 7) /* prefetch + targets + drafters + spare */
 #define JOB_RECORD_RING 256     /* step records kept for the ledger writer; drafters wait when it lags */
 #define JOB_RUN_ID_MAX 64
 
@@ -127,6 +129,8 @@ int job_state_create(job_state *js, const char *name, const char *run_id, uint32
 /* Open the existing segment `name` (job_plan's state_name); checks numel and ndrafters when non-zero. */
 int job_state_open(job_state *js, const char *name, uint32_t ndrafters, uint64_t numel, errbuf *err);
 void job_state_close(job_state *js);
+/* How many workers of a role the job has (prefetch: 1): the one rule every process counts them by. */
+int job_role_workers(const job_config *cfg, enum job_role role);
 /* Worker table entry of (role, index) (fixed slots: prefetch 0, targets 1.., drafters after). */
 job_worker *job_state_worker(job_state *js, enum job_role role, int index);
 /* Heartbeat of a worker entry: now. */

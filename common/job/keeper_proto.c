@@ -12,6 +12,8 @@
 #include "fdpass.h"
 #include "log.h"
 
+_Static_assert(KEEPER_MAX_FDS <= FDPASS_MAX_FDS, "a keeper reply carries up to KEEPER_MAX_FDS fds in one message");
+
 static int connect_once(const char *path)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};

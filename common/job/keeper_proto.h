@@ -14,6 +14,9 @@
 
 #define KEEPER_MAGIC 0x4b505231u         /* "KPR1": registration request, and every reply */
 #define KEEPER_DEPOSIT_MAGIC 0x4b504431u /* "KPD1": pool deposit request */
+/* fds in one reply at most: a drafter gets every target's pool and one training state (keeper_proto.c checks it
+ * against what one message can carry, FDPASS_MAX_FDS) */
+#define KEEPER_MAX_FDS (JOB_MAX_TARGETS + 1)
 
 typedef struct keeper_request {
     uint32_t magic;

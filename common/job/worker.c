@@ -74,13 +74,13 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
         return 1;
     }
     const job_config *c = &w->plan.cfg;
-    int limit = role == JOB_ROLE_TARGET ? c->workers.targets : role == JOB_ROLE_DRAFTER ? c->workers.drafters : 1;
+    int limit = job_role_workers(c, role);
     if (w->index >= limit) {
         log_error("%s: --index %d but the job has %d %s workers", config, w->index, limit, job_role_name(role));
         return 2;
     }
     keeper_reply rp;
-    if (keeper_register(w->plan.keeper_socket, role, w->index, &rp, w->fds, 64, 120.0, &err)) {
+    if (keeper_register(w->plan.keeper_socket, role, w->index, &rp, w->fds, KEEPER_MAX_FDS, 120.0, &err)) {
         log_error("%s", err.msg);
         return 1;
     }

@@ -9,6 +9,7 @@
 
 #include "job_plan.h"
 #include "job_state.h"
+#include "keeper_proto.h"
 
 struct ctl_client;
 
@@ -19,7 +20,7 @@ typedef struct worker_ctx {
     int index;
     uint64_t epoch;
     job_worker *entry;
-    int fds[64];           /* pool data fds from the keeper (targets: their pool at [0]; drafters: pool i at [i]) */
+    int fds[KEEPER_MAX_FDS]; /* pool data fds from the keeper (targets: their pool at [0]; drafters: pool i at [i]) */
     int nfds;
     int train_fd;          /* drafters: the training state deposited with dflashd (-1: none yet, rank 0 makes it) */
     int train_index;       /* whose training state train_fd is (common/job/keeper_proto.h) */

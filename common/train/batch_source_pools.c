@@ -14,7 +14,7 @@ typedef struct pools_source {
     pool_access acc;
     worker_ctx *w;
     const job_plan *p;
-    struct slot_pool *pools[64];
+    struct slot_pool *pools[JOB_MAX_TARGETS];
     int npools;
     uint16_t owner;
     struct slot_pool_shape shape;

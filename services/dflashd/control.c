@@ -135,12 +135,7 @@ static void reply_ack(control *c, const uint8_t *id, size_t idlen, uint64_t req,
 
 /* ---- workers ---- */
 
-static int role_count(const control *c, enum job_role role)
-{
-    const job_config *cfg = &c->v.plan->cfg;
-    return role == JOB_ROLE_PREFETCH ? 1 : role == JOB_ROLE_TARGET ? cfg->workers.targets
-           : role == JOB_ROLE_DRAFTER ? cfg->workers.drafters : 0;
-}
+static int role_count(const control *c, enum job_role role) { return job_role_workers(&c->v.plan->cfg, role); }
 
 /* The worker-table slot of (role, index) in this job, or -1. */
 static int worker_slot(const control *c, enum job_role role, int index)
@@ -428,9 +423,9 @@ typedef struct status_buf {
     Dflash__WorkerStatus ws[JOB_MAX_WORKERS];
     Dflash__WorkerStatus *wp[JOB_MAX_WORKERS];
     char names[JOB_MAX_WORKERS][32], gpus[JOB_MAX_WORKERS][64];
-    Dflash__RingStatus ring, pools[64];
-    Dflash__RingStatus *pp[64];
-    char pool_names[64][32];
+    Dflash__RingStatus ring, pools[JOB_MAX_TARGETS];
+    Dflash__RingStatus *pp[JOB_MAX_TARGETS];
+    char pool_names[JOB_MAX_TARGETS][32];
     Dflash__RollingStatus rolling;
     char rolling_role[16];
 } status_buf;
@@ -479,7 +474,7 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
     token_ring_stats(c->v.ring, &fr, &fi, &rd, &le);
     ring_fill(&b->ring, "token-ring", token_ring_geometry_get(c->v.ring).nslots, fr, fi, rd, le);
     s.token_ring = &b->ring;
-    for (int i = 0; i < c->v.npools && i < 64; i++) {
+    for (int i = 0; i < c->v.npools && i < JOB_MAX_TARGETS; i++) {
         slot_pool_stats(c->v.pools[i], &fr, &fi, &rd, &le);
         snprintf(b->pool_names[i], sizeof b->pool_names[i], "pool-%d", i);
         ring_fill(&b->pools[i], b->pool_names[i], slot_pool_nslots(c->v.pools[i]), fr, fi, rd, le);

@@ -44,7 +44,7 @@ typedef struct keeper {
     job_plan plan;
     job_state js;
     struct token_ring *ring;
-    struct slot_pool *pools[64];
+    struct slot_pool *pools[JOB_MAX_TARGETS];
     int npools;
     int train_fd[JOB_MAX_DRAFTERS];  /* training states deposited by the drafters' reducers, -1 when none */
     int listen_fd;
@@ -263,7 +263,9 @@ static void handle_deposit(keeper *k, int conn, const keeper_deposit *rq, int fd
     }
     if (fd >= 0) close(fd);
     if (rp.status) log_warn("deposit refused: %s", rp.msg);
-    if (fdpass_send(conn, NULL, 0, &rp, sizeof rp) < 0) log_warn("keeper socket: reply lost: %s", strerror(errno));
+    ssize_t sent = fdpass_send(conn, NULL, 0, &rp, sizeof rp);
+    if (sent < 0) log_warn("keeper socket: reply to the %s deposit of index %d lost: %s", what, rq->index,
+                           strerror((int)-sent));
 }
 
 /* The training state a drafter registering as `index` gets: its own, else drafter 0's (shared), else -1. */
@@ -286,7 +288,7 @@ static void handle_register(keeper *k, int conn)
     union { keeper_request rq; keeper_deposit dep; } u;
     keeper_request rq;
     keeper_reply rp = {.magic = KEEPER_MAGIC};
-    int fds[64], nfds = 0, got = 0, in_fd = -1;
+    int fds[KEEPER_MAX_FDS], nfds = 0, got = 0, in_fd = -1;
     ssize_t n = fdpass_recv(conn, &in_fd, 1, &got, &u, sizeof u);
     if (n == (ssize_t)sizeof u.dep && u.dep.magic == KEEPER_DEPOSIT_MAGIC) {
         handle_deposit(k, conn, &u.dep, got ? in_fd : -1);
@@ -300,8 +302,7 @@ static void handle_register(keeper *k, int conn)
     rq = u.rq;
     const job_config *c = &k->plan.cfg;
     int missing = rq.role == JOB_ROLE_DRAFTER ? pool_missing(k) : -1;
-    int limit = rq.role == JOB_ROLE_TARGET ? c->workers.targets : rq.role == JOB_ROLE_DRAFTER ? c->workers.drafters
-                : rq.role == JOB_ROLE_PREFETCH ? 1 : 0;
+    int limit = job_role_workers(c, (enum job_role)rq.role);
     job_worker *w = NULL;
     if (rq.index < 0 || rq.index >= limit || !(w = job_state_worker(&k->js, (enum job_role)rq.role, rq.index))) {
         rp.status = -EINVAL;
@@ -359,7 +360,9 @@ static void handle_register(keeper *k, int conn)
         }
     }
     if (rp.status && rp.status != -EAGAIN) log_warn("registration refused: %s", rp.msg);
-    if (fdpass_send(conn, fds, nfds, &rp, sizeof rp) < 0) log_warn("keeper socket: reply lost: %s", strerror(errno));
+    ssize_t sent = fdpass_send(conn, fds, nfds, &rp, sizeof rp);
+    if (sent < 0) log_warn("keeper socket: reply to the registration of %s-%d (%d fds) lost: %s",
+                           job_role_name((enum job_role)rq.role), rq.index, nfds, strerror((int)-sent));
 }
 
 static int listen_socket(const char *path, errbuf *err)
@@ -702,7 +705,7 @@ int main(int argc, char **argv)
         if (nfds > 0) log_warn("cannot reattach (%s): starting the job afresh", err.msg);
         job_state_close(&k.js);
         token_ring_destroy(&k.ring);
-        for (int i = 0; i < 64; i++) slot_pool_destroy(&k.pools[i]);
+        for (int i = 0; i < JOB_MAX_TARGETS; i++) slot_pool_destroy(&k.pools[i]);
         for (int i = 0; i < nfds; i++) close(fds[i]);
         for (int i = 0; i < JOB_MAX_DRAFTERS; i++) { /* training states a failed reattach took: the old run's */
             if (k.train_fd[i] >= 0) close(k.train_fd[i]);

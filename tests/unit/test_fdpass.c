@@ -1,6 +1,7 @@
 /* fdpass: fds and a payload across processes over SOCK_SEQPACKET and SOCK_STREAM; excess and truncated fds are
  * closed, never leaked; errors are -errno. */
 #include "fdpass.h"
+#include "keeper_proto.h"
 #include "tests/test.h"
 
 #include <dirent.h>
@@ -140,6 +141,27 @@ TEST(errors_are_negative_errno)
     close(sv[1]);
     EXPECT(fdpass_send(sv[1], NULL, 0, "a", 1) == -EBADF);
     EXPECT(fdpass_recv(sv[1], &fd, 1, &ngot, buf, sizeof buf) == -EBADF);
+}
+
+/* The most a keeper reply carries (a drafter of a job with JOB_MAX_TARGETS targets: every pool and its training
+ * state) goes in one message; one more than FDPASS_MAX_FDS is refused, never half sent. */
+TEST(a_full_keeper_reply_fits_one_message)
+{
+    int sv[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0);
+    int fds[KEEPER_MAX_FDS], got[KEEPER_MAX_FDS], ngot = -1;
+    for (int k = 0; k < KEEPER_MAX_FDS; k++) REQUIRE((fds[k] = memfd_create("fdpass-many", MFD_CLOEXEC)) >= 0);
+    EXPECT(fdpass_send(sv[1], fds, KEEPER_MAX_FDS, "r", 1) == 1);
+    char buf[4];
+    EXPECT(fdpass_recv(sv[0], got, KEEPER_MAX_FDS, &ngot, buf, sizeof buf) == 1);
+    REQUIRE(ngot == KEEPER_MAX_FDS);
+    for (int k = 0; k < KEEPER_MAX_FDS; k++) {
+        EXPECT(same_file(got[k], fds[k]));
+        close(got[k]);
+        close(fds[k]);
+    }
+    close(sv[0]);
+    close(sv[1]);
 }
 
 TEST_MAIN
