@@ -329,6 +329,12 @@ int config_set(const config_field *table, void *obj, const char *key, const char
     return 0;
 }
 
+int config_arg_well_formed(const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    return eq && eq != arg;
+}
+
 int config_set_arg(const config_field *table, void *obj, const char *arg, const char *source, errbuf *err)
 {
     const char *eq = strchr(arg, '=');

@@ -47,6 +47,9 @@ int config_load_string(const config_field *table, void *obj, const char *text, c
 /* Set one value by "section.key" (command-line override, runtime change); errors "<source>: <section.key>: ...". */
 int config_set(const config_field *table, void *obj, const char *key, const char *value, const char *source,
                errbuf *err);
+/* 1 when arg has the form of a --set override, "section.key=value" (a non-empty key, then '='): a command
+ * line without it is a usage error (exit 2), a well-formed one naming an unknown key or a bad value is not. */
+int config_arg_well_formed(const char *arg);
 /* Parse "section.key=value" (the argument of --set) and config_set it. */
 int config_set_arg(const config_field *table, void *obj, const char *arg, const char *source, errbuf *err);
 /* Format the value of "section.key" into buf[n]; -ENOENT for an unknown key, -ERANGE if it did not fit. */

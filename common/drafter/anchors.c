@@ -13,6 +13,13 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+int anchors_any(const uint8_t *loss_mask, int64_t len)
+{
+    for (int64_t a = 0; a + 1 < len; a++)
+        if (anchors_candidate(loss_mask, a, len)) return 1;
+    return 0;
+}
+
 int anchors_sample(const int32_t *cu, int nseq, const uint8_t *loss_mask, int max_anchors, uint64_t seed,
                    uint64_t epoch, uint64_t batch_id, int32_t **anchors_out, int32_t **seq_out)
 {
@@ -32,7 +39,7 @@ int anchors_sample(const int32_t *cu, int nseq, const uint8_t *loss_mask, int ma
             cand = xrealloc(cand, sizeof(int32_t) * (size_t)cand_cap);
         }
         for (int a = 0; a + 1 < len; a++)
-            if (loss_mask[start + a] && loss_mask[start + a + 1]) cand[nc++] = a;
+            if (anchors_candidate(loss_mask + start, a, len)) cand[nc++] = a;
         int take = nc < max_anchors ? nc : max_anchors;
         rng r;
         rng_seed(&r, seed, epoch, batch_id, (uint64_t)s);

@@ -16,6 +16,14 @@ typedef struct drafter_blocks {
     float *weights;                 /* (N*B): exp(-(k-1)/gamma) for valid slots k >= 1, else 0 */
 } drafter_blocks;
 
+/* Position a of a sequence of len tokens can be an anchor: it and the next token are trained (the one rule). */
+static inline int anchors_candidate(const uint8_t *loss_mask, int64_t a, int64_t len)
+{
+    return a + 1 < len && loss_mask[a] && loss_mask[a + 1];
+}
+/* A sequence of len tokens (the first len of a sample: what a batch keeps of it) has at least one anchor: some of
+ * it is trained. */
+int anchors_any(const uint8_t *loss_mask, int64_t len);
 /* Draw anchors for a packed batch: per sequence up to max_anchors positions a with loss_mask[a] = loss_mask[a+1]
  * = 1 and a+1 inside the sequence, uniformly without replacement, sorted. Deterministic in (seed, epoch,
  * batch_id). Returns N; anchors/anchor_seq are xmalloc'd (caller frees). */

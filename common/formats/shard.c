@@ -112,6 +112,7 @@ struct shard {
     const uint64_t *offsets; /* [nsamples + 1] */
     const uint32_t *tokens;  /* [ntokens] */
     const uint8_t *mask;     /* [ntokens] */
+    struct stat st;          /* the file as opened: a later stat that differs means it changed under the mapping */
 };
 
 /* Index of the sample holding token t (offsets validated, t < ntokens). */
@@ -178,6 +179,7 @@ int shard_open(shard **out, const char *path, errbuf *err)
         ret = errbuf_set(err, EINVAL, "%s: not a regular file", path);
         goto fail;
     }
+    s->st = st;
     uint64_t size = (uint64_t)st.st_size;
     uint8_t hdr[SHARD_HEADER_BYTES] = {0};
     ssize_t got = pread(fd, hdr, sizeof hdr, 0);
@@ -257,6 +259,26 @@ fail:
     if (fd >= 0) close(fd);
     shard_close(&s);
     return ret;
+}
+
+uint64_t shard_file_bytes(const shard *s) { return (uint64_t)s->map_bytes; }
+
+uint64_t shard_header_digest(const shard *s) { return shard_hash(s->map, SHARD_HEADER_BYTES); }
+
+int shard_check_unchanged(const shard *s, errbuf *err)
+{
+    struct stat now;
+    if (stat(s->path, &now) != 0)
+        return errbuf_set(err, errno, "%s: the shard is gone since it was opened (%s)", s->path, strerror(errno));
+    if (now.st_dev != s->st.st_dev || now.st_ino != s->st.st_ino)
+        return errbuf_set(err, ESTALE, "%s: the shard was replaced by another file since it was opened", s->path);
+    if (now.st_size != s->st.st_size)
+        return errbuf_set(err, ESTALE, "%s: the shard was truncated or resized since it was opened (%lld bytes, "
+                          "was %lld)", s->path, (long long)now.st_size, (long long)s->st.st_size);
+    if (now.st_mtim.tv_sec != s->st.st_mtim.tv_sec || now.st_mtim.tv_nsec != s->st.st_mtim.tv_nsec)
+        return errbuf_set(err, ESTALE, "%s: the shard was overwritten in place since it was opened (its "
+                          "modification time moved)", s->path);
+    return 0;
 }
 
 void shard_close(shard **sp)
@@ -466,10 +488,12 @@ int dataset_open(dataset **out, const char *path, errbuf *err)
             goto fail;
         }
         ds->shards = xcalloc((size_t)nnames, sizeof *ds->shards);
+        size_t dl = strlen(path); /* "data/" names its shards data/shard-0.shard, not data//shard-0.shard */
+        while (dl > 1 && path[dl - 1] == '/') dl--;
         for (int i = 0; i < nnames; i++) {
-            size_t n = strlen(path) + strlen(names[i]->d_name) + 2;
+            size_t n = dl + strlen(names[i]->d_name) + 2;
             char *file = xmalloc(n);
-            snprintf(file, n, "%s/%s", path, names[i]->d_name);
+            snprintf(file, n, "%.*s/%s", (int)dl, path, names[i]->d_name);
             ret = shard_open(&ds->shards[ds->nshards], file, err);
             free(file);
             if (ret != 0) goto fail;
@@ -528,6 +552,25 @@ int dataset_sample(const dataset *ds, uint64_t index, const uint32_t **tokens, c
     }
     shard_sample(ds->shards[lo], index - ds->first[lo], tokens, mask, len);
     return 0;
+}
+
+int dataset_check_unchanged(const dataset *ds, errbuf *err)
+{
+    for (size_t k = 0; k < ds->nshards; k++) {
+        int rc = shard_check_unchanged(ds->shards[k], err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+const char *dataset_shard_at(const dataset *ds, const void *addr)
+{
+    const uint8_t *a = addr;
+    for (size_t k = 0; ds && k < ds->nshards; k++) {
+        const shard *s = ds->shards[k];
+        if (s && s->map && a >= s->map && a < s->map + s->map_bytes) return s->path;
+    }
+    return NULL;
 }
 
 int dataset_check_vocab(const dataset *ds, uint32_t vocab, errbuf *err)

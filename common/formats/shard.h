@@ -44,6 +44,13 @@ uint64_t shard_ntrained(const shard *s);
 /* Sample i (< shard_count): pointers into the mapping and its length (asserts on a bad index). */
 void shard_sample(const shard *s, uint64_t i, const uint32_t **tokens, const uint8_t **mask, uint64_t *len);
 
+/* Bytes of the shard file, and a digest (XXH64) of its 64-byte header, which holds the counts and the checksum of
+ * everything after it: together with the name, the shard's identity (run_record). */
+uint64_t shard_file_bytes(const shard *s);
+uint64_t shard_header_digest(const shard *s);
+/* 0 while the file at the shard's path is the one opened (same inode, size and modification time); -ENOENT or
+ * -ESTALE naming the shard and how it changed (gone, replaced, truncated or resized, overwritten in place). */
+int shard_check_unchanged(const shard *s, errbuf *err);
 /* Start a shard to be published at path; nothing appears at path until shard_writer_close succeeds. */
 int shard_writer_open(shard_writer **out, const char *path, errbuf *err);
 /* Append one sample of n tokens; mask NULL means every token is trained; mask values must be 0 or 1. */
@@ -70,6 +77,10 @@ const shard *dataset_shard(const dataset *ds, size_t i);
 /* Sample by global index (shards concatenated in order); -ERANGE when index >= dataset_count. */
 int dataset_sample(const dataset *ds, uint64_t index, const uint32_t **tokens, const uint8_t **mask,
                    uint64_t *len);
+/* shard_check_unchanged for every shard of the dataset: the first that changed. */
+int dataset_check_unchanged(const dataset *ds, errbuf *err);
+/* The path of the shard whose mapping holds addr, or NULL (async-signal-safe: a SIGBUS handler names the shard). */
+const char *dataset_shard_at(const dataset *ds, const void *addr);
 /* Fail on the first token id >= vocab, naming the shard, the sample and the token. */
 int dataset_check_vocab(const dataset *ds, uint32_t vocab, errbuf *err);
 

@@ -73,8 +73,25 @@ const config_field job_config_table[] = {
       "it, unlisted keys are refused as with curve_client_keys_file"),
     F(control, heartbeat_sec, CONFIG_DOUBLE, 0.05, 60, "1", 0,
       "control-plane heartbeat interval (a worker silent for workers.heartbeat_timeout_sec is killed)"),
+    F(control, metrics_listen, CONFIG_STRING, 0, 0, NULL, 0,
+      "Prometheus /metrics on this loopback address:port (e.g. 127.0.0.1:9464), served by dflashd; empty: off"),
+    F(metrics, tensorboard, CONFIG_BOOL, 0, 0, "false", 0,
+      "also write the metrics.jsonl scalars as a TensorBoard event file under <run_dir>/tensorboard/"),
     {0},
 };
+
+/* Where two settings wrong together came from: the last --set that gave one of them, else the file. */
+static void source_of(char *out, size_t n, const char *path, const char *const *overrides, int noverrides,
+                      const char *a, const char *b)
+{
+    snprintf(out, n, "%s", path);
+    for (int i = 0; i < noverrides; i++) {
+        const char *eq = strchr(overrides[i], '=');
+        size_t kl = eq ? (size_t)(eq - overrides[i]) : strlen(overrides[i]);
+        if ((kl == strlen(a) && !strncmp(overrides[i], a, kl)) || (kl == strlen(b) && !strncmp(overrides[i], b, kl)))
+            snprintf(out, n, "--set %.*s", CONFIG_STRING_MAX, overrides[i]);
+    }
+}
 
 int job_config_load(job_config *cfg, const char *path, const char *const *overrides, int noverrides, errbuf *err)
 {
@@ -83,17 +100,20 @@ int job_config_load(job_config *cfg, const char *path, const char *const *overri
     for (int i = 0; rc == 0 && i < noverrides; i++)
         rc = config_set_arg(job_config_table, cfg, overrides[i], "--set", err);
     /* what the table's per-field bounds cannot say: settings that are valid alone and wrong together; the message
-     * names where the values came from: the --set that gave one of them, else the file */
+     * names where the values came from: the --set that gave one of them, else the file (drafter.taps against the
+     * target's layers, and repeated taps: job_plan) */
+    char from[CONFIG_STRING_MAX + 16];
     if (rc == 0 && cfg->workers.heartbeat_timeout_sec < 2 * cfg->control.heartbeat_sec) {
-        char from[CONFIG_STRING_MAX + 16];
-        snprintf(from, sizeof from, "%s", path);
-        for (int i = 0; i < noverrides; i++)
-            if (!strncmp(overrides[i], "workers.heartbeat_timeout_sec", 29) ||
-                !strncmp(overrides[i], "control.heartbeat_sec", 21))
-                snprintf(from, sizeof from, "--set %.*s", CONFIG_STRING_MAX, overrides[i]);
+        source_of(from, sizeof from, path, overrides, noverrides, "workers.heartbeat_timeout_sec",
+                  "control.heartbeat_sec");
         rc = errbuf_set(err, EINVAL, "%s: workers.heartbeat_timeout_sec = %g is below twice control.heartbeat_sec = "
                         "%g: workers would be killed between two heartbeats", from,
                         cfg->workers.heartbeat_timeout_sec, cfg->control.heartbeat_sec);
+    }
+    if (rc == 0 && cfg->train.min_lr > cfg->train.lr) {
+        source_of(from, sizeof from, path, overrides, noverrides, "train.min_lr", "train.lr");
+        rc = errbuf_set(err, EINVAL, "%s: train.min_lr = %g is above train.lr = %g: the cosine decay would raise the "
+                        "learning rate (min_lr is where it ends, at most lr)", from, cfg->train.min_lr, cfg->train.lr);
     }
     return rc;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +12,17 @@
 
 #include "log.h"
 #include "step_metrics.h"
+#include "tfevents.h"
 
 struct ledger {
     char path[4096];
     int fd, metrics_fd;
     int block_size;
     uint32_t ndrafters;
+    char notice[512];    /* what ledger_open cut that the operator should hear of ("": nothing) */
     int failing;         /* errno of the failing write (reported in the job state's ledger_block), 0: none */
+    tfevents *tb;        /* metrics.tensorboard: the metrics lines' scalars as TensorBoard events, else NULL */
+    int tb_failing;
 };
 
 /* Fault injection for tests/system/disk_full.sh (which may run as root, where a read-only folder does not stop
@@ -48,6 +53,34 @@ static int ledger_write_failed(ledger *l, job_state *js, off_t at, uint64_t k, i
     return -e;
 }
 
+/* Every whole line must be the line of step i at line i+1 (a JSON object with "step": i): the committed history
+ * from its start. 0, or -EINVAL naming the first line that is not (the file is not touched). */
+static int ledger_check_lines(const char *path, const char *buf, size_t n, uint64_t *lines, size_t *whole,
+                              errbuf *err)
+{
+    uint64_t i = 0;
+    size_t pos = 0;
+    for (const char *nl; pos < n && (nl = memchr(buf + pos, '\n', n - pos)); pos = (size_t)(nl - buf) + 1, i++) {
+        json_error_t je;
+        json_t *o = json_loadb(buf + pos, (size_t)(nl - buf) - pos, 0, &je);
+        json_t *st = o ? json_object_get(o, "step") : NULL;
+        const int good = st && json_is_integer(st) && json_integer_value(st) == (json_int_t)i;
+        char what[256];
+        if (!o) snprintf(what, sizeof what, "not a ledger line (%s)", je.text);
+        else if (!st || !json_is_integer(st)) snprintf(what, sizeof what, "a line without a \"step\"");
+        else snprintf(what, sizeof what, "the line of step %lld where step %llu belongs",
+                      (long long)json_integer_value(st), (unsigned long long)i);
+        json_decref(o);
+        if (!good)
+            return errbuf_set(err, EINVAL, "%s:%llu: %s: the ledger is not the job's committed history from step 0 (a "
+                              "line missing, changed or out of order); it is left as it is: restore it, or start "
+                              "over with --fresh", path, (unsigned long long)i + 1, what);
+    }
+    *lines = i;
+    *whole = pos;
+    return 0;
+}
+
 int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafters, errbuf *err)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -57,19 +90,31 @@ int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafter
     char *buf = xmalloc((size_t)sb.st_size + 1);
     ssize_t n = pread(fd, buf, (size_t)sb.st_size, 0);
     if (n < 0) n = 0;
-    /* keep whole lines of steps 0, 1, ... up to the committed step */
-    uint64_t committed = atomic_load(&js->h->committed_step), kept = 0;
-    off_t keep_bytes = 0;
-    for (ssize_t pos = 0; pos < n && kept < committed;) {
-        char *nl = memchr(buf + pos, '\n', (size_t)(n - pos));
-        if (!nl) break; /* torn last line */
-        unsigned long long step;
-        if (sscanf(buf + pos, "{\"step\": %llu", &step) != 1 || step != kept) break;
-        kept++;
-        pos = nl - buf + 1;
-        keep_bytes = pos;
-    }
+    uint64_t lines = 0;
+    size_t whole = 0;
+    int rc = ledger_check_lines(path, buf, (size_t)n, &lines, &whole, err);
     free(buf);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    /* keep the lines of steps 0, 1, ... up to the committed step: a resume redoes the steps after its checkpoint;
+     * a torn last line (a write interrupted by a crash) is the one thing cut that was never a line */
+    char notice[512] = "";
+    if ((off_t)whole != n)
+        snprintf(notice, sizeof notice, "%s: cut a torn last line (%lld bytes without a newline after line %llu: a "
+                 "write interrupted by a crash)", path, (long long)(n - (ssize_t)whole), (unsigned long long)lines);
+    uint64_t committed = atomic_load(&js->h->committed_step);
+    uint64_t kept = lines < committed ? lines : committed;
+    off_t keep_bytes = (off_t)whole;
+    if (kept < lines) { /* the end of line `kept` */
+        buf = xmalloc((size_t)sb.st_size + 1);
+        n = pread(fd, buf, (size_t)sb.st_size, 0);
+        const char *p = buf;
+        for (uint64_t i = 0; i < kept; i++) p = memchr(p, '\n', (size_t)(buf + n - p)) + 1;
+        keep_bytes = p - buf;
+        free(buf);
+    }
     if (keep_bytes != sb.st_size) {
         if (ftruncate(fd, keep_bytes) != 0) {
             int e = errno;
@@ -77,8 +122,10 @@ int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafter
             return errbuf_set(err, e, "%s: cannot truncate: %s", path, strerror(e));
         }
         fsync(fd);
-        log_info("%s: kept %llu lines (steps already committed), cut %lld bytes", path, (unsigned long long)kept,
-                 (long long)(sb.st_size - keep_bytes));
+        if (notice[0]) log_warn("%s", notice);
+        if (kept < lines)
+            log_info("%s: kept %llu lines (steps already committed), cut the %llu after them (steps to train again)",
+                     path, (unsigned long long)kept, (unsigned long long)(lines - kept));
     }
     if (kept < atomic_load(&js->h->ledger_frontier))
         log_warn("%s: %llu lines but the job state says %llu were written: the ledger has a gap", path,
@@ -96,6 +143,7 @@ int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafter
     l->metrics_fd = open(mpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (l->metrics_fd < 0) log_warn("%s: %s: no metrics log", mpath, strerror(errno));
     l->ndrafters = ndrafters;
+    snprintf(l->notice, sizeof l->notice, "%s", notice);
     *out = l;
     return 0;
 }
@@ -158,6 +206,9 @@ int ledger_append_committed(ledger *l, job_state *js)
                           sm.acceptance, num(ng, sizeof ng, sm.grad_norm), sm.lr, (unsigned long long)sm.tokens);
             if (write(l->metrics_fd, line, (size_t)m) != m) log_warn("metrics.jsonl: write failed");
         }
+        errbuf te = {{0}};
+        if (l->tb && tfevents_write_step(l->tb, k, &sm, l->block_size, &te) && !l->tb_failing++)
+            log_warn("tensorboard: %s (steps not written until it can)", te.msg);
         atomic_store(&h->ledger_frontier, k + 1);
         job_state_wake(js);
         written++;
@@ -165,13 +216,18 @@ int ledger_append_committed(ledger *l, job_state *js)
     return written;
 }
 
+const char *ledger_notice(const ledger *l) { return l->notice; }
+
 void ledger_set_block_size(ledger *l, int block_size) { l->block_size = block_size; }
+
+int ledger_tensorboard_open(ledger *l, const char *dir, errbuf *err) { return tfevents_open(&l->tb, dir, err); }
 
 void ledger_destroy(ledger **lp)
 {
     ledger *l = *lp;
     if (!l) return;
     if (l->metrics_fd >= 0) close(l->metrics_fd);
+    tfevents_destroy(&l->tb);
     close(l->fd);
     free(l);
     *lp = NULL;

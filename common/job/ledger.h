@@ -16,10 +16,16 @@
 typedef struct ledger ledger;
 
 /* Open (create) the ledger and reconcile it with the job state: lines beyond the committed step (from an earlier
- * run, or steps a resume will redo) are cut off, and the shared frontier is set to the lines kept. */
+ * run, or steps a resume will redo) are cut off, and the shared frontier is set to the lines kept. A ledger whose
+ * lines are not steps 0, 1, 2... in order (a line deleted, edited, garbage) is refused untouched, naming the first
+ * bad line; a torn last line is cut (ledger_notice says so). */
 int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafters, errbuf *err);
+/* What ledger_open cut that the operator should be told of (a torn last line), or "". */
+const char *ledger_notice(const ledger *l);
 /* Say what the metrics lines need beyond the records: the block size (the learning rate comes with each record). */
 void ledger_set_block_size(ledger *l, int block_size);
+/* metrics.tensorboard: also write each metrics line's scalars into a new TensorBoard event file in dir. */
+int ledger_tensorboard_open(ledger *l, const char *dir, errbuf *err);
 /* Append the lines of every step committed since the last call; returns lines written or -errno. */
 int ledger_append_committed(ledger *l, job_state *js);
 void ledger_destroy(ledger **l);

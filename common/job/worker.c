@@ -52,6 +52,10 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
         }
         case 's':
             if (noverrides == MAX_OVERRIDES) { fprintf(stderr, "%s: too many --set\n", prog); return 2; }
+            if (!config_arg_well_formed(optarg)) {
+                fprintf(stderr, "%s: --set \"%s\": expected section.key=value\n", prog, optarg);
+                return 2;
+            }
             overrides[noverrides++] = optarg;
             break;
         case 'h': usage(stdout, prog, role, what); *done = 1; return 0;

@@ -105,7 +105,13 @@ static int cmd_run(int argc, char **argv)
         case 'c': config = optarg; break;
         case OPT_RESUME: resume = 1; break;
         case OPT_FRESH: fresh = 1; break;
-        case OPT_SET: overrides[noverrides++] = optarg; break;
+        case OPT_SET:
+            if (!config_arg_well_formed(optarg)) {
+                free(overrides);
+                return usage_error("--set \"%s\": expected section.key=value", optarg);
+            }
+            overrides[noverrides++] = optarg;
+            break;
         case OPT_BIN_DIR: bin_dir = optarg; break;
         case 'h': usage_run(stdout); free(overrides); return 0;
         case OPT_HELP_CONFIG: config_help(job_config_table, stdout); free(overrides); return 0;

@@ -74,6 +74,10 @@ void notify_parse(const char *text, size_t n, notify_msg *m)
                 m->has_stalled = 1;
                 notify_copy_value(m->stalled, sizeof m->stalled, v, vl);
             }
+            else if (KEY_IS("X_DFLASH_WARN")) {
+                m->has_warn = 1;
+                notify_copy_value(m->warn, sizeof m->warn, v, vl);
+            }
             else if (KEY_IS("STATUS")) {
                 m->has_status = 1;
                 notify_copy_value(m->status, sizeof m->status, v, vl);

@@ -23,6 +23,8 @@ typedef struct notify_msg {
     int has_stalled;             /* X_DFLASH_STALLED=<text>: dflashd says no step commits, and why (or that a
                                   * checkpoint cannot be written, or is written again) */
     char stalled[NOTIFY_ALERT_MAX];
+    int has_warn;                /* X_DFLASH_WARN=<text>: a warning for the console (a torn ledger line cut...) */
+    char warn[NOTIFY_ALERT_MAX];
     int has_status, has_fdname;
     char status[NOTIFY_TEXT_MAX]; /* control characters replaced by spaces */
     char fdname[NOTIFY_TEXT_MAX];

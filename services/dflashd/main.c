@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +32,11 @@
 #include "keeper_proto.h"
 #include "ledger.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "run_dir.h"
 #include "run_lock.h"
+#include "run_record.h"
+#include "shard.h"
 #include "slot_pool.h"
 #include "step_plan.h"
 #include "token_ring.h"
@@ -51,6 +55,7 @@ typedef struct keeper {
     int pidfd[JOB_MAX_WORKERS];      /* watched instance per worker-table entry, -1 when none */
     ledger *ledger;
     control *ctl;                    /* the control plane (services/dflashd/control.h) */
+    metrics_http *metrics;           /* control.metrics_listen: Prometheus /metrics (NULL: off) */
     run_lock *lock;                  /* <run_dir>/dflashd.lock: one live dflashd per run_dir */
     char run_id[JOB_RUN_ID_MAX];
     int resume;
@@ -393,6 +398,81 @@ static void unlink_segments(const job_plan *p)
     }
 }
 
+/* A warning the operator must see: in the log, and on `dflash run`'s console (X_DFLASH_WARN; systemd ignores it). */
+static void console_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void console_warn(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_warn("%s", msg);
+    sd_notifyf(0, "X_DFLASH_WARN=%s", msg);
+}
+
+/* --resume needs a checkpoint: say so, not that some file of it cannot be opened. */
+static int resume_has_checkpoint(keeper *k, errbuf *err)
+{
+    if (!k->resume) return 0;
+    char latest[PATH_MAX];
+    struct stat st;
+    job_config_path(&k->plan.cfg, "ckpt/latest", latest, sizeof latest);
+    if (lstat(latest, &st) == 0) return 0;
+    return errbuf_set(err, ENOENT, "--resume: there is no checkpoint in %s/ckpt to resume from (%s does not exist): "
+                      "start the job without --resume (it starts from step 0)", k->plan.cfg.job.run_dir, latest);
+}
+
+/* The data and the step plan (run_record.h), before anything starts: a data set the job cannot train on is refused
+ * (missing, empty, ids outside the target's vocabulary, no sample with a trained token within a batch), samples cut
+ * to a batch are warned about; at --resume the settings that decide the batches and the data set must be those the
+ * run started with. *rec gets this job's record (written by record_write once the start is decided). */
+static int data_plan_check(keeper *k, run_record *rec, errbuf *err)
+{
+    const job_plan *p = &k->plan;
+    dataset *ds = NULL;
+    int rc = dataset_open(&ds, p->cfg.data.path, err);
+    if (rc) return errbuf_wrap(err, rc, "data.path");
+    uint64_t cut = 0, longest = 0;
+    if ((rc = run_record_data_check(p, ds, &cut, &longest, err))) goto done;
+    if (cut)
+        console_warn("%llu of %llu samples are longer than data.max_batch_tokens = %d (the longest: %llu tokens): "
+                     "training sees only their first %d tokens", (unsigned long long)cut,
+                     (unsigned long long)dataset_count(ds), p->cfg.data.max_batch_tokens, (unsigned long long)longest,
+                     p->cfg.data.max_batch_tokens);
+    run_record_compute(rec, p, ds);
+    if (!k->resume) goto done;
+    char path[PATH_MAX];
+    run_record_path(p, path, sizeof path);
+    run_record was;
+    if ((rc = run_record_read(&was, path, err)) == -ENOENT) {
+        log_warn("--resume: %s: the checkpoint does not record its step plan and data set: not checked", path);
+        rc = 0;
+        goto done;
+    }
+    if (rc) {
+        rc = errbuf_wrap(err, rc, "--resume");
+        goto done;
+    }
+    if (!(rc = run_record_check_settings(&was, rec, path, err)))
+        rc = run_record_check_data(&was, rec, path, "--resume", err);
+    run_record_free(&was);
+    if (!rc) log_info("--resume: the step plan and the data set (%zu shards) are those the run started with",
+                      rec->nshards);
+done:
+    dataset_close(&ds);
+    return rc;
+}
+
+/* A start from scratch records its step plan and data set beside identity.json. */
+static int record_write(keeper *k, const run_record *rec, errbuf *err)
+{
+    if (k->resume) return 0;
+    char path[PATH_MAX];
+    run_record_path(&k->plan, path, sizeof path);
+    return run_record_write(rec, path, err);
+}
+
 /* Where a fresh run starts: step 0, or with --resume the step of <run_dir>/ckpt/latest (the drafters' reducer loads
  * the state itself: dflashd reads only the step). */
 static int resume_step(keeper *k, errbuf *err)
@@ -615,6 +695,7 @@ static int run(keeper *k)
         }
         ledger_append_committed(k->ledger, &k->js);
         control_process(k->ctl);
+        metrics_http_tick(k->metrics, k->ctl);
         double now = now_seconds();
         if (now - last_periodic >= 0.5) {
             last_periodic = now;
@@ -655,6 +736,10 @@ int main(int argc, char **argv)
         case 'c': config = optarg; break;
         case 's':
             if (noverrides == MAX_OVERRIDES) { fprintf(stderr, "dflashd: too many --set\n"); return 2; }
+            if (!config_arg_well_formed(optarg)) {
+                fprintf(stderr, "dflashd: --set \"%s\": expected section.key=value\n", optarg);
+                return 2;
+            }
             overrides[noverrides++] = optarg;
             break;
         case 'r': k.resume = 1; break;
@@ -712,10 +797,15 @@ int main(int argc, char **argv)
             k.train_fd[i] = -1;
         }
         fdstore_remove_all(&k);
-        if ((rc = previous_run_check(&k, &err)) || (rc = identity_check(&k, &err))) {
+        run_record rec = {0};
+        if ((rc = resume_has_checkpoint(&k, &err)) || (rc = data_plan_check(&k, &rec, &err)) ||
+            (rc = previous_run_check(&k, &err)) || (rc = identity_check(&k, &err)) ||
+            (rc = record_write(&k, &rec, &err))) {
             log_error("%s", err.msg);
+            run_record_free(&rec);
             return 1;
         }
+        run_record_free(&rec);
         if ((rc = create_job(&k, &err))) {
             log_error("%s", err.msg);
             unlink_segments(&k.plan); /* a failed start (a refused resume...) leaves nothing in /dev/shm */
@@ -732,7 +822,11 @@ int main(int argc, char **argv)
         if (created) unlink_segments(&k.plan);
         return 1;
     }
+    if (ledger_notice(k.ledger)[0]) console_warn("%s", ledger_notice(k.ledger));
     ledger_set_block_size(k.ledger, k.plan.drafter.block_size);
+    job_config_path(&k.plan.cfg, "tensorboard", path, sizeof path);
+    if (k.plan.cfg.metrics.tensorboard && (rc = ledger_tensorboard_open(k.ledger, path, &err)))
+        log_warn("metrics.tensorboard: %s: no TensorBoard events", err.msg);
     if ((k.listen_fd = listen_socket(k.plan.keeper_socket, &err)) < 0) {
         log_error("%s", err.msg);
         if (created) unlink_segments(&k.plan);
@@ -745,7 +839,14 @@ int main(int argc, char **argv)
         if (created) unlink_segments(&k.plan);
         return 1;
     }
+    if ((rc = metrics_http_new(&k.metrics, k.plan.cfg.control.metrics_listen, &err))) {
+        log_error("%s", err.msg);
+        control_destroy(&k.ctl);
+        if (created) unlink_segments(&k.plan);
+        return 1;
+    }
     rc = run(&k);
+    metrics_http_destroy(&k.metrics);
     control_destroy(&k.ctl);
     if (rc == 0) { /* X_DFLASH_FINISHED: `dflash run` tells the job's end from a stop (both exit 0) by it */
         sd_notifyf(0, "STOPPING=1\nX_DFLASH_FINISHED=1\nSTATUS=finished: %llu steps in the ledger",

@@ -2,12 +2,15 @@
  * order; batch b's content is a pure function of (data, seed, b) (batch_plan), so a restarted prefetch simply
  * continues at the ring's next id. A full ring blocks it. Exits 0 when the job is finished. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
 
 #include "batch_plan.h"
 #include "log.h"
+#include "run_record.h"
 #include "shard.h"
 #include "slot_state.h"
 #include "step_plan.h"
@@ -33,6 +36,41 @@ static void skip_published(struct token_ring *ring)
     }
 }
 
+/* A shard truncated under its mapping faults when read (SIGBUS): name it and exit 1 (the restart then refuses it)
+ * rather than die of a signal that says nothing. Only async-signal-safe calls. */
+static const dataset *mapped;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const char *path = dataset_shard_at(mapped, si->si_addr);
+    static const char a[] = "prefetch: ERROR ", b[] = ": the shard was truncated under the running prefetcher (SIGBUS "
+                                                      "reading it): the data set changed under the job\n";
+    if (write(STDERR_FILENO, a, sizeof a - 1) < 0 || write(STDERR_FILENO, path ? path : "a shard",
+                                                          strlen(path ? path : "a shard")) < 0 ||
+        write(STDERR_FILENO, b, sizeof b - 1) < 0) {
+    }
+    (void)sig;
+    _exit(1);
+}
+
+/* The data set is the one the job started with (<run_dir>/ckpt/run.json, written by dflashd): a shard replaced,
+ * rewritten, added or removed between two starts of the prefetcher is refused, naming it. */
+static int data_check_recorded(const job_plan *p, const dataset *ds, errbuf *err)
+{
+    char path[4096];
+    run_record_path(p, path, sizeof path);
+    run_record was, now;
+    int rc = run_record_read(&was, path, err);
+    if (rc == -ENOENT) return 0; /* a dflashd that records none (or a run from before records) */
+    if (rc) return rc;
+    run_record_compute(&now, p, ds);
+    rc = run_record_check_data(&was, &now, path, "prefetch", err);
+    run_record_free(&was);
+    run_record_free(&now);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     worker_ctx w;
@@ -45,10 +83,14 @@ int main(int argc, char **argv)
     dataset *ds = NULL;
     struct token_ring *ring = NULL;
     if (dataset_open(&ds, p->cfg.data.path, &err) || dataset_check_vocab(ds, (uint32_t)p->vocab, &err) ||
-        token_ring_open(p->ring_name, &p->ring, &ring, &err)) {
+        data_check_recorded(p, ds, &err) || token_ring_open(p->ring_name, &p->ring, &ring, &err)) {
         log_error("%s", err.msg);
         return 1;
     }
+    mapped = ds;
+    struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
     if (dataset_count(ds) == 0) {
         log_error("%s: no samples", p->cfg.data.path);
         return 1;
@@ -80,6 +122,12 @@ int main(int argc, char **argv)
             log_info("restart requested by dflashd");
             return JOB_EXIT_RESTART;
         }
+        /* a shard that changed under the mapping (replaced, overwritten in place, truncated, removed): batches from
+         * it would not be the job's; say which and exit (the restart compares the data set with the job's record) */
+        if (dataset_check_unchanged(ds, &err)) {
+            log_error("%s: the data set changed under the running prefetcher", err.msg);
+            return 1;
+        }
         uint64_t id = token_ring_next_id_peek(ring);
         uint64_t committed = step_plan_first_batch(atomic_load(&w.js.h->committed_step), D);
         if (id < committed) { /* already trained (e.g. after a resume): no need to produce it */
@@ -100,6 +148,11 @@ int main(int argc, char **argv)
         struct token_batch b = token_ring_batch(ring, slot);
         uint64_t epoch;
         batch_plan_fill(bp, id, &b, &epoch);
+        if (dataset_check_unchanged(ds, &err)) { /* while the batch was filled: it is not published */
+            log_error("%s: the data set changed under the running prefetcher (batch %llu not published)", err.msg,
+                      (unsigned long long)id);
+            return 1;
+        }
         if ((rc = token_ring_publish(ring, slot, owner, w.epoch)) != 0) {
             log_error("token ring publish of batch %llu: %s", (unsigned long long)id, strerror(-rc));
             return 1;

@@ -18,6 +18,7 @@
 
 #include "chat_template.h"
 #include "shard.h"
+#include "hf_config.h"
 #include "job_config.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -71,6 +72,7 @@ struct prepare_opts {
     uint64_t max_tokens_per_shard; /* a shard is closed before a sample would take it past this (unless empty) */
     uint64_t max_len;              /* 0: no limit */
     uint64_t vocab;                /* 0: no check */
+    char vocab_from[160];          /* where vocab came from, for messages: "--vocab", or the job's target */
     bool strict, force, inspect;
     bool chat, truncate;            /* --chat: conversations in; --truncate: cut at --max-len instead of skipping */
     const char *tokenizer_dir;      /* --tokenizer (tokenizer.json, tokenizer_config.json) */
@@ -143,7 +145,9 @@ static void usage(FILE *f)
             "  --tokenizer DIR             (--chat) the model folder holding tokenizer.json and tokenizer_config.json\n"
             "  -c, --config JOB.ini        the job config: samples longer than its data.max_batch_tokens (which\n"
             "                              training cuts to that) are counted in the summary and warned about;\n"
-            "                              with --chat and no --tokenizer, its target.model folder is the tokenizer\n"
+            "                              with --chat and no --tokenizer, its target.model folder is the tokenizer;\n"
+            "                              without --vocab, samples with an id outside target.model's vocabulary\n"
+            "                              are skipped (the job would refuse them)\n"
             "  --template qwen3|llama3     (--chat) the chat template (default: detected from tokenizer_config.json)\n"
             "  --threads N                 (--chat) tokenizing threads (default: the online CPUs)\n"
             "  --truncate                  cut samples longer than --max-len instead of skipping them\n"
@@ -231,8 +235,9 @@ static int64_t prepare_parse_line(struct prepare *p, const char *line, size_t le
         }
         json_int_t id = json_integer_value(v);
         if (id < 0 || (uint64_t)id >= id_limit) {
-            ret = -1 - SKIP(SKIP_ID_RANGE, "token id out of range: input_ids[%zu] = %" JSON_INTEGER_FORMAT "%s", i,
-                            id, id < 0 ? " is negative" : p->opt.vocab ? " >= --vocab" : " does not fit in u32");
+            ret = -1 - SKIP(SKIP_ID_RANGE, "token id out of range: input_ids[%zu] = %" JSON_INTEGER_FORMAT "%s%s", i,
+                            id, id < 0 ? " is negative" : p->opt.vocab ? " >= " : " does not fit in u32",
+                            id >= 0 && p->opt.vocab ? p->opt.vocab_from : "");
             goto done;
         }
         p->tok[i] = (uint32_t)id;
@@ -345,7 +350,8 @@ static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_
     if (p->opt->vocab)
         for (size_t i = 0; i < nt; i++)
             if (p->tok[i] >= p->opt->vocab) {
-                ret = -1 - SKIP(SKIP_ID_RANGE, "token id out of range: token %zu = %u >= --vocab", i, p->tok[i]);
+                ret = -1 - SKIP(SKIP_ID_RANGE, "token id out of range: token %zu = %u >= %s", i, p->tok[i],
+                                      p->opt->vocab_from);
                 goto done;
             }
     if (!trained) {
@@ -906,6 +912,7 @@ int main(int argc, char **argv)
             break;
         case OPT_VOCAB:
             if (parse_u64("--vocab", optarg, 1, (uint64_t)UINT32_MAX + 1, &opt.vocab)) return 2;
+            snprintf(opt.vocab_from, sizeof opt.vocab_from, "--vocab %" PRIu64, opt.vocab);
             break;
         case OPT_STRICT: opt.strict = true; break;
         case OPT_FORCE: opt.force = true; break;
@@ -947,6 +954,16 @@ int main(int argc, char **argv)
         }
         opt.job_config = job_config_path_arg;
         opt.batch_tokens = (uint64_t)jc.data.max_batch_tokens;
+        if (!opt.vocab && jc.target.model[0]) { /* the ids the job's target has: a larger one fails the job */
+            hf_config hc;
+            if (hf_config_load(&hc, jc.target.model, &jerr) != 0) {
+                fprintf(stderr, PROG ": %s: target.model: %s\n", job_config_path_arg, jerr.msg);
+                return 1;
+            }
+            opt.vocab = (uint64_t)hc.vocab_size;
+            snprintf(opt.vocab_from, sizeof opt.vocab_from, "the %d ids of target.model %.100s", hc.vocab_size,
+                     jc.target.model);
+        }
     }
     if (opt.chat && !opt.tokenizer_dir && job_config_path_arg) { /* the job's target folder */
         if (!jc.target.model[0]) {

@@ -16,7 +16,9 @@ else fail missing_model_names_the_file "$(tail -3 "$T/nomodel.out")"; fi
 write_config settings 10
 for c in "workers.heartbeat_timeout_sec=0.5:heartbeat_timeout_sec = 0.5 is below twice control.heartbeat_sec" \
          "drafter.num_taps=9:drafter.num_taps = 9 is more than the 4 layers" \
-         "ring.pool_slots=2000:ring.pool_slots"; do
+         "ring.pool_slots=2000:ring.pool_slots" \
+         "train.min_lr=0.01:train.min_lr=0.01: train.min_lr = 0.01 is above train.lr = 0.003" \
+         "drafter.taps=1,2,1:drafter.taps: layer 1 is listed twice (taps 1 and 3 of the list)"; do
     set=${c%%:*} want=${c#*:}
     run_job settings --set "$set"; rc=$?
     if [ $rc -eq 1 ] && grep -qF "$want" "$T/settings.out"; then ok "setting_refused_at_start ($set: $(grep -oF "$want" "$T/settings.out" | head -1))"
