@@ -31,7 +31,8 @@ nvidia-smi -L >>"$log" 2>&1
 if [ "${1:-}" != bench ]; then
 one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-4000}" timeout 300 bash tests/gpu/gpu_train.sh
 for t in test_train_kernels_gpu test_dflash_attention_gpu test_cross_entropy_gpu test_kernels_gpu test_vmm_pool \
-         test_decode_gpu test_logits_mask_gpu test_nonfinite_gpu test_gated_delta_rule_gpu test_hybrid_kernels_gpu; do
+         test_decode_gpu test_logits_mask_gpu test_nonfinite_gpu test_gated_delta_rule_gpu test_gated_delta_chunk_gpu \
+         test_hybrid_kernels_gpu; do
     [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 300 "$BUILD/gpu/$t"
 done
 # the target forward, one process per family (the hybrid one also writes checkpoints and runs CPU references)
@@ -47,6 +48,8 @@ fi
 [ "${1:-}" = quick ] && exit $((fail > 0))
 { "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; "$BUILD/bench/bench_decode"
   # the hybrid (Qwen3.5-9B-shaped) target and transformers' model on the same batch
-  "$BUILD/bench/bench_target" --family qwen3_5; python3 bench/torch_hybrid_anchor.py; } >"$OUT/bench.log" 2>&1
+  "$BUILD/bench/bench_target" --family qwen3_5; python3 bench/torch_hybrid_anchor.py
+  # the delta rule alone: today's kernel and the tensor-core chunked one on the same batch
+  [ -x "$BUILD/bench/bench_gdn" ] && "$BUILD/bench/bench_gdn"; } >"$OUT/bench.log" 2>&1
 cat "$OUT/bench.log"
 exit $((fail > 0))

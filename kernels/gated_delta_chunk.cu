@@ -1,0 +1,538 @@
+// gated_delta_chunk: the chunked gated delta rule (forward) on the tensor cores, in the WY/UT form of
+// flash-linear-attention's chunk kernel (fla/ops/gated_delta_rule/chunk.py), fused into one kernel so that no
+// workspace is needed and the launcher keeps gated_delta_rule_forward_cuda's signature.
+//
+// One block (8 warps) per (sequence, value head, tile of BV value columns) walks its sequence in chunks of C = 64
+// tokens; a chunk never crosses a sequence (the last one of a sequence is partial, its missing rows zero). With S0
+// (Dk, BV) the fp32 state at the chunk start, G_t = Σ_{u<=t} g_u the in-chunk cumulative log-decay (G <= 0), and
+//   A  = strictly lower  β_t e^{G_t−G_u} k_t·k_u         (C, C)
+//   T  = (I + A)^-1                                     (C, C)  unit lower triangular: the UT transform
+//   R  = β ⊙ (V − e^{G} ⊙ K S0)                          (C, BV)
+//   δ  = T R                                            (C, BV) the chunk's delta-rule writes
+//   O  = e^{G} ⊙ Q S0 + (lower e^{G_t−G_u} q_t·k_u) δ    (C, BV)
+//   S  = e^{G_{L−1}} S0 + Kᵀ (e^{G_{L−1}−G} ⊙ δ)          (Dk, BV)
+// (the recurrence S ← e^{g}S; δ_t = β_t(v_t − Sᵀk_t); S ← S + k_t δ_tᵀ; o_t = Sᵀq_t, unrolled over one chunk).
+// Every exponent is <= 0, so nothing overflows however long the sequence or strong the decay. fla computes W = T·βe^G K
+// and U = T·βV and δ = U − W S0 per chunk; multiplying T after the subtraction (δ = T R) is the same algebra with the
+// cancellation v − Sᵀk done in fp32 before any rounding, and one product fewer.
+//
+// Stages of one chunk (the barriers between them are the only block-wide synchronisation):
+//   1. warp 0: G (a warp scan), e^{G}, e^{G_{L-1}−G}, β;  all warps: K·Kᵀ, Q·Kᵀ, K·S0, Q·S0 (mma m16n8k16)
+//   2. A and the gated Q·Kᵀ to shared fp32, R to shared bf16 (hi, lo)
+//   3. T = (I + A)^-1 in fp32: the four 16x16 diagonal blocks by forward substitution in registers (one lane per
+//      column), then the blocks below them by T_ij = −T_ii Σ_{j<=k<i} A_ik T_kj, one block diagonal at a time
+//   4. δ = T R (mma); 5. O (mma, written to global bf16); 6. the state update (mma into the fp32 state, which
+//      lives in registers; its bf16 hi + lo copy in shared memory is the next chunk's mma operand).
+// The next chunk's K (double-buffered), Q and V are fetched with cp.async as soon as their buffers are free.
+// Precision (GATED_DELTA_CHUNK_EXACT): q, k, v are bf16 already; every fp32 operand of a product (S0, T, R, δ and
+// the gated Q·Kᵀ) is split into bf16 hi + lo and the product takes hi·hi + hi·lo + lo·hi: ~2^-16 relative per term,
+// accumulated in fp32. GATED_DELTA_CHUNK_BF16 takes hi·hi only (fla's precision).
+#include <cuda_bf16.h>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "cuda_check.h"
+#include "gated_delta_chunk.h"
+#include "gated_delta_rule.h"
+#include "mma_sm80.cuh"
+
+using namespace mma_sm80;
+typedef __nv_bfloat16 bf16;
+
+#define GDC_C 64                /* tokens per chunk */
+#define GDC_THREADS 256         /* 8 warps */
+#define GDC_LDC (GDC_C + 8)     /* fp32 (C, C) row stride: float2 fragment loads on distinct banks */
+#define GDC_FULL 0xffffffffu
+
+/* shared memory of one block, in bytes from the start; bf16 row strides are 8 elements (16 bytes) past a multiple of
+ * 128 bytes so that ldmatrix reads 8 rows on distinct banks */
+template <int DK, int BV> struct gdc_layout {
+    static constexpr int LDK = DK + 8, LDV = BV + 8;
+    static constexpr size_t ks = 0;                                       /* bf16 K (2 buffers, C, LDK) */
+    static constexpr size_t qs = ks + 2ull * GDC_C * LDK * 2;             /* bf16 Q (C, LDK) */
+    static constexpr size_t vs = qs + 1ull * GDC_C * LDK * 2;             /* bf16 V (C, LDV) */
+    static constexpr size_t sh = vs + 1ull * GDC_C * LDV * 2;             /* bf16 S0 hi, then lo (DK, LDV) */
+    static constexpr size_t af = sh + 2ull * DK * LDV * 2;                /* fp32 A (C, LDC) */
+    static constexpr size_t tf = af + 4ull * GDC_C * GDC_LDC;             /* fp32 T (C, LDC) */
+    static constexpr size_t aq = tf + 4ull * GDC_C * GDC_LDC;             /* fp32 gated Q·Kᵀ (C, LDC) */
+    static constexpr size_t rd = aq + 4ull * GDC_C * GDC_LDC;             /* bf16 R hi, lo, then δ hi, lo (C, LDV) */
+    static constexpr size_t pd = rd + 2ull * GDC_C * LDV * 2;             /* bf16 δ' hi, lo; fp32 solve temp */
+    static constexpr size_t vec = pd + 2ull * GDC_C * LDV * 2;            /* fp32 g, β (2 buffers), G, e^G, e^{GL−G}, β */
+    static constexpr size_t bytes = vec + 4ull * 8 * GDC_C + 16;          /* + e^{G_{L-1}} */
+    static_assert(2ull * GDC_C * LDV * 2 >= 4ull * 3 * 256, "solve temp fits the δ' buffer");
+};
+
+__device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t &hi, uint32_t &lo)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    float2 hf = __bfloat1622float2(h);
+    __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+    hi = *reinterpret_cast<uint32_t *>(&h);
+    lo = *reinterpret_cast<uint32_t *>(&l);
+}
+
+/* A fragment (16x16) of a row-major bf16 matrix (rows m, k contiguous) */
+__device__ __forceinline__ void gdc_lda(uint32_t *a, const bf16 *base, int ld, int m0, int k0)
+{
+    const int l = threadIdx.x & 31;
+    ldmatrix_x4(a, base + (m0 + (l & 15)) * ld + k0 + (l >> 4) * 8);
+}
+/* A fragment (16x16) of a matrix stored transposed (rows k, m contiguous) */
+__device__ __forceinline__ void gdc_lda_t(uint32_t *a, const bf16 *base, int ld, int m0, int k0)
+{
+    const int l = threadIdx.x & 31, j = l >> 3, i = l & 7;
+    ldmatrix_x4_trans(a, base + (k0 + (j >> 1) * 8 + i) * ld + m0 + (j & 1) * 8);
+}
+/* B fragments of two n-tiles (n0..n0+15, k0..k0+15) of a matrix stored (n, k contiguous): b[0..1] tile 0, b[2..3] 1 */
+__device__ __forceinline__ void gdc_ldb_nk(uint32_t *b, const bf16 *base, int ld, int n0, int k0)
+{
+    const int l = threadIdx.x & 31;
+    ldmatrix_x4(b, base + (n0 + (l & 7) + ((l >> 4) << 3)) * ld + k0 + ((l >> 3) & 1) * 8);
+}
+/* the same of a matrix stored (k, n contiguous) */
+__device__ __forceinline__ void gdc_ldb_kn(uint32_t *b, const bf16 *base, int ld, int n0, int k0)
+{
+    const int l = threadIdx.x & 31;
+    ldmatrix_x4_trans(b, base + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
+}
+/* A fragment (16x16) of a row-major fp32 matrix, split into bf16 hi and lo */
+template <bool LO>
+__device__ __forceinline__ void gdc_lda_f32(uint32_t *hi, uint32_t *lo, const float *base, int ld, int m0, int k0)
+{
+    const int l = threadIdx.x & 31, g = l >> 2, q = l & 3;
+    const float *p = base + (m0 + g) * ld + k0 + 2 * q;
+    const float2 x[4] = {*reinterpret_cast<const float2 *>(p), *reinterpret_cast<const float2 *>(p + 8 * ld),
+                         *reinterpret_cast<const float2 *>(p + 8), *reinterpret_cast<const float2 *>(p + 8 * ld + 8)};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (LO) split_bf16x2(x[i].x, x[i].y, hi[i], lo[i]);
+        else hi[i] = pack_bf16(x[i].x, x[i].y);
+    }
+}
+
+/* rows [0, rows) and columns [0, cols) of src (row stride ld) into dst (C, COLS; row stride ldd), zeros elsewhere:
+ * cp.async 16-byte pieces when AL (src, ld and cols multiples of 8 elements, 16-byte aligned), else plain loads */
+template <int COLS, bool AL>
+__device__ __forceinline__ void gdc_load_rows(bf16 *dst, int ldd, const bf16 *src, int ld, int rows, int cols)
+{
+    if (AL) {
+        constexpr int P = COLS / 8;
+        for (int i = threadIdx.x; i < GDC_C * P; i += GDC_THREADS) {
+            const int r = i / P, c = (i % P) * 8;
+            const bool ok = r < rows && c < cols;
+            cp_async16(dst + r * ldd + c, ok ? src + (size_t)r * ld + c : src, ok);
+        }
+    } else {
+        const uint16_t *s = reinterpret_cast<const uint16_t *>(src);
+        uint16_t *d = reinterpret_cast<uint16_t *>(dst);
+        for (int i = threadIdx.x; i < GDC_C * COLS; i += GDC_THREADS) {
+            const int r = i / COLS, c = i % COLS;
+            d[r * ldd + c] = r < rows && c < cols ? s[(size_t)r * ld + c] : (uint16_t)0;
+        }
+    }
+}
+/* C fp32 values, one per token (stride ld), zeros past rows */
+__device__ __forceinline__ void gdc_load_vec(float *dst, const float *src, int ld, int rows)
+{
+    const int i = threadIdx.x;
+    if (i < GDC_C) cp_async4(dst + i, i < rows ? src + (size_t)i * ld : src, i < rows);
+}
+
+template <int DK, int BV, bool AL, bool EXACT>
+static __global__ void __launch_bounds__(GDC_THREADS, 1)
+    gdc_kernel(bf16 *out, int ldo, const bf16 *q, int ldq, const bf16 *k, int ldk, const bf16 *v, int ldv,
+               const float *g, int ldg, const float *beta, int ldb, const int32_t *cu_seqlens, int rep, int dv)
+{
+    typedef gdc_layout<DK, BV> Lay;
+    constexpr int C = GDC_C, LDK = Lay::LDK, LDV = Lay::LDV, LDC = GDC_LDC;
+    constexpr int NTO = BV / 16; /* n-tiles of a warp's (16, BV/2) tile of the (C, BV) products */
+    constexpr int MTS = DK / 128; /* m-tiles of a warp's (DK/8, BV) slice of the state */
+    constexpr int NTS = BV / 8;   /* its n-tiles */
+    static_assert(DK % 128 == 0 && BV % 32 == 0, "tile shapes");
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Ks = reinterpret_cast<bf16 *>(smem + Lay::ks), *Qs = reinterpret_cast<bf16 *>(smem + Lay::qs);
+    bf16 *Vs = reinterpret_cast<bf16 *>(smem + Lay::vs);
+    bf16 *Sh = reinterpret_cast<bf16 *>(smem + Lay::sh), *Sl = Sh + DK * LDV;
+    float *Af = reinterpret_cast<float *>(smem + Lay::af), *Tf = reinterpret_cast<float *>(smem + Lay::tf);
+    float *Aq = reinterpret_cast<float *>(smem + Lay::aq);
+    bf16 *Rh = reinterpret_cast<bf16 *>(smem + Lay::rd), *Rl = Rh + C * LDV; /* R, then δ */
+    bf16 *Ph = reinterpret_cast<bf16 *>(smem + Lay::pd), *Pl = Ph + C * LDV; /* δ' = e^{G_{L-1}−G} δ */
+    float *Ptmp = reinterpret_cast<float *>(smem + Lay::pd);                 /* the solve's (3, 16, 16) */
+    float *gs = reinterpret_cast<float *>(smem + Lay::vec), *bs = gs + 2 * C;
+    float *Gc = bs + 2 * C, *EG = Gc + C, *EL = EG + C, *Bc = EL + C, *eGLp = Bc + C;
+
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, gq = lane >> 2, qq = lane & 3;
+    const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * BV, kh = h / rep, nj = min(BV, dv - j0);
+    const int t0 = cu_seqlens[s], t1 = cu_seqlens[s + 1];
+    if (t1 <= t0) return;
+    const bf16 *qb = q + (size_t)kh * DK, *kb = k + (size_t)kh * DK, *vb = v + (size_t)h * dv + j0;
+    bf16 *ob = out + (size_t)h * dv + j0;
+    const float *gb = g + h, *bb = beta + h;
+    const int nchunks = (t1 - t0 + C - 1) / C;
+    const int mb = w & 3, m0 = mb * 16;         /* the warp's 16 rows of the (C, ·) products */
+    const int u0 = (w >> 2) * 32;               /* its 32 columns of the (C, C) products */
+    const int n0o = (w >> 2) * (BV / 2);        /* its BV/2 columns of the (C, BV) products */
+    const int d0 = w * (DK / 8);                /* its DK/8 rows of the state */
+    const bool lower = u0 <= m0 + 15;           /* (C, C) tiles above the diagonal are never read */
+
+    {
+        uint16_t *z = reinterpret_cast<uint16_t *>(Sh);
+        for (int i = tid; i < 2 * DK * LDV; i += GDC_THREADS) z[i] = 0;
+        for (int i = tid; i < C * C; i += GDC_THREADS) { /* T above its diagonal blocks: never written */
+            const int t = i / C, u = i % C;
+            if ((u >> 4) > (t >> 4)) Tf[t * LDC + u] = 0.0f;
+        }
+        const int L0 = min(C, t1 - t0);
+        gdc_load_rows<DK, AL>(Ks, LDK, kb + (size_t)t0 * ldk, ldk, L0, DK);
+        gdc_load_vec(gs, gb + (size_t)t0 * ldg, ldg, L0);
+        gdc_load_vec(bs, bb + (size_t)t0 * ldb, ldb, L0);
+        gdc_load_rows<DK, AL>(Qs, LDK, qb + (size_t)t0 * ldq, ldq, L0, DK);
+        gdc_load_rows<BV, AL>(Vs, LDV, vb + (size_t)t0 * ldv, ldv, L0, nj);
+        cp_async_commit();
+    }
+    float sacc[MTS][NTS][4];
+#pragma unroll
+    for (int mt = 0; mt < MTS; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NTS; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sacc[mt][nt][e] = 0.0f;
+
+    for (int c = 0; c < nchunks; c++) {
+        const int c0 = t0 + c * C, L = min(C, t1 - c0), buf = c & 1;
+        const bf16 *Kc = Ks + buf * C * LDK;
+        const float *gc = gs + buf * C, *bc = bs + buf * C;
+        cp_async_wait<0>();
+        __syncthreads(); /* this chunk's K, Q, V, g, β landed; the previous chunk's S0 copy written */
+        if (c + 1 < nchunks) { /* the other K buffer and g, β were last read by the previous chunk */
+            const int n0 = c0 + C, Ln = min(C, t1 - n0);
+            gdc_load_rows<DK, AL>(Ks + (buf ^ 1) * C * LDK, LDK, kb + (size_t)n0 * ldk, ldk, Ln, DK);
+            gdc_load_vec(gs + (buf ^ 1) * C, gb + (size_t)n0 * ldg, ldg, Ln);
+            gdc_load_vec(bs + (buf ^ 1) * C, bb + (size_t)n0 * ldb, ldb, Ln);
+            cp_async_commit();
+        }
+        /* ---- 1. the gates (warp 0), then the products of K, Q and S0 ---- */
+        if (w == 0) { /* inclusive scan of g over the chunk, two tokens a lane; zero-filled g past L */
+            const float a = gc[2 * lane], b = gc[2 * lane + 1], pair = a + b;
+            float incl = pair;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(GDC_FULL, incl, o);
+                if (lane >= o) incl += y;
+            }
+            const float G0 = incl - pair + a, G1 = incl;
+            const float GL = __shfl_sync(GDC_FULL, ((L - 1) & 1) ? G1 : G0, (L - 1) >> 1);
+            Gc[2 * lane] = G0, Gc[2 * lane + 1] = G1;
+            EG[2 * lane] = expf(G0), EG[2 * lane + 1] = expf(G1);
+            EL[2 * lane] = expf(GL - G0), EL[2 * lane + 1] = expf(GL - G1);
+            Bc[2 * lane] = bc[2 * lane], Bc[2 * lane + 1] = bc[2 * lane + 1];
+            if (lane == 0) *eGLp = expf(GL);
+        }
+        float kk[4][4], qk[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) kk[nt][e] = qk[nt][e] = 0.0f;
+        if (lower) {
+#pragma unroll 4
+            for (int k0 = 0; k0 < DK; k0 += 16) {
+                uint32_t ak[4], aqf[4], b[4];
+                gdc_lda(ak, Kc, LDK, m0, k0);
+                gdc_lda(aqf, Qs, LDK, m0, k0);
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    gdc_ldb_nk(b, Kc, LDK, u0 + np * 16, k0);
+                    mma_bf16(kk[2 * np], ak, b[0], b[1]);
+                    mma_bf16(kk[2 * np + 1], ak, b[2], b[3]);
+                    mma_bf16(qk[2 * np], aqf, b[0], b[1]);
+                    mma_bf16(qk[2 * np + 1], aqf, b[2], b[3]);
+                }
+            }
+        }
+        float ks[NTO][4], qs[NTO][4];
+#pragma unroll
+        for (int nt = 0; nt < NTO; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) ks[nt][e] = qs[nt][e] = 0.0f;
+        if (c > 0) { /* S0 = 0 at the sequence start */
+#pragma unroll 2
+            for (int k0 = 0; k0 < DK; k0 += 16) {
+                uint32_t ak[4], aqf[4], b[4];
+                gdc_lda(ak, Kc, LDK, m0, k0);
+                gdc_lda(aqf, Qs, LDK, m0, k0);
+#pragma unroll
+                for (int np = 0; np < NTO / 2; np++) {
+                    gdc_ldb_kn(b, Sh, LDV, n0o + np * 16, k0);
+                    mma_bf16(ks[2 * np], ak, b[0], b[1]);
+                    mma_bf16(ks[2 * np + 1], ak, b[2], b[3]);
+                    mma_bf16(qs[2 * np], aqf, b[0], b[1]);
+                    mma_bf16(qs[2 * np + 1], aqf, b[2], b[3]);
+                    if (EXACT) {
+                        gdc_ldb_kn(b, Sl, LDV, n0o + np * 16, k0);
+                        mma_bf16(ks[2 * np], ak, b[0], b[1]);
+                        mma_bf16(ks[2 * np + 1], ak, b[2], b[3]);
+                        mma_bf16(qs[2 * np], aqf, b[0], b[1]);
+                        mma_bf16(qs[2 * np + 1], aqf, b[2], b[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* the gates visible; Q and S0's copy no longer read */
+        if (c + 1 < nchunks) {
+            const int n0 = c0 + C, Ln = min(C, t1 - n0);
+            gdc_load_rows<DK, AL>(Qs, LDK, qb + (size_t)n0 * ldq, ldq, Ln, DK);
+            cp_async_commit();
+        }
+        /* ---- 2. A and the gated Q·Kᵀ (fp32), R (bf16 hi, lo) ---- */
+        if (lower) {
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int t = m0 + gq + (e >> 1) * 8, u = u0 + nt * 8 + 2 * qq + (e & 1);
+                    const float dec = u <= t ? expf(Gc[t] - Gc[u]) : 0.0f; /* never exp of a positive number */
+                    Af[t * LDC + u] = u < t ? Bc[t] * dec * kk[nt][e] : 0.0f;
+                    Aq[t * LDC + u] = dec * qk[nt][e];
+                }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NTO; nt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int t = m0 + gq + hf * 8, j = n0o + nt * 8 + 2 * qq;
+                const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vs + t * LDV + j));
+                const float r0 = Bc[t] * (vv.x - EG[t] * ks[nt][2 * hf]);
+                const float r1 = Bc[t] * (vv.y - EG[t] * ks[nt][2 * hf + 1]);
+                uint32_t hi, lo;
+                split_bf16x2(r0, r1, hi, lo);
+                *reinterpret_cast<uint32_t *>(Rh + t * LDV + j) = hi;
+                *reinterpret_cast<uint32_t *>(Rl + t * LDV + j) = lo;
+            }
+        __syncthreads(); /* A, the gated Q·Kᵀ and R visible; V no longer read */
+        if (c + 1 < nchunks) {
+            const int n0 = c0 + C, Ln = min(C, t1 - n0);
+            gdc_load_rows<BV, AL>(Vs, LDV, vb + (size_t)n0 * ldv, ldv, Ln, nj);
+            cp_async_commit();
+        }
+        /* ---- 3. T = (I + A)^-1, fp32 ---- */
+        if (w < 4) { /* diagonal block w: column j of its inverse by forward substitution, in registers */
+            const int bo = w * 16, j = lane & 15;
+            float x[16];
+#pragma unroll
+            for (int t = 0; t < 16; t++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int u = 0; u < t; u++) acc += Af[(bo + t) * LDC + bo + u] * x[u];
+                x[t] = t < j ? 0.0f : t == j ? 1.0f : -acc;
+            }
+            if (lane < 16)
+#pragma unroll
+                for (int t = 0; t < 16; t++) Tf[(bo + t) * LDC + bo + j] = x[t];
+        }
+        __syncthreads();
+        for (int d = 1; d < 4; d++) { /* the blocks (i, i − d): T_ij = −T_ii Σ_{j<=k<i} A_ik T_kj */
+            const int nblk = 4 - d;
+            for (int m = 0; m < nblk; m++) {
+                const int e = tid + 256 * m, jb = e >> 8, ib = jb + d, r = (e >> 4) & 15, cc = e & 15;
+                float acc = 0.0f;
+                for (int kb2 = jb; kb2 < ib; kb2++)
+#pragma unroll
+                    for (int mm = 0; mm < 16; mm++)
+                        acc += Af[(16 * ib + r) * LDC + 16 * kb2 + mm] * Tf[(16 * kb2 + mm) * LDC + 16 * jb + cc];
+                Ptmp[e] = acc;
+            }
+            __syncthreads();
+            for (int m = 0; m < nblk; m++) {
+                const int e = tid + 256 * m, jb = e >> 8, ib = jb + d, r = (e >> 4) & 15, cc = e & 15;
+                float acc = 0.0f;
+#pragma unroll
+                for (int mm = 0; mm < 16; mm++) acc += Tf[(16 * ib + r) * LDC + 16 * ib + mm] * Ptmp[jb * 256 + mm * 16 + cc];
+                Tf[(16 * ib + r) * LDC + 16 * jb + cc] = -acc;
+            }
+            __syncthreads();
+        }
+        /* ---- 4. δ = T R ---- */
+        float dl[NTO][4];
+#pragma unroll
+        for (int nt = 0; nt < NTO; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dl[nt][e] = 0.0f;
+        for (int kc = 0; kc <= mb; kc++) { /* T is lower triangular */
+            uint32_t th[4], tl[4], b[4];
+            gdc_lda_f32<EXACT>(th, tl, Tf, LDC, m0, kc * 16);
+#pragma unroll
+            for (int np = 0; np < NTO / 2; np++) {
+                gdc_ldb_kn(b, Rh, LDV, n0o + np * 16, kc * 16);
+                mma_bf16(dl[2 * np], th, b[0], b[1]);
+                mma_bf16(dl[2 * np + 1], th, b[2], b[3]);
+                if (EXACT) {
+                    mma_bf16(dl[2 * np], tl, b[0], b[1]);
+                    mma_bf16(dl[2 * np + 1], tl, b[2], b[3]);
+                    gdc_ldb_kn(b, Rl, LDV, n0o + np * 16, kc * 16);
+                    mma_bf16(dl[2 * np], th, b[0], b[1]);
+                    mma_bf16(dl[2 * np + 1], th, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); /* R no longer read: δ takes its place */
+#pragma unroll
+        for (int nt = 0; nt < NTO; nt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int t = m0 + gq + hf * 8, j = n0o + nt * 8 + 2 * qq;
+                uint32_t hi, lo;
+                split_bf16x2(dl[nt][2 * hf], dl[nt][2 * hf + 1], hi, lo);
+                *reinterpret_cast<uint32_t *>(Rh + t * LDV + j) = hi;
+                *reinterpret_cast<uint32_t *>(Rl + t * LDV + j) = lo;
+                split_bf16x2(EL[t] * dl[nt][2 * hf], EL[t] * dl[nt][2 * hf + 1], hi, lo);
+                *reinterpret_cast<uint32_t *>(Ph + t * LDV + j) = hi;
+                *reinterpret_cast<uint32_t *>(Pl + t * LDV + j) = lo;
+            }
+        __syncthreads(); /* δ and δ' visible */
+        /* ---- 5. O = e^G Q S0 + (gated Q·Kᵀ) δ, to global ---- */
+#pragma unroll
+        for (int nt = 0; nt < NTO; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) qs[nt][e] *= EG[m0 + gq + (e >> 1) * 8];
+        for (int kc = 0; kc <= mb; kc++) {
+            uint32_t ah[4], al[4], b[4];
+            gdc_lda_f32<EXACT>(ah, al, Aq, LDC, m0, kc * 16);
+#pragma unroll
+            for (int np = 0; np < NTO / 2; np++) {
+                gdc_ldb_kn(b, Rh, LDV, n0o + np * 16, kc * 16);
+                mma_bf16(qs[2 * np], ah, b[0], b[1]);
+                mma_bf16(qs[2 * np + 1], ah, b[2], b[3]);
+                if (EXACT) {
+                    mma_bf16(qs[2 * np], al, b[0], b[1]);
+                    mma_bf16(qs[2 * np + 1], al, b[2], b[3]);
+                    gdc_ldb_kn(b, Rl, LDV, n0o + np * 16, kc * 16);
+                    mma_bf16(qs[2 * np], ah, b[0], b[1]);
+                    mma_bf16(qs[2 * np + 1], ah, b[2], b[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NTO; nt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int t = m0 + gq + hf * 8, j = n0o + nt * 8 + 2 * qq;
+                if (t >= L) continue;
+                bf16 *o = ob + (size_t)(c0 + t) * ldo + j;
+                if (AL) {
+                    if (j < nj) *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(qs[nt][2 * hf], qs[nt][2 * hf + 1]);
+                } else {
+                    if (j < nj) o[0] = __float2bfloat16_rn(qs[nt][2 * hf]);
+                    if (j + 1 < nj) o[1] = __float2bfloat16_rn(qs[nt][2 * hf + 1]);
+                }
+            }
+        /* ---- 6. S = e^{G_{L-1}} S0 + Kᵀ δ' ---- */
+        const float eGL = *eGLp;
+#pragma unroll
+        for (int mt = 0; mt < MTS; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NTS; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sacc[mt][nt][e] *= eGL;
+        const int kcn = (L + 15) / 16; /* δ' rows past L are zero */
+        for (int kc = 0; kc < kcn; kc++) {
+            uint32_t a[MTS][4], b[4];
+#pragma unroll
+            for (int mt = 0; mt < MTS; mt++) gdc_lda_t(a[mt], Kc, LDK, d0 + mt * 16, kc * 16);
+#pragma unroll
+            for (int np = 0; np < NTS / 2; np++) {
+                gdc_ldb_kn(b, Ph, LDV, np * 16, kc * 16);
+#pragma unroll
+                for (int mt = 0; mt < MTS; mt++) {
+                    mma_bf16(sacc[mt][2 * np], a[mt], b[0], b[1]);
+                    mma_bf16(sacc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+                if (EXACT) {
+                    gdc_ldb_kn(b, Pl, LDV, np * 16, kc * 16);
+#pragma unroll
+                    for (int mt = 0; mt < MTS; mt++) {
+                        mma_bf16(sacc[mt][2 * np], a[mt], b[0], b[1]);
+                        mma_bf16(sacc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                    }
+                }
+            }
+        }
+        /* S0's copy for the next chunk (not read since the barrier after stage 1) */
+#pragma unroll
+        for (int mt = 0; mt < MTS; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NTS; nt++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int d = d0 + mt * 16 + gq + hf * 8, j = nt * 8 + 2 * qq;
+                    uint32_t hi, lo;
+                    split_bf16x2(sacc[mt][nt][2 * hf], sacc[mt][nt][2 * hf + 1], hi, lo);
+                    *reinterpret_cast<uint32_t *>(Sh + d * LDV + j) = hi;
+                    *reinterpret_cast<uint32_t *>(Sl + d * LDV + j) = lo;
+                }
+    }
+}
+
+template <int DK, int BV, bool AL, bool EXACT>
+static void gdc_launch(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                       const uint16_t *v, int ldv, const float *g, int ldg, const float *beta, int ldb,
+                       const int32_t *cu_seqlens, int nseq, int hk, int hv, int dv, cudaStream_t st)
+{
+    const size_t smem = gdc_layout<DK, BV>::bytes;
+    CHECK_CUDA(cudaFuncSetAttribute(gdc_kernel<DK, BV, AL, EXACT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem));
+    dim3 grid((unsigned)nseq, (unsigned)hv, (unsigned)((dv + BV - 1) / BV));
+    gdc_kernel<DK, BV, AL, EXACT><<<grid, GDC_THREADS, smem, st>>>(
+        (bf16 *)out, ldo, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, g, ldg, beta, ldb,
+        cu_seqlens, hv / hk, dv);
+    CHECK_CUDA_LAUNCH();
+}
+
+template <int DK, int BV>
+static void gdc_dispatch(bool al, bool exact, uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                         int ldk, const uint16_t *v, int ldv, const float *g, int ldg, const float *beta, int ldb,
+                         const int32_t *cu, int nseq, int hk, int hv, int dv, cudaStream_t st)
+{
+    if (al && exact) gdc_launch<DK, BV, true, true>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, st);
+    else if (al) gdc_launch<DK, BV, true, false>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, st);
+    else if (exact) gdc_launch<DK, BV, false, true>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, st);
+    else gdc_launch<DK, BV, false, false>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, st);
+}
+
+extern "C" void gated_delta_chunk_forward_mode_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
+                                                    const uint16_t *k, int ldk, const uint16_t *v, int ldv,
+                                                    const float *g, int ldg, const float *beta, int ldb,
+                                                    const int32_t *cu_seqlens, int nseq, int hk, int hv, int dk,
+                                                    int dv, int mode, void *stream)
+{
+    if (nseq <= 0 || hv <= 0 || dv <= 0) return;
+    if (hk <= 0 || hv % hk || dk <= 0 || dk > 256 ||
+        (mode != GATED_DELTA_CHUNK_EXACT && mode != GATED_DELTA_CHUNK_BF16)) {
+        fprintf(stderr, "gated_delta_chunk_forward_cuda: hk %d / hv %d / dk %d / mode %d unsupported\n", hk, hv, dk,
+                mode);
+        exit(1);
+    }
+    if (dk != 128 && dk != 256) { /* head sizes without a tensor-core tiling: the fp32 chunked kernel */
+        gated_delta_rule_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv,
+                                      dk, dv, stream);
+        return;
+    }
+    /* 16-byte cp.async pieces where every row start is 16-byte aligned and the value tile ends on a piece */
+    const uintptr_t ptrs = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v;
+    const bool al = (ptrs & 15) == 0 && ldq % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && ldo % 8 == 0 && dv % 8 == 0;
+    const bool exact = mode == GATED_DELTA_CHUNK_EXACT;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (dk == 128)
+        gdc_dispatch<128, 64>(al, exact, out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dv, st);
+    else
+        gdc_dispatch<256, 32>(al, exact, out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dv, st);
+}
+
+extern "C" void gated_delta_chunk_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                               int ldk, const uint16_t *v, int ldv, const float *g, int ldg,
+                                               const float *beta, int ldb, const int32_t *cu_seqlens, int nseq,
+                                               int hk, int hv, int dk, int dv, void *stream)
+{
+    gated_delta_chunk_forward_mode_cuda(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk,
+                                        hv, dk, dv, GATED_DELTA_CHUNK_EXACT, stream);
+}
