@@ -32,7 +32,6 @@
 #include "keeper_proto.h"
 #include "ledger.h"
 #include "log.h"
-#include "metrics_http.h"
 #include "run_dir.h"
 #include "run_lock.h"
 #include "run_record.h"
@@ -55,7 +54,6 @@ typedef struct keeper {
     int pidfd[JOB_MAX_WORKERS];      /* watched instance per worker-table entry, -1 when none */
     ledger *ledger;
     control *ctl;                    /* the control plane (services/dflashd/control.h) */
-    metrics_http *metrics;           /* control.metrics_listen: Prometheus /metrics (NULL: off) */
     run_lock *lock;                  /* <run_dir>/dflashd.lock: one live dflashd per run_dir */
     char run_id[JOB_RUN_ID_MAX];
     int resume;
@@ -695,7 +693,6 @@ static int run(keeper *k)
         }
         ledger_append_committed(k->ledger, &k->js);
         control_process(k->ctl);
-        metrics_http_tick(k->metrics, k->ctl);
         double now = now_seconds();
         if (now - last_periodic >= 0.5) {
             last_periodic = now;
@@ -798,8 +795,8 @@ int main(int argc, char **argv)
         }
         fdstore_remove_all(&k);
         run_record rec = {0};
-        if ((rc = resume_has_checkpoint(&k, &err)) || (rc = data_plan_check(&k, &rec, &err)) ||
-            (rc = previous_run_check(&k, &err)) || (rc = identity_check(&k, &err)) ||
+        if ((rc = resume_has_checkpoint(&k, &err)) || (rc = previous_run_check(&k, &err)) ||
+            (rc = identity_check(&k, &err)) || (rc = data_plan_check(&k, &rec, &err)) ||
             (rc = record_write(&k, &rec, &err))) {
             log_error("%s", err.msg);
             run_record_free(&rec);
@@ -824,9 +821,6 @@ int main(int argc, char **argv)
     }
     if (ledger_notice(k.ledger)[0]) console_warn("%s", ledger_notice(k.ledger));
     ledger_set_block_size(k.ledger, k.plan.drafter.block_size);
-    job_config_path(&k.plan.cfg, "tensorboard", path, sizeof path);
-    if (k.plan.cfg.metrics.tensorboard && (rc = ledger_tensorboard_open(k.ledger, path, &err)))
-        log_warn("metrics.tensorboard: %s: no TensorBoard events", err.msg);
     if ((k.listen_fd = listen_socket(k.plan.keeper_socket, &err)) < 0) {
         log_error("%s", err.msg);
         if (created) unlink_segments(&k.plan);
@@ -839,14 +833,7 @@ int main(int argc, char **argv)
         if (created) unlink_segments(&k.plan);
         return 1;
     }
-    if ((rc = metrics_http_new(&k.metrics, k.plan.cfg.control.metrics_listen, &err))) {
-        log_error("%s", err.msg);
-        control_destroy(&k.ctl);
-        if (created) unlink_segments(&k.plan);
-        return 1;
-    }
     rc = run(&k);
-    metrics_http_destroy(&k.metrics);
     control_destroy(&k.ctl);
     if (rc == 0) { /* X_DFLASH_FINISHED: `dflash run` tells the job's end from a stop (both exit 0) by it */
         sd_notifyf(0, "STOPPING=1\nX_DFLASH_FINISHED=1\nSTATUS=finished: %llu steps in the ledger",
