@@ -588,3 +588,8 @@ int hf_config_write_dflash(const hf_config *cfg, const char *path, errbuf *err)
     free(withnl);
     return ret;
 }
+
+int32_t hf_reserved_token(const hf_config *target, const hf_config *drafter)
+{
+    return drafter && drafter->is_dflash ? drafter->mask_token_id : target->vocab_size - 1;
+}

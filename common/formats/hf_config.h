@@ -75,6 +75,11 @@ void hf_config_as_qwen3(hf_config *cfg);
  * (a file that is absent or names none counts as none). Ids must lie in [0, vocab) and are kept once each, at most
  * max. *neos = 0 when neither names one. Errors name the file and the field. */
 int hf_eos_tokens(const char *dir, int vocab, int32_t *eos, int max, int *neos, errbuf *err);
+/* The id the target may not produce when dflash decodes with it: the drafter's mask token (a reserved id DFlash
+ * adds to the vocabulary): drafter's dflash_config.mask_token_id when a drafter is given, else what a job's
+ * drafter.mask_token_id = -1 takes, the target's last id. The one rule of a job's default mask token, generate's
+ * default --suppress and eval's greedy choice, so that eval --walk takes generate's output. */
+int32_t hf_reserved_token(const hf_config *target, const hf_config *drafter);
 
 int hf_config_write_dflash(const hf_config *cfg, const char *path, errbuf *err);
 

@@ -59,23 +59,14 @@ static int is_safetensors(const struct dirent *d)
     return n > 12 && !strcmp(d->d_name + n - 12, ".safetensors");
 }
 
-int job_identity_compute(job_identity *id, const job_plan *p, errbuf *err)
+int job_identity_target(const char *dir, char config_digest[17], char weights_digest[17], errbuf *err)
 {
-    memset(id, 0, sizeof *id);
-    const char *dir = p->cfg.target.model;
-    snprintf(id->target, sizeof id->target, "%s", dir);
-    id->layers = p->target.num_layers;
-    id->hidden = p->target.hidden_size;
-    id->vocab = p->target.vocab_size;
-    id->ntaps = p->drafter.num_taps;
-    memcpy(id->taps, p->drafter.taps, sizeof(int) * (size_t)id->ntaps);
-    id->drafter_parameters = p->numel;
     char path[8192];
     uint64_t h = 0xcbf29ce484222325ull;
     snprintf(path, sizeof path, "%s/config.json", dir);
     int rc = digest_file(&h, path, err);
     if (rc) return rc;
-    snprintf(id->config_digest, sizeof id->config_digest, "%016llx", (unsigned long long)h);
+    snprintf(config_digest, 17, "%016llx", (unsigned long long)h);
     struct dirent **names;
     int n = scandir(dir, &names, is_safetensors, alphasort);
     if (n < 0) return errbuf_set(err, errno, "%s: %s", dir, strerror(errno));
@@ -88,8 +79,22 @@ int job_identity_compute(job_identity *id, const job_plan *p, errbuf *err)
     }
     free(names);
     if (rc) return rc;
-    snprintf(id->weights_digest, sizeof id->weights_digest, "%016llx", (unsigned long long)h);
+    snprintf(weights_digest, 17, "%016llx", (unsigned long long)h);
     return 0;
+}
+
+int job_identity_compute(job_identity *id, const job_plan *p, errbuf *err)
+{
+    memset(id, 0, sizeof *id);
+    const char *dir = p->cfg.target.model;
+    snprintf(id->target, sizeof id->target, "%s", dir);
+    id->layers = p->target.num_layers;
+    id->hidden = p->target.hidden_size;
+    id->vocab = p->target.vocab_size;
+    id->ntaps = p->drafter.num_taps;
+    memcpy(id->taps, p->drafter.taps, sizeof(int) * (size_t)id->ntaps);
+    id->drafter_parameters = p->numel;
+    return job_identity_target(dir, id->config_digest, id->weights_digest, err);
 }
 
 int job_identity_write(const job_identity *id, const char *path, errbuf *err)

@@ -21,6 +21,9 @@ typedef struct job_identity {
     char config_digest[17], weights_digest[17]; /* 64-bit hex */
 } job_identity;
 
+/* The digests of target folder dir's config.json and weights (16 hex digits each): the one rule of "the same
+ * target" (a job's --resume, dflash generate's resume). */
+int job_identity_target(const char *dir, char config_digest[17], char weights_digest[17], errbuf *err);
 /* The identity of this job's target and drafter (reads the target's files). */
 int job_identity_compute(job_identity *id, const job_plan *p, errbuf *err);
 /* Write it to path (temporary file + rename). */

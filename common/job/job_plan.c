@@ -73,7 +73,7 @@ static int derive_drafter(job_plan *p, errbuf *err)
     d->num_layers = c->drafter.layers;
     d->block_size = c->drafter.block_size;
     d->num_target_layers = p->target.num_layers;
-    d->mask_token_id = c->drafter.mask_token_id >= 0 ? c->drafter.mask_token_id : p->target.vocab_size - 1;
+    d->mask_token_id = c->drafter.mask_token_id >= 0 ? c->drafter.mask_token_id : hf_reserved_token(&p->target, NULL);
     hf_config_as_qwen3(d); /* a Qwen3-style drafter whatever the target's family (hybrid fields dropped) */
     if (c->drafter.taps.n > 0) {
         for (int i = 0; i < c->drafter.taps.n; i++)

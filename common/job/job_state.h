@@ -43,6 +43,10 @@ typedef struct job_worker {
 /* Exit status of a worker that stops because dflashd asked for its restart: non-zero, so that systemd's
  * Restart=on-failure and `dflash run` both start it again. */
 #define JOB_EXIT_RESTART 75
+/* Exit status of a process that stops for a reason no restart cures (a target whose outputs are not finite, a job
+ * ended by train.max_skipped_in_a_row): `dflash run` gives up on the job with the last error line of its log, and
+ * the systemd units do not restart it (RestartPreventExitStatus). */
+#define JOB_EXIT_FATAL 76
 
 /* What rank r reported for step k (slot k % JOB_RECORD_RING). */
 typedef struct job_rank_record {
@@ -115,6 +119,9 @@ typedef struct job_state_header {
     job_restart_op restart_op;
     job_write_block write_block;       /* the checkpoints (written by drafter rank 0) */
     job_write_block ledger_block;      /* the ledger (written by dflashd) */
+    char end_reason[448];              /* why the job ends early, a cause no restart cures (train.max_skipped_in_a_row):
+                                        * written by drafter rank 0 before it lowers stop_step; dflashd reports it
+                                        * when the job is finished and exits JOB_EXIT_FATAL */
     job_rank_record records[JOB_RECORD_RING][JOB_MAX_DRAFTERS];
 } job_state_header;
 

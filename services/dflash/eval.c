@@ -11,11 +11,13 @@
 
 #include "drafter_infer.h"
 #include "log.h"
+#include "nonfinite.h"
 #include "prompt_file.h"
 #include "spec_decode.h"
 #include "target_decode.h"
 #include "target_model.h"
 #include "util.h"
+#include "weights_check.h"
 #ifdef DFLASH_CUDA
 #include "drafter_infer_cuda.h"
 #include "spec_decode_cuda.h"
@@ -106,6 +108,27 @@ static int read_job_seed(const char *dir, long *seed, errbuf *err)
     if (ok) *seed = (long)json_integer_value(s);
     json_decref(root);
     return ok ? 0 : errbuf_set(err, EINVAL, "%s: seed: missing or not an integer", path);
+}
+
+/* Before any decoding (cpu): the target's logits over the first tokens of the first prompt must be finite, else an
+ * error naming the first weight that is not (poisoned weights would give a tau of garbage and exit 0). */
+static int target_probe(target_model *tm, const char *dir, const prompt_line *pl, errbuf *err)
+{
+    enum { PROBE = 8 };
+    const int V = target_model_config(tm)->vocab_size, T = pl->plen < PROBE ? pl->plen : PROBE;
+    int32_t pos[PROBE], cu[2] = {0, T};
+    for (int t = 0; t < T; t++) pos[t] = t;
+    float *logits = xmalloc(sizeof *logits * (size_t)T * (size_t)V);
+    target_batch b = {.ntok = T, .nseq = 1, .input_ids = pl->ids, .positions = pos, .cu_seqlens = cu};
+    int rc = target_model_forward(tm, &b, NULL, 0, NULL, NULL, logits, err);
+    if (!rc && nonfinite_groups_cpu(NULL, logits, V, T, 1, V) >= 0) {
+        char why[400];
+        weights_explain_nonfinite(dir, why, sizeof why);
+        rc = errbuf_set(err, ERANGE, "the target's logits on the first %d tokens of line %d are not finite: %s", T,
+                        pl->lineno, why);
+    }
+    free(logits);
+    return rc;
 }
 
 /* Results of the run, summed over prompts. */
@@ -339,10 +362,11 @@ int cmd_eval(int argc, char **argv)
     }
 #endif
     if (!use_cuda && !walk && target_cache_create(&cache, tm, 1, need, &err)) goto fail;
+    if (!use_cuda && target_probe(tm, target_dir, &ps.v[0], &err)) goto fail;
 
     st.B = dc->block_size;
     st.per_prompt = json_array();
-    spec_opts so = {.max_new = (int)max_new, .eos = eos, .neos = neos, .reserved = dc->mask_token_id};
+    spec_opts so = {.max_new = (int)max_new, .eos = eos, .neos = neos, .reserved = hf_reserved_token(tc, dc)};
     double last_print = now_seconds();
     for (int i = 0; i < ps.n; i++) {
         const prompt_line *pl = &ps.v[i];
@@ -375,8 +399,8 @@ int cmd_eval(int argc, char **argv)
         }
         spec_result_free(&r);
         spec_result_free(&base);
-        if (now_seconds() - last_print >= 2.0 && i + 1 < ps.n) {
-            fprintf(stderr, PROG ": %d/%d prompts\n", i + 1, ps.n);
+        if ((now_seconds() - last_print >= 2.0 && i + 1 < ps.n) || i + 1 == ps.n) {
+            fprintf(stderr, PROG ": %d/%d prompts\n", i + 1, ps.n); /* every 2 s, and the final count */
             last_print = now_seconds();
         }
     }

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -23,12 +24,15 @@
 #include <unistd.h>
 
 #include "generate_impl.h"
+#include "job_identity.h"
 #include "json_util.h"
+#include "nonfinite.h"
 #include "prompt_file.h"
 #include "rng.h"
 #include "target_decode.h"
 #include "target_model.h"
 #include "util.h"
+#include "weights_check.h"
 
 #define PROG "dflash generate"
 #define PROGRESS_SECONDS 1.0
@@ -45,6 +49,7 @@ static void usage(FILE *f)
             "OUT.jsonl for dflash-prepare: one line per prompt, in FILE's order,\n"
             "  {\"input_ids\": prompt + answer, \"loss_mask\": 0 on the prompt, 1 on the answer,\n"
             "   \"prompt_line\": its line in FILE, \"stop\": \"eos\" | \"max_new_tokens\" | \"max_len\"\n"
+            "   \"decoding\": {the target, its digest, the backend, max_new_tokens, max_len, eos, suppress}\n"
             "   [, \"sampling\": {\"temperature\": T, \"top_p\": P, \"seed\": S} when sampled]}\n"
             "An answer ends after an EOS token (kept, trained) or --max-new-tokens tokens. FILE is JSONL as\n"
             "dflash-prepare reads it: a line's prompt is the leading run of its tokens with loss_mask 0 (labels\n"
@@ -53,6 +58,8 @@ static void usage(FILE *f)
             "Resumable: when OUT exists, the prompts it already answers are skipped (their prompt must match\n"
             "FILE's) and a partial last line left by a crash is dropped and redone. Lines are appended with one\n"
             "write each and synced to disk at most once a second. The output does not depend on --threads.\n"
+            "A rerun on an OUT decoded with other settings that change the text (the target's files, --backend,\n"
+            "--max-new-tokens, --max-len, --eos, --suppress, the sampling) is refused, naming both.\n"
             "\n"
             "  --target DIR           target checkpoint folder (qwen3, llama, Qwen3.5; config.json + safetensors)\n"
             "  --prompts FILE         prompt JSONL\n"
@@ -68,7 +75,9 @@ static void usage(FILE *f)
             "  --batch N              cuda: sequences in the KV cache at once (default 64)\n"
             "  --eos ID               an end-of-sequence token id (repeatable; default: eos_token_id of the\n"
             "                         target's generation_config.json, else of its config.json)\n"
-            "  --suppress ID          a token id never generated (repeatable), e.g. the drafter's mask token\n"
+            "  --suppress ID          a token id never generated (repeatable; 'none': no id). Default: the\n"
+            "                         drafter's mask token of a job's default drafter.mask_token_id (the\n"
+            "                         target's last id), the id dflash eval's greedy choice skips too\n"
             "  --temperature T        sample at temperature T > 0 instead of the greedy choice (cpu backend)\n"
             "  --top-p P              with --temperature: sample among the most likely tokens of total\n"
             "                         probability P (0 < P <= 1, default 1: all of them)\n"
@@ -80,6 +89,7 @@ static void usage(FILE *f)
             "  -h, --help             this text\n"
             "\n"
             "Progress (prompts done/total, tokens/s) goes to stderr at most once a second; the summary to stdout.\n"
+            "A NaN or an infinity in the target's logits is an error naming the first weight that is not finite.\n"
             "Exit status: 0 done, 1 error (bad input names FILE:LINE), 2 usage error.\n");
 }
 
@@ -204,8 +214,110 @@ static int sampling_read(const json_t *root, sampling *d, const char **why)
     return 0;
 }
 
+/* The settings besides the sampling that change an answer's text, recorded by every output line ("decoding"). */
+typedef struct decoding {
+    char target[1024];      /* --target as given (for messages) */
+    char digest[40];        /* "<config>-<weights>" (job_identity_target): what is compared */
+    char backend[8];        /* cpu | cuda */
+    long long max_new, max_len;
+    int32_t eos[MAX_IDS], suppress[MAX_IDS]; /* ascending, once each */
+    int neos, nsuppress;
+} decoding;
+
+static int id_cmp(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* ids[0..n) ascending and once each; returns the new count. */
+static int ids_normalize(int32_t *ids, int n)
+{
+    qsort(ids, (size_t)n, sizeof *ids, id_cmp);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (k == 0 || ids[i] != ids[k - 1]) ids[k++] = ids[i];
+    return k;
+}
+
+static void ids_describe(char *buf, size_t n, const char *flag, const int32_t *ids, int k)
+{
+    size_t o = (size_t)snprintf(buf, n, "%s", flag);
+    if (k == 0 && o < n) snprintf(buf + o, n - o, " none");
+    for (int i = 0; i < k && o < n; i++) o += (size_t)snprintf(buf + o, n - o, " %d", ids[i]);
+}
+
+/* The ids of member key of o into ids (ascending, once each). 0, or -1 when it is not a list of ids. */
+static int ids_read(const json_t *o, const char *key, int32_t *ids, int *k)
+{
+    const json_t *a = json_object_get(o, key);
+    if (!json_is_array(a) || json_array_size(a) > MAX_IDS) return -1;
+    *k = 0;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) return -1;
+        ids[(*k)++] = (int32_t)json_integer_value(v);
+    }
+    *k = ids_normalize(ids, *k);
+    return 0;
+}
+
+/* The "decoding" record of a line. 0, or -1 with why set. */
+static int decoding_read(const json_t *root, decoding *d, const char **why)
+{
+    const json_t *o = json_object_get(root, "decoding");
+    const json_t *t = json_object_get(o, "target"), *dg = json_object_get(o, "target_digest");
+    const json_t *be = json_object_get(o, "backend"), *mn = json_object_get(o, "max_new_tokens");
+    const json_t *ml = json_object_get(o, "max_len");
+    memset(d, 0, sizeof *d);
+    if (!o) {
+        *why = "it records no \"decoding\" settings (written by an older dflash generate)";
+        return -1;
+    }
+    if (!json_is_string(t) || !json_is_string(dg) || !json_is_string(be) || !json_is_integer(mn) ||
+        !json_is_integer(ml) || ids_read(o, "eos", d->eos, &d->neos) || ids_read(o, "suppress", d->suppress, &d->nsuppress)) {
+        *why = "its \"decoding\" needs strings target, target_digest, backend, integers max_new_tokens, max_len and "
+               "lists of ids eos, suppress";
+        return -1;
+    }
+    snprintf(d->target, sizeof d->target, "%s", json_string_value(t));
+    snprintf(d->digest, sizeof d->digest, "%s", json_string_value(dg));
+    snprintf(d->backend, sizeof d->backend, "%s", json_string_value(be));
+    d->max_new = json_integer_value(mn), d->max_len = json_integer_value(ml);
+    return 0;
+}
+
+/* When a line decoded with settings had differs from this run's: both sides of the first difference into h and r
+ * (as the flags that give them), and 1. */
+static int decoding_differs(const decoding *had, const decoding *run, char *h, char *r, size_t n)
+{
+    if (strcmp(had->digest, run->digest)) {
+        snprintf(h, n, "--target %.400s (digest %s)", had->target, had->digest);
+        snprintf(r, n, "--target %.400s (digest %s)", run->target, run->digest);
+    } else if (strcmp(had->backend, run->backend)) {
+        snprintf(h, n, "--backend %s", had->backend);
+        snprintf(r, n, "--backend %s", run->backend);
+    } else if (had->max_new != run->max_new) {
+        snprintf(h, n, "--max-new-tokens %lld", had->max_new);
+        snprintf(r, n, "--max-new-tokens %lld", run->max_new);
+    } else if (had->max_len != run->max_len) {
+        snprintf(h, n, "--max-len %lld", had->max_len);
+        snprintf(r, n, "--max-len %lld", run->max_len);
+    } else if (had->neos != run->neos || memcmp(had->eos, run->eos, sizeof *had->eos * (size_t)had->neos)) {
+        ids_describe(h, n, "--eos", had->eos, had->neos);
+        ids_describe(r, n, "--eos", run->eos, run->neos);
+    } else if (had->nsuppress != run->nsuppress ||
+               memcmp(had->suppress, run->suppress, sizeof *had->suppress * (size_t)had->nsuppress)) {
+        ids_describe(h, n, "--suppress", had->suppress, had->nsuppress);
+        ids_describe(r, n, "--suppress", run->suppress, run->nsuppress);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 static int output_resume(const char *out, int fd, const prompt_set *s, uint8_t *done, int64_t *ndone, int vocab,
-                         const sampling *run)
+                         const sampling *run, const decoding *dec)
 {
     *ndone = 0;
     int rfd = dup(fd);
@@ -251,7 +363,8 @@ static int output_resume(const char *out, int fd, const prompt_set *s, uint8_t *
         int n = 0;
         const char *bad = NULL;
         sampling had;
-        char mismatch[256];
+        decoding *dhad = xmalloc(sizeof *dhad);
+        char mismatch[1200], hs[520], rs[520];
         if (at < 0) bad = "its prompt_line is not a prompt of this prompt file (or beyond --limit)";
         else if (done[at]) bad = "a second answer to the same prompt";
         else if (read_ids(json_object_get(root, "input_ids"), vocab, &ids, &n, why, sizeof why)) bad = why;
@@ -263,7 +376,11 @@ static int output_resume(const char *out, int fd, const prompt_set *s, uint8_t *
             sampling_describe(r, sizeof r, run);
             snprintf(mismatch, sizeof mismatch, "decoded %s, this run %s (rerun with its settings)", h, r);
             bad = mismatch;
+        } else if (!bad && !decoding_read(root, dhad, &bad) && decoding_differs(dhad, dec, hs, rs, sizeof hs)) {
+            snprintf(mismatch, sizeof mismatch, "decoded with %s, this run with %s (rerun with its settings)", hs, rs);
+            bad = mismatch;
         }
+        free(dhad);
         if (bad) {
             fprintf(stderr, PROG ": error: %s:%" PRId64 ": prompt_line %" PRId64 ": %s: use another -o\n", out, lineno,
                     want, bad);
@@ -336,6 +453,18 @@ static int32_t pick_token(const gen_job *j, const float *logits, const prompt_li
                                 rng_uniform(&r), scratch);
 }
 
+/* A forward's logits row: an error when it holds a NaN or an infinity, naming the first weight of the target that is
+ * not finite (poisoned weights would otherwise decode to token 0 after token 0). */
+static int logits_check(const gen_job *j, const float *logits, int pos, errbuf *err)
+{
+    int64_t at = nonfinite_groups_cpu(NULL, logits, j->vocab, 1, 1, j->vocab);
+    if (at < 0) return 0;
+    char why[400];
+    weights_explain_nonfinite(j->target_dir, why, sizeof why);
+    return errbuf_set(err, ERANGE, "the target's logits at answer position %d are not finite (%s at id %lld): %s",
+                      pos, isnan(logits[at]) ? "nan" : "inf", (long long)at, why);
+}
+
 /* The answer of prompt p into r. */
 static int decode_one(gen_job *j, target_cache *c, float *logits, target_sample_item *scratch, const prompt_line *p,
                       result *r, errbuf *err)
@@ -343,7 +472,7 @@ static int decode_one(gen_job *j, target_cache *c, float *logits, target_sample_
     int limit = gen_result_begin(j, p, r);
     int rc = target_cache_crop(c, 0, 0, err);
     if (!rc) rc = target_cache_forward_last(c, 0, p->ids, p->plen, NULL, 0, NULL, logits, err);
-    while (!rc) {
+    while (!rc && !(rc = logits_check(j, logits, r->n, err))) {
         int32_t t = pick_token(j, logits, p, r->n, scratch);
         if (t < 0) {
             rc = errbuf_set(err, EINVAL, "every token id is suppressed (--suppress)");
@@ -410,7 +539,7 @@ static void sb_printf(strbuf *b, const char *fmt, ...)
 }
 
 /* One output line into b (cleared first). */
-static void format_line(strbuf *b, const prompt_line *p, const result *r, const sampling *d)
+static void format_line(strbuf *b, const prompt_line *p, const result *r, const sampling *d, const decoding *dec)
 {
     b->n = 0;
     sb_printf(b, "{\"input_ids\": [");
@@ -419,6 +548,15 @@ static void format_line(strbuf *b, const prompt_line *p, const result *r, const 
     sb_printf(b, "], \"loss_mask\": [");
     for (int t = 0; t < p->plen + r->n; t++) sb_printf(b, t ? ", %d" : "%d", t >= p->plen);
     sb_printf(b, "], \"prompt_line\": %" PRId64 ", \"stop\": \"%s\"", (int64_t)p->lineno, r->stop);
+    char *target = json_dumps(json_string(dec->target), JSON_ENCODE_ANY);
+    sb_printf(b, ", \"decoding\": {\"target\": %s, \"target_digest\": \"%s\", \"backend\": \"%s\", \"max_new_tokens\": %lld, "
+              "\"max_len\": %lld, \"eos\": [", target ? target : "\"\"", dec->digest, dec->backend, dec->max_new,
+              dec->max_len);
+    free(target);
+    for (int i = 0; i < dec->neos; i++) sb_printf(b, i ? ", %d" : "%d", dec->eos[i]);
+    sb_printf(b, "], \"suppress\": [");
+    for (int i = 0; i < dec->nsuppress; i++) sb_printf(b, i ? ", %d" : "%d", dec->suppress[i]);
+    sb_printf(b, "]}");
     if (d->temperature != 0.0) {
         char t[32], tp[32];
         fmt_real(t, sizeof t, d->temperature);
@@ -448,7 +586,7 @@ typedef struct gen_opts {
     long long max_new, max_len, limit, threads, batch, seed;
     double temperature, top_p;
     int32_t eos[MAX_IDS], suppress[MAX_IDS];
-    int neos, nsuppress, eos_given, quiet, cuda;
+    int neos, nsuppress, eos_given, suppress_none, quiet, cuda;
 } gen_opts;
 
 static int parse_opts(int argc, char **argv, gen_opts *o)
@@ -496,8 +634,13 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
                 return usage_error("--backend: '%s' is not cpu or cuda", optarg);
             o->cuda = !strcmp(optarg, "cuda");
             break;
-        case O_EOS:
         case O_SUPPRESS:
+            if (!strcmp(optarg, "none")) {
+                o->suppress_none = 1;
+                break;
+            }
+            /* fall through */
+        case O_EOS:
             if (parse_int(opt == O_EOS ? "--eos" : "--suppress", optarg, 0, INT32_MAX, &v)) return 2;
             if ((opt == O_EOS ? o->neos : o->nsuppress) == MAX_IDS) return usage_error("too many ids (%s)", optarg);
             if (opt == O_EOS) o->eos[o->neos++] = (int32_t)v, o->eos_given = 1;
@@ -513,6 +656,7 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
     if (!o->target) return usage_error("%s", "missing --target DIR");
     if (!o->prompts) return usage_error("%s", "missing --prompts FILE");
     if (!o->out) return usage_error("%s", "missing -o OUT.jsonl");
+    if (o->suppress_none && o->nsuppress) return usage_error("%s", "--suppress none and --suppress ID exclude each other");
     if (o->temperature == 0.0 && (top_p_given || seed_given))
         return usage_error("%s needs --temperature > 0 (without it, decoding is greedy)",
                            top_p_given ? "--top-p" : "--seed");
@@ -557,12 +701,14 @@ int generate_main(int argc, char **argv)
     pthread_t *th = NULL;
     int nth = 0, fd = -1, rc = 1;
     strbuf line = {0};
+    decoding *dec = NULL;
 
     hf_config cfg;
     if (hf_config_load(&cfg, o.target, &err) != 0) {
         fprintf(stderr, PROG ": error: %s\n", err.msg);
         return 1;
     }
+    if (!o.nsuppress && !o.suppress_none) o.suppress[o.nsuppress++] = hf_reserved_token(&cfg, NULL);
     for (int i = 0; i < o.nsuppress; i++)
         if (o.suppress[i] >= cfg.vocab_size) {
             fprintf(stderr, PROG ": error: --suppress %d is outside the target's vocabulary (%d)\n", o.suppress[i],
@@ -606,7 +752,21 @@ int generate_main(int argc, char **argv)
         goto done;
     }
     const sampling run = {.temperature = o.temperature, .top_p = o.top_p, .seed = o.seed};
-    if (output_resume(o.out, fd, &ps, done, &ndone, cfg.vocab_size, &run)) goto done;
+    dec = xcalloc(1, sizeof *dec);
+    snprintf(dec->target, sizeof dec->target, "%s", o.target);
+    snprintf(dec->backend, sizeof dec->backend, "%s", o.cuda ? "cuda" : "cpu");
+    dec->max_new = o.max_new, dec->max_len = max_len;
+    memcpy(dec->eos, o.eos, sizeof o.eos), memcpy(dec->suppress, o.suppress, sizeof o.suppress);
+    dec->neos = ids_normalize(dec->eos, o.neos), dec->nsuppress = ids_normalize(dec->suppress, o.nsuppress);
+    {
+        char cd[17], wd[17];
+        if (job_identity_target(o.target, cd, wd, &err)) {
+            fprintf(stderr, PROG ": error: %s\n", err.msg);
+            goto done;
+        }
+        snprintf(dec->digest, sizeof dec->digest, "%s-%s", cd, wd);
+    }
+    if (output_resume(o.out, fd, &ps, done, &ndone, cfg.vocab_size, &run, dec)) goto done;
     todo = xmalloc(sizeof *todo * (size_t)ps.n);
     for (int64_t i = 0; i < ps.n; i++)
         if (!done[i]) todo[ntodo++] = i;
@@ -665,7 +825,7 @@ int generate_main(int argc, char **argv)
             pthread_mutex_unlock(&j.lock);
             if (!ready) break; /* a worker failed */
             result *r = &j.res[written];
-            format_line(&line, &ps.v[todo[written]], r, &run);
+            format_line(&line, &ps.v[todo[written]], r, &run, dec);
             if (write_line(fd, &line) != 0) {
                 fprintf(stderr, PROG ": error: writing %s: %s\n", o.out, strerror(errno ? errno : EIO));
                 bad = 1;
@@ -704,7 +864,7 @@ int generate_main(int argc, char **argv)
     long long tok = atomic_load(&j.tokens);
     char where[64];
     if (o.cuda) snprintf(where, sizeof where, "on the GPU, batch %d", j.batch ? j.batch : (int)o.batch);
-    else snprintf(where, sizeof where, "on %d threads", nth);
+    else snprintf(where, sizeof where, "on %d thread%s", nth, nth == 1 ? "" : "s");
     printf("generated %" PRId64 " answers (%lld tokens, %.1f tokens/s %s); %" PRId64 " already in %s; %" PRId64
            " prompts in all\n", written, tok, dt > 0 ? (double)tok / dt : 0.0, where, ndone, o.out, (int64_t)ps.n);
     rc = 0;
@@ -717,6 +877,7 @@ done:
         pthread_cond_destroy(&j.done_cond);
     }
     free(th);
+    free(dec);
     free(line.s);
     free(todo);
     free(done);

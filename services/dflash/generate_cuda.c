@@ -2,7 +2,9 @@
  * generate_impl.h). Continuous batching over one KV cache of j->batch slots: each round first admits the next
  * prompts (file order) into the free slots and prefills them in one packed step (whole prompts, at most
  * PREFILL_TOKENS rows unless one prompt is longer), then runs one decode step over every active slot (one token
- * each). After a step: --suppress ids set to -inf, argmax on the device, the ids copied back, each answer extended;
+ * each). After a step: the logits checked for NaN and infinities (a flag per sequence on the device, copied back with
+ * the ids: poisoned weights fail naming the first weight that is not finite), --suppress ids set to -inf, argmax on
+ * the device, the ids copied back, each answer extended;
  * a finished answer is published to the in-order writer and its slot reused (cropped to 0). Nothing else lives
  * here: options, resume, writing and progress are generate.c's. */
 #include "generate_impl.h"
@@ -18,8 +20,10 @@
 #include "argmax.h"
 #include "cuda_check.h"
 #include "logits_mask.h"
+#include "nonfinite.h"
 #include "target_decode_cuda.h"
 #include "target_model_cuda.h"
+#include "weights_check.h"
 
 #define PREFILL_TOKENS 4096
 
@@ -35,6 +39,7 @@ typedef struct gpu {
     void *stream;
     uint16_t *d_logits;  /* (batch, V) bf16: each sequence's last row */
     int32_t *d_next, *h_next, *d_suppress;
+    uint32_t *d_bad, *h_bad; /* (batch): a step's row r holds a NaN or an infinity */
     int V;
 } gpu;
 
@@ -44,11 +49,22 @@ static int gpu_step(gpu *g, const gen_job *j, int nrun, const int *seqs, const i
 {
     int rc = target_cuda_cache_forward(g->c, nrun, seqs, n, ids, NULL, 0, NULL, 0, g->d_logits, 1, err);
     if (rc) return rc;
+    cudaStream_t st = (cudaStream_t)g->stream;
+    /* the nrun rows (nrun, V) as one row of nrun groups: a flag per sequence, before the mask writes its -inf */
+    CHECK_CUDA(cudaMemsetAsync(g->d_bad, 0, sizeof(uint32_t) * (size_t)nrun, st));
+    nonfinite_groups_cuda(g->d_bad, g->d_logits, nrun * g->V, 1, nrun, g->V, g->stream);
     logits_mask_rows_cuda(g->d_logits, g->V, nrun, g->d_suppress, j->nsuppress, g->stream);
     argmax_rows_cuda(g->d_next, g->d_logits, g->V, nrun, g->V, g->stream);
-    CHECK_CUDA(cudaMemcpyAsync(g->h_next, g->d_next, sizeof(int32_t) * (size_t)nrun, cudaMemcpyDeviceToHost,
-                               (cudaStream_t)g->stream));
-    CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)g->stream));
+    CHECK_CUDA(cudaMemcpyAsync(g->h_next, g->d_next, sizeof(int32_t) * (size_t)nrun, cudaMemcpyDeviceToHost, st));
+    CHECK_CUDA(cudaMemcpyAsync(g->h_bad, g->d_bad, sizeof(uint32_t) * (size_t)nrun, cudaMemcpyDeviceToHost, st));
+    CHECK_CUDA(cudaStreamSynchronize(st));
+    for (int r = 0; r < nrun; r++) {
+        if (!g->h_bad[r]) continue;
+        char why[400];
+        weights_explain_nonfinite(j->target_dir, why, sizeof why);
+        return errbuf_set(err, ERANGE, "cache slot %d: the target's logits are not finite (NaN or inf): %s", seqs[r],
+                          why);
+    }
     for (int r = 0; r < nrun; r++) {
         int32_t t = g->h_next[r];
         int bad = t < 0 || t >= g->V;
@@ -130,6 +146,8 @@ void *generate_cuda_worker(void *arg)
     CHECK_CUDA(cudaMalloc((void **)&g.d_logits, (size_t)B * (size_t)g.V * 2));
     CHECK_CUDA(cudaMalloc((void **)&g.d_next, sizeof(int32_t) * (size_t)B));
     CHECK_CUDA(cudaMallocHost((void **)&g.h_next, sizeof(int32_t) * (size_t)B));
+    CHECK_CUDA(cudaMalloc((void **)&g.d_bad, sizeof(uint32_t) * (size_t)B));
+    CHECK_CUDA(cudaMallocHost((void **)&g.h_bad, sizeof(uint32_t) * (size_t)B));
     if (j->nsuppress) {
         CHECK_CUDA(cudaMalloc((void **)&g.d_suppress, sizeof(int32_t) * (size_t)j->nsuppress));
         CHECK_CUDA(cudaMemcpy(g.d_suppress, j->suppress, sizeof(int32_t) * (size_t)j->nsuppress,
@@ -178,6 +196,8 @@ out:
     if (g.d_next) CHECK_CUDA(cudaFree(g.d_next));
     if (g.h_next) CHECK_CUDA(cudaFreeHost(g.h_next));
     if (g.d_suppress) CHECK_CUDA(cudaFree(g.d_suppress));
+    if (g.d_bad) CHECK_CUDA(cudaFree(g.d_bad));
+    if (g.h_bad) CHECK_CUDA(cudaFreeHost(g.h_bad));
     target_cuda_cache_destroy(&g.c);
     target_cuda_destroy(&g.m);
     free(sl), free(seqs), free(n), free(ids);

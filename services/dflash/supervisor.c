@@ -21,6 +21,7 @@
 #include "slot_pool.h"
 #include "notify.h"
 #include "job_plan.h"
+#include "job_state.h"
 #include "run_dir.h"
 #include "run_lock.h"
 
@@ -507,6 +508,14 @@ static void handle_exit(supervisor *s, child *c, int status, double now)
                 c == &s->ch[0] && c->finished ? "ended the job at the committed step" : why);
         state_write(s);
         if (c == &s->ch[0]) begin_stop(s, 1, now);
+        return;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == JOB_EXIT_FATAL) { /* a cause no restart cures (job_state.h) */
+        char last[1024], msg[1200];
+        child_last_log_line(s, c, last, sizeof last);
+        snprintf(msg, sizeof msg, "%s %s, a failure no restart cures: %s", c->name, why, last);
+        c->state = CHILD_EXITED;
+        give_up(s, msg, now);
         return;
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && c == &s->ch[0] && !c->finished) {

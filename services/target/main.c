@@ -5,7 +5,9 @@
  * what differs between the backends sits behind struct target_backend. Built with DFLASH_CUDA (dflash-target-cuda)
  * it also runs job.backend = cuda: the pool is a VMM allocation on its GPU that it creates and deposits with dflashd
  * at its first start and re-imports after a restart; taps are bf16, written by the forward straight into the slot,
- * and a slot is published once the CUDA event after its work has completed. */
+ * and a slot is published once the CUDA event after its work has completed. Before a slot is published its taps are
+ * checked for NaN and infinities (kernels/nonfinite.h; a flag per tap, on the device for cuda): such a batch is never
+ * published; the worker logs the tapped layer and the first weight that is not finite, and exits JOB_EXIT_FATAL. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,9 +15,11 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "nonfinite.h"
 #include "slot_pool.h"
 #include "target_model.h"
 #include "token_ring.h"
+#include "weights_check.h"
 #include "worker.h"
 
 #ifdef DFLASH_CUDA
@@ -36,12 +40,15 @@ typedef struct target_run {
     const char *pool_name;
     struct token_ring *ring;
     struct slot_pool *pool;
+    int poisoned;     /* the last forward's taps were not finite: exit JOB_EXIT_FATAL */
+    uint32_t bad[HF_MAX_TAPS]; /* per tap: it holds a NaN or an infinity */
     target_model *tm; /* cpu */
 #ifdef DFLASH_CUDA
     target_cuda *tc;  /* cuda: the model, the pool's VMM mapping, the pinned token stage, the slot's done event */
     vmm_alloc *va;
     char *stage;
     cudaEvent_t done;
+    uint32_t *d_bad, *h_bad; /* (ntaps) the flags on the device, and their pinned copy */
 #endif
 } target_run;
 
@@ -118,6 +125,23 @@ static target_batch fill_tokens(const job_plan *p, char *tok, const struct token
     return (target_batch){.ntok = T, .nseq = S, .input_ids = ids, .positions = pos, .cu_seqlens = cu};
 }
 
+/* After batch b's forward, with r->bad[] set per tap: 0 when every tap is finite, else an error naming the shallowest
+ * tapped layer that is not (where it first shows) and the first weight that is not finite; r->poisoned is set. */
+static int taps_check(target_run *r, const struct token_batch *b, errbuf *err)
+{
+    const job_plan *p = r->p;
+    int k = -1;
+    for (int i = 0; i < p->ntaps; i++)
+        if (r->bad[i] && (k < 0 || p->drafter.taps[i] < p->drafter.taps[k])) k = i;
+    if (k < 0) return 0;
+    char why[400];
+    weights_explain_nonfinite(p->cfg.target.model, why, sizeof why);
+    r->poisoned = 1;
+    return errbuf_set(err, ERANGE, "the target's hidden state tapped after layer %d (tap %d of %d) is not finite "
+                      "(NaN or inf) in batch %llu: %s", p->drafter.taps[k], k + 1, p->ntaps,
+                      (unsigned long long)b->meta->batch_id, why);
+}
+
 /* Descriptor fields, then READY (the payload is complete: written by this thread, or by a completed CUDA event). */
 static int publish_slot(target_run *r, int s, const struct token_batch *b)
 {
@@ -172,7 +196,7 @@ static int run(target_run *r, const target_backend *be)
         uint64_t id = b.meta->batch_id;
         if (be->forward(r, s, &b, &err)) {
             log_error("batch %llu: %s", (unsigned long long)id, err.msg);
-            ret = 1;
+            ret = r->poisoned ? JOB_EXIT_FATAL : 1; /* the next instance would compute the same: give up */
             break;
         }
         if (publish_slot(r, s, &b)) {
@@ -211,8 +235,12 @@ static int cpu_forward(target_run *r, int s, const struct token_batch *b, errbuf
     const job_plan *p = r->p;
     char *slot = slot_pool_data(r->pool, s);
     target_batch tb = fill_tokens(p, slot + p->slot.input_ids, b);
-    return target_model_forward(r->tm, &tb, p->drafter.taps, p->ntaps, (float *)(slot + p->slot.aux), NULL, NULL,
-                                err);
+    float *aux = (float *)(slot + p->slot.aux); /* (T, K*H) */
+    int rc = target_model_forward(r->tm, &tb, p->drafter.taps, p->ntaps, aux, NULL, NULL, err);
+    if (rc) return rc;
+    memset(r->bad, 0, sizeof r->bad);
+    nonfinite_groups_cpu(r->bad, aux, p->ntaps * p->hidden, tb.ntok, p->ntaps, p->hidden);
+    return taps_check(r, b, err);
 }
 
 static void cpu_close(target_run *r) { target_model_destroy(&r->tm); }
@@ -297,6 +325,8 @@ static int cuda_load(target_run *r, errbuf *err)
     /* pinned: the slot's token part, uploaded with one copy */
     CHECK_CUDA(cudaMallocHost((void **)&r->stage, p->slot.bytes - p->slot.input_ids));
     CHECK_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    CHECK_CUDA(cudaMalloc((void **)&r->d_bad, sizeof(uint32_t) * (size_t)p->ntaps));
+    CHECK_CUDA(cudaMallocHost((void **)&r->h_bad, sizeof(uint32_t) * (size_t)p->ntaps));
     log_info("target %s on the GPU up to layer %d; taps %d; %.1f MiB of weights and workspaces",
              p->cfg.target.model, r->deepest, p->ntaps, (double)target_cuda_device_bytes(r->tc) / (1 << 20));
     return 0;
@@ -310,17 +340,24 @@ static int cuda_forward(target_run *r, int s, const struct token_batch *b, errbu
     target_batch tb = fill_tokens(p, r->stage, b);
     CHECK_CUDA(cudaMemcpyAsync(slot + p->slot.input_ids, r->stage, p->slot.bytes - p->slot.input_ids,
                                cudaMemcpyHostToDevice, st));
-    int rc = target_cuda_forward(r->tc, &tb, p->drafter.taps, p->ntaps, (uint16_t *)(slot + p->slot.aux),
-                                 p->ntaps * p->hidden, NULL, NULL, err);
+    uint16_t *aux = (uint16_t *)(slot + p->slot.aux); /* (T, K*H) bf16 */
+    int rc = target_cuda_forward(r->tc, &tb, p->drafter.taps, p->ntaps, aux, p->ntaps * p->hidden, NULL, NULL, err);
     if (rc) return rc;
+    /* a flag per tap on the device, read back with the slot's completion: no extra synchronisation */
+    CHECK_CUDA(cudaMemsetAsync(r->d_bad, 0, sizeof(uint32_t) * (size_t)p->ntaps, st));
+    nonfinite_groups_cuda(r->d_bad, aux, p->ntaps * p->hidden, tb.ntok, p->ntaps, p->hidden, st);
+    CHECK_CUDA(cudaMemcpyAsync(r->h_bad, r->d_bad, sizeof(uint32_t) * (size_t)p->ntaps, cudaMemcpyDeviceToHost, st));
     CHECK_CUDA(cudaEventRecord(r->done, st));
     CHECK_CUDA(cudaEventSynchronize(r->done)); /* the slot's payload (and the stage's upload) is complete */
-    return 0;
+    for (int i = 0; i < p->ntaps; i++) r->bad[i] = r->h_bad[i];
+    return taps_check(r, b, err);
 }
 
 static void cuda_close(target_run *r)
 {
     if (r->done) CHECK_CUDA(cudaEventDestroy(r->done));
+    if (r->d_bad) CHECK_CUDA(cudaFree(r->d_bad));
+    if (r->h_bad) CHECK_CUDA(cudaFreeHost(r->h_bad));
     if (r->stage) CHECK_CUDA(cudaFreeHost(r->stage));
     target_cuda_destroy(&r->tc);
     vmm_alloc_destroy(&r->va);
