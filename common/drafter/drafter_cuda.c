@@ -36,6 +36,7 @@
 #include "rope.h"
 #include "safetensors.h"
 #include "swiglu.h"
+#include "target_family.h"
 #include "target_model_cuda.h"
 
 #define DC_MAX_EVENTS 1024
@@ -273,8 +274,12 @@ int drafter_cuda_create(drafter_backend **out, const drafter_train_config *tc, c
     drafter_train_config tc2 = *tc;
     tc2.drafter = &dcfg;
     if ((rc = dc_create(&d, &tc2, device, max_tokens, max_seqs, err))) goto fail;
-    rc = target_cuda_upload_tensor(st, "model.embed_tokens.weight", d->embed, d->V, d->H, err);
-    if (!rc && d->lm_head != d->embed) rc = target_cuda_upload_tensor(st, "lm_head.weight", d->lm_head, d->V, d->H, err);
+    /* the tables under the names the target's family gives them (the vision-language checkpoints keep the
+     * embedding under model.language_model.): the same names target_model_load reads on the CPU */
+    target_tables tb;
+    rc = target_tables_find(&tcfg, st, &tb, err);
+    if (!rc) rc = target_cuda_upload_tensor(st, tb.embed, d->embed, d->V, d->H, err);
+    if (!rc && d->lm_head != d->embed) rc = target_cuda_upload_tensor(st, tb.lm_head, d->lm_head, d->V, d->H, err);
     if (rc) goto fail;
     st_close(&st);
     *out = &d->base;

@@ -19,8 +19,8 @@
 typedef struct target_cache target_cache;
 
 /* A cache for model m (fully loaded: logits need the final norm and lm_head), nseq sequences of max_len positions.
- * -ENOTSUP for a family other than qwen3/llama/hybrid Qwen3.5 (Qwen3-Next included), the message naming its
- * model_type. */
+ * -ENOTSUP when the target's family cannot decode on the CPU (its row in target_family.h says so), the message
+ * naming the model_type and the family. */
 int target_cache_create(target_cache **out, target_model *m, int nseq, int max_len, errbuf *err);
 void target_cache_destroy(target_cache **c);
 /* Positions sequence seq holds. */

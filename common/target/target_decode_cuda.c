@@ -1,5 +1,6 @@
-/* target_decode_cuda: KV-cache decoding on the CUDA target. The cache is one device allocation: per layer, keys
- * then values, each (nseq, max_len, nkv*hd) bf16. Per step the host builds the rows' ids, absolute positions,
+/* target_decode_cuda: decoding on the CUDA target, generic part. What the cache holds per layer is the family's
+ * (target_cuda_ops cache_new: the dense family's keys and values); whether a family decodes at all is its row's
+ * can[TARGET_BACKEND_CUDA], checked first. Per step the host builds the rows' ids, absolute positions,
  * sequence indices, cu_seqlens and the rows whose logits are wanted, uploads them through a pinned stage, and runs
  * the target's layer loop (target_cuda_run_layers) with the cache attached. Lengths live on the host. */
 #include "target_decode_cuda.h"
@@ -10,7 +11,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kv_attention.h"
 #include "cuda_check.h"
 #include "target_model_cuda_impl.h"
 
@@ -18,10 +18,8 @@ struct target_cuda_cache {
     target_cuda *m;
     int nseq, max_len, max_step;
     int *len;                    /* (nseq) host */
-    uint16_t *kv;                /* the cache: layer li keys at kc[li], values at vc[li] */
-    uint16_t **kc, **vc;         /* (nlayers) */
-    size_t seq_stride, bytes;
-    float *workspace;
+    void *state;                 /* the family's part (cache_new) */
+    size_t bytes;
     int32_t *d_stage, *h_stage;  /* ids | pos | seq | cu | logit rows */
     cudaEvent_t staged;
 };
@@ -30,9 +28,8 @@ int target_cuda_cache_create(target_cuda_cache **out, target_cuda *m, int nseq, 
                              errbuf *err)
 {
     const hf_config *c = &m->cfg;
-    if (c->is_hybrid) /* its linear-attention layers carry a recurrent state, not a KV cache */
-        return errbuf_set(err, ENOTSUP, "decoding with a KV cache supports qwen3 and llama targets; this target is %s "
-                          "(hybrid: Gated DeltaNet layers), which has the packed forward only", c->model_type);
+    int rc = target_family_require(c, TARGET_BACKEND_CUDA, TARGET_CAN_DECODE, "decoding with a KV cache", NULL, err);
+    if (rc) return rc;
     if (!m->full)
         return errbuf_set(err, EINVAL, "decoding needs the whole target (final norm and lm_head), not layers 0..%d",
                           m->nlayers - 1);
@@ -44,24 +41,11 @@ int target_cuda_cache_create(target_cuda_cache **out, target_cuda *m, int nseq, 
                           "(%d tokens, %d sequences)", max_step_tokens, nseq, m->max_tokens, m->max_seqs);
     target_cuda_cache *k = xcalloc(1, sizeof *k);
     k->m = m, k->nseq = nseq, k->max_len = max_len, k->max_step = max_step_tokens;
-    k->len = xcalloc((size_t)nseq, sizeof *k->len);
-    const size_t kd = (size_t)c->num_kv_heads * (size_t)c->head_dim, L = (size_t)m->nlayers;
-    k->seq_stride = (size_t)max_len * kd;
-    const size_t per = (size_t)nseq * k->seq_stride;
-    k->bytes = L * 2 * per * 2;
-    cudaError_t e = cudaMalloc((void **)&k->kv, k->bytes);
-    if (e != cudaSuccess) {
-        free(k->len);
+    if ((rc = m->ops->cache_new(m, nseq, max_len, max_step_tokens, &k->state, &k->bytes, err))) {
         free(k);
-        return errbuf_set(err, ENOMEM, "KV cache of %d sequences x %d positions: %.2f GiB of device memory: %s", nseq,
-                          max_len, (double)(L * 2 * per * 2) / (1 << 30), cudaGetErrorString(e));
+        return rc;
     }
-    k->kc = xmalloc(L * sizeof *k->kc);
-    k->vc = xmalloc(L * sizeof *k->vc);
-    for (size_t li = 0; li < L; li++) k->kc[li] = k->kv + 2 * li * per, k->vc[li] = k->kv + (2 * li + 1) * per;
-    size_t ws = kv_attention_workspace_bytes(max_step_tokens, c->num_heads, c->head_dim, max_len - 1);
-    CHECK_CUDA(cudaMalloc((void **)&k->workspace, ws));
-    k->bytes += ws;
+    k->len = xcalloc((size_t)nseq, sizeof *k->len);
     size_t nstage = 3 * (size_t)max_step_tokens + 2 * (size_t)nseq + 1;
     CHECK_CUDA(cudaMalloc((void **)&k->d_stage, nstage * sizeof(int32_t)));
     CHECK_CUDA(cudaMallocHost((void **)&k->h_stage, nstage * sizeof(int32_t)));
@@ -76,13 +60,10 @@ void target_cuda_cache_destroy(target_cuda_cache **kp)
     target_cuda_cache *k = *kp;
     if (!k) return;
     CHECK_CUDA(cudaStreamSynchronize(k->m->stream));
-    CHECK_CUDA(cudaFree(k->kv));
-    CHECK_CUDA(cudaFree(k->workspace));
+    k->m->ops->cache_destroy(k->state);
     CHECK_CUDA(cudaFree(k->d_stage));
     CHECK_CUDA(cudaFreeHost(k->h_stage));
     CHECK_CUDA(cudaEventDestroy(k->staged));
-    free(k->kc);
-    free(k->vc);
     free(k->len);
     free(k);
     *kp = NULL;
@@ -141,8 +122,7 @@ int target_cuda_cache_forward(target_cuda_cache *k, int nrun, const int *seqs, c
     CHECK_CUDA(cudaEventRecord(k->staged, m->stream));
     const int32_t *d = k->d_stage;
     tc_rows rows = {.T = T, .nseq = nrun, .max_seqlen = max_n, .ids = d, .pos = d + T, .cu = d + 3 * T};
-    tc_kv_cache kv = {.kc = k->kc, .vc = k->vc, .seq_stride = k->seq_stride, .seq = d + 2 * T, .pos = d + T,
-                      .max_pos = max_pos, .workspace = k->workspace, .packed = all_empty};
+    tc_kv_cache kv = {.state = k->state, .seq = d + 2 * T, .pos = d + T, .max_pos = max_pos, .packed = all_empty};
     m->nev = 0;
     for (int i = 0; i < TARGET_CUDA_NCLASS; i++) m->prof_ms[i] = 0;
     target_cuda_run_layers(m, &rows, &kv, deepest, taps, ntaps, aux, ld_aux, NULL, logits,
@@ -157,6 +137,10 @@ int target_cuda_cache_crop(target_cuda_cache *k, int seq, int len, errbuf *err)
         return errbuf_set(err, EINVAL, "crop: sequence %d is outside the cache's %d", seq, k->nseq);
     if (len < 0 || len > k->len[seq])
         return errbuf_set(err, EINVAL, "crop: sequence %d holds %d positions, cannot keep %d", seq, k->len[seq], len);
+    if (k->m->ops->cache_crop) {
+        int rc = k->m->ops->cache_crop(k->state, seq, len, k->len[seq], err);
+        if (rc) return rc;
+    }
     k->len[seq] = len;
     return 0;
 }

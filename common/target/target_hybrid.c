@@ -1,5 +1,5 @@
-/* target_hybrid: the Qwen3.5-family decoder layers on the CPU, following transformers' modeling_qwen3_5(_moe).py and
- * modeling_qwen3_next.py (torch fallback paths). */
+/* target_hybrid: the hybrid family's decoder layers on the CPU, following transformers' modeling_qwen3_5(_moe).py and
+ * modeling_qwen3_next.py (torch fallback paths); its part of a decoding cache; its row of the family table. */
 #include "target_hybrid.h"
 
 #include <errno.h>
@@ -20,6 +20,26 @@
 #include "rope.h"
 #include "sigmoid_gate.h"
 #include "swiglu.h"
+#include "target_model_impl.h"
+
+typedef struct target_hybrid target_hybrid;
+typedef struct target_hybrid_scratch target_hybrid_scratch;
+
+/* A full-attention layer's cache: row t attends to keys [0, pos[t]] of sequence seq[t] of kc / vc (kv_attention's
+ * layout). */
+typedef struct hybrid_kv_view {
+    const float *kc, *vc;
+    size_t seq_stride;
+    const int32_t *seq;
+} hybrid_kv_view;
+
+/* One sequence's decoding state at one layer (layer_decode). */
+typedef struct hybrid_state {
+    float *conv;        /* linear attention: (K-1, C) conv inputs of the rows before the new ones (C: 2HK*Dk+HV*Dv) */
+    float *delta;       /* linear attention: (HV, Dk, Dv) the delta-rule state */
+    float *k, *v;       /* full attention: the new rows' place in the cache, (n, nkv*hd) each */
+    hybrid_kv_view kv;  /* full attention: the cache (kv.seq: (n) the sequence of each new row) */
+} hybrid_state;
 
 typedef struct hybrid_layer {
     int linear, moe;
@@ -62,7 +82,7 @@ struct target_hybrid {
     target_hybrid_scratch scratch;          /* target_hybrid_layer_forward's */
 };
 
-target_hybrid_scratch *target_hybrid_scratch_new(void) { return xcalloc(1, sizeof(target_hybrid_scratch)); }
+static target_hybrid_scratch *target_hybrid_scratch_new(void) { return xcalloc(1, sizeof(target_hybrid_scratch)); }
 
 static void scratch_free(target_hybrid_scratch *h)
 {
@@ -71,7 +91,7 @@ static void scratch_free(target_hybrid_scratch *h)
     free(h->wts);
 }
 
-void target_hybrid_scratch_destroy(target_hybrid_scratch **sp)
+static void target_hybrid_scratch_destroy(target_hybrid_scratch **sp)
 {
     if (!*sp) return;
     scratch_free(*sp);
@@ -256,8 +276,10 @@ static void free_layer(hybrid_layer *l)
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
 }
 
-int target_hybrid_load(target_hybrid **out, const st_file *st, const hf_config *c, const char *prefix, int nlayers,
-                       errbuf *err)
+static void target_hybrid_destroy(target_hybrid **hp);
+
+static int target_hybrid_load(target_hybrid **out, const st_file *st, const hf_config *c, const char *prefix,
+                              int nlayers, errbuf *err)
 {
     DF_ASSERT(c->is_hybrid && nlayers <= c->num_layers && nlayers <= HF_MAX_LAYERS);
     target_hybrid *h = xcalloc(1, sizeof *h);
@@ -292,7 +314,7 @@ int target_hybrid_load(target_hybrid **out, const st_file *st, const hf_config *
     return 0;
 }
 
-void target_hybrid_destroy(target_hybrid **hp)
+static void target_hybrid_destroy(target_hybrid **hp)
 {
     target_hybrid *h = *hp;
     if (!h) return;
@@ -312,7 +334,7 @@ static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 typedef struct rows {
     int T, nseq;
     const int32_t *pos, *cu_seqlens;
-    const target_hybrid_state *st;
+    const hybrid_state *st;
 } rows;
 
 static void linear_attn_forward(target_hybrid_scratch *h, const hf_config *c, const hybrid_layer *l, float *x,
@@ -472,24 +494,199 @@ static void layer_forward(const target_hybrid *hy, target_hybrid_scratch *h, con
     }
 }
 
-void target_hybrid_layer_forward(target_hybrid *h, const hf_config *c, int li, float *x, const target_batch *b,
-                                 const double *inv_freq)
+static void target_hybrid_layer_forward(target_hybrid *h, const hf_config *c, int li, float *x,
+                                        const target_batch *b, const double *inv_freq)
 {
     rows r = {.T = b->ntok, .nseq = b->nseq, .pos = b->positions, .cu_seqlens = b->cu_seqlens};
     layer_forward(h, &h->scratch, c, li, x, &r, inv_freq);
 }
 
-int target_hybrid_layer_linear(const target_hybrid *h, int li)
+static int target_hybrid_layer_linear(const target_hybrid *h, int li)
 {
     DF_ASSERT(li >= 0 && li < h->nlayers);
     return h->layers[li].linear;
 }
 
-void target_hybrid_layer_decode(const target_hybrid *h, target_hybrid_scratch *s, const hf_config *c, int li,
-                                float *x, int n, const int32_t *pos, const double *inv_freq,
-                                const target_hybrid_state *st)
+/* Decoder layer li over the n new rows x (n, H) of one sequence at positions pos (n), continuing from st: a linear
+ * layer reads and updates st->conv and st->delta, a full-attention layer writes the rows' keys and values at
+ * st->k / st->v and attends through st->kv. Only reads h; s is the cache's scratch. */
+static void target_hybrid_layer_decode(const target_hybrid *h, target_hybrid_scratch *s, const hf_config *c, int li,
+                                       float *x, int n, const int32_t *pos, const double *inv_freq,
+                                       const hybrid_state *st)
 {
     DF_ASSERT(st && n >= 0);
     rows r = {.T = n, .pos = pos, .st = st};
     layer_forward(h, s, c, li, x, &r, inv_freq);
 }
+
+/* ---- the family's CPU operations ---- */
+
+static int hy_load(target_model *m, const st_file *st, const char *prefix, errbuf *err)
+{
+    target_hybrid *h = NULL;
+    int rc = target_hybrid_load(&h, st, &m->cfg, prefix, m->nlayers, err);
+    m->layers = h;
+    return rc;
+}
+
+static void hy_destroy(target_model *m)
+{
+    target_hybrid *h = m->layers;
+    target_hybrid_destroy(&h);
+    m->layers = NULL;
+}
+
+static void hy_layer(target_model *m, int li, float *x, const target_batch *b)
+{
+    target_hybrid_layer_forward(m->layers, &m->cfg, li, x, b, m->inv_freq);
+}
+
+/* Decoding: the full-attention layers' keys and values (nkvl, nseq, max_len, kd); per linear-attention layer and
+ * sequence the conv history and the delta-rule state, and copies of both as they were before the sequence's last
+ * forward, whose ids are kept: a crop within that forward restores the copies and re-runs its first tokens
+ * (recomputing costs a forward of the kept tokens; keeping every token's delta state would cost HV*Dk*Dv floats per
+ * token and layer). */
+typedef struct hybrid_cache {
+    int nseq, max_len, kd;
+    int *slot;                      /* (nlayers) index of layer li among the full (or the linear) layers */
+    int nlin, nkvl;                 /* linear layers; layers with keys and values */
+    size_t conv_n, delta_n;         /* floats per (linear layer, sequence): (K-1)*C, HV*Dk*Dv */
+    float *k, *v;
+    float *conv, *delta;            /* (nlin, nseq, conv_n), (nlin, nseq, delta_n) */
+    float *conv0, *delta0;          /* the same before the last forward */
+    int *start;                     /* (nseq) position of the last forward's first token, -1 before any */
+    int32_t *last_ids;              /* (nseq, max_len) its ids (len - start of them are still held) */
+    target_hybrid_scratch *hs;
+} hybrid_cache;
+
+static void *hy_cache_new(const target_model *m, int nseq, int max_len)
+{
+    const hf_config *c = &m->cfg;
+    hybrid_cache *ca = xcalloc(1, sizeof *ca);
+    ca->nseq = nseq, ca->max_len = max_len, ca->kd = c->num_kv_heads * c->head_dim;
+    const size_t C = 2 * (size_t)c->linear_num_k_heads * c->linear_k_head_dim +
+                     (size_t)c->linear_num_v_heads * c->linear_v_head_dim;
+    ca->conv_n = (size_t)(c->linear_conv_kernel - 1) * C;
+    ca->delta_n = (size_t)c->linear_num_v_heads * c->linear_k_head_dim * c->linear_v_head_dim;
+    ca->slot = xcalloc((size_t)c->num_layers, sizeof *ca->slot);
+    for (int li = 0; li < c->num_layers; li++)
+        ca->slot[li] = target_hybrid_layer_linear(m->layers, li) ? ca->nlin++ : ca->nkvl++;
+    size_t nc = (size_t)ca->nlin * nseq * ca->conv_n, nd = (size_t)ca->nlin * nseq * ca->delta_n;
+    ca->conv = xcalloc(nc ? nc : 1, sizeof(float));
+    ca->conv0 = xcalloc(nc ? nc : 1, sizeof(float));
+    ca->delta = xcalloc(nd ? nd : 1, sizeof(float));
+    ca->delta0 = xcalloc(nd ? nd : 1, sizeof(float));
+    ca->start = xmalloc((size_t)nseq * sizeof *ca->start);
+    for (int s = 0; s < nseq; s++) ca->start[s] = -1;
+    ca->last_ids = xmalloc((size_t)nseq * (size_t)max_len * sizeof *ca->last_ids);
+    ca->hs = target_hybrid_scratch_new();
+    size_t n = (size_t)ca->nkvl * (size_t)nseq * (size_t)max_len * (size_t)ca->kd;
+    ca->k = xmalloc((n ? n : 1) * sizeof *ca->k);
+    ca->v = xmalloc((n ? n : 1) * sizeof *ca->v);
+    return ca;
+}
+
+static void hy_cache_destroy(void *cs)
+{
+    hybrid_cache *c = cs;
+    float *bufs[] = {c->k, c->v, c->conv, c->delta, c->conv0, c->delta0};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->slot);
+    free(c->start);
+    free(c->last_ids);
+    target_hybrid_scratch_destroy(&c->hs);
+    free(c);
+}
+
+/* Linear layer slot's state of sequence seq in buf (conv, delta, or their copies). */
+static float *lin_state(const hybrid_cache *ca, float *buf, size_t per, int slot, int seq)
+{
+    return buf + ((size_t)slot * (size_t)ca->nseq + (size_t)seq) * per;
+}
+
+/* Copy sequence seq's linear-attention states from (sc, sd) to (dc, dd). */
+static void lin_states_copy(hybrid_cache *ca, int seq, float *dc, float *dd, float *sc, float *sd)
+{
+    for (int l = 0; l < ca->nlin; l++) {
+        memcpy(lin_state(ca, dc, ca->conv_n, l, seq), lin_state(ca, sc, ca->conv_n, l, seq),
+               sizeof(float) * ca->conv_n);
+        memcpy(lin_state(ca, dd, ca->delta_n, l, seq), lin_state(ca, sd, ca->delta_n, l, seq),
+               sizeof(float) * ca->delta_n);
+    }
+}
+
+static void hy_cache_begin(void *cs, int seq, int past, const int32_t *ids, int n, int keep)
+{
+    hybrid_cache *ca = cs;
+    if (!keep) return;
+    lin_states_copy(ca, seq, ca->conv0, ca->delta0, ca->conv, ca->delta);
+    ca->start[seq] = past;
+    memcpy(ca->last_ids + (size_t)seq * (size_t)ca->max_len, ids, sizeof *ids * (size_t)n);
+}
+
+static void hy_cache_layer(void *cs, const target_model *m, int li, float *x, int seq, int past, int n,
+                           const int32_t *pos, const int32_t *seqs)
+{
+    hybrid_cache *ca = cs;
+    const int sl = ca->slot[li];
+    hybrid_state st = {0};
+    if (target_hybrid_layer_linear(m->layers, li)) {
+        st.conv = lin_state(ca, ca->conv, ca->conv_n, sl, seq);
+        st.delta = lin_state(ca, ca->delta, ca->delta_n, sl, seq);
+    } else {
+        const size_t seq_stride = (size_t)ca->max_len * (size_t)ca->kd;
+        const size_t layer_off = (size_t)sl * ca->nseq * seq_stride;
+        const size_t new_off = (size_t)seq * seq_stride + (size_t)past * (size_t)ca->kd;
+        st.k = ca->k + layer_off + new_off, st.v = ca->v + layer_off + new_off;
+        st.kv = (hybrid_kv_view){.kc = ca->k + layer_off, .vc = ca->v + layer_off, .seq_stride = seq_stride,
+                                 .seq = seqs};
+    }
+    target_hybrid_layer_decode(m->layers, ca->hs, &m->cfg, li, x, n, pos, m->inv_freq, &st);
+}
+
+static int hy_cache_crop(void *cs, const target_model *m, int seq, int len, int held, int *rerun_from,
+                         const int32_t **rerun_ids, errbuf *err)
+{
+    hybrid_cache *c = cs;
+    *rerun_from = len;
+    if (len == 0) { /* empty: the states of a sequence start */
+        for (int l = 0; l < c->nlin; l++) {
+            memset(lin_state(c, c->conv, c->conv_n, l, seq), 0, sizeof(float) * c->conv_n);
+            memset(lin_state(c, c->delta, c->delta_n, l, seq), 0, sizeof(float) * c->delta_n);
+        }
+        c->start[seq] = -1;
+        return 0;
+    }
+    if (len == held) return 0;
+    const int start = c->start[seq];
+    if (start < 0 || len < start)
+        return errbuf_set(err, EINVAL, "crop: sequence %d of a hybrid target (%s): cannot go back to %d positions, "
+                          "before the start (%d) of its last forward: the linear-attention states are kept for "
+                          "that forward only", seq, m->cfg.model_type, len, start < 0 ? held : start);
+    /* the states before the last forward, then its first len - start tokens again */
+    lin_states_copy(c, seq, c->conv, c->delta, c->conv0, c->delta0);
+    *rerun_from = start;
+    *rerun_ids = c->last_ids + (size_t)seq * (size_t)c->max_len;
+    return len - start;
+}
+
+static const target_cpu_ops hybrid_cpu = {
+    .load = hy_load, .destroy = hy_destroy, .layer = hy_layer,
+    .cache_new = hy_cache_new, .cache_destroy = hy_cache_destroy, .cache_begin = hy_cache_begin,
+    .cache_layer = hy_cache_layer, .cache_crop = hy_cache_crop,
+};
+
+static int hy_takes(const hf_config *c) { return c->is_hybrid; }
+static int hy_rope_dims(const hf_config *c) { return c->rotary_dim; } /* partial RoPE */
+
+const target_family target_hybrid_family = {
+    .name = "hybrid",
+    .about = "the hybrid Qwen3.5 family of Gated DeltaNet targets (qwen3_5, qwen3_5_moe, qwen3_next)",
+    .takes = hy_takes,
+    /* the GPU has no state-carrying kernels yet: the packed forward only */
+    .can = {[TARGET_BACKEND_CPU] = TARGET_CAN_FORWARD | TARGET_CAN_DECODE, [TARGET_BACKEND_CUDA] = TARGET_CAN_FORWARD},
+    .prefix = target_hybrid_prefix,
+    .norm_add = 1.0f, /* zero-centred RMSNorm: the scale is 1 + w */
+    .rope_dims = hy_rope_dims,
+    .cpu = &hybrid_cpu,
+};

@@ -1,4 +1,5 @@
-/* target_hybrid_cuda: the hybrid decoder layers on CUDA, following target_hybrid.c (the CPU reference). Per layer:
+/* target_hybrid_cuda: the hybrid family on CUDA (its operations target_hybrid_cuda, reached through the family
+ * table), following target_hybrid.c (the CPU reference); the packed forward only (no decoding cache yet). Per layer:
  * zero-centred RMSNorm, then
  *  - Gated DeltaNet: one fused GEMM [q | k | v | z | b | a], causal depthwise conv1d + SiLU over q|k|v (history
  *    restarting at each sequence start), l2-norm of q (scaled) and k with beta = sigmoid(b) and
@@ -18,7 +19,6 @@
  * tests/hybrid_flow.h transcribes the loading and the forward with the kernels' CPU references (the unit test
  * test_target_hybrid_cuda_flow checks it against target_hybrid.c; test_target_gpu uses it as the GPU's bf16
  * reference): change the two together. */
-#include "target_hybrid_cuda.h"
 
 #include <errno.h>
 #include <math.h>
@@ -32,6 +32,7 @@
 #include "causal_conv1d.h"
 #include "cuda_check.h"
 #include "embedding.h"
+#include "gated_delta_chunk.h"
 #include "gated_delta_prep.h"
 #include "gated_delta_rule.h"
 #include "gated_rmsnorm.h"
@@ -44,6 +45,7 @@
 #include "sigmoid_gate.h"
 #include "swiglu.h"
 #include "target_hybrid_layout.h"
+#include "target_model_cuda_impl.h"
 
 typedef struct thc_layer {
     int linear, moe;
@@ -88,22 +90,11 @@ struct target_hybrid_cuda {
     uint16_t *sgu, *sact, *sh;        /* (T, 2Is), (T, Is), (T, H) */
 };
 
-static void *thc_alloc(target_cuda *m, size_t bytes)
-{
-    void *p = NULL;
-    CHECK_CUDA(cudaMalloc(&p, bytes ? bytes : 16));
-    m->device_bytes += bytes;
-    return p;
-}
+#define thc_alloc target_cuda_alloc
+#define thc_free target_cuda_free
+#define thc_put target_cuda_put
 
-static void thc_free(void *pp)
-{
-    void **p = (void **)pp;
-    if (*p) CHECK_CUDA(cudaFree(*p));
-    *p = NULL;
-}
-
-int target_hybrid_cuda_create(target_cuda *m, errbuf *err)
+static int thc_create(target_cuda *m, errbuf *err)
 {
     const hf_config *c = &m->cfg;
     const int H = c->hidden_size, hd = c->head_dim, qd = c->num_heads * hd, kd = c->num_kv_heads * hd;
@@ -119,7 +110,7 @@ int target_hybrid_cuda_create(target_cuda *m, errbuf *err)
     if (E > 0 && (E > 1024 || K <= 0 || K > E))
         return errbuf_set(err, EINVAL, "target_cuda: %d experts with top-%d unsupported (at most 1024 experts)", E, K);
     struct target_hybrid_cuda *y = xcalloc(1, sizeof *y);
-    m->hy = y;
+    m->layers = y;
     y->C = 2 * HK * Dk + HV * Dv, y->VD = HV * Dv;
     y->lin_w = y->C + y->VD + 2 * HV;
     y->attn_w = 2 * qd + 2 * kd;
@@ -193,9 +184,9 @@ int target_hybrid_cuda_create(target_cuda *m, errbuf *err)
     return 0;
 }
 
-void target_hybrid_cuda_destroy(target_cuda *m)
+static void thc_destroy(target_cuda *m)
 {
-    struct target_hybrid_cuda *y = m->hy;
+    struct target_hybrid_cuda *y = m->layers;
     if (!y) return;
     for (int i = 0; y->layers && i < m->nlayers; i++) {
         thc_layer *l = &y->layers[i];
@@ -212,24 +203,11 @@ void target_hybrid_cuda_destroy(target_cuda *m)
     if (y->h_rows) CHECK_CUDA(cudaFreeHost(y->h_rows));
     free(y->h_off);
     free(y);
-    m->hy = NULL;
+    m->layers = NULL;
 }
 
 /* ---- loading: every tensor goes through fp32 on the host (st_load_f32 converts and checks the shape), is
  * reordered there when the fused layout needs it, and is uploaded as bf16 ---- */
-
-/* dst (n bf16, device) = bf16(src[i] + add) */
-static void thc_put(uint16_t *dst, const float *src, size_t n, float add)
-{
-    const size_t chunk = (size_t)1 << 22;
-    uint16_t *h = xmalloc(sizeof *h * (n < chunk ? n : chunk));
-    for (size_t off = 0; off < n; off += chunk) {
-        size_t cnt = n - off < chunk ? n - off : chunk;
-        for (size_t i = 0; i < cnt; i++) h[i] = f32_to_bf16(src[off + i] + add);
-        CHECK_CUDA(cudaMemcpy(dst + off, h, cnt * 2, cudaMemcpyHostToDevice));
-    }
-    free(h);
-}
 
 typedef struct thc_loader {
     const st_file *st;
@@ -292,16 +270,6 @@ static int thc_up_f32(const thc_loader *L, const char *suffix, float *dst, int64
     float *f = NULL;
     int rc = thc_get(L, suffix, &f, n, 0, 0);
     if (!rc) CHECK_CUDA(cudaMemcpy(dst, f, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice));
-    free(f);
-    return rc;
-}
-
-int target_hybrid_cuda_upload_norm(const st_file *st, const char *name, uint16_t *dst, int n, errbuf *err)
-{
-    float *f = NULL;
-    int64_t shape[1] = {n};
-    int rc = st_load_f32(st, name, &f, 1, shape, NULL, err);
-    if (!rc) thc_put(dst, f, (size_t)n, 1.0f);
     free(f);
     return rc;
 }
@@ -385,10 +353,10 @@ static int thc_load_moe(const thc_loader *L, const hf_config *c, thc_layer *l)
     return rc;
 }
 
-int target_hybrid_cuda_load(target_cuda *m, const st_file *st, const char *prefix, errbuf *err)
+static int thc_load(target_cuda *m, const st_file *st, const char *prefix, errbuf *err)
 {
     const hf_config *c = &m->cfg;
-    struct target_hybrid_cuda *y = m->hy;
+    struct target_hybrid_cuda *y = m->layers;
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     int rc = 0;
     for (int i = 0; i < m->nlayers && !rc; i++) {
@@ -408,10 +376,10 @@ int target_hybrid_cuda_load(target_cuda *m, const st_file *st, const char *prefi
     return rc;
 }
 
-void target_hybrid_cuda_init_random(target_cuda *m, uint64_t *seed, float a)
+static void thc_init_random(target_cuda *m, uint64_t *seed, float a)
 {
     const hf_config *c = &m->cfg;
-    struct target_hybrid_cuda *y = m->hy;
+    struct target_hybrid_cuda *y = m->layers;
     const size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim, qd = (size_t)c->num_heads * hd;
     const size_t I = (size_t)c->intermediate_size, E = (size_t)c->num_experts;
     const size_t Im = (size_t)c->moe_intermediate_size, Is = (size_t)c->shared_expert_intermediate_size;
@@ -466,7 +434,7 @@ void target_hybrid_cuda_init_random(target_cuda *m, uint64_t *seed, float a)
 static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, const uint16_t *r, int ldr)
 {
     const hf_config *c = &m->cfg;
-    struct target_hybrid_cuda *y = m->hy;
+    struct target_hybrid_cuda *y = m->layers;
     const int T = rows->T, H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
     const int Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim, C = y->C, VD = y->VD, W = y->lin_w;
     cudaStream_t st = m->stream;
@@ -476,7 +444,7 @@ static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, 
     gated_delta_prep_cuda(y->conv, C, T, HK, Dk, y->beta, y->g, HV, y->proj + C + VD, W, y->proj + C + VD + HV, W,
                           l->a_log, l->dt_bias, HV, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    gated_delta_rule_forward_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C, y->g, HV,
+    gated_delta_chunk_forward_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C, y->g, HV,
                                   y->beta, HV, rows->cu, rows->nseq, HK, HV, Dk, Dv, st);
     target_cuda_mark(m, TARGET_CUDA_DELTA_RULE);
     gated_rmsnorm_cuda(y->core, VD, y->core, VD, y->proj + C, W, l->gnorm, T, HV, Dv, (float)c->rms_eps, st);
@@ -489,7 +457,7 @@ static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, 
 static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, const uint16_t *r, int ldr)
 {
     const hf_config *c = &m->cfg;
-    struct target_hybrid_cuda *y = m->hy;
+    struct target_hybrid_cuda *y = m->layers;
     const int T = rows->T, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
     const int qd = nh * hd, kd = nkv * hd, W = y->attn_w;
     cudaStream_t st = m->stream;
@@ -512,7 +480,7 @@ static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, co
 static void thc_moe(target_cuda *m, const thc_layer *l, int T, uint16_t *dst, int ldd)
 {
     const hf_config *c = &m->cfg;
-    struct target_hybrid_cuda *y = m->hy;
+    struct target_hybrid_cuda *y = m->layers;
     const int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
     const int Is = c->shared_expert_intermediate_size, TK = T * K;
     cudaStream_t st = m->stream;
@@ -555,42 +523,36 @@ static void thc_moe(target_cuda *m, const thc_layer *l, int T, uint16_t *dst, in
     target_cuda_mark(m, TARGET_CUDA_OTHER);
 }
 
-void target_hybrid_cuda_run_layers(target_cuda *m, const tc_rows *rows, int deepest, const int *taps, int ntaps,
-                                   uint16_t *aux, int ld_aux, uint16_t *last, uint16_t *logits,
-                                   const int32_t *logit_rows, int nlogit)
+/* Layer li over rows: residual r (ldr) in, output to dst (ldd). */
+static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const tc_kv_cache *kv, const uint16_t *r,
+                              int ldr, uint16_t *dst, int ldd)
 {
+    DF_ASSERT(!kv); /* no decoding cache: the family's row says so, and target_cuda_cache_create checks it */
     const hf_config *c = &m->cfg;
-    struct target_hybrid_cuda *y = m->hy;
+    struct target_hybrid_cuda *y = m->layers;
     const int T = rows->T, H = c->hidden_size, I = c->intermediate_size;
     const float eps = (float)c->rms_eps;
     cudaStream_t st = m->stream;
-
-    embedding_forward_cuda(m->x, rows->ids, T, m->embed, H, st);
+    const thc_layer *l = &y->layers[li];
+    rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    uint16_t *r = m->x; /* the residual stream: x, or the tap block / last buffer the previous layer wrote */
-    int ldr = H;
-    for (int li = 0; li <= deepest; li++) {
-        const thc_layer *l = &y->layers[li];
-        rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
+    if (l->linear) thc_linear(m, l, rows, r, ldr);
+    else thc_attn(m, l, rows, r, ldr);
+    rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, eps, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    if (l->moe) {
+        thc_moe(m, l, T, dst, ldd);
+    } else {
+        matmul_forward_cuda(m->mm, y->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
+        swiglu_forward_cuda(y->act, I, y->gu, 2 * I, T, I, st);
         target_cuda_mark(m, TARGET_CUDA_OTHER);
-        if (l->linear) thc_linear(m, l, rows, r, ldr);
-        else thc_attn(m, l, rows, r, ldr);
-        rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, eps, st);
-        target_cuda_mark(m, TARGET_CUDA_OTHER);
-        int ldd, first_tap;
-        uint16_t *dst = target_cuda_layer_dst(m, li, taps, ntaps, aux, ld_aux, last, &ldd, &first_tap);
-        if (l->moe) {
-            thc_moe(m, l, T, dst, ldd);
-        } else {
-            matmul_forward_cuda(m->mm, y->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
-            target_cuda_mark(m, TARGET_CUDA_MATMUL);
-            swiglu_forward_cuda(y->act, I, y->gu, 2 * I, T, I, st);
-            target_cuda_mark(m, TARGET_CUDA_OTHER);
-            matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, y->act, I, l->w_down, T, H, I, st);
-            target_cuda_mark(m, TARGET_CUDA_MATMUL);
-        }
-        r = dst, ldr = ldd;
-        target_cuda_layer_copies(m, li, first_tap, taps, ntaps, aux, ld_aux, last, r, ldr, T);
+        matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, y->act, I, l->w_down, T, H, I, st);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
     }
-    target_cuda_finish(m, r, ldr, T, logits, logit_rows, nlogit);
 }
+
+const target_cuda_ops target_hybrid_cuda = {
+    .create = thc_create, .destroy = thc_destroy, .load = thc_load, .init_random = thc_init_random,
+    .layer = thc_layer_forward, /* no cache operations: target_hybrid_family.can[TARGET_BACKEND_CUDA] */
+};

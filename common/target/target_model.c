@@ -1,3 +1,6 @@
+/* target_model: the CPU target's generic part: the family chosen from the config (target_family_of), the frozen
+ * tables and final norm under the family's names, RoPE frequencies over the family's rotary dimensions, and the
+ * packed forward's loop over the family's layers. No family branch here: what varies is in the family's row. */
 #include "target_model.h"
 #include "target_model_impl.h"
 
@@ -7,55 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
-#include "kv_attention.h"
 #include "embedding.h"
 #include "matmul.h"
 #include "rmsnorm.h"
 #include "rope.h"
 #include "safetensors.h"
-#include "swiglu.h"
-#include "target_hybrid.h"
 
 static int load_tensor(const st_file *st, const char *name, float **out, int64_t d0, int64_t d1, errbuf *err)
 {
     int64_t shape[2] = {d0, d1};
     return st_load_f32(st, name, out, d1 > 0 ? 2 : 1, shape, NULL, err);
-}
-
-static int load_layer(const st_file *st, const hf_config *c, int i, target_layer *l, errbuf *err)
-{
-    char n[160];
-    int64_t H = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->num_heads * hd, kd = (int64_t)c->num_kv_heads * hd;
-    int64_t I = c->intermediate_size;
-    int rc = 0;
-#define LOAD(field, suffix, a, b)                                                  \
-    if (rc == 0) {                                                                  \
-        snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);                    \
-        rc = load_tensor(st, n, &l->field, a, b, err);                              \
-    }
-    LOAD(input_norm, "input_layernorm.weight", H, 0);
-    LOAD(post_norm, "post_attention_layernorm.weight", H, 0);
-    LOAD(wq, "self_attn.q_proj.weight", qd, H);
-    LOAD(wk, "self_attn.k_proj.weight", kd, H);
-    LOAD(wv, "self_attn.v_proj.weight", kd, H);
-    LOAD(wo, "self_attn.o_proj.weight", H, qd);
-    if (c->has_qk_norm) {
-        LOAD(q_norm, "self_attn.q_norm.weight", hd, 0);
-        LOAD(k_norm, "self_attn.k_norm.weight", hd, 0);
-    }
-    LOAD(w_gate, "mlp.gate_proj.weight", I, H);
-    LOAD(w_up, "mlp.up_proj.weight", I, H);
-    LOAD(w_down, "mlp.down_proj.weight", H, I);
-#undef LOAD
-    return rc;
-}
-
-static void free_layer(target_layer *l)
-{
-    float **p[] = {&l->input_norm, &l->post_norm, &l->q_norm, &l->k_norm, &l->wq, &l->wk,
-                   &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
 }
 
 int target_model_load(target_model **out, const char *dir, int max_layer, errbuf *err)
@@ -70,41 +34,30 @@ int target_model_load(target_model **out, const char *dir, int max_layer, errbuf
                         c->num_layers);
         goto fail;
     }
+    rc = target_family_require(c, TARGET_BACKEND_CPU, TARGET_CAN_FORWARD, "the target forward", &m->fam, err);
+    if (rc) goto fail;
     m->full = max_layer < 0;
     m->nlayers = m->full ? c->num_layers : max_layer + 1;
     rc = st_open(&st, dir, err);
     if (rc) goto fail;
-    /* hybrid vision-language checkpoints keep the text model under model.language_model. */
-    const char *prefix = c->is_hybrid ? target_hybrid_prefix(st) : "model.";
-    char name[160];
-    snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
-    rc = load_tensor(st, name, &m->embed, c->vocab_size, c->hidden_size, err);
+    target_tables tb;
+    if ((rc = target_tables_find(c, st, &tb, err))) goto fail;
+    rc = load_tensor(st, tb.embed, &m->embed, c->vocab_size, c->hidden_size, err);
     if (rc) goto fail;
-    if (c->tie_embeddings) {
+    if (tb.tied) {
         m->lm_head = m->embed;
     } else {
-        rc = load_tensor(st, "lm_head.weight", &m->lm_head, c->vocab_size, c->hidden_size, err);
+        rc = load_tensor(st, tb.lm_head, &m->lm_head, c->vocab_size, c->hidden_size, err);
         if (rc) goto fail;
     }
     if (m->full) {
-        snprintf(name, sizeof name, "%snorm.weight", prefix);
-        rc = load_tensor(st, name, &m->final_norm, c->hidden_size, 0, err);
+        rc = load_tensor(st, tb.norm, &m->final_norm, c->hidden_size, 0, err);
         if (rc) goto fail;
-        if (c->is_hybrid) /* zero-centred RMSNorm: the scale is 1 + w */
-            for (int i = 0; i < c->hidden_size; i++) m->final_norm[i] += 1.0f;
+        for (int i = 0; tb.norm_add != 0.0f && i < c->hidden_size; i++) m->final_norm[i] += tb.norm_add;
     }
-    if (c->is_hybrid) {
-        rc = target_hybrid_load(&m->hybrid, st, c, prefix, m->nlayers, err);
-        if (rc) goto fail;
-    } else {
-        m->layers = xcalloc((size_t)m->nlayers, sizeof *m->layers);
-        for (int i = 0; i < m->nlayers; i++) {
-            rc = load_layer(st, c, i, &m->layers[i], err);
-            if (rc) goto fail;
-        }
-    }
-    /* partial RoPE (hybrid targets) rotates the first rotary_dim dimensions of each head */
-    const int rd = c->is_hybrid ? c->rotary_dim : c->head_dim;
+    rc = m->fam->cpu->load(m, st, m->fam->prefix(st), err);
+    if (rc) goto fail;
+    const int rd = m->fam->rope_dims(c);
     m->inv_freq = xmalloc(sizeof(double) * (size_t)(rd / 2));
     rope_params rp = {.theta = c->rope_theta, .llama3 = c->rope_llama3, .factor = c->rope_factor,
                       .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
@@ -127,16 +80,13 @@ void target_model_destroy(target_model **mp)
 {
     target_model *m = *mp;
     if (!m) return;
-    if (m->layers)
-        for (int i = 0; i < m->nlayers; i++) free_layer(&m->layers[i]);
-    free(m->layers);
-    target_hybrid_destroy(&m->hybrid);
+    if (m->fam) m->fam->cpu->destroy(m);
     if (m->lm_head != m->embed) free(m->lm_head);
     free(m->embed);
     free(m->final_norm);
     free(m->inv_freq);
-    float *scratch[] = {m->act.x, m->act.u, m->act.q, m->act.k, m->act.v, m->act.attn, m->act.gate, m->act.up};
-    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) free(scratch[i]);
+    free(m->x);
+    free(m->u);
     free(m);
     *mp = NULL;
 }
@@ -149,19 +99,11 @@ int target_model_loaded_layers(const target_model *m) { return m->nlayers - 1; }
 static void scratch_reserve(target_model *m, int T)
 {
     if (T <= m->scratch_tokens) return;
-    const hf_config *c = &m->cfg;
-    size_t H = (size_t)c->hidden_size, qd = (size_t)c->num_heads * (size_t)c->head_dim;
-    size_t kd = (size_t)c->num_kv_heads * (size_t)c->head_dim, I = (size_t)c->intermediate_size, t = (size_t)T;
-    target_acts *a = &m->act;
-    float **bufs[] = {&a->x, &a->u, &a->q, &a->k, &a->v, &a->attn, &a->gate, &a->up};
-    size_t sizes[] = {t * H, t * H, t * qd, t * kd, t * kd, t * qd, t * I, t * I};
-    /* a hybrid target's layers keep their own scratch (target_hybrid.c): the residual stream and the final norm's
-     * output are all this one needs */
-    size_t n = m->hybrid ? 2 : sizeof sizes / sizeof sizes[0];
-    for (size_t i = 0; i < n; i++) {
-        free(*bufs[i]);
-        *bufs[i] = xmalloc(sizes[i] * sizeof(float));
-    }
+    const size_t n = (size_t)T * (size_t)m->cfg.hidden_size;
+    free(m->x);
+    free(m->u);
+    m->x = xmalloc(n * sizeof(float));
+    m->u = xmalloc(n * sizeof(float));
     m->scratch_tokens = T;
 }
 
@@ -204,37 +146,6 @@ int target_request_depth(const hf_config *c, int nlayers, int full, const int *t
     return 0;
 }
 
-void target_dense_layer_cpu(const target_model *m, int li, const target_acts *a, int T, const int32_t *pos,
-                            const int32_t *cu_seqlens, int nseq, const target_kv_view *kv)
-{
-    const hf_config *c = &m->cfg;
-    const target_layer *l = &m->layers[li];
-    const int H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
-    const int qd = nh * hd, kd = nkv * hd, I = c->intermediate_size;
-    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
-    rmsnorm_forward_cpu(a->u, H, a->x, H, l->input_norm, T, H, eps);
-    matmul_forward_cpu(a->q, qd, a->u, H, l->wq, T, qd, H, 0);
-    matmul_forward_cpu(a->k, kd, a->u, H, l->wk, T, kd, H, 0);
-    matmul_forward_cpu(a->v, kd, a->u, H, l->wv, T, kd, H, 0);
-    if (c->has_qk_norm) {
-        rmsnorm_forward_cpu(a->q, hd, a->q, hd, l->q_norm, T * nh, hd, eps);
-        rmsnorm_forward_cpu(a->k, hd, a->k, hd, l->k_norm, T * nkv, hd, eps);
-    }
-    rope_apply_cpu(a->q, qd, T, nh, hd, pos, m->inv_freq, 0);
-    rope_apply_cpu(a->k, kd, T, nkv, hd, pos, m->inv_freq, 0);
-    if (kv)
-        kv_attention_forward_cpu(a->attn, qd, a->q, qd, kv->kc, kv->vc, kv->seq_stride, kv->seq, pos, T, nh, nkv, hd,
-                                 scale);
-    else
-        attention_causal_forward_cpu(a->attn, a->q, a->k, a->v, cu_seqlens, nseq, nh, nkv, hd, scale);
-    matmul_forward_cpu(a->x, H, a->attn, qd, l->wo, T, H, qd, 1);
-    rmsnorm_forward_cpu(a->u, H, a->x, H, l->post_norm, T, H, eps);
-    matmul_forward_cpu(a->gate, I, a->u, H, l->w_gate, T, I, H, 0);
-    matmul_forward_cpu(a->up, I, a->u, H, l->w_up, T, I, H, 0);
-    swiglu_forward_cpu(a->gate, a->gate, a->up, (size_t)T * (size_t)I);
-    matmul_forward_cpu(a->x, H, a->gate, I, l->w_down, T, H, I, 1);
-}
-
 void target_capture_taps_cpu(float *aux, const int *taps, int ntaps, int li, const float *x, int T, int H)
 {
     const size_t ld = (size_t)ntaps * (size_t)H;
@@ -255,19 +166,18 @@ int target_model_forward(target_model *m, const target_batch *b, const int *taps
     const float eps = (float)c->rms_eps;
     scratch_reserve(m, T);
 
-    float *x = m->act.x;
+    float *x = m->x;
     embedding_forward_cpu(x, b->input_ids, T, m->embed, c->vocab_size, H);
     for (int li = 0; li <= deepest; li++) {
-        if (m->hybrid) target_hybrid_layer_forward(m->hybrid, c, li, x, b, m->inv_freq);
-        else target_dense_layer_cpu(m, li, &m->act, T, b->positions, b->cu_seqlens, b->nseq, NULL);
+        m->fam->cpu->layer(m, li, x, b);
         /* CPU capture: the residual stream row goes to its tap column block (the CUDA path writes it from the
          * residual-add kernel itself). A layer may be tapped more than once. */
         target_capture_taps_cpu(aux, taps, ntaps, li, x, T, H);
     }
     if (last) memcpy(last, x, sizeof(float) * (size_t)T * (size_t)H);
     if (logits) {
-        rmsnorm_forward_cpu(m->act.u, H, x, H, m->final_norm, T, H, eps);
-        matmul_forward_cpu(logits, c->vocab_size, m->act.u, H, m->lm_head, T, c->vocab_size, H, 0);
+        rmsnorm_forward_cpu(m->u, H, x, H, m->final_norm, T, H, eps);
+        matmul_forward_cpu(logits, c->vocab_size, m->u, H, m->lm_head, T, c->vocab_size, H, 0);
     }
     return 0;
 }

@@ -1,5 +1,6 @@
-/* target_model: the frozen target LLM (Qwen3, Llama, or a hybrid Qwen3.5 / Qwen3.5-MoE / Qwen3-Next whose layers
- * run in target_hybrid.c; Hugging Face checkpoint) on the CPU backend, fp32 compute
+/* target_model: the frozen target LLM (Hugging Face checkpoint) on the CPU backend, fp32 compute; its layers are
+ * its family's (target_family.h: dense Qwen3 / Llama in target_dense.c, the hybrid Qwen3.5 / Qwen3.5-MoE /
+ * Qwen3-Next in target_hybrid.c), chosen from its config at load
  * (bf16/f16 weights are upcast at load). The forward runs over a packed batch (cu_seqlens, positions restarting per
  * sequence) and writes tap i of token t straight into row t, columns [i*H, (i+1)*H) of a caller-owned (T, K*H)
  * buffer. It runs no layer deeper than the deepest one a call needs. One model per thread at a time (it owns its

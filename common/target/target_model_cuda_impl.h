@@ -1,5 +1,8 @@
-/* target_model_cuda_impl: the CUDA target's weights and workspaces, and the layer loop that both the packed forward
- * (target_model_cuda.c) and decoding against a KV cache (target_decode_cuda.c) run. Only common/model includes it. */
+/* target_model_cuda_impl: the CUDA target as the generic code (target_model_cuda.c, target_decode_cuda.c) and the
+ * families' CUDA files (target_dense_cuda.c, target_hybrid_cuda.c) share it, the operations a family gives the
+ * CUDA backend, and the pieces the families use (target_base_cuda.c). The generic code owns the stream, cuBLASLt,
+ * the frozen tables, RoPE frequencies, the residual stream and the batch staging; the family owns its layers and
+ * their workspaces (m->layers). Only common/target includes it. */
 #ifndef DFLASH_TARGET_MODEL_CUDA_IMPL_H
 #define DFLASH_TARGET_MODEL_CUDA_IMPL_H
 
@@ -10,34 +13,30 @@
 
 #include "hf_config.h"
 #include "matmul.h"
+#include "safetensors.h"
+#include "target_family.h"
 #include "target_model_cuda.h"
 #include "util.h"
 
 #define TC_MAX_EVENTS 4096
 
-typedef struct tc_layer {
-    uint16_t *input_norm, *post_norm; /* (H) */
-    uint16_t *q_norm, *k_norm;        /* (hd), Qwen3 only */
-    uint16_t *w_qkv;                  /* (qd + 2 kd, H): q_proj | k_proj | v_proj rows */
-    uint16_t *w_o;                    /* (H, qd) */
-    uint16_t *w_gu;                   /* (2 I, H): gate_proj | up_proj rows */
-    uint16_t *w_down;                 /* (H, I) */
-} tc_layer;
+typedef struct target_cuda_ops target_cuda_ops;
 
 struct target_cuda {
     hf_config cfg;
+    const target_family *fam;        /* chosen from cfg (target_family_of) */
+    const target_cuda_ops *ops;      /* the family's CUDA operations */
     int nlayers, full;
     cudaStream_t stream;
     int own_stream;
     matmul_cuda *mm;
     uint16_t *embed, *lm_head, *final_norm;
-    tc_layer *layers;                /* Qwen3 / Llama */
-    struct target_hybrid_cuda *hy;   /* hybrid targets (target_hybrid_cuda.c): their layers and workspaces */
-    double *d_inv_freq;              /* (rd/2): rd = head_dim, or rotary_dim for hybrid targets */
+    void *layers;                    /* the family's layers and workspaces */
+    double *d_inv_freq;              /* (fam->rope_dims(cfg)/2) */
     size_t device_bytes;
-    /* workspaces for max_tokens */
+    /* workspaces for max_tokens: the residual stream x and the normed rows u (T, H) */
     int max_tokens, max_seqs;
-    uint16_t *x, *u, *qkv, *attn, *gu, *act;
+    uint16_t *x, *u;
     int32_t *d_ids;                /* device copy of the batch: ids (T) | positions (T) | cu_seqlens (nseq+1) */
     int32_t *h_stage;              /* pinned staging of the same */
     cudaEvent_t staged;            /* the last upload from h_stage has completed */
@@ -49,16 +48,14 @@ struct target_cuda {
     double prof_ms[TARGET_CUDA_NCLASS];
 };
 
-/* Attention against a KV cache for a forward's rows: row t is sequence seq[t] at absolute position pos[t]; every
- * layer appends the rows' keys and values to its cache (kc[li], vc[li]; sequence s at s*seq_stride elements) and
- * attends to the sequence's cached keys [0, pos[t]]. packed: every sequence of the call starts at position 0 and
- * its rows are contiguous (cu_seqlens), so the flash kernel over the rows alone gives the same result. */
+/* A decoding step's view of the cache for a forward's rows: row t is sequence seq[t] at absolute position pos[t];
+ * every layer appends the rows' keys and values (or states) to the family's part of the cache (state) and attends
+ * to the sequence's cached rows [0, pos[t]]. packed: every sequence of the call starts at position 0 and its rows
+ * are contiguous (cu_seqlens), so the flash kernel over the rows alone gives the same result. */
 typedef struct tc_kv_cache {
-    uint16_t *const *kc, *const *vc;
-    size_t seq_stride;
+    void *state;                /* the family's (cache_new) */
     const int32_t *seq, *pos;   /* device (T) */
     int max_pos;                /* host bound of pos */
-    float *workspace;           /* kv_attention_workspace_bytes(T, nh, hd, max_pos) */
     int packed;
 } tc_kv_cache;
 
@@ -68,25 +65,48 @@ typedef struct tc_rows {
     const int32_t *ids, *pos, *cu;
 } tc_rows;
 
+/* A family's operations on the CUDA backend; the cache operations are NULL when it cannot decode there (its row's
+ * can[TARGET_BACKEND_CUDA] says so, and target_cuda_cache_create checks that first). */
+struct target_cuda_ops {
+    /* Weight buffers and workspaces of m->nlayers layers for m->max_tokens rows (m->cfg, m->stream, m->mm set):
+     * m->layers. Refuses shapes its kernels do not take, naming them. */
+    int (*create)(target_cuda *m, errbuf *err);
+    void (*destroy)(target_cuda *m);
+    /* Upload layers [0, m->nlayers) from st (names under prefix). */
+    int (*load)(target_cuda *m, const st_file *st, const char *prefix, errbuf *err);
+    /* Deterministic random weights from *seed (advanced), linear weights uniform with half-width a, norms 1. */
+    void (*init_random)(target_cuda *m, uint64_t *seed, float a);
+    /* Layer li over rows, enqueued on m->stream: the residual stream comes in at r (row stride ldr) and the layer's
+     * output goes to dst (ldd; may be r). m->u and m->x are the layer's to use. kv: NULL (packed causal forward)
+     * or the decoding cache. */
+    void (*layer)(target_cuda *m, int li, const tc_rows *rows, const tc_kv_cache *kv, const uint16_t *r, int ldr,
+                  uint16_t *dst, int ldd);
+    /* The family's part of a decoding cache of nseq x max_len positions, steps of at most max_step rows: *state,
+     * its device bytes added to *bytes. -ENOMEM naming the size when the device is full. */
+    int (*cache_new)(target_cuda *m, int nseq, int max_len, int max_step, void **state, size_t *bytes, errbuf *err);
+    void (*cache_destroy)(void *state);
+    /* Sequence seq keeps len of its held positions (NULL: the lengths say it all). */
+    int (*cache_crop)(void *state, int seq, int len, int held, errbuf *err);
+};
+
+/* The CUDA operations of family f (target_family_cuda.c: the rows of target_families.def). */
+const target_cuda_ops *target_family_cuda_ops(const target_family *f);
+
+/* ---- pieces shared by the generic code and the families (target_base_cuda.c) ---- */
+/* cudaMalloc, counted in m->device_bytes; CUDA failures exit through CHECK_CUDA. */
+void *target_cuda_alloc(target_cuda *m, size_t bytes);
+/* cudaFree *p (a void ** passed as void *) and NULL it. */
+void target_cuda_free(void *p);
+/* dst (n bf16, device) = bf16(src[i] + add), through a host staging buffer. */
+void target_cuda_put(uint16_t *dst, const float *src, size_t n, float add);
+/* Profiling: charge the span since the previous mark to class cls (no-op unless profiling). */
+void target_cuda_mark(target_cuda *m, int cls);
+
 /* Embedding, layers [0, deepest], final norm and lm_head, enqueued on m->stream: taps -> aux (ld_aux), the last
  * layer's output -> last, logits of the rows logit_rows[0..nlogit) (device; NULL: every row in order) -> logits
  * (nlogit or T rows of V). kv: NULL for the packed causal forward. deepest as target_request_depth gave it. */
 void target_cuda_run_layers(target_cuda *m, const tc_rows *rows, const tc_kv_cache *kv, int deepest, const int *taps,
                             int ntaps, uint16_t *aux, int ld_aux, uint16_t *last, uint16_t *logits,
                             const int32_t *logit_rows, int nlogit);
-
-/* Pieces of the layer loop shared with the hybrid one (target_hybrid_cuda.c). */
-/* Profiling: charge the span since the previous mark to class cls (no-op unless profiling). */
-void target_cuda_mark(target_cuda *m, int cls);
-/* Where layer li's output (the residual stream) goes: its first tap block of aux (*first_tap its index), else last
- * (the model's last layer), else m->x; *ldd its row stride. */
-uint16_t *target_cuda_layer_dst(target_cuda *m, int li, const int *taps, int ntaps, uint16_t *aux, int ld_aux,
-                                uint16_t *last, int *ldd, int *first_tap);
-/* After layer li wrote r (ldr): the copies for a layer tapped twice, or tapped and also the last. */
-void target_cuda_layer_copies(target_cuda *m, int li, int first_tap, const int *taps, int ntaps, uint16_t *aux,
-                              int ld_aux, uint16_t *last, const uint16_t *r, int ldr, int T);
-/* Final norm of r (ldr) and lm_head into logits (rows logit_rows, or all T), then the profile's collection. */
-void target_cuda_finish(target_cuda *m, const uint16_t *r, int ldr, int T, uint16_t *logits,
-                        const int32_t *logit_rows, int nlogit);
 
 #endif

@@ -30,6 +30,7 @@
 #include "prompt_file.h"
 #include "rng.h"
 #include "target_decode.h"
+#include "target_family.h"
 #include "target_model.h"
 #include "util.h"
 #include "weights_check.h"
@@ -704,7 +705,10 @@ int generate_main(int argc, char **argv)
     decoding *dec = NULL;
 
     hf_config cfg;
-    if (hf_config_load(&cfg, o.target, &err) != 0) {
+    /* what the target's family cannot do on the chosen backend is refused here, before anything is loaded */
+    if (hf_config_load(&cfg, o.target, &err) != 0 ||
+        target_family_require(&cfg, o.cuda ? TARGET_BACKEND_CUDA : TARGET_BACKEND_CPU, TARGET_CAN_DECODE,
+                              "decoding with a KV cache", NULL, &err) != 0) {
         fprintf(stderr, PROG ": error: %s\n", err.msg);
         return 1;
     }

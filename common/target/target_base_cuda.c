@@ -1,0 +1,84 @@
+/* target_base_cuda: the pieces of the CUDA target that the generic code and every family use: device allocation
+ * counted in the model's bytes, uploads of checkpoint tensors as bf16, and the profiling marks. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_check.h"
+#include "target_model_cuda_impl.h"
+
+void *target_cuda_alloc(target_cuda *m, size_t bytes)
+{
+    void *p = NULL;
+    CHECK_CUDA(cudaMalloc(&p, bytes ? bytes : 16));
+    m->device_bytes += bytes;
+    return p;
+}
+
+void target_cuda_free(void *pp)
+{
+    void **p = (void **)pp;
+    if (*p) CHECK_CUDA(cudaFree(*p));
+    *p = NULL;
+}
+
+void target_cuda_put(uint16_t *dst, const float *src, size_t n, float add)
+{
+    const size_t chunk = (size_t)1 << 22;
+    uint16_t *h = xmalloc(sizeof *h * (n < chunk ? n : chunk));
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t cnt = n - off < chunk ? n - off : chunk;
+        for (size_t i = 0; i < cnt; i++) h[i] = f32_to_bf16(src[off + i] + add);
+        CHECK_CUDA(cudaMemcpy(dst + off, h, cnt * 2, cudaMemcpyHostToDevice));
+    }
+    free(h);
+}
+
+int target_cuda_upload_tensor(const st_file *st, const char *name, uint16_t *dst, int64_t d0, int64_t d1,
+                              errbuf *err)
+{
+    const st_tensor *t = st_find(st, name);
+    if (!t) return errbuf_set(err, ENOENT, "%s: tensor %s is missing", st_path(st), name);
+    int ndim = d1 > 0 ? 2 : 1;
+    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
+        return errbuf_set(err, EINVAL, "%s: tensor %s has shape [%lld%s%lld], expected [%lld%s%lld]", t->file, name,
+                          (long long)t->shape[0], t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL,
+                          (long long)d0, ndim > 1 ? ", " : "", ndim > 1 ? (long long)d1 : 0LL);
+    size_t n = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    if (t->dtype == ST_BF16) {
+        CHECK_CUDA(cudaMemcpy(dst, t->data, n * 2, cudaMemcpyHostToDevice));
+        return 0;
+    }
+    if (t->dtype != ST_F32 && t->dtype != ST_F16)
+        return errbuf_set(err, EINVAL, "%s: tensor %s has dtype %s, expected F32, BF16 or F16", t->file, name,
+                          st_dtype_name(t->dtype));
+    const size_t chunk = (size_t)1 << 24;
+    uint16_t *h = xmalloc(sizeof *h * (n < chunk ? n : chunk));
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t c = n - off < chunk ? n - off : chunk;
+        for (size_t i = 0; i < c; i++) {
+            float f;
+            if (t->dtype == ST_F32) {
+                memcpy(&f, (const char *)t->data + 4 * (off + i), 4);
+            } else {
+                uint16_t hv;
+                memcpy(&hv, (const char *)t->data + 2 * (off + i), 2);
+                f = f16_to_f32(hv);
+            }
+            h[i] = f32_to_bf16(f);
+        }
+        CHECK_CUDA(cudaMemcpy(dst + off, h, c * 2, cudaMemcpyHostToDevice));
+    }
+    free(h);
+    return 0;
+}
+
+/* Profiling: an event after each kernel; the span from the previous event is charged to the kernel's class. */
+void target_cuda_mark(target_cuda *m, int cls)
+{
+    if (!m->profiling || m->nev >= TC_MAX_EVENTS) return;
+    m->ev_class[m->nev] = cls;
+    CHECK_CUDA(cudaEventRecord(m->ev[m->nev++], m->stream));
+}
