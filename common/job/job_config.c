@@ -41,6 +41,8 @@ const config_field job_config_table[] = {
     F(train, checkpoint_every, CONFIG_INT, 0, 1 << 30, "50", 0, "steps between checkpoints (0: only at the end)"),
     F(train, checkpoint_retry_sec, CONFIG_DOUBLE, 0.1, 3600, "10", 0,
       "a checkpoint that cannot be written (disk full, read-only, forbidden): the job holds, retrying this often"),
+    F(train, max_skipped_in_a_row, CONFIG_INT, 0, JOB_RECORD_RING - 1, "20", 0,
+      "this many steps in a row not applied (loss or gradient norm not finite) end the job with the reason (0: never)"),
     F(train, lr, CONFIG_DOUBLE, 0, 10, "6e-4", 0, "peak learning rate"),
     F(train, min_lr, CONFIG_DOUBLE, 0, 10, "0", 0, "learning rate at the end of the cosine decay"),
     F(train, beta1, CONFIG_DOUBLE, 0, 1, "0.9", 0, "AdamW beta1"),

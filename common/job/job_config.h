@@ -35,7 +35,7 @@ typedef struct job_config {
         double gamma;                     /* 0: the spec's value for the block size */
     } drafter;
     struct {
-        int steps, warmup_steps, checkpoint_every;
+        int steps, warmup_steps, checkpoint_every, max_skipped_in_a_row;
         double checkpoint_retry_sec;
         double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     } train;

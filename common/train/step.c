@@ -282,6 +282,30 @@ static void report_progress(step_ctx *s, uint64_t k)
                sm.acceptance, tps);
 }
 
+/* train.max_skipped_in_a_row = N: when the N steps before k were all not applied (this instance's records; a resume
+ * counts afresh), rank 0 writes why into the job state and ends the job at step k: a drain, so k is checkpointed and
+ * the job finishes; dflashd then reports the reason and exits JOB_EXIT_FATAL. 1 when it did. */
+static int skip_limit(step_ctx *s, uint64_t k)
+{
+    job_state_header *h = s->js->h;
+    const int N = s->plan->cfg.train.max_skipped_in_a_row;
+    if (s->rank != 0 || N <= 0 || k < (uint64_t)N || h->end_reason[0]) return 0;
+    for (uint64_t j = k - (uint64_t)N; j < k; j++) {
+        const job_rank_record *rec = &h->records[j % JOB_RECORD_RING][0];
+        if (rec->step_plus1 != j + 1 || !rec->skipped) return 0;
+    }
+    snprintf(h->end_reason, sizeof h->end_reason,
+             "train.max_skipped_in_a_row = %d: steps %llu to %llu were all not applied (the last: %s): the drafter's "
+             "loss or gradients are not finite (NaN in drafter.init's weights, too high a train.lr, bad data?); the "
+             "job ends at step %llu", N, (unsigned long long)(k - (uint64_t)N), (unsigned long long)(k - 1),
+             step_skip_reason(h->records[(k - 1) % JOB_RECORD_RING][0].skipped), (unsigned long long)k);
+    log_error("%s", h->end_reason);
+    uint64_t stop = atomic_load(&h->stop_step);
+    if (!stop || stop > k) atomic_store(&h->stop_step, k); /* after end_reason: whoever sees the drain sees why */
+    job_state_wake(s->js);
+    return 1;
+}
+
 /* Whether any rank has started the step after the committed one: then every rank must take part in it. */
 static int step_started(void *ctx)
 {
@@ -311,6 +335,7 @@ int step_train(step_ctx *s)
             if (s->reported + 1 == k || s->steps_seen == 0) report_progress(s, k - 1);
             s->reported = k;
         }
+        skip_limit(s, k); /* before the checkpoint below: it ends the job at k */
         uint64_t held = s->src->ops->held(s->src);
         if (held != UINT64_MAX && held < step_plan_first_batch(k, (uint32_t)s->nranks)) s->src->ops->release(s->src);
         if (maybe_checkpoint(s, k)) return 1;

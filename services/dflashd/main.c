@@ -835,6 +835,11 @@ int main(int argc, char **argv)
     }
     rc = run(&k);
     control_destroy(&k.ctl);
+    char end_reason[sizeof k.js.h->end_reason] = ""; /* the job ended early for a cause no restart cures */
+    if (rc == 0) {
+        memcpy(end_reason, k.js.h->end_reason, sizeof end_reason - 1);
+        if (end_reason[0]) log_error("the job ended before its last step: %s", end_reason);
+    }
     if (rc == 0) { /* X_DFLASH_FINISHED: `dflash run` tells the job's end from a stop (both exit 0) by it */
         sd_notifyf(0, "STOPPING=1\nX_DFLASH_FINISHED=1\nSTATUS=finished: %llu steps in the ledger",
                    (unsigned long long)job_state_last_step(&k.js));
@@ -845,5 +850,6 @@ int main(int argc, char **argv)
     ledger_destroy(&k.ledger);
     if (rc == 0) unlink_segments(&k.plan);
     run_lock_destroy(&k.lock);
+    if (end_reason[0]) return JOB_EXIT_FATAL; /* `dflash run` gives up with the reason; systemd does not restart */
     return rc == RUN_STOPPED ? 0 : rc;
 }
