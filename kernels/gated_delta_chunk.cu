@@ -20,7 +20,8 @@
 //   1. warp 0: G (a warp scan), e^{G}, e^{G_{L-1}−G}, β;  all warps: K·Kᵀ, Q·Kᵀ, K·S0, Q·S0 (mma m16n8k16)
 //   2. A and the gated Q·Kᵀ to shared fp32, R to shared bf16 (hi, lo)
 //   3. T = (I + A)^-1 in fp32: the four 16x16 diagonal blocks by forward substitution in registers (one lane per
-//      column), then the blocks below them by T_ij = −T_ii Σ_{j<=k<i} A_ik T_kj, one block diagonal at a time
+//      column), then the blocks below them by T_ij = −T_ii Σ_{j<=k<i} A_ik T_kj, one block diagonal at a time, on
+//      the tensor cores with split (hi + lo) operands in both modes
 //   4. δ = T R (mma); 5. O (mma, written to global bf16); 6. the state update (mma into the fp32 state, which
 //      lives in registers; its bf16 hi + lo copy in shared memory is the next chunk's mma operand).
 // The next chunk's K (double-buffered), Q and V are fetched with cp.async as soon as their buffers are free.
@@ -44,6 +45,7 @@ typedef __nv_bfloat16 bf16;
 #define GDC_THREADS 256         /* 8 warps */
 #define GDC_LDC (GDC_C + 8)     /* fp32 (C, C) row stride: float2 fragment loads on distinct banks */
 #define GDC_FULL 0xffffffffu
+#define GDC_SORT_MAX GDC_THREADS /* packed batches of at most this many sequences run longest first */
 
 /* shared memory of one block, in bytes from the start; bf16 row strides are 8 elements (16 bytes) past a multiple of
  * 128 bytes so that ldmatrix reads 8 rows on distinct banks */
@@ -60,7 +62,7 @@ template <int DK, int BV> struct gdc_layout {
     static constexpr size_t pd = rd + 2ull * GDC_C * LDV * 2;             /* bf16 δ' hi, lo; fp32 solve temp */
     static constexpr size_t vec = pd + 2ull * GDC_C * LDV * 2;            /* fp32 g, β (2 buffers), G, e^G, e^{GL−G}, β */
     static constexpr size_t bytes = vec + 4ull * 8 * GDC_C + 16;          /* + e^{G_{L-1}} */
-    static_assert(2ull * GDC_C * LDV * 2 >= 4ull * 3 * 256, "solve temp fits the δ' buffer");
+    static_assert(2ull * GDC_C * LDV * 2 >= 4ull * 6 * 128, "solve temp fits the δ' buffer");
 };
 
 __device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t &hi, uint32_t &lo)
@@ -111,6 +113,21 @@ __device__ __forceinline__ void gdc_lda_f32(uint32_t *hi, uint32_t *lo, const fl
     }
 }
 
+/* B fragment (16x8) of a fp32 matrix stored (k, n contiguous), split into bf16 hi and lo */
+template <bool LO>
+__device__ __forceinline__ void gdc_ldb_f32(uint32_t *hi, uint32_t *lo, const float *base, int ld, int n0, int k0)
+{
+    const int l = threadIdx.x & 31, g = l >> 2, q = l & 3;
+    const float *p = base + (k0 + 2 * q) * ld + n0 + g;
+    const float b00 = p[0], b01 = p[ld], b10 = p[8 * ld], b11 = p[9 * ld];
+    if (LO) {
+        split_bf16x2(b00, b01, hi[0], lo[0]);
+        split_bf16x2(b10, b11, hi[1], lo[1]);
+    } else {
+        hi[0] = pack_bf16(b00, b01), hi[1] = pack_bf16(b10, b11);
+    }
+}
+
 /* rows [0, rows) and columns [0, cols) of src (row stride ld) into dst (C, COLS; row stride ldd), zeros elsewhere:
  * cp.async 16-byte pieces when AL (src, ld and cols multiples of 8 elements, 16-byte aligned), else plain loads */
 template <int COLS, bool AL>
@@ -142,7 +159,8 @@ __device__ __forceinline__ void gdc_load_vec(float *dst, const float *src, int l
 template <int DK, int BV, bool AL, bool EXACT>
 static __global__ void __launch_bounds__(GDC_THREADS, 1)
     gdc_kernel(bf16 *out, int ldo, const bf16 *q, int ldq, const bf16 *k, int ldk, const bf16 *v, int ldv,
-               const float *g, int ldg, const float *beta, int ldb, const int32_t *cu_seqlens, int rep, int dv)
+               const float *g, int ldg, const float *beta, int ldb, const int32_t *cu_seqlens, int nseq, int hv,
+               int rep, int dv)
 {
     typedef gdc_layout<DK, BV> Lay;
     constexpr int C = GDC_C, LDK = Lay::LDK, LDV = Lay::LDV, LDC = GDC_LDC;
@@ -158,12 +176,33 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
     float *Aq = reinterpret_cast<float *>(smem + Lay::aq);
     bf16 *Rh = reinterpret_cast<bf16 *>(smem + Lay::rd), *Rl = Rh + C * LDV; /* R, then δ */
     bf16 *Ph = reinterpret_cast<bf16 *>(smem + Lay::pd), *Pl = Ph + C * LDV; /* δ' = e^{G_{L-1}−G} δ */
-    float *Ptmp = reinterpret_cast<float *>(smem + Lay::pd);                 /* the solve's (3, 16, 16) */
+    float *Ptmp = reinterpret_cast<float *>(smem + Lay::pd);                 /* the solve's (6 warps, 16, 8) */
     float *gs = reinterpret_cast<float *>(smem + Lay::vec), *bs = gs + 2 * C;
     float *Gc = bs + 2 * C, *EG = Gc + C, *EL = EG + C, *Bc = EL + C, *eGLp = Bc + C;
 
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, gq = lane >> 2, qq = lane & 3;
-    const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * BV, kh = h / rep, nj = min(BV, dv - j0);
+    /* blocks in launch order: the sequences longest first (every head and value tile of one, then the next), so
+     * that the longest chains start in the first wave and the short ones fill the tail */
+    const int nz = (dv + BV - 1) / BV, rank = (int)(blockIdx.x / (unsigned)(hv * nz));
+    const int h = (int)(blockIdx.x % (unsigned)(hv * nz)) / nz, j0 = (int)(blockIdx.x % (unsigned)nz) * BV;
+    __shared__ int s_sel;
+    int s = rank;
+    if (nseq <= GDC_SORT_MAX) {
+        if (tid == 0) s_sel = rank;
+        __syncthreads();
+        if (tid < nseq) {
+            const int len = cu_seqlens[tid + 1] - cu_seqlens[tid];
+            int r = 0;
+            for (int s2 = 0; s2 < nseq; s2++) {
+                const int l2 = cu_seqlens[s2 + 1] - cu_seqlens[s2];
+                r += l2 > len || (l2 == len && s2 < tid);
+            }
+            if (r == rank) s_sel = tid;
+        }
+        __syncthreads();
+        s = s_sel;
+    }
+    const int kh = h / rep, nj = min(BV, dv - j0);
     const int t0 = cu_seqlens[s], t1 = cu_seqlens[s + 1];
     if (t1 <= t0) return;
     const bf16 *qb = q + (size_t)kh * DK, *kb = k + (size_t)kh * DK, *vb = v + (size_t)h * dv + j0;
@@ -291,7 +330,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int t = m0 + gq + (e >> 1) * 8, u = u0 + nt * 8 + 2 * qq + (e & 1);
-                    const float dec = u <= t ? expf(Gc[t] - Gc[u]) : 0.0f; /* never exp of a positive number */
+                    const float dec = u <= t ? __expf(Gc[t] - Gc[u]) : 0.0f; /* never exp of a positive number */
                     Af[t * LDC + u] = u < t ? Bc[t] * dec * kk[nt][e] : 0.0f;
                     Aq[t * LDC + u] = dec * qk[nt][e];
                 }
@@ -332,23 +371,28 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         }
         __syncthreads();
         for (int d = 1; d < 4; d++) { /* the blocks (i, i − d): T_ij = −T_ii Σ_{j<=k<i} A_ik T_kj */
-            const int nblk = 4 - d;
-            for (int m = 0; m < nblk; m++) {
-                const int e = tid + 256 * m, jb = e >> 8, ib = jb + d, r = (e >> 4) & 15, cc = e & 15;
-                float acc = 0.0f;
-                for (int kb2 = jb; kb2 < ib; kb2++)
-#pragma unroll
-                    for (int mm = 0; mm < 16; mm++)
-                        acc += Af[(16 * ib + r) * LDC + 16 * kb2 + mm] * Tf[(16 * kb2 + mm) * LDC + 16 * jb + cc];
-                Ptmp[e] = acc;
-            }
-            __syncthreads();
-            for (int m = 0; m < nblk; m++) {
-                const int e = tid + 256 * m, jb = e >> 8, ib = jb + d, r = (e >> 4) & 15, cc = e & 15;
-                float acc = 0.0f;
-#pragma unroll
-                for (int mm = 0; mm < 16; mm++) acc += Tf[(16 * ib + r) * LDC + 16 * ib + mm] * Ptmp[jb * 256 + mm * 16 + cc];
-                Tf[(16 * ib + r) * LDC + 16 * jb + cc] = -acc;
+            if (w < 2 * (4 - d)) { /* one warp per (block, 8 of its 16 columns), split products: ~fp32 */
+                const int jb = w >> 1, ib = jb + d, n0 = 16 * jb + 8 * (w & 1);
+                float p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                uint32_t ah[4], al[4], bh[2], bl[2];
+                for (int kb2 = jb; kb2 < ib; kb2++) {
+                    gdc_lda_f32<true>(ah, al, Af, LDC, 16 * ib, 16 * kb2);
+                    gdc_ldb_f32<true>(bh, bl, Tf, LDC, n0, 16 * kb2);
+                    mma_bf16(p, ah, bh[0], bh[1]);
+                    mma_bf16(p, al, bh[0], bh[1]);
+                    mma_bf16(p, ah, bl[0], bl[1]);
+                }
+                float *pw = Ptmp + w * 128; /* the warp's (16, 8) of Σ A_ik T_kj */
+                pw[gq * 8 + 2 * qq] = p[0], pw[gq * 8 + 2 * qq + 1] = p[1];
+                pw[(gq + 8) * 8 + 2 * qq] = p[2], pw[(gq + 8) * 8 + 2 * qq + 1] = p[3];
+                __syncwarp();
+                gdc_lda_f32<true>(ah, al, Tf, LDC, 16 * ib, 16 * ib);
+                gdc_ldb_f32<true>(bh, bl, pw, 8, 0, 0);
+                mma_bf16(y, ah, bh[0], bh[1]);
+                mma_bf16(y, al, bh[0], bh[1]);
+                mma_bf16(y, ah, bl[0], bl[1]);
+                float *tw = Tf + (16 * ib + gq) * LDC + n0 + 2 * qq;
+                tw[0] = -y[0], tw[1] = -y[1], tw[8 * LDC] = -y[2], tw[8 * LDC + 1] = -y[3];
             }
             __syncthreads();
         }
@@ -481,10 +525,10 @@ static void gdc_launch(uint16_t *out, int ldo, const uint16_t *q, int ldq, const
     const size_t smem = gdc_layout<DK, BV>::bytes;
     CHECK_CUDA(cudaFuncSetAttribute(gdc_kernel<DK, BV, AL, EXACT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)smem));
-    dim3 grid((unsigned)nseq, (unsigned)hv, (unsigned)((dv + BV - 1) / BV));
-    gdc_kernel<DK, BV, AL, EXACT><<<grid, GDC_THREADS, smem, st>>>(
+    const unsigned nblocks = (unsigned)nseq * (unsigned)hv * (unsigned)((dv + BV - 1) / BV);
+    gdc_kernel<DK, BV, AL, EXACT><<<nblocks, GDC_THREADS, smem, st>>>(
         (bf16 *)out, ldo, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, g, ldg, beta, ldb,
-        cu_seqlens, hv / hk, dv);
+        cu_seqlens, nseq, hv, hv / hk, dv);
     CHECK_CUDA_LAUNCH();
 }
 
