@@ -75,6 +75,10 @@ const config_field job_config_table[] = {
       "it, unlisted keys are refused as with curve_client_keys_file"),
     F(control, heartbeat_sec, CONFIG_DOUBLE, 0.05, 60, "1", 0,
       "control-plane heartbeat interval (a worker silent for workers.heartbeat_timeout_sec is killed)"),
+    F(control, metrics_listen, CONFIG_STRING, 0, 0, NULL, 0,
+      "Prometheus /metrics on this loopback address:port (e.g. 127.0.0.1:9464), served by dflashd; empty: off"),
+    F(metrics, tensorboard, CONFIG_BOOL, 0, 0, "false", 0,
+      "also write the metrics.jsonl scalars as a TensorBoard event file under <run_dir>/tensorboard/"),
     {0},
 };
 

@@ -53,7 +53,11 @@ typedef struct job_config {
         char curve_client_keys_file[CONFIG_STRING_MAX]; /* allowed client public keys (Z85 lines); empty: any */
         char curve_readonly_keys_file[CONFIG_STRING_MAX]; /* client keys admitted for status and config only */
         double heartbeat_sec;
+        char metrics_listen[CONFIG_STRING_MAX];        /* Prometheus /metrics address (loopback); empty: off */
     } control;
+    struct {
+        int tensorboard;                               /* write <run_dir>/tensorboard/events.out.tfevents.* */
+    } metrics;
 } job_config;
 
 extern const config_field job_config_table[];

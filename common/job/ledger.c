@@ -12,6 +12,7 @@
 
 #include "log.h"
 #include "step_metrics.h"
+#include "tfevents.h"
 
 struct ledger {
     char path[4096];
@@ -20,6 +21,8 @@ struct ledger {
     uint32_t ndrafters;
     char notice[512];    /* what ledger_open cut that the operator should hear of ("": nothing) */
     int failing;         /* errno of the failing write (reported in the job state's ledger_block), 0: none */
+    tfevents *tb;        /* metrics.tensorboard: the metrics lines' scalars as TensorBoard events, else NULL */
+    int tb_failing;
 };
 
 /* Fault injection for tests/system/disk_full.sh (which may run as root, where a read-only folder does not stop
@@ -203,6 +206,9 @@ int ledger_append_committed(ledger *l, job_state *js)
                           sm.acceptance, num(ng, sizeof ng, sm.grad_norm), sm.lr, (unsigned long long)sm.tokens);
             if (write(l->metrics_fd, line, (size_t)m) != m) log_warn("metrics.jsonl: write failed");
         }
+        errbuf te = {{0}};
+        if (l->tb && tfevents_write_step(l->tb, k, &sm, l->block_size, &te) && !l->tb_failing++)
+            log_warn("tensorboard: %s (steps not written until it can)", te.msg);
         atomic_store(&h->ledger_frontier, k + 1);
         job_state_wake(js);
         written++;
@@ -214,11 +220,14 @@ const char *ledger_notice(const ledger *l) { return l->notice; }
 
 void ledger_set_block_size(ledger *l, int block_size) { l->block_size = block_size; }
 
+int ledger_tensorboard_open(ledger *l, const char *dir, errbuf *err) { return tfevents_open(&l->tb, dir, err); }
+
 void ledger_destroy(ledger **lp)
 {
     ledger *l = *lp;
     if (!l) return;
     if (l->metrics_fd >= 0) close(l->metrics_fd);
+    tfevents_destroy(&l->tb);
     close(l->fd);
     free(l);
     *lp = NULL;

@@ -24,6 +24,8 @@ int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafter
 const char *ledger_notice(const ledger *l);
 /* Say what the metrics lines need beyond the records: the block size (the learning rate comes with each record). */
 void ledger_set_block_size(ledger *l, int block_size);
+/* metrics.tensorboard: also write each metrics line's scalars into a new TensorBoard event file in dir. */
+int ledger_tensorboard_open(ledger *l, const char *dir, errbuf *err);
 /* Append the lines of every step committed since the last call; returns lines written or -errno. */
 int ledger_append_committed(ledger *l, job_state *js);
 void ledger_destroy(ledger **l);

@@ -428,6 +428,9 @@ typedef struct status_buf {
     char pool_names[JOB_MAX_TARGETS][32];
     Dflash__RollingStatus rolling;
     char rolling_role[16];
+    double slot_acc[DFLASH_MAX_BLOCK];
+    char waiting[1024];
+    Dflash__StatusReply s;
 } status_buf;
 
 static void ring_fill(Dflash__RingStatus *r, char *name, uint32_t slots, int fr, int fi, int rd, int le)
@@ -441,46 +444,50 @@ static void ring_fill(Dflash__RingStatus *r, char *name, uint32_t slots, int fr,
     r->leased = (uint32_t)le;
 }
 
-static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *e)
+/* The status reply's figures, the one place they are gathered (dflashctl status, and /metrics through
+ * control_status_pack); s and what it points to live in b. */
+static void status_build(control *c, status_buf *b)
 {
     const job_config *cfg = &c->v.plan->cfg;
     job_state_header *h = c->v.js->h;
-    status_buf *b = xcalloc(1, sizeof *b);
-    Dflash__StatusReply s = DFLASH__STATUS_REPLY__INIT;
-    s.job = (char *)cfg->job.name;
-    s.run_id = h->run_id;
-    s.step = atomic_load(&h->committed_step);
-    s.total_steps = h->total_steps;
-    s.stop_step = atomic_load(&h->stop_step);
-    s.paused = atomic_load(&h->paused) != 0;
-    s.held = job_held(c);
-    s.finished = atomic_load(&h->finished) != 0;
-    s.ledger_steps = atomic_load(&h->ledger_frontier);
-    s.skipped_steps = atomic_load(&h->skipped_steps);
-    s.keeper_pid = (int32_t)getpid();
-    s.next_batch = token_ring_next_id_peek(c->v.ring);
-    char waiting[1024] = "";
-    if ((s.stalled_sec = stall_seconds(c, now_seconds())) > 0) stall_diagnose(c, waiting, sizeof waiting);
-    else write_block_text(c, waiting, sizeof waiting); /* holding: waiting_on says why, stalled_sec stays 0 */
-    s.waiting_on = waiting;
-    if (s.step > 0) { /* the last committed step's records, summed over ranks as the drafters report them */
+    Dflash__StatusReply *s = &b->s;
+    dflash__status_reply__init(s);
+    s->job = (char *)cfg->job.name;
+    s->run_id = h->run_id;
+    s->step = atomic_load(&h->committed_step);
+    s->total_steps = h->total_steps;
+    s->stop_step = atomic_load(&h->stop_step);
+    s->paused = atomic_load(&h->paused) != 0;
+    s->held = job_held(c);
+    s->finished = atomic_load(&h->finished) != 0;
+    s->ledger_steps = atomic_load(&h->ledger_frontier);
+    s->skipped_steps = atomic_load(&h->skipped_steps);
+    s->keeper_pid = (int32_t)getpid();
+    s->next_batch = token_ring_next_id_peek(c->v.ring);
+    if ((s->stalled_sec = stall_seconds(c, now_seconds())) > 0) stall_diagnose(c, b->waiting, sizeof b->waiting);
+    else write_block_text(c, b->waiting, sizeof b->waiting); /* holding: waiting_on says why, stalled_sec stays 0 */
+    s->waiting_on = b->waiting;
+    if (s->step > 0) { /* the last committed step's records, summed over ranks as the drafters report them */
         step_summary sm;
-        step_metrics_sum(&sm, h->records[(s.step - 1) % JOB_RECORD_RING], h->ndrafters, s.step - 1);
-        s.loss = sm.loss;
-        s.acceptance = sm.acceptance;
-        s.slot_accuracy = sm.slot_accuracy;
+        step_metrics_sum(&sm, h->records[(s->step - 1) % JOB_RECORD_RING], h->ndrafters, s->step - 1);
+        s->loss = sm.loss;
+        s->acceptance = sm.acceptance;
+        s->slot_accuracy = sm.slot_accuracy;
+        for (int i = 1; i < c->v.plan->drafter.block_size && i < DFLASH_MAX_BLOCK; i++)
+            b->slot_acc[s->n_slot_accuracies++] = step_metrics_slot_accuracy(&sm, i);
+        s->slot_accuracies = b->slot_acc;
     }
     int fr, fi, rd, le;
     token_ring_stats(c->v.ring, &fr, &fi, &rd, &le);
     ring_fill(&b->ring, "token-ring", token_ring_geometry_get(c->v.ring).nslots, fr, fi, rd, le);
-    s.token_ring = &b->ring;
+    s->token_ring = &b->ring;
     for (int i = 0; i < c->v.npools && i < JOB_MAX_TARGETS; i++) {
         slot_pool_stats(c->v.pools[i], &fr, &fi, &rd, &le);
         snprintf(b->pool_names[i], sizeof b->pool_names[i], "pool-%d", i);
         ring_fill(&b->pools[i], b->pool_names[i], slot_pool_nslots(c->v.pools[i]), fr, fi, rd, le);
-        b->pp[s.n_pools++] = &b->pools[i];
+        b->pp[s->n_pools++] = &b->pools[i];
     }
-    s.pools = b->pp;
+    s->pools = b->pp;
     uint64_t now = job_now_ns();
     const enum job_role roles[] = {JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER};
     for (int r = 0; r < 3; r++) {
@@ -488,7 +495,7 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
             int slot = worker_slot(c, roles[r], i);
             if (slot < 0) continue;
             const job_worker *w = slot_worker(c, slot);
-            size_t n = s.n_workers++;
+            size_t n = s->n_workers++;
             Dflash__WorkerStatus *o = &b->ws[n];
             dflash__worker_status__init(o);
             b->wp[n] = o;
@@ -513,7 +520,7 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
             o->ready = atomic_load(&w->ready) != 0;
         }
     }
-    s.workers = b->wp;
+    s->workers = b->wp;
     dflash__rolling_status__init(&b->rolling);
     b->rolling.active = c->op->active;
     snprintf(b->rolling_role, sizeof b->rolling_role, "%s", c->op->role ? job_role_name(c->op->role) : "");
@@ -523,13 +530,30 @@ static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *
     b->rolling.total = c->op->count;
     b->rolling.error = c->op->error;
     b->rolling.id = c->op->id;
-    s.rolling = &b->rolling;
+    s->rolling = &b->rolling;
+}
+
+static void handle_status(control *c, const ctl_msg *m, const Dflash__Envelope *e)
+{
+    status_buf *b = xcalloc(1, sizeof *b);
+    status_build(c, b);
     Dflash__Envelope out;
     ctl_envelope_init(&out, e->request_id);
     out.body_case = DFLASH__ENVELOPE__BODY_STATUS_REPLY;
-    out.status_reply = &s;
+    out.status_reply = &b->s;
     send_to(c, m->id, m->idlen, &out);
     free(b);
+}
+
+uint8_t *control_status_pack(control *c, size_t *len)
+{
+    status_buf *b = xcalloc(1, sizeof *b);
+    status_build(c, b);
+    *len = dflash__status_reply__get_packed_size(&b->s);
+    uint8_t *out = xmalloc(*len ? *len : 1);
+    dflash__status_reply__pack(&b->s, out);
+    free(b);
+    return out;
 }
 
 /* ---- commands ---- */

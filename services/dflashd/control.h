@@ -35,4 +35,8 @@ void control_process(control *c);
 /* Close the socket (replies already queued get up to a second to leave). */
 void control_destroy(control **c);
 
+/* The status reply dflashctl status gets, packed (a StatusReply protobuf, malloc'd; *len its size): what /metrics
+ * renders, so both show the same figures. */
+uint8_t *control_status_pack(control *c, size_t *len);
+
 #endif

@@ -32,6 +32,7 @@
 #include "keeper_proto.h"
 #include "ledger.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "run_dir.h"
 #include "run_lock.h"
 #include "run_record.h"
@@ -54,6 +55,7 @@ typedef struct keeper {
     int pidfd[JOB_MAX_WORKERS];      /* watched instance per worker-table entry, -1 when none */
     ledger *ledger;
     control *ctl;                    /* the control plane (services/dflashd/control.h) */
+    metrics_http *metrics;           /* control.metrics_listen: Prometheus /metrics (NULL: off) */
     run_lock *lock;                  /* <run_dir>/dflashd.lock: one live dflashd per run_dir */
     char run_id[JOB_RUN_ID_MAX];
     int resume;
@@ -693,6 +695,7 @@ static int run(keeper *k)
         }
         ledger_append_committed(k->ledger, &k->js);
         control_process(k->ctl);
+        metrics_http_tick(k->metrics, k->ctl);
         double now = now_seconds();
         if (now - last_periodic >= 0.5) {
             last_periodic = now;
@@ -821,6 +824,9 @@ int main(int argc, char **argv)
     }
     if (ledger_notice(k.ledger)[0]) console_warn("%s", ledger_notice(k.ledger));
     ledger_set_block_size(k.ledger, k.plan.drafter.block_size);
+    job_config_path(&k.plan.cfg, "tensorboard", path, sizeof path);
+    if (k.plan.cfg.metrics.tensorboard && (rc = ledger_tensorboard_open(k.ledger, path, &err)))
+        log_warn("metrics.tensorboard: %s: no TensorBoard events", err.msg);
     if ((k.listen_fd = listen_socket(k.plan.keeper_socket, &err)) < 0) {
         log_error("%s", err.msg);
         if (created) unlink_segments(&k.plan);
@@ -833,7 +839,14 @@ int main(int argc, char **argv)
         if (created) unlink_segments(&k.plan);
         return 1;
     }
+    if ((rc = metrics_http_new(&k.metrics, k.plan.cfg.control.metrics_listen, &err))) {
+        log_error("%s", err.msg);
+        control_destroy(&k.ctl);
+        if (created) unlink_segments(&k.plan);
+        return 1;
+    }
     rc = run(&k);
+    metrics_http_destroy(&k.metrics);
     control_destroy(&k.ctl);
     char end_reason[sizeof k.js.h->end_reason] = ""; /* the job ended early for a cause no restart cures */
     if (rc == 0) {
