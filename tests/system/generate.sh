@@ -61,7 +61,14 @@ elif n_eos == 0: print("no answer met the eos id")
 EOF
 )
 [ -z "$d" ] && ok generate_stops_at_eos || fail generate_stops_at_eos "$d"
-cmp -s "$T/eos.jsonl" "$T/eos2.jsonl" && ok generate_eos_from_generation_config || fail generate_eos_from_generation_config
+# the same answers, and the same recorded settings but for the target's path
+d=$(python3 -c "
+import json
+a = [json.loads(l) for l in open('$T/eos.jsonl')]
+b = [json.loads(l) for l in open('$T/eos2.jsonl')]
+for l in a + b: l['decoding'].pop('target')
+print('' if a == b else 'differ')")
+[ -z "$d" ] && ok generate_eos_from_generation_config || fail generate_eos_from_generation_config
 
 # ---- resume: SIGKILL part-way, rerun: the uninterrupted run's file, each prompt once ----
 python3 - "$T/data.jsonl" "$T/many.jsonl" <<'EOF'
@@ -99,8 +106,8 @@ cp "$T/cut.jsonl" "$T/cut.before"
 "${GEN[@]}" "${LONG[@]}" -o "$T/cut.jsonl" >"$T/again.out" 2>&1
 grep -q "^generated 0 answers" "$T/again.out" && cmp -s "$T/cut.jsonl" "$T/cut.before" && ok generate_rerun_when_done_is_noop \
     || fail generate_rerun_when_done_is_noop "$(cat "$T/again.out")"
-# an output made from other prompts is refused, untouched
-"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/cut.jsonl" --max-new-tokens 24 -q >/dev/null 2>"$T/other.err"
+# an output made from other prompts (with the same settings) is refused, untouched
+"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/cut.jsonl" --max-new-tokens 120 --suppress $((V - 1)) -q >/dev/null 2>"$T/other.err"
 rc=$?
 [ $rc -eq 1 ] && grep -q "cut.jsonl:[0-9]*: prompt_line [0-9]*: its prompt differs" "$T/other.err" && cmp -s "$T/cut.jsonl" "$T/cut.before" \
     && ok generate_refuses_output_of_other_prompts || fail generate_refuses_output_of_other_prompts "exit $rc: $(cat "$T/other.err")"
@@ -167,6 +174,44 @@ sed '1s/"sampling": {[^}]*}/"sampling": "hot"/' "$T/smix.before" >"$T/sbad.jsonl
 "${GEN[@]}" "${SAMP[@]}" --temperature 1 --seed 7 -o "$T/sbad.jsonl" >/dev/null 2>"$T/sbad.err"
 [ $? -eq 1 ] && grep -q 'sbad.jsonl:1: prompt_line 1: its "sampling" needs numbers' "$T/sbad.err" && ok generate_refuses_bad_sampling_record \
     || fail generate_refuses_bad_sampling_record "$(cat "$T/sbad.err")"
+# every other setting that changes the text is recorded too ("decoding"): a rerun with another is refused, naming the
+# file, the line and both values, the file untouched; the same target's files under another path resume
+head -n 10 "$T/out2.jsonl" >"$T/set.jsonl"
+cp "$T/set.jsonl" "$T/set.before"
+"$BIN/dflash-demo" make-target "$T/target2" --seed 12 --hidden 32 --layers 4 --heads 4 --kv-heads 2 --head-dim 8 \
+    --intermediate 64 --vocab 256 >/dev/null 2>&1
+digest() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['decoding']['target_digest'])" "$1"; }
+refused() { # name, expected message (fixed string), generate's arguments
+    local name=$1 want=$2
+    shift 2
+    "$BIN/dflash" generate --prompts "$T/data.jsonl" -q "$@" -o "$T/set.jsonl" >/dev/null 2>"$T/set_$name.err"
+    local rc=$?
+    [ $rc -eq 1 ] && grep -qF -- "set.jsonl:1: prompt_line 1: decoded with $want (rerun with its settings)" "$T/set_$name.err" &&
+        cmp -s "$T/set.jsonl" "$T/set.before" && ok "generate_refuses_other_$name" \
+        || fail "generate_refuses_other_$name" "exit $rc: $(cat "$T/set_$name.err")"
+}
+S=(--suppress $((V - 1)))
+refused max_new_tokens "--max-new-tokens 24, this run with --max-new-tokens 30" --target "$T/target" "${S[@]}" --max-new-tokens 30
+refused max_len "--max-len 4096, this run with --max-len 100" --target "$T/target" "${S[@]}" --max-new-tokens 24 --max-len 100
+refused suppress "--suppress $((V - 1)), this run with --suppress 7 $((V - 1))" --target "$T/target" "${S[@]}" --suppress 7 --max-new-tokens 24
+refused eos "--eos none, this run with --eos 3" --target "$T/target" "${S[@]}" --eos 3 --max-new-tokens 24
+"${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/t2probe.jsonl" --limit 1 --max-new-tokens 2 -q >/dev/null 2>&1
+"$BIN/dflash" generate --target "$T/target2" --prompts "$T/data.jsonl" -o "$T/t2.jsonl" --limit 1 --max-new-tokens 2 -q >/dev/null 2>&1
+refused target "--target $T/target (digest $(digest "$T/t2probe.jsonl")), this run with --target $T/target2 (digest $(digest "$T/t2.jsonl"))" \
+    --target "$T/target2" "${S[@]}" --max-new-tokens 24
+cp -r "$T/target" "$T/target_copy"
+"$BIN/dflash" generate --target "$T/target_copy" --prompts "$T/data.jsonl" "${S[@]}" --max-new-tokens 24 --threads 1 \
+    -o "$T/set.jsonl" >"$T/set_copy.out" 2>"$T/set_copy.err"
+rc=$?
+d=$(python3 -c "
+import json, sys
+a = [json.loads(l)['input_ids'] for l in open('$T/set.jsonl')]
+b = [json.loads(l)['input_ids'] for l in open('$T/out2.jsonl')]
+print('' if a == b else 'the resumed answers differ')")
+[ $rc -eq 0 ] && [ -z "$d" ] && grep -q "already answers 10 of the 48" "$T/set_copy.err" && ok generate_same_target_elsewhere_resumes \
+    || fail generate_same_target_elsewhere_resumes "exit $rc: $d $(cat "$T/set_copy.err")"
+grep -q "tokens/s on 1 thread); 10 already in" "$T/set_copy.out" && ok generate_summary_says_1_thread \
+    || fail generate_summary_says_1_thread "$(cat "$T/set_copy.out")"
 # usage errors name the flag
 "${GEN[@]}" "${SAMP[@]}" --temperature -1 -o "$T/x.out" >/dev/null 2>"$T/t1.err"; a=$?
 "${GEN[@]}" "${SAMP[@]}" --temperature 1 --top-p 0 -o "$T/x.out" >/dev/null 2>"$T/t2.err"; b=$?
