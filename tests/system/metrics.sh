@@ -206,4 +206,11 @@ print("; ".join(errs) if errs else "%d steps, %d scalars equal metrics.jsonl" % 
 sys.exit(1 if errs else 0)
 EOP
 ); then ok "tensorboard_scalars_equal_metrics_jsonl ($out)"; else fail tensorboard_scalars_equal_metrics_jsonl "$out"; fi
+# TensorBoard's own reader, where the tensorboard Python package is installed (the GPU machine has it)
+if python3 -c 'import tensorboard' 2>/dev/null; then
+    python3 tests/gpu/tensorboard_check.py "$T/obs" || FAILED=1
+else
+    echo "note: the tensorboard Python package is not installed here: TensorBoard's EventAccumulator check" \
+         "(tests/gpu/tensorboard_check.py) not run"
+fi
 exit $FAILED
