@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "progress.h"
 #include "util.h"
 
 void attention_row_cpu(float *oh, const float *qh, const float *kh, const float *vh, int nk, size_t ldkv, int hd,
@@ -32,6 +33,7 @@ void attention_row_cpu(float *oh, const float *qh, const float *kh, const float 
     }
     float inv = 1.0f / sum;
     for (int e = 0; e < hd; e++) oh[e] *= inv;
+    progress_bump(); /* a long sequence's attention is a long computation: a sign of life (progress.h) */
 }
 
 void attention_causal_forward_cpu(float *out, const float *q, const float *k, const float *v,

@@ -7,7 +7,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "progress.h"
 #include "util.h"
+
+#define CE_ROWS 32 /* rows of the logits per BLAS call */
 
 void cross_entropy_chunk_cpu(float *ce, int32_t *argmax, float *dh, const float *h, int n, int H,
                              const float *lm_head, int V, const int32_t *labels, const float *weights,
@@ -15,10 +18,17 @@ void cross_entropy_chunk_cpu(float *ce, int32_t *argmax, float *dh, const float 
 {
     DF_ASSERT(n >= 0 && H > 0 && V > 0);
     if (n == 0) return;
-    /* logits (n, V) = h (n, H) · lm_head (V, H)ᵀ */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, H, 1.0f, h, H, lm_head, H, 0.0f, logits_ws, V);
+    /* logits (n, V) = h (n, H) · lm_head (V, H)ᵀ, CE_ROWS rows a call: with a real vocabulary one call over the
+     * chunk takes seconds, and each call is a sign of life for the worker's liveness thread (progress.h); rows are
+     * independent, so the split changes no element's sum */
+    for (int r = 0; r < n; r += CE_ROWS) {
+        progress_bump();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n - r < CE_ROWS ? n - r : CE_ROWS, V, H, 1.0f,
+                    h + (size_t)r * H, H, lm_head, H, 0.0f, logits_ws + (size_t)r * V, V);
+    }
 
     for (int i = 0; i < n; i++) {
+        progress_bump(); /* a row of a large vocabulary is long work: a sign of life each */
         float *row = logits_ws + (size_t)i * V;
         /* argmax over every row (lowest index on ties): the logits exist anyway, and metrics may want it */
         int am = 0;
@@ -46,7 +56,9 @@ void cross_entropy_chunk_cpu(float *ce, int32_t *argmax, float *dh, const float 
             row[lab] = (float)((plab - 1.0) * gs);
         }
     }
-    if (dh) /* dh (n, H) = g (n, V) · lm_head (V, H) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, H, V, 1.0f, logits_ws, V, lm_head, H, 0.0f,
-                    dh, H);
+    for (int r = 0; dh && r < n; r += CE_ROWS) { /* dh (n, H) = g (n, V) · lm_head (V, H), in row blocks as above */
+        progress_bump();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n - r < CE_ROWS ? n - r : CE_ROWS, H, V, 1.0f,
+                    logits_ws + (size_t)r * V, V, lm_head, H, 0.0f, dh + (size_t)r * H, H);
+    }
 }

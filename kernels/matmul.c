@@ -4,12 +4,14 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "progress.h"
 #include "util.h"
 
 void matmul_forward_cpu(float *y, int ldy, const float *x, int ldx, const float *w, int m, int n, int k,
                         int accumulate)
 {
     DF_ASSERT(m >= 0 && n >= 0 && k >= 0 && ldy >= n && ldx >= k);
+    progress_bump(); /* every product is a sign of life for the worker's liveness thread (progress.h) */
     if (m == 0 || n == 0) return;
     if (k == 0) { /* empty product; BLAS would reject ldx/ldw of 0 */
         if (!accumulate)
@@ -25,6 +27,7 @@ void matmul_backward_cpu(float *dx, int lddx, int accumulate_dx, float *dw, cons
                          const float *x, int ldx, const float *w, int m, int n, int k)
 {
     DF_ASSERT(m >= 0 && n >= 0 && k >= 0 && lddy >= n);
+    progress_bump();
     if (m == 0 || k == 0) return;
     if (dx) {
         DF_ASSERT(lddx >= k);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "json_util.h"
+#include "progress.h"
 
 /* One mapped .safetensors file. */
 struct st_map {
@@ -471,6 +472,7 @@ static void convert_f32(const st_tensor *t, float *dst)
 {
     size_t n = tensor_count(t);
     const unsigned char *src = t->data;
+    progress_bump(); /* loading a large model is tensor after tensor: a sign of life each (progress.h) */
     if (t->dtype == ST_F32) {
         memcpy(dst, src, n * 4);
         return;
@@ -560,11 +562,13 @@ int st_load_i32(const st_file *f, const char *name, int32_t **out, size_t *out_c
 
 /* ---- writer ---- */
 
+/* In pieces of at most 64 MiB, each a sign of life (progress.h): a checkpoint of a large drafter is GBs. */
 static int write_all(int fd, const void *buf, size_t n)
 {
     const char *p = buf;
     while (n) {
-        ssize_t w = write(fd, p, n);
+        progress_bump();
+        ssize_t w = write(fd, p, n < ((size_t)64 << 20) ? n : (size_t)64 << 20);
         if (w < 0) {
             if (errno == EINTR) continue;
             return -errno;

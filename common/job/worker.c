@@ -2,6 +2,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "ctl_client.h"
 #include "keeper_proto.h"
 #include "log.h"
+#include "progress.h"
 
 #define MAX_OVERRIDES 64
 
@@ -26,6 +28,56 @@ static void usage(FILE *f, const char *prog, enum job_role role, const char *wha
                "Registers with dflashd (<run_dir>/keeper.sock) and runs until the job is finished.\n",
             prog, role == JOB_ROLE_PREFETCH ? "" : " --index N", what,
             role == JOB_ROLE_PREFETCH ? "" : "  -i, --index N       which worker of its role this is (0-based)\n");
+}
+
+/* The liveness thread: every period, a sign of life (the worker table's heartbeat, which dflashd watches, and
+ * WATCHDOG=1) when the progress counter moved since the last one, none otherwise. A step of any length that
+ * progresses keeps the worker; a main thread that is stuck (no tick, no computation) is killed by whichever of
+ * workers.watchdog_sec and workers.heartbeat_timeout_sec comes first. */
+static void *liveness_main(void *arg)
+{
+    worker_ctx *w = arg;
+    uint64_t seen = progress_count() - 1; /* the first round pings: the worker has just registered */
+    double next = 0;
+    while (!atomic_load(&w->liveness_stop)) {
+        double now = now_seconds();
+        if (now >= next) {
+            next = now + w->liveness_period;
+            uint64_t count = progress_count();
+            if (count != seen) {
+                seen = count;
+                job_worker_heartbeat(w->entry);
+                if (w->watchdog_usec) sd_notify(0, "WATCHDOG=1");
+            }
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000}; /* short naps: worker_stop joins quickly */
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static int liveness_start(worker_ctx *w)
+{
+    const job_config *c = &w->plan.cfg;
+    double p = c->workers.heartbeat_timeout_sec / 4;
+    if (w->watchdog_usec && (double)w->watchdog_usec / 4e6 < p) p = (double)w->watchdog_usec / 4e6;
+    w->liveness_period = p < 0.02 ? 0.02 : p > 1.0 ? 1.0 : p;
+    atomic_store(&w->liveness_stop, 0);
+    int rc = pthread_create(&w->liveness, NULL, liveness_main, w);
+    if (rc) {
+        log_error("cannot start the liveness thread: %s", strerror(rc));
+        return -rc;
+    }
+    w->liveness_on = 1;
+    return 0;
+}
+
+static void liveness_stop(worker_ctx *w)
+{
+    if (!w->liveness_on) return;
+    atomic_store(&w->liveness_stop, 1);
+    pthread_join(w->liveness, NULL);
+    w->liveness_on = 0;
 }
 
 int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const char *what, int *done)
@@ -105,21 +157,15 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
     }
     sd_watchdog_enabled(0, &w->watchdog_usec);
     worker_tick(w);
+    if (liveness_start(w)) return 1;
     log_info("registered with the keeper: epoch %llu", (unsigned long long)w->epoch);
     return 0;
 }
 
 void worker_tick(worker_ctx *w)
 {
-    job_worker_heartbeat(w->entry);
+    progress_bump();
     ctl_client_tick(w->ctl);
-    if (w->watchdog_usec) {
-        double now = now_seconds();
-        if (now - w->last_ping >= (double)w->watchdog_usec / 4e6) {
-            sd_notify(0, "WATCHDOG=1");
-            w->last_ping = now;
-        }
-    }
 }
 
 int worker_job_finished(const worker_ctx *w) { return atomic_load(&w->js.h->finished) != 0; }
@@ -133,6 +179,7 @@ void worker_count_batch(worker_ctx *w, uint64_t tokens)
 void worker_stop(worker_ctx *w)
 {
     sd_notify(0, "STOPPING=1");
+    liveness_stop(w);
     ctl_client_destroy(&w->ctl);
     for (int i = 0; i < w->nfds; i++) close(w->fds[i]);
     if (w->train_fd >= 0) close(w->train_fd);

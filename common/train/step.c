@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
@@ -51,6 +53,17 @@ static void publish(step_ctx *s, _Atomic uint64_t *progress, uint64_t k)
     job_state_wake(s->js);
 }
 
+/* Test-only fault hook: with DFLASH_FAULT_HANG_BATCH=<batch id>, the rank whose step trains that batch hangs after
+ * its forward and backward, for real: the main thread blocks and makes no progress (common/base/progress.h), so
+ * the liveness thread stops its signs of life and the watchdog or dflashd must kill it, every instance again. */
+static void fault_hang(uint64_t batch)
+{
+    const char *f = getenv("DFLASH_FAULT_HANG_BATCH");
+    if (!f || !*f || strtoull(f, NULL, 10) != batch) return;
+    log_warn("fault hook DFLASH_FAULT_HANG_BATCH=%s: the step of batch %llu hangs", f, (unsigned long long)batch);
+    for (;;) pause();
+}
+
 /* Phase 1: gradients of this rank's batch of step k, and its record. */
 static int phase_gradients(step_ctx *s, uint64_t k, errbuf *err)
 {
@@ -70,6 +83,7 @@ static int phase_gradients(step_ctx *s, uint64_t k, errbuf *err)
     float *grads = s->red->ops->grads(s->red, k);
     if ((rc = s->model->ops->forward_backward(s->model, s->red->ops->weights(s->red, k), grads, &batch, &mt, err)))
         return rc;
+    fault_hang(b);
     job_rank_record *rec = &h->records[k % JOB_RECORD_RING][s->rank];
     *rec = (job_rank_record){.step_plus1 = k + 1, .batch_id = b, .tokens = (uint64_t)batch.ntok,
                              .loss_sum = mt.loss_sum, .weight_sum = mt.weight_sum, .accept_sum = mt.accept_sum,
@@ -261,6 +275,8 @@ void step_format_eta(double sec, char *out, size_t n)
     else snprintf(out, n, "%ldd%02ldh", t / 86400, t % 86400 / 3600);
 }
 
+/* The progress line of committed step k (the STATUS= that `dflash run` shows). Rate and ETA need two steps seen by
+ * this instance: until then (after a start or a restart) they read "-", never a made-up 0. */
 static void report_progress(step_ctx *s, uint64_t k)
 {
     step_summary sm;
@@ -272,14 +288,31 @@ static void report_progress(step_ctx *s, uint64_t k)
         s->tokens_seen += sm.tokens;
     }
     double el = now_seconds() - s->t_start, steps_done = (double)(k - s->first_step);
-    double tps = el > 0 ? (double)s->tokens_seen / el : 0, per_step = steps_done > 0 ? el / steps_done : 0;
-    double eta = per_step * (double)((uint64_t)s->plan->cfg.train.steps - k - 1);
-    char eta_text[32];
-    step_format_eta(eta, eta_text, sizeof eta_text);
+    char eta_text[32] = "-", tps_text[32] = "-";
+    if (steps_done > 0 && el > 0) {
+        step_format_eta(el / steps_done * (double)((uint64_t)s->plan->cfg.train.steps - k - 1), eta_text,
+                        sizeof eta_text);
+        snprintf(tps_text, sizeof tps_text, "%.0f", (double)s->tokens_seen / el);
+    }
     /* the ETA first: a terminal line is cut at its width (80 columns with the "drafter-0: " prefix) */
-    sd_notifyf(0, "STATUS=step %llu/%d  ETA %s  loss %.4f  slot acc %.3f  accept %.3f  %.0f tok/s",
+    sd_notifyf(0, "STATUS=step %llu/%d  ETA %s  loss %.4f  slot acc %.3f  accept %.3f  %s tok/s",
                (unsigned long long)(k + 1), s->plan->cfg.train.steps, eta_text, sm.loss, sm.slot_accuracy,
-               sm.acceptance, tps);
+               sm.acceptance, tps_text);
+}
+
+/* The last progress line, once the job ends at committed step c: how it ended, without an ETA. */
+static void report_end(step_ctx *s, uint64_t c)
+{
+    const int drained = c < (uint64_t)s->plan->cfg.train.steps;
+    if (c == 0 || s->js->h->records[(c - 1) % JOB_RECORD_RING][0].step_plus1 != c) { /* no step's record here */
+        sd_notifyf(0, "STATUS=%s at step %llu/%d", drained ? "drained" : "finished", (unsigned long long)c,
+                   s->plan->cfg.train.steps);
+        return;
+    }
+    step_summary sm;
+    step_metrics_sum(&sm, s->js->h->records[(c - 1) % JOB_RECORD_RING], (uint32_t)s->nranks, c - 1);
+    sd_notifyf(0, "STATUS=%s at step %llu/%d  loss %.4f  slot acc %.3f  accept %.3f", drained ? "drained" : "finished",
+               (unsigned long long)c, s->plan->cfg.train.steps, sm.loss, sm.slot_accuracy, sm.acceptance);
 }
 
 /* train.max_skipped_in_a_row = N: when the N steps before k were all not applied (this instance's records; a resume
@@ -341,6 +374,7 @@ int step_train(step_ctx *s)
         if (maybe_checkpoint(s, k)) return 1;
         if (k >= job_state_last_step(s->js)) { /* after the checkpoint: a drain while it could not write ends here */
             if (s->rank == 0) {
+                report_end(s, k);
                 atomic_store(&h->finished, 1);
                 job_state_wake(s->js);
             } else {

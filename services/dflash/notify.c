@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -77,6 +78,20 @@ void notify_parse(const char *text, size_t n, notify_msg *m)
             else if (KEY_IS("X_DFLASH_WARN")) {
                 m->has_warn = 1;
                 notify_copy_value(m->warn, sizeof m->warn, v, vl);
+            }
+            else if (KEY_IS("X_DFLASH_KILLED")) {
+                char buf[NOTIFY_TEXT_MAX], *rest;
+                notify_copy_value(buf, sizeof buf, v, vl);
+                long pid = strtol(buf, &rest, 10);
+                m->has_killed = pid > 0 && rest != buf;
+                m->killed_pid = (pid_t)pid;
+                snprintf(m->killed_why, sizeof m->killed_why, "%s", rest + (*rest == ' '));
+            }
+            else if (KEY_IS("X_DFLASH_STEP")) {
+                char buf[32], *end;
+                notify_copy_value(buf, sizeof buf, v, vl);
+                m->step = strtoull(buf, &end, 10);
+                m->has_step = end != buf && !*end;
             }
             else if (KEY_IS("STATUS")) {
                 m->has_status = 1;

@@ -25,6 +25,11 @@ typedef struct notify_msg {
     char stalled[NOTIFY_ALERT_MAX];
     int has_warn;                /* X_DFLASH_WARN=<text>: a warning for the console (a torn ledger line cut...) */
     char warn[NOTIFY_ALERT_MAX];
+    int has_killed;              /* X_DFLASH_KILLED=<pid> <reason>: dflashd killed that worker for missed heartbeats */
+    pid_t killed_pid;
+    char killed_why[NOTIFY_TEXT_MAX];
+    int has_step;                /* X_DFLASH_STEP=<n>: dflashd's committed step */
+    unsigned long long step;
     int has_status, has_fdname;
     char status[NOTIFY_TEXT_MAX]; /* control characters replaced by spaces */
     char fdname[NOTIFY_TEXT_MAX];

@@ -26,6 +26,7 @@
 #include "run_lock.h"
 
 #define START_LIMIT 8           /* a worker's failed starts in a row (exit before READY) that end the run */
+#define KILL_LIMIT 5            /* a worker's kills for no sign of life, no step committed since the first, that end it */
 #define READY_TIMEOUT_SEC 120.0  /* dflashd's first READY=1; env DFLASH_READY_TIMEOUT (seconds) overrides */
 #define STOP_TIMEOUT_SEC 10.0    /* SIGTERM -> SIGKILL when stopping */
 #define STOP_GIVE_UP_SEC 5.0     /* after the SIGKILL: stop waiting for children that cannot die (D state) */
@@ -59,6 +60,10 @@ typedef struct child {
     int stopping;        /* sent STOPPING=1: no watchdog any more */
     int finished;        /* dflashd sent X_DFLASH_FINISHED=1: its exit 0 ends the job (else it was only stopped) */
     int watchdog_fired;
+    int hb_killed;       /* dflashd killed this instance for missed heartbeats (X_DFLASH_KILLED) */
+    char kill_why[160];  /* why the watchdog or dflashd killed it */
+    int liveness_kills;  /* such kills in a row, all at committed step kills_step */
+    unsigned long long kills_step;
     double start_time, last_ping, restart_at, kill_at; /* kill_at: SIGKILL due (0: none) */
     stored_fd fds[FDSTORE_MAX];
     int nfds;
@@ -83,6 +88,7 @@ typedef struct supervisor {
     int saving;
     double save_deadline;
     char gave_up[1200];  /* why the run gave up (printed again at the end) */
+    unsigned long long committed; /* dflashd's committed step (X_DFLASH_STEP) */
     /* progress line */
     int tty, shown_visible;
     int last_status_child; /* -1: none yet */
@@ -321,7 +327,7 @@ static void child_start(supervisor *s, child *c, double now)
     c->pid = pid;
     c->alive = 1;
     c->state = CHILD_STARTING;
-    c->stopping = c->watchdog_fired = c->finished = 0;
+    c->stopping = c->watchdog_fired = c->hb_killed = c->finished = 0;
     c->kill_at = 0;
     c->start_time = now;
     if (c->nfds) sup_log(s, LOG_LEVEL_INFO, "started %s (pid %d) with %d stored fd(s)", c->name, (int)pid, c->nfds);
@@ -370,9 +376,12 @@ static void begin_stop(supervisor *s, int exit_code, double now)
  * nothing is restarted meanwhile, and the stop follows when dflashd exits or after SAVE_TIMEOUT_SEC. */
 static void give_up(supervisor *s, const char *why, double now)
 {
-    child *d = &s->ch[0];
+    child *d = &s->ch[0], *writer = NULL; /* drafter rank 0 writes the checkpoint: without it there is none to wait for */
+    for (int i = 1; i < s->n; i++)
+        if (strcmp(s->ch[i].name, "drafter-0") == 0) writer = &s->ch[i];
     snprintf(s->gave_up, sizeof s->gave_up, "%s", why);
-    if (s->phase != PHASE_RUNNING || s->saving || !d->alive || d->state != CHILD_READY) {
+    if (s->phase != PHASE_RUNNING || s->saving || !d->alive || d->state != CHILD_READY || !writer || !writer->alive ||
+        writer->state != CHILD_READY) {
         sup_log(s, LOG_LEVEL_ERROR, "%s; stopping the job", why);
         begin_stop(s, 1, now);
         return;
@@ -406,6 +415,7 @@ static child *child_by_pid(supervisor *s, pid_t pid)
 
 static void watchdog_fire(supervisor *s, child *c, const char *why, double now)
 {
+    snprintf(c->kill_why, sizeof c->kill_why, "%s", why);
     sup_log(s, LOG_LEVEL_WARN, "watchdog: %s (pid %d) %s: SIGABRT", c->name, (int)c->pid, why);
     c->watchdog_fired = 1;
     c->kill_at = now + WATCHDOG_KILL_SEC;
@@ -426,6 +436,14 @@ static void handle_message(supervisor *s, notify_msg *m, double now)
         notify_msg_close_fds(m);
     }
     if (m->fdstore_remove && m->has_fdname) fdstore_remove(c, m->fdname);
+    if (c == &s->ch[0] && m->has_step) s->committed = m->step;
+    if (c == &s->ch[0] && m->has_killed) { /* sent before the kill: here before the death is reaped */
+        child *k = child_by_pid(s, m->killed_pid);
+        if (k && k->alive && k != c) {
+            k->hb_killed = 1;
+            snprintf(k->kill_why, sizeof k->kill_why, "dflashd: %.150s", m->killed_why);
+        }
+    }
     if (m->has_status) {
         snprintf(c->status, sizeof c->status, "%s", m->status);
         s->last_status_child = (int)(c - s->ch);
@@ -488,6 +506,25 @@ static void child_last_log_line(const supervisor *s, const child *c, char *out, 
     out[strcspn(out, "\n")] = 0;
 }
 
+/* A worker killed for showing no sign of life (the watchdog, or dflashd for missed heartbeats): the KILL_LIMIT-th
+ * such death in a row with no step committed since the first ends the run. A step that takes long but progresses
+ * keeps its signs of life (common/job/worker.h), so this is a worker that hangs. 1 when the run gives up. */
+static int liveness_kill_counted(supervisor *s, child *c, double now)
+{
+    if (c->liveness_kills == 0 || c->kills_step != s->committed) {
+        c->liveness_kills = 0;
+        c->kills_step = s->committed;
+    }
+    if (++c->liveness_kills < KILL_LIMIT) return 0;
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s was killed %d times in a row for showing no sign of life, with no step committed "
+             "since step %llu (the last time: %s): its work does not progress (see %.700s/%s.log)", c->name,
+             c->liveness_kills, c->kills_step, c->kill_why, s->logs_dir, c->name);
+    c->state = CHILD_EXITED;
+    give_up(s, msg, now);
+    return 1;
+}
+
 static void handle_exit(supervisor *s, child *c, int status, double now)
 {
     int failed_start = c->state == CHILD_STARTING && WIFEXITED(status) && WEXITSTATUS(status) != 0;
@@ -542,6 +579,7 @@ static void handle_exit(supervisor *s, child *c, int status, double now)
         begin_stop(s, 1, now);
         return;
     }
+    if ((c->watchdog_fired || c->hb_killed) && c != &s->ch[0] && liveness_kill_counted(s, c, now)) return;
     /* like systemd's start limit: a worker that keeps failing before it is ready will not get better by itself */
     if (failed_start && ++c->failed_starts >= START_LIMIT) {
         char last[1024], msg[1200];
@@ -764,7 +802,8 @@ static int supervisor_setup(supervisor *s, errbuf *err)
     snprintf(s->notify_path, sizeof s->notify_path, "%.*s/notify", PATH_MAX - 8, s->run_dir);
     snprintf(s->state_path, sizeof s->state_path, "%.*s/supervisor.state", PATH_MAX - 32, s->run_dir);
 
-    s->n = 2 + cfg->workers.targets + cfg->workers.drafters;
+    const int ntargets = job_role_workers(cfg, JOB_ROLE_TARGET), ndrafters = job_role_workers(cfg, JOB_ROLE_DRAFTER);
+    s->n = 1 + job_role_workers(cfg, JOB_ROLE_PREFETCH) + ntargets + ndrafters;
     s->ch = xcalloc((size_t)s->n, sizeof *s->ch);
     int k = 0;
     char name[32];
@@ -772,12 +811,12 @@ static int supervisor_setup(supervisor *s, errbuf *err)
     if ((rc = child_init(s, &s->ch[k++], "prefetch", "dflash-prefetch", -1, 0, err))) return rc;
     /* the CUDA backend's GPU workers are their own builds (they link the CUDA runtime) */
     const int gpu = cfg->job.backend == JOB_BACKEND_CUDA;
-    for (int i = 0; i < cfg->workers.targets; i++) {
+    for (int i = 0; i < ntargets; i++) {
         snprintf(name, sizeof name, "target-%d", i);
         if ((rc = child_init(s, &s->ch[k++], name, gpu ? "dflash-target-cuda" : "dflash-target", i, 0, err)))
             return rc;
     }
-    for (int i = 0; i < cfg->workers.drafters; i++) {
+    for (int i = 0; i < ndrafters; i++) {
         snprintf(name, sizeof name, "drafter-%d", i);
         if ((rc = child_init(s, &s->ch[k++], name, gpu ? "dflash-drafter-cuda" : "dflash-drafter", i, 0, err)))
             return rc;

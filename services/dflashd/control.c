@@ -516,7 +516,8 @@ static void status_build(control *c, status_buf *b)
             o->batches = atomic_load(&w->batches);
             o->tokens = atomic_load(&w->tokens);
             o->tokens_per_sec = o->pid ? c->ws[slot].tokens_per_sec : 0;
-            o->heartbeat_age_sec = cur && now > c->ws[slot].last_hb_ns ? (double)(now - c->ws[slot].last_hb_ns) / 1e9 : -1;
+            uint64_t hb = atomic_load(&w->heartbeat_ns); /* the sign of life dflashd judges by (main.c) */
+            o->heartbeat_age_sec = o->pid && hb && now > hb ? (double)(now - hb) / 1e9 : -1;
             o->ready = atomic_load(&w->ready) != 0;
         }
     }
@@ -747,23 +748,6 @@ static void handle_message(control *c, const ctl_msg *m)
 
 /* ---- timers ---- */
 
-static void check_heartbeats(control *c, uint64_t now)
-{
-    uint64_t limit = (uint64_t)(c->v.plan->cfg.workers.heartbeat_timeout_sec * 1e9);
-    for (int i = 0; i < JOB_MAX_WORKERS; i++) {
-        if (!ctl_current(c, i)) continue;
-        worker_ctl *ws = &c->ws[i];
-        if (now > ws->last_hb_ns && now - ws->last_hb_ns > limit) {
-            const job_worker *w = slot_worker(c, i);
-            log_warn("control: %s-%d (pid %d) sent no heartbeat for %.1f s: killing it",
-                     job_role_name((enum job_role)atomic_load(&w->role)), w->index, (int)atomic_load(&w->pid),
-                     (double)(now - ws->last_hb_ns) / 1e9);
-            ws->last_hb_ns = now; /* one kill per timeout; the keeper sees the death by pidfd */
-            c->v.kill_worker(c->v.ctx, i);
-        }
-    }
-}
-
 static void sample_rates(control *c, uint64_t now)
 {
     for (int i = 0; i < JOB_MAX_WORKERS; i++) {
@@ -973,7 +957,6 @@ void control_process(control *c)
     if (now_s - c->last_timers >= 0.1) {
         uint64_t now = job_now_ns();
         c->last_timers = now_s;
-        check_heartbeats(c, now);
         rolling_step(c, now);
         check_stall(c, now_s);
         check_write_block(c);

@@ -1,7 +1,8 @@
 /* control: dflashd's side of the control plane, a ZeroMQ ROUTER (ipc://<run_dir>/ctl by default, the folder made
  * mode 0750; tcp:// only with a CURVE secret key) serving workers (register, heartbeats both ways) and dflashctl
  * (status, pause, resume, drain, restart, rolling restart, config). It reads and sets the job state through the
- * view the keeper gives it and asks the keeper to kill a worker that went silent; it never blocks: the keeper polls
+ * view the keeper gives it; whether a worker is alive is the keeper's (the worker table's heartbeat, main.c), the
+ * control heartbeats only say that its connection works and whether it holds. It never blocks: the keeper polls
  * control_fd and calls control_process every loop. Single-threaded; errors -errno with an errbuf. */
 #ifndef DFLASH_CONTROL_H
 #define DFLASH_CONTROL_H
@@ -19,9 +20,6 @@ typedef struct control_view {
     struct token_ring *ring;
     struct slot_pool *const *pools;      /* npools, pool i of target i */
     int npools;
-    /* SIGKILL the instance in worker-table entry `slot` (through its pidfd); the keeper reclaims on its death */
-    void (*kill_worker)(void *ctx, int slot);
-    void *ctx;
 } control_view;
 
 typedef struct control control;
@@ -30,7 +28,7 @@ typedef struct control control;
 int control_new(control **out, const control_view *view, errbuf *err);
 /* A descriptor to poll for POLLIN (ZMQ_FD: edge-like; control_process drains it). */
 int control_fd(const control *c);
-/* Serve every pending message; heartbeats, timeouts, the rolling restart, drain notices. Never blocks. */
+/* Serve every pending message; heartbeats, the rolling restart, stalls, drain notices. Never blocks. */
 void control_process(control *c);
 /* Close the socket (replies already queued get up to a second to leave). */
 void control_destroy(control **c);

@@ -191,13 +191,6 @@ static void worker_retire(keeper *k, job_worker *w, pid_t new_pid)
     worker_gone(k, w);
 }
 
-/* The control plane's request to kill a worker that stopped heartbeating; its pidfd then reports the death. */
-static void control_kill_worker(void *ctx, int slot)
-{
-    keeper *k = ctx;
-    if (k->pidfd[slot] >= 0) pidfd_kill(k->pidfd[slot], SIGKILL);
-}
-
 /* Keep fd in the service manager's fd store under name (remembered for fdstore_remove_all). */
 static void fd_store(keeper *k, const char *name, int fd)
 {
@@ -620,6 +613,10 @@ static int reattach_job(keeper *k, int *fds, char **names, int nfds, errbuf *err
     return 0;
 }
 
+/* The one test of "is this worker alive": its heartbeat in the worker table, which the worker's liveness thread
+ * renews while the worker makes progress (common/job/worker.h). A worker silent for workers.heartbeat_timeout_sec
+ * is killed (its pidfd then reports the death and its slots are reclaimed), and `dflash run` is told which pid and
+ * why (X_DFLASH_KILLED=<pid> <reason>): it gives up on a worker killed again and again without a step committing. */
 static void check_heartbeats(keeper *k)
 {
     uint64_t now = job_now_ns(), limit = (uint64_t)(k->plan.cfg.workers.heartbeat_timeout_sec * 1e9);
@@ -628,10 +625,14 @@ static void check_heartbeats(keeper *k)
         if (k->pidfd[i] < 0 || !atomic_load(&w->pid)) continue;
         uint64_t hb = atomic_load(&w->heartbeat_ns);
         if (hb && now > hb && now - hb > limit) {
-            char label[32];
+            char label[32], why[160];
+            pid_t pid = atomic_load(&w->pid);
             worker_label(w, label, sizeof label);
-            log_warn("%s (pid %d) missed its heartbeats for %.1f s: killing it", label, (int)atomic_load(&w->pid),
-                     (double)(now - hb) / 1e9);
+            snprintf(why, sizeof why, "gave no sign of life for %.1f s (workers.heartbeat_timeout_sec = %g)",
+                     (double)(now - hb) / 1e9, k->plan.cfg.workers.heartbeat_timeout_sec);
+            log_warn("%s (pid %d) %s: killing it", label, (int)pid, why);
+            /* told first, so that `dflash run` knows why before it reaps the death */
+            sd_notifyf(0, "X_DFLASH_KILLED=%d %s", (int)pid, why);
             pidfd_kill(k->pidfd[i], SIGKILL);
             job_worker_heartbeat(w); /* one kill per timeout; the pidfd reports the death */
         }
@@ -649,9 +650,12 @@ static void report_status(keeper *k)
         pready += c;
         pleased += d;
     }
-    sd_notifyf(0, "STATUS=step %llu/%llu, ledger %llu, token ring %d ready %d leased, pools %d ready %d leased",
+    /* X_DFLASH_STEP: the committed step, for `dflash run` to tell kills in a row from kills between commits */
+    sd_notifyf(0, "STATUS=step %llu/%llu, ledger %llu, token ring %d ready %d leased, pools %d ready %d leased\n"
+               "X_DFLASH_STEP=%llu",
                (unsigned long long)atomic_load(&k->js.h->committed_step), (unsigned long long)k->js.h->total_steps,
-               (unsigned long long)atomic_load(&k->js.h->ledger_frontier), rd, le, pready, pleased);
+               (unsigned long long)atomic_load(&k->js.h->ledger_frontier), rd, le, pready, pleased,
+               (unsigned long long)atomic_load(&k->js.h->committed_step));
 }
 
 static int run(keeper *k)
@@ -832,8 +836,7 @@ int main(int argc, char **argv)
         if (created) unlink_segments(&k.plan);
         return 1;
     }
-    control_view cv = {.js = &k.js, .plan = &k.plan, .ring = k.ring, .pools = k.pools, .npools = k.npools,
-                       .kill_worker = control_kill_worker, .ctx = &k};
+    control_view cv = {.js = &k.js, .plan = &k.plan, .ring = k.ring, .pools = k.pools, .npools = k.npools};
     if ((rc = control_new(&k.ctl, &cv, &err))) {
         log_error("%s", err.msg);
         if (created) unlink_segments(&k.plan);
