@@ -15,7 +15,6 @@
 #include "prompt_file.h"
 #include "spec_decode.h"
 #include "target_decode.h"
-#include "target_family.h"
 #include "target_model.h"
 #include "util.h"
 #include "weights_check.h"
@@ -306,11 +305,7 @@ int cmd_eval(int argc, char **argv)
     spec_cuda *sg = NULL;
 #endif
     if (use_cuda) { /* loaded on the GPU once the prompts give the cache's length */
-        /* a family that cannot decode on the GPU is refused before anything is loaded */
-        if (hf_config_load(&tcfg, target_dir, &err) ||
-            target_family_require(&tcfg, TARGET_BACKEND_CUDA, TARGET_CAN_DECODE, "decoding with a KV cache", NULL,
-                                  &err))
-            goto fail;
+        if (hf_config_load(&tcfg, target_dir, &err)) goto fail;
         tc = &tcfg;
     } else {
         if (target_model_load(&tm, target_dir, -1, &err)) goto fail;
@@ -373,6 +368,7 @@ int cmd_eval(int argc, char **argv)
     st.per_prompt = json_array();
     spec_opts so = {.max_new = (int)max_new, .eos = eos, .neos = neos, .reserved = hf_reserved_token(tc, dc)};
     double last_print = now_seconds();
+    int shown = 0;
     for (int i = 0; i < ps.n; i++) {
         const prompt_line *pl = &ps.v[i];
         spec_result r = {0}, base = {0};
@@ -404,9 +400,11 @@ int cmd_eval(int argc, char **argv)
         }
         spec_result_free(&r);
         spec_result_free(&base);
-        if ((now_seconds() - last_print >= 2.0 && i + 1 < ps.n) || i + 1 == ps.n) {
-            fprintf(stderr, PROG ": %d/%d prompts\n", i + 1, ps.n); /* every 2 s, and the final count */
+        /* every 2 s, and the final count: always under the table, under --json when a count was shown before */
+        if ((now_seconds() - last_print >= 2.0 && i + 1 < ps.n) || (i + 1 == ps.n && (!json || shown))) {
+            fprintf(stderr, PROG ": %d/%d prompts\n", i + 1, ps.n);
             last_print = now_seconds();
+            shown = 1;
         }
     }
     report(&st, walk, json, drafter_dir, prompts_path, dc, (int)max_new, which);
