@@ -15,6 +15,7 @@
 #include "prompt_file.h"
 #include "spec_decode.h"
 #include "target_decode.h"
+#include "target_family.h"
 #include "target_model.h"
 #include "util.h"
 #include "weights_check.h"
@@ -305,7 +306,11 @@ int cmd_eval(int argc, char **argv)
     spec_cuda *sg = NULL;
 #endif
     if (use_cuda) { /* loaded on the GPU once the prompts give the cache's length */
-        if (hf_config_load(&tcfg, target_dir, &err)) goto fail;
+        /* a family that cannot decode on the GPU is refused before anything is loaded */
+        if (hf_config_load(&tcfg, target_dir, &err) ||
+            target_family_require(&tcfg, TARGET_BACKEND_CUDA, TARGET_CAN_DECODE, "decoding with a KV cache", NULL,
+                                  &err))
+            goto fail;
         tc = &tcfg;
     } else {
         if (target_model_load(&tm, target_dir, -1, &err)) goto fail;
