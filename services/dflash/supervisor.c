@@ -686,6 +686,9 @@ static int any_alive(const supervisor *s)
 static int event_loop(supervisor *s)
 {
     for (;;) {
+        /* what the children sent first, then the timers: after this process was not scheduled for a while, the
+         * WATCHDOG=1 pings queued meanwhile must count before a watchdog is judged overdue */
+        drain_notify(s);
         double now = now_seconds();
         double next = run_timers(s, now);
         if (s->phase == PHASE_STOPPING && !any_alive(s)) break;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -71,6 +72,14 @@ static int data_check_recorded(const job_plan *p, const dataset *ds, errbuf *err
     return rc;
 }
 
+/* Test-only fault hook: with DFLASH_FAULT_HOLD_BATCH=<batch id>, that batch and the ones after it are not produced
+ * (the prefetcher waits, alive), so a test knows the job stops at a known step (tests/system/give_up.sh). */
+static uint64_t fault_hold_batch(void)
+{
+    const char *f = getenv("DFLASH_FAULT_HOLD_BATCH");
+    return f && *f ? strtoull(f, NULL, 10) : UINT64_MAX;
+}
+
 int main(int argc, char **argv)
 {
     worker_ctx w;
@@ -98,6 +107,7 @@ int main(int argc, char **argv)
     batch_plan *bp = batch_plan_new(ds, (uint64_t)p->cfg.job.seed, p->ring.max_tokens, p->ring.max_seqs);
     const uint64_t total = step_plan_first_batch((uint64_t)p->cfg.train.steps, (uint32_t)p->cfg.workers.drafters);
     const uint16_t owner = 0;
+    const uint64_t hold = fault_hold_batch();
     skip_published(ring);
     log_info("%llu samples in %zu shards; epoch 0 has %llu batches; producing from batch %llu",
              (unsigned long long)dataset_count(ds), dataset_nshards(ds),
@@ -134,7 +144,7 @@ int main(int argc, char **argv)
             token_ring_next_id_advance(ring, id);
             continue;
         }
-        if (id >= total || job_state_batch_held(&w.js, id, D)) {
+        if (id >= total || id >= hold || job_state_batch_held(&w.js, id, D)) {
             uint32_t seen = atomic_load(&w.js.h->gen);
             job_state_wait(&w.js, seen, 200);
             continue;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Liveness does not depend on how long a step takes (issue 19, item 1). A step much longer than the watchdog and the
-# heartbeat timeout (1 s here; a target of a real vocabulary, 151936 ids, and batches of up to 2048 tokens: the
+# heartbeat timeout (2 s here; a target of a real vocabulary, 151936 ids, and batches of up to 2048 tokens: the
 # drafter's loss head alone takes seconds on the CPU) completes, because the workers' liveness thread keeps giving signs of
 # life while the computation progresses; before, every such step was killed, forever. A step that hangs for real
 # (fault hook DFLASH_FAULT_HANG_BATCH: the main thread blocks, no progress) is still killed, and after 5 kills in a
@@ -11,16 +11,16 @@ ulimit -c 0
 make_fixture || { fail liveness_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 "$BIN/dflash-demo" make-target "$T/big" --seed 11 --hidden 32 --layers 4 --heads 4 --kv-heads 2 --head-dim 8 \
     --intermediate 64 --vocab 151936 >/dev/null 2>>"$T/fixture.log" || { fail liveness_fixture "big target"; exit 1; }
-TIMEOUTS="watchdog_sec = 1
-heartbeat_timeout_sec = 1"
+TIMEOUTS="watchdog_sec = 2
+heartbeat_timeout_sec = 2"
 
 write_config slow 3
 sed -i -e "s|^model = .*|model = $T/big|" -e 's/^max_batch_tokens = .*/max_batch_tokens = 2048/' \
-    -e 's/^max_batch_seqs = .*/max_batch_seqs = 64/' -e 's/^max_anchors = .*/max_anchors = 16/' \
+    -e 's/^max_batch_seqs = .*/max_batch_seqs = 64/' -e 's/^max_anchors = .*/max_anchors = 24/' \
     -e 's/^targets = .*/targets = 1/' \
     -e "/^watchdog_sec\|^heartbeat_timeout_sec/d" -e "s/^\[workers\]/[workers]\n$(echo "$TIMEOUTS" | sed -z 's/\n/\\n/g')/" \
     "$T/slow.ini"
-printf '[control]\nheartbeat_sec = 0.25\n' >>"$T/slow.ini"
+printf '[control]\nheartbeat_sec = 0.5\n' >>"$T/slow.ini"
 # a safety net only: a job that is killed forever must fail the test, not block the suite
 timeout 600 "$BIN/dflash" run -c "$T/slow.ini" >"$T/slow.out" 2>&1
 rc=$?
