@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -38,6 +39,12 @@ int conn_open(conn **out, const char *endpoint, const job_config *cfg, const cha
     }
     if (conn_socket_gone(endpoint)) { /* else ZeroMQ waits for it to appear */
         rc = errbuf_set(err, ECONNREFUSED, "%s: no such socket (%s): is the job running?", endpoint, strerror(errno));
+        goto fail;
+    }
+    struct stat st; /* a file that is not a socket would only time out ("no answer"): say what it is, at once */
+    if (!strncmp(endpoint, "ipc://", 6) && stat(endpoint + 6, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+        rc = errbuf_set(err, ENOTSOCK, "%s: %s is not a socket but a %s: not a dflashd control endpoint", endpoint,
+                        endpoint + 6, S_ISDIR(st.st_mode) ? "folder" : S_ISREG(st.st_mode) ? "regular file" : "special file");
         goto fail;
     }
     if (server_key_file && server_key_file[0]) rc = ctl_curve_client_key(c->sock, server_key_file, client_key_file, err);

@@ -152,7 +152,11 @@ static int cmd_resume(ctl_ctx *x, char **args)
     Dflash__Envelope *r;
     int rc = simple(x, DFLASH__ENVELOPE__BODY_RESUME, &p, &r);
     if (rc) return rc;
-    printf("resumed at step %llu\n", (unsigned long long)r->ack->step);
+    /* dflashd says whether the job was paused ("resumed") or not ("not paused: nothing to resume") */
+    if (r->ack->message && r->ack->message[0] && strcmp(r->ack->message, "resumed") != 0)
+        printf("%s (step %llu)\n", r->ack->message, (unsigned long long)r->ack->step);
+    else
+        printf("resumed at step %llu\n", (unsigned long long)r->ack->step);
     ctl_envelope_destroy(&r);
     return 0;
 }

@@ -571,7 +571,8 @@ static void handle_pause(control *c, const ctl_msg *m, const Dflash__Envelope *e
     if (was != (uint32_t)pause) log_info("control: %s at step %llu", pause ? "pause" : "resume",
                                          (unsigned long long)atomic_load(&h->committed_step));
     Dflash__Ack a = DFLASH__ACK__INIT;
-    a.message = pause ? "pausing: the step in flight finishes, then every worker holds" : "resumed";
+    a.message = pause ? "pausing: the step in flight finishes, then every worker holds"
+                : was ? "resumed" : "not paused: nothing to resume";
     a.step = atomic_load(&h->committed_step);
     a.done = pause ? job_held(c) : 1;
     reply_ack(c, m->id, m->idlen, e->request_id, &a);
