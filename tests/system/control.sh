@@ -109,7 +109,7 @@ deadline=$((SECONDS + 30))
 until [ "$(field "w['target-1']['pid']" 2>/dev/null)" != "$old" ] && [ "$(field "w['target-1']['state']" 2>/dev/null)" = running ] ||
       [ $SECONDS -ge $deadline ]; do sleep 0.3; done
 new=$(field "w['target-1']['pid']")
-if [ "$new" != "$old" ] && ! kill -0 "$old" 2>/dev/null && grep -q "target-1 (pid $old) sent no heartbeat" "$T/ctl/logs/dflashd.log"; then
+if [ "$new" != "$old" ] && ! kill -0 "$old" 2>/dev/null && grep -q "target-1 (pid $old) gave no sign of life" "$T/ctl/logs/dflashd.log"; then
     ok "control_silent_worker_killed (pid $old -> $new)"
 else
     fail control_silent_worker_killed "pid $old -> $new; $(grep -i heartbeat "$T/ctl/logs/dflashd.log" | tail -2)"
@@ -132,7 +132,7 @@ for who in target-0 "target-0/$(printf '0%.0s' $(seq 32))"; do
     out=$("$PROBE" "$EP" pose "$who" 6 2>&1); rc=$?
     out="$(echo "$out" | wc -l) replies, last: $(echo "$out" | tail -1 | cut -c1-60)"
     if [ $rc -eq 0 ] && [ "$(field "w['target-0']['pid']")" = "$pid0" ] && [ "$(field "w['target-0']['restarts']")" = "$starts0" ] &&
-       [ "$(field "w['target-0']['state']")" = running ] && ! grep -q "target-0 (pid $pid0) sent no heartbeat" "$T/ctl/logs/dflashd.log" &&
+       [ "$(field "w['target-0']['state']")" = running ] && ! grep -q "target-0 (pid $pid0) gave no sign of life" "$T/ctl/logs/dflashd.log" &&
        grep -q "without the token of its registration" "$T/ctl/logs/dflashd.log"; then
         ok "control_worker_name_claim_refused (${who%%/*}${who#target-0}: $out pid $pid0 kept)"
     else

@@ -81,8 +81,9 @@ out=$("$BIN/../tests/system/ctl_probe" "ipc://$T/live/ctl" empty 2>&1)
 if echo "$out" | grep -q "empty frame" && ! echo "$out" | grep -q "protocol version 0"; then ok operator_empty_frame_named
 else fail operator_empty_frame_named "$out"; fi
 deadline=$((SECONDS + 20)) # not a terminal: the progress line comes every 5 s
-until grep -q "status drafter-0: step" "$T/live.out" || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
-line=$(grep -o "drafter-0: step.*" "$T/live.out" | tail -1)
+# (the first line after a start says "ETA -": no rate is measured before two steps)
+until grep -q "status drafter-0: step.*ETA [0-9]" "$T/live.out" || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+line=$(grep -o "drafter-0: step.*ETA [0-9].*" "$T/live.out" | tail -1)
 eta=$(echo "$line" | grep -o "ETA [0-9hdm:]*")
 if [ -n "$eta" ] && echo "$line" | cut -c1-79 | grep -q "ETA [0-9hdm:]*  " && echo "$eta" | grep -Eq "^ETA ([0-9]+:[0-5][0-9]|[0-9]+h[0-5][0-9]m|[0-9]+d[0-2][0-9]h)$"; then
     ok "operator_progress_eta_within_80_columns ($(echo "$line" | cut -c1-60)...)"
