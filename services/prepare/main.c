@@ -954,7 +954,12 @@ int main(int argc, char **argv)
         }
         opt.job_config = job_config_path_arg;
         opt.batch_tokens = (uint64_t)jc.data.max_batch_tokens;
-        if (!opt.vocab && jc.target.model[0]) { /* the ids the job's target has: a larger one fails the job */
+        char target_cfg[sizeof jc.target.model + 16];
+        snprintf(target_cfg, sizeof target_cfg, "%s/config.json", jc.target.model);
+        if (!opt.vocab && jc.target.model[0] && access(target_cfg, F_OK) != 0) /* a tokenizer-only folder */
+            fprintf(stderr, PROG ": note: %s: target.model has no config.json (%s): token ids are not checked against "
+                            "the target's vocabulary (give --vocab V)\n", job_config_path_arg, target_cfg);
+        else if (!opt.vocab && jc.target.model[0]) { /* the ids the job's target has: a larger one fails the job */
             hf_config hc;
             if (hf_config_load(&hc, jc.target.model, &jerr) != 0) {
                 fprintf(stderr, PROG ": %s: target.model: %s\n", job_config_path_arg, jerr.msg);
