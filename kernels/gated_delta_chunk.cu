@@ -2,7 +2,7 @@
 // flash-linear-attention's chunk kernel (fla/ops/gated_delta_rule/chunk.py), fused into one kernel so that no
 // workspace is needed and the launcher keeps gated_delta_rule_forward_cuda's signature.
 //
-// One block (8 warps) per (sequence, value head, tile of BV value columns) walks its sequence in chunks of C = 64
+// One block (16 warps) per (sequence, value head, tile of BV value columns) walks its sequence in chunks of C = 64
 // tokens; a chunk never crosses a sequence (the last one of a sequence is partial, its missing rows zero). With S0
 // (Dk, BV) the fp32 state at the chunk start, G_t = Σ_{u<=t} g_u the in-chunk cumulative log-decay (G <= 0), and
 //   A  = strictly lower  β_t e^{G_t−G_u} k_t·k_u         (C, C)
@@ -42,7 +42,10 @@ using namespace mma_sm80;
 typedef __nv_bfloat16 bf16;
 
 #define GDC_C 64                /* tokens per chunk */
-#define GDC_THREADS 256         /* 8 warps */
+#ifndef GDC_WARPS
+#define GDC_WARPS 16
+#endif
+#define GDC_THREADS (32 * GDC_WARPS)
 #define GDC_LDC (GDC_C + 8)     /* fp32 (C, C) row stride: float2 fragment loads on distinct banks */
 #define GDC_FULL 0xffffffffu
 #define GDC_SORT_MAX GDC_THREADS /* packed batches of at most this many sequences run longest first */
@@ -164,10 +167,14 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
 {
     typedef gdc_layout<DK, BV> Lay;
     constexpr int C = GDC_C, LDK = Lay::LDK, LDV = Lay::LDV, LDC = GDC_LDC;
-    constexpr int NTO = BV / 16; /* n-tiles of a warp's (16, BV/2) tile of the (C, BV) products */
-    constexpr int MTS = DK / 128; /* m-tiles of a warp's (DK/8, BV) slice of the state */
-    constexpr int NTS = BV / 8;   /* its n-tiles */
-    static_assert(DK % 128 == 0 && BV % 32 == 0, "tile shapes");
+    constexpr int NW = GDC_WARPS;
+    constexpr int UW = 4 * C / NW, NTU = UW / 8;            /* a warp's (16, UW) tile of the (C, C) products */
+    constexpr int WCOL = NW / 4 < BV / 16 ? NW / 4 : BV / 16; /* warps across the (C, BV) products' columns */
+    constexpr int CW = BV / WCOL, NTO = CW / 8;             /* a warp's (16, CW) tile of them */
+    constexpr int SROW = NW < DK / 16 ? NW : DK / 16;       /* warps down the state's rows */
+    constexpr int MTS = DK / 16 / SROW, SCOL = NW / SROW;   /* a warp's (16 MTS, BV / SCOL) slice of the state */
+    constexpr int NTS = BV / SCOL / 8;
+    static_assert(NW % 4 == 0 && NTU % 2 == 0 && NTO % 2 == 0 && NTS % 2 == 0 && SROW * SCOL == NW, "tile shapes");
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem + Lay::ks), *Qs = reinterpret_cast<bf16 *>(smem + Lay::qs);
     bf16 *Vs = reinterpret_cast<bf16 *>(smem + Lay::vs);
@@ -210,9 +217,11 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
     const float *gb = g + h, *bb = beta + h;
     const int nchunks = (t1 - t0 + C - 1) / C;
     const int mb = w & 3, m0 = mb * 16;         /* the warp's 16 rows of the (C, ·) products */
-    const int u0 = (w >> 2) * 32;               /* its 32 columns of the (C, C) products */
-    const int n0o = (w >> 2) * (BV / 2);        /* its BV/2 columns of the (C, BV) products */
-    const int d0 = w * (DK / 8);                /* its DK/8 rows of the state */
+    const int u0 = (w >> 2) * UW;               /* its columns of the (C, C) products */
+    const int n0o = (w >> 2) * CW;              /* its columns of the (C, BV) products */
+    const bool has_o = (w >> 2) < WCOL;         /* (warps past WCOL columns take no (C, BV) tile) */
+    const int d0 = (w % SROW) * 16 * MTS;       /* its rows of the state */
+    const int sn0 = (w / SROW) * (BV / SCOL);   /* its columns of the state */
     const bool lower = u0 <= m0 + 15;           /* (C, C) tiles above the diagonal are never read */
 
     {
@@ -268,9 +277,9 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
             Bc[2 * lane] = bc[2 * lane], Bc[2 * lane + 1] = bc[2 * lane + 1];
             if (lane == 0) *eGLp = expf(GL);
         }
-        float kk[4][4], qk[4][4];
+        float kk[NTU][4], qk[NTU][4];
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < NTU; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) kk[nt][e] = qk[nt][e] = 0.0f;
         if (lower) {
@@ -280,7 +289,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
                 gdc_lda(ak, Kc, LDK, m0, k0);
                 gdc_lda(aqf, Qs, LDK, m0, k0);
 #pragma unroll
-                for (int np = 0; np < 2; np++) {
+                for (int np = 0; np < NTU / 2; np++) {
                     gdc_ldb_nk(b, Kc, LDK, u0 + np * 16, k0);
                     mma_bf16(kk[2 * np], ak, b[0], b[1]);
                     mma_bf16(kk[2 * np + 1], ak, b[2], b[3]);
@@ -294,7 +303,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) ks[nt][e] = qs[nt][e] = 0.0f;
-        if (c > 0) { /* S0 = 0 at the sequence start */
+        if (c > 0 && has_o) { /* S0 = 0 at the sequence start */
 #pragma unroll 2
             for (int k0 = 0; k0 < DK; k0 += 16) {
                 uint32_t ak[4], aqf[4], b[4];
@@ -326,7 +335,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         /* ---- 2. A and the gated Q·Kᵀ (fp32), R (bf16 hi, lo) ---- */
         if (lower) {
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < NTU; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int t = m0 + gq + (e >> 1) * 8, u = u0 + nt * 8 + 2 * qq + (e & 1);
@@ -339,6 +348,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
+                if (!has_o) break;
                 const int t = m0 + gq + hf * 8, j = n0o + nt * 8 + 2 * qq;
                 const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vs + t * LDV + j));
                 const float r0 = Bc[t] * (vv.x - EG[t] * ks[nt][2 * hf]);
@@ -402,7 +412,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) dl[nt][e] = 0.0f;
-        for (int kc = 0; kc <= mb; kc++) { /* T is lower triangular */
+        for (int kc = 0; kc <= (has_o ? mb : -1); kc++) { /* T is lower triangular */
             uint32_t th[4], tl[4], b[4];
             gdc_lda_f32<EXACT>(th, tl, Tf, LDC, m0, kc * 16);
 #pragma unroll
@@ -424,6 +434,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
+                if (!has_o) break;
                 const int t = m0 + gq + hf * 8, j = n0o + nt * 8 + 2 * qq;
                 uint32_t hi, lo;
                 split_bf16x2(dl[nt][2 * hf], dl[nt][2 * hf + 1], hi, lo);
@@ -439,7 +450,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) qs[nt][e] *= EG[m0 + gq + (e >> 1) * 8];
-        for (int kc = 0; kc <= mb; kc++) {
+        for (int kc = 0; kc <= (has_o ? mb : -1); kc++) {
             uint32_t ah[4], al[4], b[4];
             gdc_lda_f32<EXACT>(ah, al, Aq, LDC, m0, kc * 16);
 #pragma unroll
@@ -461,7 +472,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
                 const int t = m0 + gq + hf * 8, j = n0o + nt * 8 + 2 * qq;
-                if (t >= L) continue;
+                if (t >= L || !has_o) continue;
                 bf16 *o = ob + (size_t)(c0 + t) * ldo + j;
                 if (AL) {
                     if (j < nj) *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(qs[nt][2 * hf], qs[nt][2 * hf + 1]);
@@ -485,14 +496,14 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
             for (int mt = 0; mt < MTS; mt++) gdc_lda_t(a[mt], Kc, LDK, d0 + mt * 16, kc * 16);
 #pragma unroll
             for (int np = 0; np < NTS / 2; np++) {
-                gdc_ldb_kn(b, Ph, LDV, np * 16, kc * 16);
+                gdc_ldb_kn(b, Ph, LDV, sn0 + np * 16, kc * 16);
 #pragma unroll
                 for (int mt = 0; mt < MTS; mt++) {
                     mma_bf16(sacc[mt][2 * np], a[mt], b[0], b[1]);
                     mma_bf16(sacc[mt][2 * np + 1], a[mt], b[2], b[3]);
                 }
                 if (EXACT) {
-                    gdc_ldb_kn(b, Pl, LDV, np * 16, kc * 16);
+                    gdc_ldb_kn(b, Pl, LDV, sn0 + np * 16, kc * 16);
 #pragma unroll
                     for (int mt = 0; mt < MTS; mt++) {
                         mma_bf16(sacc[mt][2 * np], a[mt], b[0], b[1]);
@@ -508,7 +519,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
             for (int nt = 0; nt < NTS; nt++)
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++) {
-                    const int d = d0 + mt * 16 + gq + hf * 8, j = nt * 8 + 2 * qq;
+                    const int d = d0 + mt * 16 + gq + hf * 8, j = sn0 + nt * 8 + 2 * qq;
                     uint32_t hi, lo;
                     split_bf16x2(sacc[mt][nt][2 * hf], sacc[mt][nt][2 * hf + 1], hi, lo);
                     *reinterpret_cast<uint32_t *>(Sh + d * LDV + j) = hi;
