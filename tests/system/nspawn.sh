@@ -13,7 +13,7 @@
 # after a stop the store is gone, so that a start refuses the run_dir it finds (see the 252 part below).
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
-PKGS=systemd,systemd-sysv,dbus,libopenblas0-pthread,libjansson4,libinih1,libzmq5,libprotobuf-c1,libpcre2-8-0,libutf8proc2,libasan8,libubsan1  # the tokenizer's PCRE2 and utf8proc; the sanitizer runtimes: make SAN=1 test binds ASan builds in
+PKGS=systemd,systemd-sysv,dbus,libopenblas0-pthread,libjansson4,libinih1,libzmq5,libprotobuf-c1,libpcre2-8-0,libutf8proc2,libmicrohttpd12,libasan8,libubsan1  # the tokenizer's PCRE2 and utf8proc; dflashd's HTTP server (/metrics); the sanitizer runtimes: make SAN=1 test binds ASan builds in
 skip() { echo "ok nspawn skipped: $1"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "not root"
 command -v systemd-nspawn >/dev/null || skip "systemd-nspawn is not installed (Debian package systemd-container)"
