@@ -1,4 +1,4 @@
-/* The CPU model backend (common/model/drafter.h): drafter_model's forward and backward in fp32 on a view model
+/* The CPU model backend (common/drafter/drafter.h): drafter_model's forward and backward in fp32 on a view model
  * bound to the reducer's weights and gradients, with the target's frozen embedding and lm_head. */
 #include <math.h>
 #include <stdint.h>

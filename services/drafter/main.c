@@ -1,6 +1,6 @@
 /* dflash-drafter: one data-parallel rank of drafter training. Start, pick the model backend and the reducer, loop:
  * the step protocol is common/train/step.c, the training state lives in the reducer (common/train/reducer.h), the
- * forward and backward in the model backend (common/model/drafter.h). The CUDA build (dflash-drafter-cuda, this
+ * forward and backward in the model backend (common/drafter/drafter.h). The CUDA build (dflash-drafter-cuda, this
  * file with DFLASH_CUDA) trains job.backend = cuda jobs on GPU <index>; the CPU build trains cpu jobs. */
 #include <errno.h>
 #include <stdio.h>
