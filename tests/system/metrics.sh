@@ -102,6 +102,8 @@ ctl resume >/dev/null
 # malformed requests get an HTTP error, and the endpoint keeps serving
 code() { curl -s --max-time 5 -o /dev/null -w '%{http_code}' "$@"; }
 c1=$(code -X POST -d x=1 "$URL"); c2=$(code "http://127.0.0.1:$MPORT/nothing"); c3=$(code -X DELETE "$URL")
+# raw requests: what each got (the 40000-byte URL: 414, or "closed" when the peer's reset of the unread request
+# reaches the client before the 414 does: either is an answer, the check after is that dflashd goes on serving)
 # raw requests: what each got (the status line, or "closed": bytes that are no HTTP request line at all get the
 # connection closed, as libmicrohttpd does)
 raw=$(python3 - "$MPORT" <<'EOP'
@@ -128,7 +130,7 @@ print(" ".join(raw(c) for c in cases))
 EOP
 )
 after=$(mstep)
-if [ "$c1" = 405 ] && [ "$c2" = 404 ] && [ "$c3" = 405 ] && [ "$raw" = "closed closed 405 505 400 400 400 414 200" ] &&
+if [ "$c1" = 405 ] && [ "$c2" = 404 ] && [ "$c3" = 405 ] && [[ "$raw" =~ ^"closed closed 405 505 400 400 400 "(414|closed)" 200"$ ]] &&
    [ -n "$after" ]; then
     ok "metrics_malformed_requests_get_errors (POST $c1, /nothing $c2, DELETE $c3; raw: $raw; then step $after)"
 else fail metrics_malformed_requests_get_errors "POST $c1, /nothing $c2, DELETE $c3, raw: '$raw', after: '$after'"; fi
