@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char *json_type_name(const json_t *v)
 {
@@ -42,4 +43,17 @@ int json_file_load(json_t **out, const char *path, size_t flags, errbuf *err)
     if (je.line < 1) return errbuf_set(err, EINVAL, "%s: invalid JSON: %s", path, je.text);
     if (je.column < 1) return errbuf_set(err, EINVAL, "%s:%d: invalid JSON: %s", path, je.line, je.text);
     return errbuf_set(err, EINVAL, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
+}
+
+int json_file_save(const json_t *o, const char *path, size_t flags, errbuf *err)
+{
+    char tmp[8192];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    errno = 0;
+    if (json_dump_file(o, tmp, flags) != 0 || rename(tmp, path) != 0) {
+        int e = errno ? errno : EIO;
+        unlink(tmp);
+        return errbuf_set(err, e, "%s: %s", path, strerror(e));
+    }
+    return 0;
 }

@@ -14,5 +14,7 @@ const char *json_type_name(const json_t *v);
  * JSON: ..." (-EINVAL); a file that cannot be read is "path: <strerror>" (-errno), never a position: jansson says
  * line -1 there. */
 int json_file_load(json_t **out, const char *path, size_t flags, errbuf *err);
+/* Write o to path atomically (path.tmp, then rename): 0, or -errno with "path: reason" in err. o is not consumed. */
+int json_file_save(const json_t *o, const char *path, size_t flags, errbuf *err);
 
 #endif

@@ -106,16 +106,9 @@ int job_identity_write(const job_identity *id, const char *path, errbuf *err)
                           "hidden_size", id->hidden, "vocab_size", id->vocab, "taps", taps, "drafter_parameters",
                           (json_int_t)id->drafter_parameters);
     if (!o) return errbuf_set(err, ENOMEM, "%s: cannot build the identity", path);
-    char tmp[8192];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int rc = json_dump_file(o, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
+    int rc = json_file_save(o, path, JSON_INDENT(2) | JSON_SORT_KEYS, err);
     json_decref(o);
-    if (rc != 0 || rename(tmp, path) != 0) {
-        int e = errno ? errno : EIO;
-        unlink(tmp);
-        return errbuf_set(err, e, "%s: %s", path, strerror(e));
-    }
-    return 0;
+    return rc;
 }
 
 int job_identity_read(job_identity *id, const char *path, errbuf *err)

@@ -9,6 +9,7 @@
 
 #include "anchors.h"
 #include "config.h"
+#include "json_util.h"
 
 /* Which batches make step k: workers.drafters (step_plan), and batch b's content: the data (the record's second part),
  * job.seed and the batch limits (batch_plan), the anchors and blocks drawn in it (anchors: seed, max_anchors, block
@@ -64,16 +65,9 @@ int run_record_write(const run_record *r, const char *path, errbuf *err)
                                                 r->shards[k].header_digest));
     json_t *o = json_pack("{s:o, s:o}", "settings", settings, "shards", shards);
     if (!o) return errbuf_set(err, ENOMEM, "%s: cannot build the run record", path);
-    char tmp[8192];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int rc = json_dump_file(o, tmp, JSON_INDENT(2));
+    int rc = json_file_save(o, path, JSON_INDENT(2), err);
     json_decref(o);
-    if (rc != 0 || rename(tmp, path) != 0) {
-        int e = errno ? errno : EIO;
-        unlink(tmp);
-        return errbuf_set(err, e, "%s: %s", path, strerror(e));
-    }
-    return 0;
+    return rc;
 }
 
 int run_record_read(run_record *r, const char *path, errbuf *err)
