@@ -73,10 +73,10 @@ int run_record_write(const run_record *r, const char *path, errbuf *err)
 int run_record_read(run_record *r, const char *path, errbuf *err)
 {
     memset(r, 0, sizeof *r);
-    if (access(path, F_OK) != 0) return errbuf_set(err, ENOENT, "%s: %s", path, strerror(errno));
     json_error_t je;
-    json_t *o = json_load_file(path, 0, &je);
-    if (!o) return errbuf_set(err, EINVAL, "%s:%d: %s", path, je.line, je.text);
+    json_t *o;
+    int lrc = json_file_load(&o, path, 0, err);
+    if (lrc != 0) return lrc;
     json_t *settings = json_object_get(o, "settings"), *shards = json_object_get(o, "shards");
     int rc = 0;
     if (!json_is_object(settings) || !json_is_array(shards)) {
