@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,11 +118,55 @@ fail:
     return rc;
 }
 
-int checkpoint_read_state(const char *root, const char *dir, checkpoint_state *st, errbuf *err)
+/* A reader's hold on one step folder: the folder `latest` (or dir) names, resolved once and locked shared (flock) so
+ * that checkpoint_prune leaves it alone while both of its files are read. A folder removed between the resolution
+ * and the lock (the prune held it) is resolved again from `latest`, which then names a newer one. */
+typedef struct ckpt_hold {
+    int fd;
+    char path[4352];
+} ckpt_hold;
+
+static int hold_open(const char *root, const char *dir, ckpt_hold *h, errbuf *err)
 {
-    char base[4096], path[4200];
-    if (dir) snprintf(base, sizeof base, "%s", dir);
-    else snprintf(base, sizeof base, "%s/latest", root);
+    for (int tries = 0;; tries++) {
+        if (dir) {
+            snprintf(h->path, sizeof h->path, "%s", dir);
+        } else {
+            char link[4200], to[1024];
+            snprintf(link, sizeof link, "%s/latest", root);
+            ssize_t n = readlink(link, to, sizeof to - 1);
+            if (n > 0) {
+                to[n] = 0;
+                if (to[0] == '/') snprintf(h->path, sizeof h->path, "%s", to);
+                else snprintf(h->path, sizeof h->path, "%s/%s", root, to);
+            } else {
+                snprintf(h->path, sizeof h->path, "%s", link); /* not a link: a folder named latest */
+            }
+        }
+        h->fd = open(h->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (h->fd >= 0) {
+            struct stat a, b;
+            if (flock(h->fd, LOCK_SH) == 0 && fstat(h->fd, &a) == 0 && stat(h->path, &b) == 0 &&
+                a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+                return 0;
+            close(h->fd);
+            h->fd = -1;
+            errno = ENOENT;
+        }
+        if (dir || errno != ENOENT || tries >= 16)
+            return errbuf_set(err, errno, "%s: cannot open the checkpoint: %s", h->path, strerror(errno));
+    }
+}
+
+static void hold_close(ckpt_hold *h)
+{
+    if (h->fd >= 0) close(h->fd); /* drops the lock */
+    h->fd = -1;
+}
+
+static int read_state_in(const char *base, checkpoint_state *st, errbuf *err)
+{
+    char path[4400];
     snprintf(path, sizeof path, "%s/trainer_state.json", base);
     json_error_t je;
     json_t *o = json_load_file(path, 0, &je);
@@ -139,22 +184,122 @@ int checkpoint_read_state(const char *root, const char *dir, checkpoint_state *s
     return 0;
 }
 
+int checkpoint_read_state(const char *root, const char *dir, checkpoint_state *st, errbuf *err)
+{
+    ckpt_hold h;
+    int rc = hold_open(root, dir, &h, err);
+    if (!rc) rc = read_state_in(h.path, st, err);
+    hold_close(&h);
+    return rc;
+}
+
 int checkpoint_read(const char *root, const char *dir, float *w, float *m, float *v, uint64_t numel,
                     checkpoint_state *st, errbuf *err)
 {
-    char base[4096], path[4200];
-    int rc = checkpoint_read_state(root, dir, st, err);
-    if (rc) return rc;
-    if (dir) snprintf(base, sizeof base, "%s", dir);
-    else snprintf(base, sizeof base, "%s/latest", root);
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", base);
+    char path[4400];
+    ckpt_hold h;
+    int rc = hold_open(root, dir, &h, err);
+    if (!rc) rc = read_state_in(h.path, st, err);
     st_file *f = NULL;
-    rc = st_open(&f, path, err);
-    if (rc) return rc;
-    int64_t shape[1] = {(int64_t)numel};
-    rc = st_read_f32(f, "master", w, 1, shape, err);
-    if (!rc) rc = st_read_f32(f, "adam_m", m, 1, shape, err);
-    if (!rc) rc = st_read_f32(f, "adam_v", v, 1, shape, err);
-    st_close(&f);
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", h.path);
+        rc = st_open(&f, path, err);
+    }
+    if (!rc) {
+        int64_t shape[1] = {(int64_t)numel};
+        rc = st_read_f32(f, "master", w, 1, shape, err);
+        if (!rc) rc = st_read_f32(f, "adam_m", m, 1, shape, err);
+        if (!rc) rc = st_read_f32(f, "adam_v", v, 1, shape, err);
+        st_close(&f);
+    }
+    hold_close(&h);
     return rc;
+}
+
+/* The disk a folder's files take (allocated blocks). */
+static uint64_t tree_bytes(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    uint64_t n = 0;
+    struct dirent *e;
+    char p[4352];
+    struct stat sb;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (lstat(p, &sb) == 0) n += (uint64_t)sb.st_blocks * 512;
+    }
+    closedir(d);
+    return n;
+}
+
+static int cmp_step_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int checkpoint_prune(const char *root, const checkpoint_retention *keep, uint64_t latest, checkpoint_disk *disk,
+                     errbuf *err)
+{
+    memset(disk, 0, sizeof *disk);
+    DIR *d = opendir(root);
+    if (!d) return errbuf_set(err, errno, "%s: %s", root, strerror(errno));
+    uint64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        unsigned long long s;
+        char tail, left[4352];
+        if (!strncmp(e->d_name, ".removing-step-", 15)) { /* a prune that died midway */
+            snprintf(left, sizeof left, "%s/%s", root, e->d_name);
+            remove_tree(left);
+            continue;
+        }
+        if (sscanf(e->d_name, "step-%llu%c", &s, &tail) != 1 || strlen(e->d_name) != 13) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            uint64_t *g = realloc(steps, cap * sizeof *g);
+            if (!g) {
+                free(steps);
+                closedir(d);
+                return errbuf_set(err, ENOMEM, "%s: out of memory listing checkpoints", root);
+            }
+            steps = g;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, n, sizeof *steps, cmp_step_desc);
+    char dir[4096], gone[4200];
+    for (size_t i = 0; i < n; i++) {
+        checkpoint_dir(root, steps[i], dir, sizeof dir);
+        int kept = keep->keep_checkpoints == 0 || i < (size_t)keep->keep_checkpoints || steps[i] == latest ||
+                   (keep->keep_every > 0 && steps[i] % (uint64_t)keep->keep_every == 0);
+        if (!kept) {
+            int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                /* renamed first: a reader that resolved this path finds it gone and resolves `latest` again */
+                snprintf(gone, sizeof gone, "%s/.removing-step-%08llu-%d", root, (unsigned long long)steps[i],
+                         (int)getpid());
+                if (rename(dir, gone) == 0) {
+                    remove_tree(gone);
+                    disk->removed++;
+                } else {
+                    kept = 1;
+                }
+            } else {
+                kept = 1; /* a reader holds it (or it vanished): the next prune looks again */
+                if (fd >= 0) disk->busy++;
+            }
+            if (fd >= 0) close(fd);
+        }
+        if (kept) {
+            disk->kept++;
+            disk->bytes += tree_bytes(dir);
+        }
+    }
+    free(steps);
+    return 0;
 }

@@ -2,7 +2,9 @@
  * layout (model.safetensors bf16 + config.json, loadable by z-lab's and vLLM's code), optimizer.safetensors (fp32
  * master weights and AdamW moments as flat tensors "master", "adam_m", "adam_v") and trainer_state.json (step,
  * committed batch frontier, seed). A checkpoint is built in a temporary folder, fsynced and renamed into place, then
- * `latest` (a symlink) is switched atomically; a crash at any point leaves the previous checkpoint valid. */
+ * `latest` (a symlink) is switched atomically; a crash at any point leaves the previous checkpoint valid. A reader
+ * resolves `latest` once and holds that step folder (a shared flock) while it reads, so that retention
+ * (checkpoint_prune) never removes a checkpoint being read. */
 #ifndef DFLASH_CHECKPOINT_H
 #define DFLASH_CHECKPOINT_H
 
@@ -27,6 +29,19 @@ int checkpoint_read(const char *root, const char *dir, float *w, float *m, float
                     checkpoint_state *st, errbuf *err);
 /* Only trainer_state.json of `latest` (or dir): the step to resume from. */
 int checkpoint_read_state(const char *root, const char *dir, checkpoint_state *st, errbuf *err);
+/* Retention (train.keep_checkpoints, train.keep_every). */
+typedef struct checkpoint_retention {
+    int keep_checkpoints;        /* the newest this many are kept (0: all) */
+    int keep_every;              /* every step that is a multiple of this is kept too (0: none) */
+} checkpoint_retention;
+typedef struct checkpoint_disk {
+    int kept, removed, busy;     /* busy: beyond the retention but held by a reader, left for the next prune */
+    uint64_t bytes;              /* the disk the kept checkpoints take */
+} checkpoint_disk;
+/* After step `latest` is written and `latest` points to it: remove root's step folders beyond the retention (never
+ * `latest`'s, never one a reader holds) and say what is kept in *disk. 0 or -errno (root unreadable) with err. */
+int checkpoint_prune(const char *root, const checkpoint_retention *keep, uint64_t latest, checkpoint_disk *disk,
+                     errbuf *err);
 /* Path of step's folder. */
 void checkpoint_dir(const char *root, uint64_t step, char *out, size_t n);
 

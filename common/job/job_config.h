@@ -36,6 +36,7 @@ typedef struct job_config {
     } drafter;
     struct {
         int steps, warmup_steps, checkpoint_every, max_skipped_in_a_row;
+        int keep_checkpoints, keep_every;  /* checkpoint retention (checkpoint_prune) */
         double checkpoint_retry_sec;
         double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     } train;

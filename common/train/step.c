@@ -232,6 +232,34 @@ static int checkpoint_hold(step_ctx *s, const char *root, uint64_t c, int rc, er
     return 0;
 }
 
+/* After checkpoint c: remove the ones beyond train.keep_checkpoints / keep_every (checkpoint_prune), and say once
+ * per process how much disk the checkpoints take. A failed prune is said and the job goes on (nothing of the
+ * training depends on it; the next checkpoint tries again). */
+static void retain_checkpoints(step_ctx *s, const char *root, uint64_t c)
+{
+    const job_config *cfg = &s->plan->cfg;
+    checkpoint_retention keep = {.keep_checkpoints = cfg->train.keep_checkpoints, .keep_every = cfg->train.keep_every};
+    checkpoint_disk disk;
+    errbuf err = {{0}};
+    if (checkpoint_prune(root, &keep, c, &disk, &err)) {
+        log_warn("checkpoint retention after step %llu: %s", (unsigned long long)c, err.msg);
+        return;
+    }
+    if (disk.busy)
+        log_info("checkpoint retention: %d checkpoint(s) beyond train.keep_checkpoints are being read: removed later",
+                 disk.busy);
+    if (s->disk_said) return;
+    s->disk_said = 1;
+    const double mib = (double)disk.bytes / (1024.0 * 1024.0);
+    if (keep.keep_checkpoints > 0)
+        log_info("checkpoints: %d kept, %.1f MiB on disk (%.1f MiB each); train.keep_checkpoints = %d%s removes older ones",
+                 disk.kept, mib, disk.kept ? mib / disk.kept : 0.0, keep.keep_checkpoints,
+                 keep.keep_every > 0 ? " except every keep_every-th step's" : "");
+    else
+        log_info("checkpoints: %d on disk, %.1f MiB (%.1f MiB each), all kept: train.keep_checkpoints = N keeps "
+                 "the newest N", disk.kept, mib, disk.kept ? mib / disk.kept : 0.0);
+}
+
 /* Rank 0 writes the checkpoints of committed steps (its peers cannot get past step c+1's reduction meanwhile, so
  * state c stays put while it is written). */
 static int maybe_checkpoint(step_ctx *s, uint64_t c)
@@ -264,6 +292,7 @@ static int maybe_checkpoint(step_ctx *s, uint64_t c)
         return rc;
     }
     log_info("checkpoint: %s/step-%08llu (%.2f s)", root, (unsigned long long)c, now_seconds() - t0);
+    retain_checkpoints(s, root, c);
     return 0;
 }
 

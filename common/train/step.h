@@ -71,6 +71,7 @@ typedef struct step_ctx {
     /* progress line (rank 0) */
     double t_start;
     uint64_t steps_seen, tokens_seen, first_step, reported;
+    int disk_said;                  /* the checkpoints' disk use was said (retain_checkpoints) */
 } step_ctx;
 
 /* Run (or finish) committed step k's phases on this rank. 0 when step k is committed (by anyone), 1 when the step

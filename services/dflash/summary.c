@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
+
 typedef struct step_line {
     double loss, acceptance, accuracy;
     long long tokens, batches, step;
@@ -99,8 +101,23 @@ int run_summary_print(const job_config *cfg, double seconds, long long first_ste
     else if (ckpt < last)
         fprintf(out, "dflash: WARNING: the checkpoint of step %lld could not be written (see the log): %s is step %lld, "
                      "and --resume repeats steps %lld..%lld\n", last, path, ckpt, ckpt, last - 1);
-    if (ckpt > 0)
+    if (ckpt > 0) {
         fprintf(out, "dflash: drafter checkpoint: %s (z-lab layout: model.safetensors + config.json)\n", path);
+        char root[4096];
+        job_config_path(cfg, "ckpt", root, sizeof root);
+        const checkpoint_retention all = {0}; /* keeps everything: only counts */
+        checkpoint_disk disk;
+        errbuf e2 = {{0}};
+        if (checkpoint_prune(root, &all, (uint64_t)ckpt, &disk, &e2) == 0) {
+            fprintf(out, "dflash: checkpoints: %d in %s take %.1f MiB", disk.kept, root,
+                    (double)disk.bytes / (1024.0 * 1024.0));
+            if (cfg->train.keep_checkpoints > 0)
+                fprintf(out, " (train.keep_checkpoints = %d, keep_every = %d: older ones removed)\n",
+                        cfg->train.keep_checkpoints, cfg->train.keep_every);
+            else
+                fprintf(out, " (all kept: train.keep_checkpoints = N keeps the newest N)\n");
+        }
+    }
     free(steps);
     return 0;
 }

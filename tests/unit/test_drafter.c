@@ -2,11 +2,13 @@
  * (3 query heads over 1 kv head, block size 3, two layers, two taps: shapes unlike the goldens'), anchor sampling
  * properties, block construction and the mask structure, checkpoint round trip, and bad checkpoint input. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include "anchors.h"
@@ -305,6 +307,57 @@ TEST(checkpoint_round_trip_zlab_layout_and_optimizer_state)
     drafter_model_destroy(&m);
     free(mm); free(vv); free(w2); free(m2); free(v2);
     char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    REQUIRE(system(cmd) == 0);
+}
+
+/* Retention: the newest keep_checkpoints and every keep_every-th step stay, latest always; a folder a reader holds
+ * (the shared flock checkpoint_read takes while it reads) is left for the next prune, which then removes it. */
+TEST(checkpoint_retention_keeps_newest_every_kth_latest_and_what_is_read)
+{
+    hf_config c = small_config();
+    drafter_model *m = drafter_model_create(&c, 5);
+    size_t n = drafter_numel(m);
+    float *mm = calloc(n, sizeof(float)), *vv = calloc(n, sizeof(float));
+    char *dir = tmp_dir(), root[256], p[512];
+    errbuf err = {{0}};
+    snprintf(root, sizeof root, "%s/ckpt", dir);
+    for (uint64_t k = 2; k <= 12; k += 2) {
+        checkpoint_state cs = {.step = k, .batches_committed = 2 * k, .seed = 9};
+        REQUIRE(checkpoint_write(root, &c, drafter_weights(m), mm, vv, n, &cs, &err) == 0);
+    }
+    /* a reader holds step 4 as checkpoint_read does */
+    checkpoint_dir(root, 4, p, sizeof p);
+    int fd = open(p, O_RDONLY | O_DIRECTORY);
+    REQUIRE(fd >= 0 && flock(fd, LOCK_SH) == 0);
+    checkpoint_retention keep = {.keep_checkpoints = 2, .keep_every = 6};
+    checkpoint_disk disk;
+    REQUIRE(checkpoint_prune(root, &keep, 12, &disk, &err) == 0);
+    /* kept: 12, 10 (newest two), 6, 12 (every 6th), 4 (held); removed: 2, 8 */
+    EXPECT(checkpoint_exists(root, 12) && checkpoint_exists(root, 10) && checkpoint_exists(root, 6));
+    EXPECT(checkpoint_exists(root, 4) && !checkpoint_exists(root, 2) && !checkpoint_exists(root, 8));
+    EXPECT(disk.kept == 4 && disk.removed == 2 && disk.busy == 1 && disk.bytes > 0);
+    close(fd);
+    REQUIRE(checkpoint_prune(root, &keep, 12, &disk, &err) == 0);
+    EXPECT(!checkpoint_exists(root, 4) && disk.removed == 1 && disk.busy == 0 && disk.kept == 3);
+    /* latest is never removed, even where the retention would not keep it (a resume from an older step) */
+    keep = (checkpoint_retention){.keep_checkpoints = 1};
+    REQUIRE(checkpoint_prune(root, &keep, 6, &disk, &err) == 0);
+    EXPECT(checkpoint_exists(root, 12) && checkpoint_exists(root, 6) && !checkpoint_exists(root, 10));
+    /* all kept when keep_checkpoints is 0; what is read afterwards is latest's */
+    keep = (checkpoint_retention){0};
+    REQUIRE(checkpoint_prune(root, &keep, 12, &disk, &err) == 0);
+    EXPECT(disk.kept == 2 && disk.removed == 0);
+    checkpoint_state got;
+    float *w2 = malloc(sizeof(float) * n), *m2 = malloc(sizeof(float) * n), *v2 = malloc(sizeof(float) * n);
+    REQUIRE(checkpoint_read(root, NULL, w2, m2, v2, n, &got, &err) == 0);
+    EXPECT(got.step == 12 && got.batches_committed == 24);
+    /* an unreadable root is an error naming it */
+    EXPECT(checkpoint_prune("/nonexistent/ckpt", &keep, 1, &disk, &err) != 0);
+    EXPECT_CONTAINS(err.msg, "/nonexistent/ckpt");
+    free(w2); free(m2); free(v2); free(mm); free(vv);
+    drafter_model_destroy(&m);
+    char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     REQUIRE(system(cmd) == 0);
 }
