@@ -102,11 +102,11 @@ uint64_t job_state_last_step(const job_state *js)
     return stop && stop < js->h->total_steps ? stop : js->h->total_steps;
 }
 
-int job_state_batch_held(const job_state *js, uint64_t batch_id, uint32_t ndrafters)
+int job_state_batch_held(const job_state *js, uint64_t batch_id)
 {
-    if (batch_id >= step_plan_first_batch(job_state_last_step(js), ndrafters)) return 1;
-    return atomic_load(&js->h->paused) && batch_id >= step_plan_first_batch(atomic_load(&js->h->committed_step) + 1,
-                                                                            ndrafters);
+    const step_plan *p = &js->h->plan;
+    if (batch_id >= step_plan_first_batch(p, job_state_last_step(js))) return 1;
+    return atomic_load(&js->h->paused) && batch_id >= step_plan_first_batch(p, atomic_load(&js->h->committed_step) + 1);
 }
 
 const char *job_role_name(enum job_role role)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "job_config.h"
+#include "step_plan.h"
 #include "shm.h"
 #include "util.h"
 
@@ -111,6 +112,8 @@ typedef struct job_state_header {
     _Atomic uint64_t stop_step;        /* drain: train up to this step, checkpoint, finish (0: no drain) */
     uint32_t ndrafters, nworkers;
     uint64_t numel;                    /* drafter parameters */
+    step_plan plan;                    /* which batches make each step: set by dflashd before any worker starts
+                                        * (from ckpt/run.json on a resume), then read only */
     uint64_t total_steps;
     _Atomic uint64_t grad_step[JOB_MAX_DRAFTERS], reduce_step[JOB_MAX_DRAFTERS], apply_step[JOB_MAX_DRAFTERS];
     _Atomic uint64_t skipped_steps;    /* steps not applied (non-finite loss or gradient norm) */
@@ -153,6 +156,6 @@ int job_write_error_persistent(int e);
 uint64_t job_state_last_step(const job_state *js);
 /* While paused, only the step in flight (committed_step) may proceed: whether batch_id (D batches per step) must
  * wait. */
-int job_state_batch_held(const job_state *js, uint64_t batch_id, uint32_t ndrafters);
+int job_state_batch_held(const job_state *js, uint64_t batch_id);
 
 #endif

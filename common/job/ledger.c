@@ -156,6 +156,24 @@ static const char *num(char *buf, size_t n, double x)
     return buf;
 }
 
+/* The first step of a segment that changed the number of drafters or targets (a resume onto other workers) says so:
+ * `, "resharded": {"drafters": [2, 3]}` (the numbers before and after; only those that changed). Length written. */
+static int reshard_note(const step_plan *p, uint64_t k, char *out, size_t n)
+{
+    for (uint32_t i = 1; i < p->n; i++) {
+        const step_plan_segment *a = &p->seg[i - 1], *b = &p->seg[i];
+        if (b->from_step != k) continue;
+        int m = snprintf(out, n, ", \"resharded\": {");
+        if (a->drafters != b->drafters)
+            m += snprintf(out + m, n - (size_t)m, "\"drafters\": [%u, %u]", a->drafters, b->drafters);
+        if (a->targets != b->targets)
+            m += snprintf(out + m, n - (size_t)m, "%s\"targets\": [%u, %u]", a->drafters != b->drafters ? ", " : "",
+                          a->targets, b->targets);
+        return m + snprintf(out + m, n - (size_t)m, "}");
+    }
+    return 0;
+}
+
 int ledger_append_committed(ledger *l, job_state *js)
 {
     job_state_header *h = js->h;
@@ -183,6 +201,7 @@ int ledger_append_committed(ledger *l, job_state *js)
                       num(ng, sizeof ng, sm.grad_norm));
         if (sm.skipped)
             n += snprintf(line + n, sizeof line - (size_t)n, ", \"skipped\": \"%s\"", step_skip_reason(sm.skipped));
+        n += reshard_note(&h->plan, k, line + n, sizeof line - (size_t)n);
         n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
         const off_t at = lseek(l->fd, 0, SEEK_CUR);
         if (fault_enospc()) return ledger_write_failed(l, js, at, k, ENOSPC);

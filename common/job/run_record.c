@@ -9,19 +9,19 @@
 
 #include "anchors.h"
 #include "config.h"
+#include "job_state.h"
 #include "json_util.h"
 
-/* Which batches make step k: workers.drafters (step_plan), and batch b's content: the data (the record's second part),
- * job.seed and the batch limits (batch_plan), the anchors and blocks drawn in it (anchors: seed, max_anchors, block
- * size, mask token). workers.targets is kept too: until resume is elastic, a resume runs the pipeline it stopped. */
+/* Batch b's content: the data (the record's second part), job.seed and the batch limits (batch_plan), the anchors
+ * and blocks drawn in it (anchors: seed, max_anchors, block size, mask token). Which batches make step k is the
+ * record's plan (step_plan): the numbers of drafters and targets may change on a resume (run_record_resume). */
 const char *const run_record_plan_keys[] = {
-    "job.seed",         "workers.drafters",   "workers.targets",     "data.max_batch_tokens",
-    "data.max_batch_seqs", "drafter.block_size", "drafter.max_anchors", "drafter.mask_token_id",
-    NULL,
+    "job.seed",          "data.max_batch_tokens", "data.max_batch_seqs",   "drafter.block_size",
+    "drafter.max_anchors", "drafter.mask_token_id", NULL,
 };
 
 #define SAFE_TO_CHANGE                                                                                              \
-    "train.* (steps, lr, min_lr, warmup_steps, checkpoint_every, the optimizer settings), drafter.gamma, ring.*, "  \
+    "workers.drafters and workers.targets (the steps after the checkpoint use the new numbers), train.* (steps, lr, min_lr, warmup_steps, checkpoint_every, the optimizer settings), drafter.gamma, ring.*, "  \
     "the workers' timeouts, control.*, data.path to the same shards moved elsewhere"
 
 void run_record_compute(run_record *r, const job_plan *p, const dataset *ds)
@@ -33,6 +33,7 @@ void run_record_compute(run_record *r, const job_plan *p, const dataset *ds)
         r->nkeys = i + 1;
     }
     snprintf(r->data_path, sizeof r->data_path, "%s", p->cfg.data.path);
+    step_plan_init(&r->plan, (uint32_t)p->cfg.workers.drafters, (uint32_t)p->cfg.workers.targets);
     r->nshards = dataset_nshards(ds);
     r->shards = xcalloc(r->nshards ? r->nshards : 1, sizeof *r->shards);
     for (size_t k = 0; k < r->nshards; k++) {
@@ -63,10 +64,73 @@ int run_record_write(const run_record *r, const char *path, errbuf *err)
         json_array_append_new(shards, json_pack("{s:s, s:I, s:s}", "name", r->shards[k].name, "bytes",
                                                 (json_int_t)r->shards[k].bytes, "header_digest",
                                                 r->shards[k].header_digest));
-    json_t *o = json_pack("{s:o, s:o}", "settings", settings, "shards", shards);
+    json_t *plan = json_array();
+    for (uint32_t i = 0; i < r->plan.n; i++) {
+        const step_plan_segment *s = &r->plan.seg[i];
+        json_array_append_new(plan, json_pack("{s:I, s:I, s:i, s:i}", "from_step", (json_int_t)s->from_step,
+                                              "first_batch", (json_int_t)s->first_batch, "drafters", (int)s->drafters,
+                                              "targets", (int)s->targets));
+    }
+    json_t *o = json_pack("{s:o, s:o, s:o}", "settings", settings, "plan", plan, "shards", shards);
     if (!o) return errbuf_set(err, ENOMEM, "%s: cannot build the run record", path);
     int rc = json_file_save(o, path, JSON_INDENT(2), err);
     json_decref(o);
+    return rc;
+}
+
+/* The record's "plan": its segments in order; a record from before plans were recorded has one segment from its
+ * settings' workers.drafters / workers.targets. */
+static int read_plan(run_record *r, json_t *o, json_t *settings, const char *path, errbuf *err)
+{
+    json_t *plan = json_object_get(o, "plan");
+    if (!plan) {
+        const char *d = json_string_value(json_object_get(settings, "workers.drafters")),
+                   *t = json_string_value(json_object_get(settings, "workers.targets"));
+        if (!d || !t || atoi(d) < 1 || atoi(t) < 1)
+            return errbuf_set(err, EINVAL, "%s: no \"plan\" and no settings workers.drafters / workers.targets", path);
+        step_plan_init(&r->plan, (uint32_t)atoi(d), (uint32_t)atoi(t));
+        return 0;
+    }
+    const size_t n = json_array_size(plan);
+    if (!json_is_array(plan) || n == 0 || n > STEP_PLAN_MAX_SEGMENTS)
+        return errbuf_set(err, EINVAL, "%s: \"plan\" must be a list of 1 to %d segments", path, STEP_PLAN_MAX_SEGMENTS);
+    r->plan.n = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        json_int_t from = 0, first = 0;
+        int d = 0, t = 0;
+        json_error_t je;
+        if (json_unpack_ex(json_array_get(plan, i), &je, 0, "{s:I, s:I, s:i, s:i}", "from_step", &from,
+                           "first_batch", &first, "drafters", &d, "targets", &t) != 0)
+            return errbuf_set(err, EINVAL, "%s: plan[%zu]: %s", path, i, je.text);
+        step_plan_segment *s = &r->plan.seg[i];
+        *s = (step_plan_segment){(uint64_t)from, (uint64_t)first, (uint32_t)d, (uint32_t)t};
+        const step_plan_segment *prev = i ? &r->plan.seg[i - 1] : NULL;
+        int ok = from >= 0 && first >= 0 && d >= 1 && d <= JOB_MAX_DRAFTERS && t >= 1 && t <= JOB_MAX_TARGETS &&
+                 (prev ? s->from_step > prev->from_step &&
+                             s->first_batch == prev->first_batch + (s->from_step - prev->from_step) * prev->drafters
+                       : from == 0 && first == 0);
+        if (!ok)
+            return errbuf_set(err, EINVAL, "%s: plan[%zu] (from_step %lld, first_batch %lld, %d drafters, %d targets) "
+                              "does not continue the segment before it", path, i, (long long)from, (long long)first, d, t);
+    }
+    return 0;
+}
+
+int run_record_resume(const run_record *was, run_record *now, uint64_t step, uint64_t batches_committed,
+                      const char *path, errbuf *err)
+{
+    const uint32_t D = now->plan.seg[0].drafters, T = now->plan.seg[0].targets;
+    now->plan = was->plan;
+    const uint64_t frontier = step_plan_first_batch(&now->plan, step);
+    if (frontier != batches_committed)
+        return errbuf_set(err, EINVAL, "--resume: the checkpoint of step %llu has %llu batches committed, but %s's plan "
+                          "puts %llu batches before that step: the checkpoint is not this run's",
+                          (unsigned long long)step, (unsigned long long)batches_committed, path,
+                          (unsigned long long)frontier);
+    int rc = step_plan_resume(&now->plan, step, D, T);
+    if (rc == -E2BIG)
+        return errbuf_set(err, E2BIG, "--resume: %s: the run has changed its number of workers %d times, the most a "
+                          "run records", path, STEP_PLAN_MAX_SEGMENTS - 1);
     return rc;
 }
 
@@ -88,6 +152,7 @@ int run_record_read(run_record *r, const char *path, errbuf *err)
         snprintf(r->values[i], sizeof r->values[i], "%s", v ? v : "(not recorded)");
         r->nkeys = i + 1;
     }
+    if ((rc = read_plan(r, o, settings, path, err))) goto done;
     r->nshards = json_array_size(shards);
     r->shards = xcalloc(r->nshards ? r->nshards : 1, sizeof *r->shards);
     for (size_t k = 0; k < r->nshards; k++) {

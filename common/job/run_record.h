@@ -14,6 +14,7 @@
 
 #include "job_plan.h"
 #include "shard.h"
+#include "step_plan.h"
 #include "util.h"
 
 /* The settings of job_config_table that decide which batches make a step or what a batch holds; NULL-terminated. */
@@ -32,6 +33,8 @@ typedef struct run_record {
     size_t nshards;
     run_record_shard *shards;           /* xmalloc'd */
     char data_path[CONFIG_STRING_MAX];  /* data.path (run_record_compute), for messages */
+    step_plan plan;                     /* which batches make each step: one segment per number of drafters the run
+                                         * has had (a resume onto another number appends one, run_record_resume) */
 } run_record;
 
 /* This job's record: the settings of p, the identity of ds (the data set at p->cfg.data.path). */
@@ -45,6 +48,12 @@ int run_record_read(run_record *r, const char *path, errbuf *err);
 /* 0 when the settings of `now` keep the step plan of `was`; -EINVAL naming the first setting that differs, both
  * values and what may change on a resume. */
 int run_record_check_settings(const run_record *was, const run_record *now, const char *path, errbuf *err);
+/* A resume of the run recorded in `was` from checkpoint step `step` (its trainer_state's batches_committed) with
+ * the drafters and targets of `now`: now->plan becomes was's plan cut at `step` plus, when the number of drafters or
+ * targets changed, a segment from `step` (1 returned: a reshard; 0: none). -EINVAL naming the record when the
+ * checkpoint's frontier disagrees with the recorded plan, -E2BIG when the plan has no room for another segment. */
+int run_record_resume(const run_record *was, run_record *now, uint64_t step, uint64_t batches_committed,
+                      const char *path, errbuf *err);
 /* 0 when `now` holds the data set of `was`; -EINVAL naming the first shard added, missing or changed. `who` starts
  * the message ("--resume", "prefetch"). */
 int run_record_check_data(const run_record *was, const run_record *now, const char *path, const char *who,

@@ -95,7 +95,6 @@ static int pools_lease(batch_source *bs, uint64_t b, uint64_t k, drafter_batch *
     job_state *js = &s->w->js;
     if (s->held_slot >= 0 && s->held_batch == b) return fill(s, bt, err);
     pools_release(bs);
-    const uint32_t D = (uint32_t)s->p->cfg.workers.drafters;
     for (int spins = 0;; spins++) {
         worker_tick(s->w);
         /* k past the last step: a drain lowered it to the committed step (dflashd's save_and_end); that step is not
@@ -111,7 +110,7 @@ static int pools_lease(batch_source *bs, uint64_t b, uint64_t k, drafter_batch *
             int rc = slot_pool_slot_check(s->pools[i], slot, &s->shape, err);
             return rc ? rc : fill(s, bt, err);
         }
-        if (spins % 16 == 0) drop_stale(s, step_plan_first_batch(k, D));
+        if (spins % 16 == 0) drop_stale(s, step_plan_first_batch(&js->h->plan, k));
         nap_ms(2);
     }
 }

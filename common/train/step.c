@@ -75,7 +75,7 @@ static int phase_gradients(step_ctx *s, uint64_t k, errbuf *err)
         if (atomic_load(&h->committed_step) != k || finished(s)) return 1;
         job_state_wait(s->js, seen, 200);
     }
-    const uint64_t b = step_plan_batch(k, (uint32_t)s->nranks, (uint32_t)s->rank);
+    const uint64_t b = step_plan_batch(&s->js->h->plan, k, (uint32_t)s->rank);
     drafter_batch batch;
     int rc = s->src->ops->lease(s->src, b, k, &batch, err);
     if (rc) return rc;
@@ -168,7 +168,7 @@ int step_run_one(step_ctx *s, uint64_t k, errbuf *err)
 static int checkpoint_try(step_ctx *s, const char *root, uint64_t c, errbuf *err)
 {
     const job_config *cfg = &s->plan->cfg;
-    checkpoint_state st = {.step = c, .batches_committed = step_plan_first_batch(c, (uint32_t)s->nranks),
+    checkpoint_state st = {.step = c, .batches_committed = step_plan_first_batch(&s->js->h->plan, c),
                            .seed = cfg->job.seed};
     optim_state host;
     int rc = s->red->ops->export_state(s->red, c, &host, err);
@@ -399,7 +399,7 @@ int step_train(step_ctx *s)
         }
         skip_limit(s, k); /* before the checkpoint below: it ends the job at k */
         uint64_t held = s->src->ops->held(s->src);
-        if (held != UINT64_MAX && held < step_plan_first_batch(k, (uint32_t)s->nranks)) s->src->ops->release(s->src);
+        if (held != UINT64_MAX && held < step_plan_first_batch(&s->js->h->plan, k)) s->src->ops->release(s->src);
         if (maybe_checkpoint(s, k)) return 1;
         if (k >= job_state_last_step(s->js)) { /* after the checkpoint: a drain while it could not write ends here */
             if (s->rank == 0) {

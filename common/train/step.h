@@ -1,6 +1,6 @@
 /* step: the data-parallel step protocol of drafter training, with no backend code in it. Step k, on every rank r
  * of D (progress words in the job state; every phase may be redone by a restarted rank with the same result):
- *   1. lease batch step_plan_batch(k, D, r) from the batch source, forward + backward with the model backend
+ *   1. lease batch step_plan_batch(plan, k, r) from the batch source, forward + backward with the model backend
  *      against the reducer's weights of step k into the reducer's gradient buffer, publish the rank's record
  *      (tokens, loss, accuracy, weight sum);                                            (grad_step[r] = k+1)
  *   2. when all gradients are in: reducer->reduce with the summed weight of the step;   (reduce_step[r] = k+1)

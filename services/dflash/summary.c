@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "run_record.h"
 
 typedef struct step_line {
     double loss, acceptance, accuracy;
@@ -101,6 +102,16 @@ int run_summary_print(const job_config *cfg, double seconds, long long first_ste
     else if (ckpt < last)
         fprintf(out, "dflash: WARNING: the checkpoint of step %lld could not be written (see the log): %s is step %lld, "
                      "and --resume repeats steps %lld..%lld\n", last, path, ckpt, ckpt, last - 1);
+    run_record rec;
+    errbuf e1 = {{0}};
+    job_config_path(cfg, "ckpt/run.json", path, sizeof path);
+    if (run_record_read(&rec, path, &e1) == 0) {
+        char said[1024];
+        step_plan_describe(&rec.plan, said, sizeof said);
+        if (said[0]) fprintf(out, "dflash: resharded at %s (%s)\n", said, path);
+        run_record_free(&rec);
+    }
+    job_config_path(cfg, "ckpt/latest", path, sizeof path);
     if (ckpt > 0) {
         fprintf(out, "dflash: drafter checkpoint: %s (z-lab layout: model.safetensors + config.json)\n", path);
         char root[4096];

@@ -41,6 +41,7 @@ void render_status(FILE *f, const Dflash__StatusReply *s)
             (unsigned long long)s->step, (unsigned long long)s->total_steps, (unsigned long long)s->ledger_steps,
             s->loss, s->acceptance, s->slot_accuracy, (unsigned long long)s->next_batch,
             (unsigned long long)s->skipped_steps);
+    if (s->resharded && s->resharded[0]) fprintf(f, "resharded at %s\n", s->resharded);
     if (s->stalled_sec > 0)
         fprintf(f, "STALLED: no step committed for %.0f s: %s\n", s->stalled_sec, s->waiting_on);
     else if (s->waiting_on && s->waiting_on[0])

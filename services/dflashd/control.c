@@ -430,6 +430,7 @@ typedef struct status_buf {
     char rolling_role[16];
     double slot_acc[DFLASH_MAX_BLOCK];
     char waiting[1024];
+    char resharded[1024];
     Dflash__StatusReply s;
 } status_buf;
 
@@ -462,6 +463,8 @@ static void status_build(control *c, status_buf *b)
     s->finished = atomic_load(&h->finished) != 0;
     s->ledger_steps = atomic_load(&h->ledger_frontier);
     s->skipped_steps = atomic_load(&h->skipped_steps);
+    step_plan_describe(&h->plan, b->resharded, sizeof b->resharded);
+    s->resharded = b->resharded;
     s->keeper_pid = (int32_t)getpid();
     s->next_batch = token_ring_next_id_peek(c->v.ring);
     if ((s->stalled_sec = stall_seconds(c, now_seconds())) > 0) stall_diagnose(c, b->waiting, sizeof b->waiting);
@@ -606,7 +609,7 @@ static void handle_drain(control *c, const ctl_msg *m, const Dflash__Envelope *e
         /* every batch already issued into the token ring belongs to a step up to this one */
         uint64_t next = token_ring_next_id_peek(c->v.ring);
         uint64_t committed = atomic_load(&h->committed_step);
-        stop = step_plan_steps_covering(next, (uint32_t)c->v.plan->cfg.workers.drafters);
+        stop = step_plan_steps_covering(&h->plan, next);
         if (stop < committed) stop = committed;
         if (stop == 0) stop = 1; /* 0 would mean "no drain" */
         if (stop > h->total_steps) stop = h->total_steps;

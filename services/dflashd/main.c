@@ -60,6 +60,7 @@ typedef struct keeper {
     char run_id[JOB_RUN_ID_MAX];
     int resume;
     int fresh;                       /* --fresh: a previous run in the run_dir is set aside, not refused */
+    step_plan steps;                 /* which batches make each step (data_plan_check): published in the job state */
     char fdstore[FDSTORE_NAMES][64]; /* names of the fds this job has in the service manager's fd store */
     int nfdstore;
 } keeper;
@@ -416,6 +417,28 @@ static int resume_has_checkpoint(keeper *k, errbuf *err)
                       "start the job without --resume (it starts from step 0)", k->plan.cfg.job.run_dir, latest);
 }
 
+/* --resume with the drafters and targets of this start: the recorded plan cut at the checkpoint's step, plus a segment
+ * from there when their numbers changed (said on the console: the ledger marks the step, status and the summary
+ * say it). */
+static int resume_plan(keeper *k, const run_record *was, run_record *rec, const char *path, errbuf *err)
+{
+    char root[4096];
+    job_config_path(&k->plan.cfg, "ckpt", root, sizeof root);
+    checkpoint_state st;
+    int rc = checkpoint_read_state(root, NULL, &st, err);
+    if (rc) return errbuf_wrap(err, rc, "--resume");
+    if ((rc = run_record_resume(was, rec, st.step, st.batches_committed, path, err)) < 0) return rc;
+    if (rc == 1) {
+        const step_plan_segment *a = step_plan_segment_of(&was->plan, st.step ? st.step - 1 : 0),
+                                *b = &rec->plan.seg[rec->plan.n - 1];
+        console_warn("--resume: resharded at step %llu: drafters %u -> %u, targets %u -> %u; from step %llu on, each "
+                     "step trains %u batches, from batch %llu on (none lost, none trained twice)",
+                     (unsigned long long)st.step, a->drafters, b->drafters, a->targets, b->targets,
+                     (unsigned long long)st.step, b->drafters, (unsigned long long)b->first_batch);
+    }
+    return 0;
+}
+
 /* The data and the step plan (run_record.h), before anything starts: a data set the job cannot train on is refused
  * (missing, empty, ids outside the target's vocabulary, no sample with a trained token within a batch), samples cut
  * to a batch are warned about; at --resume the settings that decide the batches and the data set must be those the
@@ -449,18 +472,19 @@ static int data_plan_check(keeper *k, run_record *rec, errbuf *err)
     }
     if (!(rc = run_record_check_settings(&was, rec, path, err)))
         rc = run_record_check_data(&was, rec, path, "--resume", err);
+    if (!rc) rc = resume_plan(k, &was, rec, path, err);
     run_record_free(&was);
-    if (!rc) log_info("--resume: the step plan and the data set (%zu shards) are those the run started with",
+    if (!rc) log_info("--resume: the batch settings and the data set (%zu shards) are those the run started with",
                       rec->nshards);
 done:
+    if (!rc) k->steps = rec->plan;
     dataset_close(&ds);
     return rc;
 }
 
-/* A start from scratch records its step plan and data set beside identity.json. */
+/* A start records its step plan and data set beside identity.json (a resume: the plan it goes on with). */
 static int record_write(keeper *k, const run_record *rec, errbuf *err)
 {
-    if (k->resume) return 0;
     char path[PATH_MAX];
     run_record_path(&k->plan, path, sizeof path);
     return run_record_write(rec, path, err);
@@ -528,10 +552,10 @@ static int create_job(keeper *k, errbuf *err)
     int rc = job_state_create(&k->js, p->state_name, k->run_id, (uint32_t)p->cfg.workers.drafters, p->numel,
                               (uint64_t)p->cfg.train.steps, err);
     if (rc) return rc;
+    k->js.h->plan = k->steps;
     if ((rc = resume_step(k, err))) return rc;
     if ((rc = token_ring_create(p->ring_name, &p->ring, &k->ring, err))) return rc;
-    token_ring_next_id_set(k->ring, step_plan_first_batch(atomic_load(&k->js.h->committed_step),
-                                                         (uint32_t)p->cfg.workers.drafters));
+    token_ring_next_id_set(k->ring, step_plan_first_batch(&k->js.h->plan, atomic_load(&k->js.h->committed_step)));
     k->npools = p->cfg.workers.targets;
     for (int i = 0; i < k->npools; i++) {
         char name[128], store[64];

@@ -105,7 +105,8 @@ int main(int argc, char **argv)
         return 1;
     }
     batch_plan *bp = batch_plan_new(ds, (uint64_t)p->cfg.job.seed, p->ring.max_tokens, p->ring.max_seqs);
-    const uint64_t total = step_plan_first_batch((uint64_t)p->cfg.train.steps, (uint32_t)p->cfg.workers.drafters);
+    const step_plan *plan = &w.js.h->plan;
+    const uint64_t total = step_plan_first_batch(plan, (uint64_t)p->cfg.train.steps);
     const uint16_t owner = 0;
     const uint64_t hold = fault_hold_batch();
     skip_published(ring);
@@ -125,7 +126,6 @@ int main(int argc, char **argv)
                  (unsigned long long)over, (unsigned long long)dataset_count(ds), p->ring.max_tokens,
                  (unsigned long long)longest, p->ring.max_tokens);
     worker_ready(&w, "producing");
-    const uint32_t D = (uint32_t)p->cfg.workers.drafters;
     while (!worker_job_finished(&w)) {
         worker_tick(&w);
         if (worker_restart_requested(&w)) {
@@ -139,12 +139,12 @@ int main(int argc, char **argv)
             return 1;
         }
         uint64_t id = token_ring_next_id_peek(ring);
-        uint64_t committed = step_plan_first_batch(atomic_load(&w.js.h->committed_step), D);
+        uint64_t committed = step_plan_first_batch(plan, atomic_load(&w.js.h->committed_step));
         if (id < committed) { /* already trained (e.g. after a resume): no need to produce it */
             token_ring_next_id_advance(ring, id);
             continue;
         }
-        if (id >= total || id >= hold || job_state_batch_held(&w.js, id, D)) {
+        if (id >= total || id >= hold || job_state_batch_held(&w.js, id)) {
             uint32_t seen = atomic_load(&w.js.h->gen);
             job_state_wait(&w.js, seen, 200);
             continue;

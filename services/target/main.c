@@ -83,7 +83,6 @@ static int wait_slot(target_run *r, int lease)
 static int next_work(target_run *r, int *s, int *t, errbuf *err)
 {
     worker_ctx *w = r->w;
-    const uint64_t D = (uint64_t)w->plan.cfg.workers.drafters;
     if ((*s = wait_slot(r, 0)) < 0) return -1;
     if ((*t = wait_slot(r, 1)) < 0) {
         slot_pool_abandon(r->pool, *s, r->owner, w->epoch);
@@ -91,7 +90,7 @@ static int next_work(target_run *r, int *s, int *t, errbuf *err)
     }
     int bad = token_ring_slot_check(r->ring, *t, err);
     uint64_t id = token_ring_batch(r->ring, *t).meta->batch_id;
-    if (bad || job_state_batch_held(&w->js, id, (uint32_t)D)) { /* broken, or paused (beyond the step in flight) */
+    if (bad || job_state_batch_held(&w->js, id)) { /* broken, or paused (beyond the step in flight) */
         token_ring_unlease(r->ring, *t, r->owner, w->epoch);
         slot_pool_abandon(r->pool, *s, r->owner, w->epoch);
         if (bad) return -2;
@@ -99,7 +98,7 @@ static int next_work(target_run *r, int *s, int *t, errbuf *err)
         job_state_wait(&w->js, seen, 200);
         return 0;
     }
-    if (id < atomic_load(&w->js.h->committed_step) * D) { /* re-delivered after a crash, already trained */
+    if (id < step_plan_first_batch(&w->js.h->plan, atomic_load(&w->js.h->committed_step))) { /* re-delivered after a crash, already trained */
         log_info("batch %llu already committed: dropped", (unsigned long long)id);
         token_ring_release(r->ring, *t, r->owner, w->epoch);
         slot_pool_abandon(r->pool, *s, r->owner, w->epoch);
