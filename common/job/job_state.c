@@ -26,6 +26,7 @@ int job_state_create(job_state *js, const char *name, const char *run_id, uint32
     js->h->ndrafters = ndrafters;
     js->h->numel = numel;
     js->h->total_steps = total_steps;
+    step_plan_init(&js->h->plan, ndrafters, 0); /* one segment until dflashd publishes the run's plan */
     atomic_store(&js->h->next_epoch, 1);
     return 0;
 }
