@@ -320,6 +320,7 @@ static void run_case(const attn_case *k)
         s0.window = 0, sw.window = T + B + 1;
         dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s0, stream);
         dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s0, stream);
+        CHECK_CUDA(cudaStreamSynchronize(stream));
         uint16_t *o0 = dev_get(d_out, (size_t)NB * ldo * 2), *dq0 = dev_get(d_dq, (size_t)NB * ldo * 2);
         uint16_t *dkvc0 = dev_get(d_dkvc, (size_t)T * ldkv * 2), *dkb0 = dev_get(d_dkb, (size_t)NB * kd * 2);
         uint16_t *dvb0 = dev_get(d_dvb, (size_t)NB * kd * 2);
