@@ -1,7 +1,8 @@
 /* dflash_attention (CPU reference): block-structured attention for DFlash training, flash-attention style.
- * Per block, per head, per query slot: a score buffer of length ctx_len + B over the visible keys (the block's
- * context rows first, then its own B block rows); softmax statistics in double; the backward recomputes the
- * probabilities from the saved lse (dS = p (dP - D), D = dout·out). */
+ * Per block, per head, per query slot: a score buffer over the keys the slot sees (the block's context rows first,
+ * then its own block rows; all ctx_len + B of them without a window, dflash_attn_window's with one); softmax
+ * statistics in double; the backward recomputes the probabilities from the saved lse (dS = p (dP - D),
+ * D = dout·out). */
 #include "dflash_attention.h"
 
 #include <math.h>
@@ -30,19 +31,32 @@ static int max_ctx_len(const int32_t *ctx_start, const int32_t *ctx_len, int n)
 static void check_shape(const dflash_attn_shape *s)
 {
     DF_ASSERT(s->nblocks >= 0 && s->block_size > 0 && s->hd > 0);
-    DF_ASSERT(s->nkv > 0 && s->nh > 0 && s->nh % s->nkv == 0);
+    DF_ASSERT(s->nkv > 0 && s->nh > 0 && s->nh % s->nkv == 0 && s->window >= 0);
 }
 
-/* Key / value row r of block j: r < clen indexes the context rows, the rest the block's own rows. */
-static inline const float *kv_row(const float *ctx, const float *blk, int j, int r, int cstart, int clen, int B,
-                                  int ld)
+/* The keys one query slot sees: ncv context rows from row cfirst, then the block rows from bfirst; nk in all. */
+typedef struct slot_keys {
+    int cfirst, ncv, bfirst, nk;
+} slot_keys;
+
+static slot_keys keys_of(int j, int i, int cs, int cl, const dflash_attn_shape *s)
 {
-    return r < clen ? ctx + (size_t)(cstart + r) * ld : blk + (size_t)(j * B + r - clen) * ld;
+    int c0, b0, b1;
+    dflash_attn_window(cl, s->block_size, i, s->window, &c0, &b0, &b1);
+    slot_keys k = {cs + c0, cl - c0, j * s->block_size + b0, 0};
+    k.nk = k.ncv + (b1 - b0);
+    return k;
 }
 
-static inline float *kv_row_mut(float *ctx, float *blk, int j, int r, int cstart, int clen, int B, int ld)
+/* Key / value row r of a slot's keys: r < ncv indexes the context rows, the rest the block's own rows. */
+static inline const float *kv_row(const float *ctx, const float *blk, const slot_keys *k, int r, int ld)
 {
-    return r < clen ? ctx + (size_t)(cstart + r) * ld : blk + (size_t)(j * B + r - clen) * ld;
+    return r < k->ncv ? ctx + (size_t)(k->cfirst + r) * ld : blk + (size_t)(k->bfirst + r - k->ncv) * ld;
+}
+
+static inline float *kv_row_mut(float *ctx, float *blk, const slot_keys *k, int r, int ld)
+{
+    return r < k->ncv ? ctx + (size_t)(k->cfirst + r) * ld : blk + (size_t)(k->bfirst + r - k->ncv) * ld;
 }
 
 void dflash_attention_forward_cpu(float *out, float *lse, const float *q, const float *kc, const float *vc,
@@ -57,15 +71,17 @@ void dflash_attention_forward_cpu(float *out, float *lse, const float *q, const 
     double *acc = xmalloc(sizeof(double) * (size_t)hd);
 
     for (int j = 0; j < N; j++) {
-        const int cs = ctx_start[j], cl = ctx_len[j], L = cl + B;
+        const int cs = ctx_start[j], cl = ctx_len[j];
         for (int h = 0; h < nh; h++) {
             const int kh = h / grp;
             for (int i = 0; i < B; i++) {
+                const slot_keys ks = keys_of(j, i, cs, cl, s);
+                const int L = ks.nk;
                 const size_t qi = (size_t)(j * B + i);
                 const float *qr = q + qi * ldq + (size_t)h * hd;
                 float mx = -INFINITY;
                 for (int r = 0; r < L; r++) {
-                    const float *kr = kv_row(kc, kb, j, r, cs, cl, B, ldk) + (size_t)kh * hd;
+                    const float *kr = kv_row(kc, kb, &ks, r, ldk) + (size_t)kh * hd;
                     sc[r] = dot_f(qr, kr, hd) * s->scale;
                     if (sc[r] > mx) mx = sc[r];
                 }
@@ -74,7 +90,7 @@ void dflash_attention_forward_cpu(float *out, float *lse, const float *q, const 
                 for (int r = 0; r < L; r++) {
                     double p = exp((double)sc[r] - (double)mx);
                     sum += p;
-                    const float *vr = kv_row(vc, vb, j, r, cs, cl, B, ldk) + (size_t)kh * hd;
+                    const float *vr = kv_row(vc, vb, &ks, r, ldk) + (size_t)kh * hd;
                     for (int d = 0; d < hd; d++) acc[d] += p * vr[d];
                 }
                 float *orow = out + qi * ldq + (size_t)h * hd;
@@ -99,10 +115,12 @@ void dflash_attention_backward_cpu(float *dq, float *dkc, float *dvc, float *dkb
 
     for (int j = 0; j < N; j++) {
         DF_ASSERT(ctx_start[j] >= 0 && ctx_len[j] >= 0);
-        const int cs = ctx_start[j], cl = ctx_len[j], L = cl + B;
+        const int cs = ctx_start[j], cl = ctx_len[j];
         for (int h = 0; h < nh; h++) {
             const int kh = h / grp;
             for (int i = 0; i < B; i++) {
+                const slot_keys ks = keys_of(j, i, cs, cl, s);
+                const int L = ks.nk;
                 const size_t qi = (size_t)(j * B + i);
                 const size_t off = qi * ldq + (size_t)h * hd;
                 const float *qr = q + off, *dor = dout + off;
@@ -112,10 +130,10 @@ void dflash_attention_backward_cpu(float *dq, float *dkc, float *dvc, float *dkb
                 memset(dqr, 0, sizeof(float) * (size_t)hd);
                 for (int r = 0; r < L; r++) {
                     const size_t kofs = (size_t)kh * hd;
-                    const float *kr = kv_row(kc, kb, j, r, cs, cl, B, ldk) + kofs;
-                    const float *vr = kv_row(vc, vb, j, r, cs, cl, B, ldk) + kofs;
-                    float *dkr = kv_row_mut(dkc, dkb, j, r, cs, cl, B, ldk) + kofs;
-                    float *dvr = kv_row_mut(dvc, dvb, j, r, cs, cl, B, ldk) + kofs;
+                    const float *kr = kv_row(kc, kb, &ks, r, ldk) + kofs;
+                    const float *vr = kv_row(vc, vb, &ks, r, ldk) + kofs;
+                    float *dkr = kv_row_mut(dkc, dkb, &ks, r, ldk) + kofs;
+                    float *dvr = kv_row_mut(dvc, dvb, &ks, r, ldk) + kofs;
                     const float p = expf(dot_f(qr, kr, hd) * scale - l);
                     const float dp = dot_f(dor, vr, hd);
                     const float ds = p * (dp - D) * scale;

@@ -5,7 +5,8 @@
 // ([ctx_start[j], ctx_start[j] + ctx_len[j])) and the block rows of kb/vb ([j*B, j*B + B)). Every kernel walks the
 // union of the intervals its rows need, tile by tile, skips a tile where a warp's rows see none of it and masks
 // element-wise only where some row sees part of it (with anchors sorted, a block's context is a prefix of its
-// sequence: one masked tile per block).
+// sequence: one masked tile per block). A sliding window (W > 0) narrows each slot's two intervals
+// (dflash_attn_window); a block's union is then the last W-1 context rows and all its B rows.
 //
 // Query rows are taken per kv head in the order (block j, group head g, slot i), so the B*G rows of one block that
 // share one K/V (64 for B = 16 and 4 query heads per kv head) are neighbours.
@@ -49,6 +50,7 @@ struct Args {
     int ldq, ldkc, ldvc, ldkb, ldvb;
     const int32_t *ctx_start, *ctx_len;
     int T, N, B, nh, nkv, G, hd;
+    int W; // sliding window (0: none)
     float scale, scale_log2;
     bf16 *out; // forward
     int ldo;
@@ -92,15 +94,32 @@ __device__ __forceinline__ void load_rows(bf16 *tile, const bf16 *base, int ld, 
     }
 }
 
-// Visible interval of block j in source src (0: context rows of kc/vc, 1: block rows of kb/vb).
+// Visible interval of block j in source src (0: context rows of kc/vc, 1: block rows of kb/vb): the union over its
+// slots (slot 0 sees the most context under a window).
 __device__ __forceinline__ void block_interval(const Args &a, int src, int j, int &lo, int &hi)
 {
     if (src == 0) {
         lo = a.ctx_start[j];
         hi = lo + a.ctx_len[j];
+        if (a.W > 0 && hi - lo > a.W - 1) lo = hi - (a.W - 1);
     } else {
         lo = j * a.B;
         hi = lo + a.B;
+    }
+}
+
+// Visible interval of slot i of block j in source src.
+__device__ __forceinline__ void row_interval(const Args &a, int src, int j, int i, int &lo, int &hi)
+{
+    int c0, b0, b1;
+    const int cl = a.ctx_len[j];
+    dflash_attn_window(cl, a.B, i, a.W, &c0, &b0, &b1);
+    if (src == 0) {
+        lo = a.ctx_start[j] + c0;
+        hi = a.ctx_start[j] + cl;
+    } else {
+        lo = j * a.B + b0;
+        hi = j * a.B + b1;
     }
 }
 
@@ -125,8 +144,8 @@ __device__ void qrows_setup(QRows &r, const Args &a, int tile, int kh)
         int j = (int)(rho / GB), rem = (int)(rho % GB), g = rem / a.B, i = rem % a.B;
         qrow = j * a.B + i;
         head = kh * a.G + g;
-        block_interval(a, 0, j, lo[0], hi[0]);
-        block_interval(a, 1, j, lo[1], hi[1]);
+        row_interval(a, 0, j, i, lo[0], hi[0]);
+        row_interval(a, 1, j, i, lo[1], hi[1]);
     }
     r.qrow[t] = qrow;
     r.head[t] = head;
@@ -612,7 +631,8 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
             }
             __syncthreads();
             int lo, hi;
-            block_interval(a, src, s_list[it / nchunk], lo, hi);
+            const int jb = s_list[it / nchunk], chunk = it % nchunk;
+            block_interval(a, src, jb, lo, hi);
             if (wr0 < hi && wr0 + 16 > lo) { // the block sees some key row of the warp (warp-uniform)
                 const bool need_mask = !(lo <= wr0 && wr0 + 16 <= hi);
                 const bool vis0 = !need_mask || (lo <= wr0 + g && wr0 + g < hi);
@@ -635,15 +655,24 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
                         mma_bf16(st[t + 1], ka, b[2], b[3]);
                     }
                 }
-                // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on rows the block does not see
+                // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on rows the block (under a window: the column's slot) does not see
                 uint32_t pa[kItemRows / 16][4];
 #pragma unroll
                 for (int t = 0; t < kItemRows / 8; t++) {
                     const float l0 = tl[t * 8 + tig * 2] * kLog2e, l1 = tl[t * 8 + tig * 2 + 1] * kLog2e;
-                    st[t][0] = vis0 ? fast_exp2(fmaf(st[t][0], a.scale_log2, -l0)) : 0.0f;
-                    st[t][1] = vis0 ? fast_exp2(fmaf(st[t][1], a.scale_log2, -l1)) : 0.0f;
-                    st[t][2] = vis1 ? fast_exp2(fmaf(st[t][2], a.scale_log2, -l0)) : 0.0f;
-                    st[t][3] = vis1 ? fast_exp2(fmaf(st[t][3], a.scale_log2, -l1)) : 0.0f;
+                    bool v00 = vis0, v01 = vis0, v10 = vis1, v11 = vis1; // (key row g / g+8, column 2*tig / +1)
+                    if (a.W > 0) {
+                        const int kr0 = wr0 + g, kr1 = wr0 + g + 8, rho = chunk * kItemRows + t * 8 + tig * 2;
+                        int clo, chi;
+                        row_interval(a, src, jb, rho % a.B, clo, chi);
+                        v00 = v00 && clo <= kr0 && kr0 < chi, v10 = v10 && clo <= kr1 && kr1 < chi;
+                        row_interval(a, src, jb, (rho + 1) % a.B, clo, chi);
+                        v01 = v01 && clo <= kr0 && kr0 < chi, v11 = v11 && clo <= kr1 && kr1 < chi;
+                    }
+                    st[t][0] = v00 ? fast_exp2(fmaf(st[t][0], a.scale_log2, -l0)) : 0.0f;
+                    st[t][1] = v01 ? fast_exp2(fmaf(st[t][1], a.scale_log2, -l1)) : 0.0f;
+                    st[t][2] = v10 ? fast_exp2(fmaf(st[t][2], a.scale_log2, -l0)) : 0.0f;
+                    st[t][3] = v11 ? fast_exp2(fmaf(st[t][3], a.scale_log2, -l1)) : 0.0f;
                     pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(st[t][0], st[t][1]);
                     pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(st[t][2], st[t][3]);
                 }
@@ -737,11 +766,25 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_kernel(const Args a, int n_ct
 
 // ---- scalar path ----
 
-// Key row r (0 <= r < ctx_len + B) of block j: the context rows first, then the block's rows.
-__device__ __forceinline__ const bf16 *key_row(const bf16 *ctx, int ldc, const bf16 *blk, int ldb, int j, int B,
-                                               int cs, int cl, int r)
+// The keys of one query slot: ncv context rows from row cfirst, then block rows from bfirst; nk in all.
+struct SlotKeys {
+    int cfirst, ncv, bfirst, nk;
+};
+__device__ __forceinline__ SlotKeys slot_keys(const Args &a, int j, int i)
 {
-    return r < cl ? ctx + (size_t)(cs + r) * ldc : blk + (size_t)(j * B + r - cl) * ldb;
+    int c0, b0, b1;
+    const int cl = a.ctx_len[j];
+    dflash_attn_window(cl, a.B, i, a.W, &c0, &b0, &b1);
+    SlotKeys k = {a.ctx_start[j] + c0, cl - c0, j * a.B + b0, 0};
+    k.nk = k.ncv + b1 - b0;
+    return k;
+}
+
+// Key row r (0 <= r < nk) of a slot: the context rows first, then the block's rows.
+__device__ __forceinline__ const bf16 *key_row(const bf16 *ctx, int ldc, const bf16 *blk, int ldb, const SlotKeys &k,
+                                               int r)
+{
+    return r < k.ncv ? ctx + (size_t)(k.cfirst + r) * ldc : blk + (size_t)(k.bfirst + r - k.ncv) * ldb;
 }
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -765,13 +808,14 @@ __global__ void fwd_scalar_kernel(const Args a)
         acc[d] = 0.0f;
     }
     __syncwarp();
-    const int cs = a.ctx_start[j], cl = a.ctx_len[j], L = cl + a.B;
+    const SlotKeys sk = slot_keys(a, j, qrow % a.B);
+    const int L = sk.nk;
     float m = -INFINITY, l = 0.0f;
     for (int base = 0; base < L; base += 32) {
         const int r = base + lane;
         float sc = -INFINITY;
         if (r < L) {
-            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, j, a.B, cs, cl, r) + (size_t)kh * hd;
+            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, sk, r) + (size_t)kh * hd;
             float dot = 0.0f;
             for (int d = 0; d < hd; d++) dot += qs[d] * __bfloat162float(kr[d]);
             sc = dot * a.scale;
@@ -787,7 +831,7 @@ __global__ void fwd_scalar_kernel(const Args a)
         for (int d = lane; d < hd; d += 32) acc[d] *= corr;
         for (int jj = 0; jj < nk; jj++) {
             const float pj = __shfl_sync(0xffffffffu, p, jj);
-            const bf16 *vr = key_row(a.vc, a.ldvc, a.vb, a.ldvb, j, a.B, cs, cl, base + jj) + (size_t)kh * hd;
+            const bf16 *vr = key_row(a.vc, a.ldvc, a.vb, a.ldvb, sk, base + jj) + (size_t)kh * hd;
             for (int d = lane; d < hd; d += 32) acc[d] += pj * __bfloat162float(vr[d]);
         }
     }
@@ -812,13 +856,14 @@ __global__ void dq_scalar_kernel(const Args a)
     }
     __syncwarp();
     const float lse = a.lse[item], D = a.delta[item];
-    const int cs = a.ctx_start[j], cl = a.ctx_len[j], L = cl + a.B;
+    const SlotKeys sk = slot_keys(a, j, qrow % a.B);
+    const int L = sk.nk;
     for (int base = 0; base < L; base += 32) {
         const int r = base + lane;
         float ds = 0.0f;
         if (r < L) {
-            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, j, a.B, cs, cl, r) + (size_t)kh * hd;
-            const bf16 *vr = key_row(a.vc, a.ldvc, a.vb, a.ldvb, j, a.B, cs, cl, r) + (size_t)kh * hd;
+            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, sk, r) + (size_t)kh * hd;
+            const bf16 *vr = key_row(a.vc, a.ldvc, a.vb, a.ldvb, sk, r) + (size_t)kh * hd;
             float s = 0.0f, dp = 0.0f;
             for (int d = 0; d < hd; d++)
                 s += qs[d] * __bfloat162float(kr[d]), dp += ds_[d] * __bfloat162float(vr[d]);
@@ -827,7 +872,7 @@ __global__ void dq_scalar_kernel(const Args a)
         const int nk = min(32, L - base);
         for (int jj = 0; jj < nk; jj++) {
             const float dj = __shfl_sync(0xffffffffu, ds, jj);
-            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, j, a.B, cs, cl, base + jj) + (size_t)kh * hd;
+            const bf16 *kr = key_row(a.kc, a.ldkc, a.kb, a.ldkb, sk, base + jj) + (size_t)kh * hd;
             for (int d = lane; d < hd; d += 32) acc[d] += dj * __bfloat162float(kr[d]);
         }
     }
@@ -861,6 +906,11 @@ __global__ void dkv_scalar_kernel(const Args a)
         for (int g = 0; g < a.G; g++) {
             const int h = kh * a.G + g;
             for (int i = 0; i < a.B; i++) {
+                if (a.W > 0) { // the slot's own interval under the window
+                    int slo, shi;
+                    row_interval(a, src, j, i, slo, shi);
+                    if (row < slo || row >= shi) continue;
+                }
                 const size_t qrow = (size_t)j * a.B + i;
                 const bf16 *qr = a.q + qrow * a.ldq + (size_t)h * hd, *dr = a.dout + qrow * a.lddo + (size_t)h * hd;
                 float s = 0.0f, dp = 0.0f;
@@ -938,9 +988,10 @@ bool use_tc(const Args &a, bool bwd)
 Args make_args(const dflash_attn_cuda_in *in, const dflash_attn_shape *s, const char *who)
 {
     if (!in || !s || s->nblocks < 0 || s->block_size <= 0 || s->hd <= 0 || s->nkv <= 0 || s->nh <= 0 ||
-        s->nh % s->nkv != 0 || in->T < 0) {
-        fprintf(stderr, "%s: bad shape (N=%d B=%d nh=%d nkv=%d hd=%d T=%d)\n", who, s ? s->nblocks : -1,
-                s ? s->block_size : -1, s ? s->nh : -1, s ? s->nkv : -1, s ? s->hd : -1, in ? in->T : -1);
+        s->nh % s->nkv != 0 || in->T < 0 || s->window < 0) {
+        fprintf(stderr, "%s: bad shape (N=%d B=%d nh=%d nkv=%d hd=%d T=%d window=%d)\n", who, s ? s->nblocks : -1,
+                s ? s->block_size : -1, s ? s->nh : -1, s ? s->nkv : -1, s ? s->hd : -1, in ? in->T : -1,
+                s ? s->window : -1);
         exit(1);
     }
     Args a = {};
@@ -950,6 +1001,7 @@ Args make_args(const dflash_attn_cuda_in *in, const dflash_attn_shape *s, const 
     a.ctx_start = in->ctx_start, a.ctx_len = in->ctx_len;
     a.T = in->T, a.N = s->nblocks, a.B = s->block_size, a.nh = s->nh, a.nkv = s->nkv, a.G = s->nh / s->nkv;
     a.hd = s->hd;
+    a.W = s->window;
     a.scale = s->scale, a.scale_log2 = s->scale * kLog2e;
     return a;
 }

@@ -1,7 +1,8 @@
 /* dflash_attention: the DFlash training attention. Queries are the N*B block slots; keys/values are the context
  * rows (from F, the fused target hidden states) plus the block rows. The mask is kept as the structure it is:
  * block j sees context rows [ctx_start[j], ctx_start[j] + ctx_len[j]) (its sequence, positions strictly before
- * its anchor) and its own B block rows, both directions; nothing else. GQA; no (Q, K) matrix is ever built.
+ * its anchor) and its own B block rows, both directions; nothing else. A sliding-window layer (window W > 0)
+ * narrows that per query slot (dflash_attn_window). GQA; no (Q, K) matrix is ever built.
  * The forward saves the log-sum-exp per (query, head) for the backward. */
 #ifndef DFLASH_KERNEL_DFLASH_ATTENTION_H
 #define DFLASH_KERNEL_DFLASH_ATTENTION_H
@@ -13,7 +14,31 @@ typedef struct dflash_attn_shape {
     int block_size;   /* B */
     int nh, nkv, hd;  /* query heads, kv heads, head dim */
     float scale;      /* 1/sqrt(hd) */
+    int window;       /* sliding window W of this layer (z-lab's sliding_window); 0: full attention */
 } dflash_attn_shape;
+
+#ifdef __CUDACC__
+#define DFLASH_ATTN_HD __host__ __device__
+#else
+#define DFLASH_ATTN_HD
+#endif
+
+/* The keys that slot i of a block sees under window W, the one rule of the CPU reference and the CUDA kernels:
+ * the block's context rows are the positions a-clen..a-1 just before its anchor a (row r of the clen is position
+ * a-clen+r) and slot s sits at a+s. As z-lab's model.py (current version) with is_causal false, a query at position
+ * q sees a key at position k only when |q - k| < W: context rows r in [*c0, clen) with a+i - (a-clen+r) < W, i.e.
+ * r >= clen + i - W + 1, and block slots s in [*b0, *b1) with |i - s| < W. W = 0: [0, clen) and [0, B). */
+static inline DFLASH_ATTN_HD void dflash_attn_window(int clen, int B, int i, int W, int *c0, int *b0, int *b1)
+{
+    if (W <= 0) {
+        *c0 = 0, *b0 = 0, *b1 = B;
+        return;
+    }
+    const int lo = clen + i - W + 1;
+    *c0 = lo < 0 ? 0 : lo > clen ? clen : lo;
+    *b0 = i - W + 1 < 0 ? 0 : i - W + 1;
+    *b1 = i + W > B ? B : i + W;
+}
 
 /* out (N*B, nh*hd); q (N*B, nh*hd); kc, vc (T, nkv*hd) context keys/values; kb, vb (N*B, nkv*hd) block
  * keys/values; ctx_start/ctx_len (N); lse (N*B, nh) written for the backward. */

@@ -426,7 +426,9 @@ static void dc_forward(drafter_cuda *d, const uint16_t *w, const uint16_t *aux, 
         qk_norm_rope_cuda(NULL, 0, a->kc, kd, T, 0, nkv, hd, NULL, W(LP_K_NORM), eps, d_pos, d->d_inv_freq, st);
         dc_mark(d, DRAFTER_CUDA_OTHER);
         dflash_attn_cuda_in in = dc_attn_in(d, a, d_cstart, d_clen, T);
-        dflash_attention_forward_cuda(a->attn, qd, a->lse, &in, &as, st);
+        dflash_attn_shape las = as;
+        las.window = hf_layer_window(c, l);
+        dflash_attention_forward_cuda(a->attn, qd, a->lse, &in, &las, st);
         dc_mark(d, DRAFTER_CUDA_ATTN_FWD);
         matmul_forward_cuda(mm, a->x_mid, H, a->x_in, H, 1.0f, a->attn, qd, W(LP_WO), NB, H, qd, st);
         dc_mark(d, DRAFTER_CUDA_GEMM);
@@ -542,7 +544,9 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
         dflash_attn_cuda_grads ag = {.dq = d->dqkv, .lddq = qkvw, .dkc = d->dkvc, .lddkc = 2 * kd,
                                      .dvc = d->dkvc + kd, .lddvc = 2 * kd, .dkb = d->dqkv + qd, .lddkb = qkvw,
                                      .dvb = d->dqkv + qd + kd, .lddvb = qkvw};
-        dflash_attention_backward_cuda(&ag, d->delta, d->dattn, qd, a->attn, qd, a->lse, &in, &as, st);
+        dflash_attn_shape las = as;
+        las.window = hf_layer_window(&d->cfg, l);
+        dflash_attention_backward_cuda(&ag, d->delta, d->dattn, qd, a->attn, qd, a->lse, &in, &las, st);
         dc_mark(d, DRAFTER_CUDA_ATTN_BWD);
         qk_norm_rope_backward_cuda(d->dqkv, qkvw, d->dqkv + qd, qkvw, a->qkv, qkvw, a->qkv + qd, qkvw, NB, nh, nkv,
                                    hd, W(LP_Q_NORM), W(LP_K_NORM), G(LP_Q_NORM), G(LP_K_NORM), eps, d_bpos,

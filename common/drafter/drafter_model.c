@@ -270,8 +270,10 @@ void drafter_forward_backward(drafter_model *m, const drafter_frozen *fz, const 
         matmul_forward_cpu(a->vb, kd, a->u, H, w.wv, NB, kd, H, 0);
         rmsnorm_forward_cpu(a->kb, hd, a->kb_raw, hd, w.k_norm, NB * nkv, hd, eps);
         rope_apply_cpu(a->kb, kd, NB, nkv, hd, blk->block_pos, m->inv_freq, 0);
+        dflash_attn_shape las = as;
+        las.window = hf_layer_window(c, l);
         dflash_attention_forward_cpu(a->attn, a->lse, a->q, a->kc, a->vc, a->kb, a->vb, blk->ctx_start, blk->ctx_len,
-                                     &as);
+                                     &las);
         matmul_forward_cpu(x, H, a->attn, qd, w.wo, NB, H, qd, 1);
         memcpy(a->x_mid, x, sizeof(float) * (size_t)NB * H);
         rmsnorm_forward_cpu(a->y, H, x, H, w.post_norm, NB, H, eps);
@@ -342,8 +344,10 @@ void drafter_forward_backward(drafter_model *m, const drafter_frozen *fz, const 
             memset(dvc, 0, sizeof(float) * (size_t)T * kd);
             memset(dkb, 0, sizeof(float) * (size_t)NB * kd);
             memset(dvb, 0, sizeof(float) * (size_t)NB * kd);
+            dflash_attn_shape las = as;
+            las.window = hf_layer_window(c, l);
             dflash_attention_backward_cpu(dq, dkc, dvc, dkb, dvb, d1, a->attn, a->lse, a->q, a->kc, a->vc, a->kb,
-                                          a->vb, blk->ctx_start, blk->ctx_len, &as);
+                                          a->vb, blk->ctx_start, blk->ctx_len, &las);
             /* rope is a rotation: its backward is the inverse rotation */
             rope_apply_cpu(dq, qd, NB, nh, hd, blk->block_pos, m->inv_freq, 1);
             rope_apply_cpu(dkc, kd, T, nkv, hd, positions, m->inv_freq, 1);

@@ -139,6 +139,47 @@ static int parse_rope(hf_config *cfg, const json_t *root, const char *file, cons
     return 0;
 }
 
+/* The drafter's sliding-window layers (hf_config.h: layer_sliding, sliding_window). */
+static int parse_dflash_windows(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
+{
+    int ret, use = 0, sw = 4096, first = 28, nsliding = 0;
+    if ((ret = get_bool(root, file, "use_sliding_window", 0, &use, err)) ||
+        (ret = get_int(root, file, "", "sliding_window", 0, 4096, 1, INT_MAX, &sw, err)) ||
+        (ret = get_int(root, file, "", "max_window_layers", 0, 28, 0, INT_MAX, &first, err)))
+        return ret;
+    if (cfg->num_layers > HF_MAX_LAYERS)
+        return errbuf_set(err, EINVAL, "%s: field num_hidden_layers: %d layers (at most %d)", file, cfg->num_layers,
+                          HF_MAX_LAYERS);
+    const json_t *lt = field_get(root, "layer_types");
+    if (lt && !json_is_array(lt)) return wrong_type(file, "", "layer_types", "array", lt, err);
+    if (lt && json_array_size(lt) != (size_t)cfg->num_layers)
+        return errbuf_set(err, EINVAL, "%s: field layer_types: %zu entries, num_hidden_layers is %d", file,
+                          json_array_size(lt), cfg->num_layers);
+    for (int i = 0; i < cfg->num_layers; i++) {
+        if (!lt) {
+            cfg->layer_sliding[i] = use && i >= first;
+        } else {
+            const json_t *v = json_array_get(lt, (size_t)i);
+            const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+            if (s && !strcmp(s, "sliding_attention")) cfg->layer_sliding[i] = 1;
+            else if (!s || strcmp(s, "full_attention"))
+                return errbuf_set(err, EINVAL, "%s: field layer_types[%d]: expected \"full_attention\" or "
+                                  "\"sliding_attention\", got %s%s%s", file, i, s ? "\"" : "",
+                                  s ? s : json_type_name(v), s ? "\"" : "");
+        }
+        nsliding += cfg->layer_sliding[i];
+    }
+    cfg->sliding_window = use ? sw : 0;
+    const json_t *causal = field_get(root, "is_causal");
+    if (causal && !json_is_boolean(causal)) return wrong_type(file, "", "is_causal", "boolean", causal, err);
+    if ((causal && json_is_true(causal)) || (nsliding && !causal))
+        return errbuf_set(err, EINVAL, "%s: field is_causal: %s: z-lab's model.py then makes %s causal inside the "
+                          "block; dflash's drafter attends both ways (is_causal false)", file,
+                          causal ? "true" : "absent with sliding_attention layers",
+                          causal ? "every layer" : "the sliding_attention layers");
+    return 0;
+}
+
 static int parse_dflash(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
 {
     int ret;
@@ -170,7 +211,7 @@ static int parse_dflash(hf_config *cfg, const json_t *root, const char *file, er
                               "[0, %d)", file, i, (long long)x, cfg->num_target_layers);
         cfg->taps[i] = (int)x;
     }
-    return 0;
+    return parse_dflash_windows(cfg, root, file, err);
 }
 
 /* architectures (optional array of strings): sets is_dflash when it names DFlashDraftModel. */
@@ -542,7 +583,11 @@ int hf_config_write_dflash(const hf_config *cfg, const char *path, errbuf *err)
         return errbuf_set(err, EINVAL, "%s: cannot write: num_taps %d out of range [1, %d]", path, cfg->num_taps,
                           HF_MAX_TAPS);
     json_t *root = json_object(), *layer_types = json_array(), *taps = json_array();
-    for (int i = 0; i < cfg->num_layers; i++) json_array_append_new(layer_types, json_string("full_attention"));
+    int nsliding = 0;
+    for (int i = 0; i < cfg->num_layers; i++) {
+        nsliding += cfg->layer_sliding[i];
+        json_array_append_new(layer_types, json_string(cfg->layer_sliding[i] ? "sliding_attention" : "full_attention"));
+    }
     for (int i = 0; i < cfg->num_taps; i++) json_array_append_new(taps, json_integer(cfg->taps[i]));
     json_object_set_new(root, "architectures", json_pack("[s]", "DFlashDraftModel"));
     json_object_set_new(root, "model_type", json_string(cfg->model_type[0] ? cfg->model_type : "qwen3"));
@@ -574,6 +619,11 @@ int hf_config_write_dflash(const hf_config *cfg, const char *path, errbuf *err)
     json_object_set_new(root, "block_size", json_integer(cfg->block_size));
     json_object_set_new(root, "num_target_layers", json_integer(cfg->num_target_layers));
     json_object_set_new(root, "layer_types", layer_types);
+    if (nsliding) { /* read as z-lab's model.py does (hf_config.h); no key is written for a drafter without them */
+        json_object_set_new(root, "use_sliding_window", json_boolean(cfg->sliding_window > 0));
+        if (cfg->sliding_window > 0) json_object_set_new(root, "sliding_window", json_integer(cfg->sliding_window));
+        json_object_set_new(root, "is_causal", json_false());
+    }
     json_object_set_new(root, "dflash_config", json_pack("{s:i, s:o}", "mask_token_id", cfg->mask_token_id,
                                                          "target_layer_ids", taps));
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(digits));

@@ -59,7 +59,16 @@ typedef struct hf_config {
     int mask_token_id;        /* dflash_config.mask_token_id */
     int num_taps;             /* dflash_config.target_layer_ids */
     int taps[HF_MAX_TAPS];
+    /* sliding-window layers, as transformers' Qwen3Config and z-lab's model.py read them: layer_types[i]
+     * "sliding_attention" (without layer_types: use_sliding_window and i >= max_window_layers, default 28);
+     * sliding_window counts only with use_sliding_window true (else 0: the layer attends to everything); such
+     * layers need is_causal false (z-lab makes them causal inside the block otherwise, which dflash does not do) */
+    unsigned char layer_sliding[HF_MAX_LAYERS];
+    int sliding_window;
 } hf_config;
+
+/* The attention window of drafter layer l (dflash_attn_shape.window): sliding_window for a sliding layer, else 0. */
+static inline int hf_layer_window(const hf_config *c, int l) { return c->layer_sliding[l] ? c->sliding_window : 0; }
 
 /* Load path: a config.json file or a directory holding one. */
 int hf_config_load(hf_config *cfg, const char *path, errbuf *err);
@@ -70,7 +79,8 @@ int hf_config_parse(hf_config *cfg, const char *json_text, const char *name, err
  * and the dtype kept. */
 void hf_config_as_qwen3(hf_config *cfg);
 /* Write a DFlash drafter config.json (z-lab layout: Qwen3 fields + architectures, block_size, num_target_layers,
- * layer_types, dflash_config) atomically. */
+ * layer_types, dflash_config; with sliding layers also use_sliding_window, sliding_window and is_causal false)
+ * atomically. */
 /* The model's stop tokens: eos_token_id (an id or a list) of dir/generation_config.json, else of dir/config.json
  * (a file that is absent or names none counts as none). Ids must lie in [0, vocab) and are kept once each, at most
  * max. *neos = 0 when neither names one. Errors name the file and the field. */

@@ -36,6 +36,11 @@ const config_field job_config_table[] = {
     F(drafter, taps, CONFIG_INT_LIST, 0, 1024, NULL, 0, "tapped target layers (0-based); empty: the spec's rule"),
     F(drafter, max_anchors, CONFIG_INT, 1, 1 << 20, "512", 0, "most anchors per sequence"),
     F(drafter, gamma, CONFIG_DOUBLE, 0, 1e6, "0", 0, "loss decay gamma (0: 7 for B=16, 5 for 10, 4 for 8)"),
+    F(drafter, layer_types, CONFIG_STRING, 0, 0, NULL, 0,
+      "per drafter layer, comma-separated: full_attention or sliding_attention (short: full, sliding); as z-lab's "
+      "config.json layer_types. Empty: every layer full"),
+    F(drafter, sliding_window, CONFIG_INT, 0, 1 << 30, "0", 0,
+      "the sliding_attention layers see keys less than this many positions from the query (0: no sliding layer)"),
     F(train, steps, CONFIG_INT, 1, 1 << 30, "100", 0, "optimizer steps of the whole run"),
     F(train, warmup_steps, CONFIG_INT, 0, 1 << 30, "4", 0, "linear warm-up steps"),
     F(train, checkpoint_every, CONFIG_INT, 0, 1 << 30, "50", 0, "steps between checkpoints (0: only at the end)"),
@@ -99,6 +104,43 @@ static void source_of(char *out, size_t n, const char *path, const char *const *
     }
 }
 
+/* drafter.layer_types into drafter.sliding / nlayer_types, checked against drafter.layers (a fresh drafter: with
+ * drafter.init job_plan compares them with the checkpoint's) and drafter.sliding_window. */
+static int read_layer_types(job_config *cfg, const char *path, const char *const *overrides, int noverrides,
+                            errbuf *err)
+{
+    char from[CONFIG_STRING_MAX + 16], list[CONFIG_STRING_MAX];
+    int n = 0, nsliding = 0;
+    snprintf(list, sizeof list, "%s", cfg->drafter.layer_types);
+    source_of(from, sizeof from, path, overrides, noverrides, "drafter.layer_types", "drafter.sliding_window");
+    for (char *save = NULL, *tok = strtok_r(list, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save), n++) {
+        int sliding = !strcmp(tok, "sliding_attention") || !strcmp(tok, "sliding");
+        if (!sliding && strcmp(tok, "full_attention") && strcmp(tok, "full"))
+            return errbuf_set(err, EINVAL, "%s: drafter.layer_types: entry %d is \"%s\" (expected full_attention or "
+                              "sliding_attention)", from, n + 1, tok);
+        if (n == (int)sizeof cfg->drafter.sliding)
+            return errbuf_set(err, EINVAL, "%s: drafter.layer_types: more than %d entries", from,
+                              (int)sizeof cfg->drafter.sliding);
+        cfg->drafter.sliding[n] = (unsigned char)sliding;
+        nsliding += sliding;
+    }
+    cfg->drafter.nlayer_types = n;
+    if (n > 0 && !cfg->drafter.init[0] && n != cfg->drafter.layers) {
+        source_of(from, sizeof from, path, overrides, noverrides, "drafter.layer_types", "drafter.layers");
+        return errbuf_set(err, EINVAL, "%s: drafter.layer_types has %d entries, drafter.layers = %d: one per layer",
+                          from, n, cfg->drafter.layers);
+    }
+    if (nsliding && cfg->drafter.sliding_window == 0)
+        return errbuf_set(err, EINVAL, "%s: drafter.layer_types names %d sliding_attention layer%s and "
+                          "drafter.sliding_window = 0: set the window (positions)", from, nsliding,
+                          nsliding > 1 ? "s" : "");
+    if (!nsliding && cfg->drafter.sliding_window > 0)
+        return errbuf_set(err, EINVAL, "%s: drafter.sliding_window = %d but drafter.layer_types names no "
+                          "sliding_attention layer: the window would apply to none", from,
+                          cfg->drafter.sliding_window);
+    return 0;
+}
+
 int job_config_load(job_config *cfg, const char *path, const char *const *overrides, int noverrides, errbuf *err)
 {
     config_defaults(job_config_table, cfg);
@@ -116,6 +158,7 @@ int job_config_load(job_config *cfg, const char *path, const char *const *overri
                         "%g: workers would be killed between two heartbeats", from,
                         cfg->workers.heartbeat_timeout_sec, cfg->control.heartbeat_sec);
     }
+    if (rc == 0) rc = read_layer_types(cfg, path, overrides, noverrides, err);
     if (rc == 0 && cfg->train.min_lr > cfg->train.lr) {
         source_of(from, sizeof from, path, overrides, noverrides, "train.min_lr", "train.lr");
         rc = errbuf_set(err, EINVAL, "%s: train.min_lr = %g is above train.lr = %g: the cosine decay would raise the "

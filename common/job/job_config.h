@@ -33,6 +33,10 @@ typedef struct job_config {
         int layers, block_size, mask_token_id, num_taps, max_anchors;
         config_int_list taps;             /* empty: the spec's rule from num_taps */
         double gamma;                     /* 0: the spec's value for the block size */
+        char layer_types[CONFIG_STRING_MAX]; /* per layer full_attention | sliding_attention; empty: all full */
+        int sliding_window;               /* window of the sliding layers; 0: none */
+        unsigned char sliding[64];        /* layer_types as read by job_config_load: 1 for a sliding layer */
+        int nlayer_types;                 /* entries in layer_types (0: empty) */
     } drafter;
     struct {
         int steps, warmup_steps, checkpoint_every, max_skipped_in_a_row;

@@ -75,6 +75,9 @@ static int derive_drafter(job_plan *p, errbuf *err)
     d->num_target_layers = p->target.num_layers;
     d->mask_token_id = c->drafter.mask_token_id >= 0 ? c->drafter.mask_token_id : hf_reserved_token(&p->target, NULL);
     hf_config_as_qwen3(d); /* a Qwen3-style drafter whatever the target's family (hybrid fields dropped) */
+    memset(d->layer_sliding, 0, sizeof d->layer_sliding); /* drafter.layer_types (job_config_load checked them) */
+    memcpy(d->layer_sliding, c->drafter.sliding, (size_t)c->drafter.nlayer_types);
+    d->sliding_window = c->drafter.sliding_window;
     if (c->drafter.taps.n > 0) {
         for (int i = 0; i < c->drafter.taps.n; i++)
             for (int j = 0; j < i; j++)
@@ -100,6 +103,22 @@ static int derive_drafter(job_plan *p, errbuf *err)
     return 0;
 }
 
+/* drafter.layer_types / sliding_window, when given with drafter.init, must be the checkpoint's own. */
+static int check_init_windows(const job_config *c, const hf_config *d, errbuf *err)
+{
+    int differ = (c->drafter.nlayer_types > 0 && c->drafter.nlayer_types != d->num_layers) ||
+                 (c->drafter.sliding_window > 0 && c->drafter.sliding_window != d->sliding_window);
+    for (int i = 0; i < c->drafter.nlayer_types && !differ; i++) differ = c->drafter.sliding[i] != d->layer_sliding[i];
+    if (!differ) return 0;
+    char have[160] = "";
+    for (int i = 0, o = 0; i < d->num_layers && o < (int)sizeof have - 24; i++)
+        o += snprintf(have + o, sizeof have - (size_t)o, "%s%s", i ? "," : "", d->layer_sliding[i] ? "sliding" : "full");
+    return errbuf_set(err, EINVAL, "drafter.layer_types = \"%s\", drafter.sliding_window = %d disagree with "
+                      "drafter.init %s (layer_types %s, sliding_window %d): leave them empty to take the "
+                      "checkpoint's", c->drafter.layer_types, c->drafter.sliding_window, c->drafter.init, have,
+                      d->sliding_window);
+}
+
 int job_plan_load(job_plan *p, const char *config_path, const char *const *overrides, int noverrides, errbuf *err)
 {
     memset(p, 0, sizeof *p);
@@ -118,6 +137,7 @@ int job_plan_load(job_plan *p, const char *config_path, const char *const *overr
             return errbuf_set(err, EINVAL, "drafter.init %s: hidden size %d / vocab %d disagree with the target's "
                               "%d / %d", c->drafter.init, p->drafter.hidden_size, p->drafter.vocab_size,
                               p->target.hidden_size, p->target.vocab_size);
+        if ((rc = check_init_windows(c, &p->drafter, err))) return rc;
     } else if ((rc = derive_drafter(p, err))) {
         return errbuf_wrap(err, rc, "%s", config_path);
     }

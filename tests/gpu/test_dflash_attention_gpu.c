@@ -3,7 +3,9 @@
  * out (bf16) and lse, so the backward is checked on its own. Every tensor lives in a strided device buffer (column
  * blocks of wider tensors, padding columns that must stay untouched); outputs start as NaN so an element the kernels
  * fail to write fails. Errors are max|got - ref| / max|ref| over the tensor (lse: absolute). Large shapes compare a
- * subset of blocks (and the context rows only those blocks see). Also: two runs must give the same bits. Prints one
+ * subset of blocks (and the context rows only those blocks see). Also: two runs must give the same bits. Rows with a
+ * sliding window (dflash_attn_shape.window) check the same against the CPU reference under that window; a window
+ * longer than every context must give the bits of no window (wide_check). Prints one
  * line per tensor, "ok"/"FAIL" at the end of it, the timing of the Qwen3-8B drafter shape, and exits 1 on a failure. */
 #include <math.h>
 #include <pthread.h>
@@ -160,14 +162,28 @@ typedef struct attn_case {
     int nsub, *sub;    /* blocks compared on the CPU (all when sub == NULL) */
     int pad;           /* extra columns on every strided buffer */
     int timing;
+    int window;        /* sliding window (0: none) */
+    int wide_check;    /* also run with a window longer than every context: the bits of window 0 */
 } attn_case;
+
+/* rows x cols of a strided device tensor against the same rows of a host copy taken earlier */
+static void check_rows_same(const char *cname, const char *what, const uint16_t *d, const uint16_t *h_prev, int rows,
+                            int ld, int cols)
+{
+    uint16_t *h = dev_get(d, (size_t)rows * ld * 2);
+    size_t diff = 0;
+    for (int r = 0; r < rows; r++) diff += memcmp(h + (size_t)r * ld, h_prev + (size_t)r * ld, (size_t)cols * 2) != 0;
+    printf("%s wide_window_as_none %s rows_differing=%zu %s\n", cname, what, diff, diff ? "FAIL" : "ok");
+    if (diff) failures++;
+    free(h);
+}
 
 static void run_case(const attn_case *k)
 {
     const int N = k->N, B = k->B, nh = k->nh, nkv = k->nkv, hd = k->hd, T = k->T, NB = N * B;
     const int qd = nh * hd, kd = nkv * hd, pad = k->pad;
     const dflash_attn_shape s = {.nblocks = N, .block_size = B, .nh = nh, .nkv = nkv, .hd = hd,
-                                 .scale = 1.0f / sqrtf((float)hd)};
+                                 .scale = 1.0f / sqrtf((float)hd), .window = k->window};
     /* fp32 inputs (bf16 values) */
     float *q = rnd_f((size_t)NB * qd, 2.0), *kc = rnd_f((size_t)T * kd, 2.0), *vc = rnd_f((size_t)T * kd, 1.0);
     float *kb = rnd_f((size_t)NB * kd, 2.0), *vb = rnd_f((size_t)NB * kd, 1.0), *dout = rnd_f((size_t)NB * qd, 1.0);
@@ -250,8 +266,8 @@ static void run_case(const attn_case *k)
     }
 
     char cname[200];
-    snprintf(cname, sizeof cname, "%s[N=%d B=%d nh=%d nkv=%d hd=%d T=%d, %d blocks / %d ctx rows compared]", k->name, N,
-             B, nh, nkv, hd, T, ns, ncmp);
+    snprintf(cname, sizeof cname, "%s[N=%d B=%d nh=%d nkv=%d hd=%d T=%d W=%d, %d blocks / %d ctx rows compared]",
+             k->name, N, B, nh, nkv, hd, T, k->window, ns, ncmp);
     cmp c = {0};
     cmp_rows(&c, out, ldo, 0, rout, qd, qmap, NB);
     report(cname, "out", c, TOL_OUT, 0);
@@ -299,9 +315,39 @@ static void run_case(const attn_case *k)
     check_same(cname, "dvb", d_dvb, gdvb, (size_t)NB * kd * 2);
     check_same(cname, "delta", d_delta, gdelta, (size_t)NB * nh * 4);
 
+    if (k->wide_check) { /* a window no key is beyond: every result as without one, bit for bit */
+        dflash_attn_shape s0 = s, sw = s;
+        s0.window = 0, sw.window = T + B + 1;
+        dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s0, stream);
+        dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s0, stream);
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        uint16_t *o0 = dev_get(d_out, (size_t)NB * ldo * 2), *dq0 = dev_get(d_dq, (size_t)NB * ldo * 2);
+        uint16_t *dkvc0 = dev_get(d_dkvc, (size_t)T * ldkv * 2), *dkb0 = dev_get(d_dkb, (size_t)NB * kd * 2);
+        uint16_t *dvb0 = dev_get(d_dvb, (size_t)NB * kd * 2);
+        float *l0 = dev_get(d_lse, (size_t)NB * nh * 4);
+        dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &sw, stream);
+        dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &sw, stream);
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        check_rows_same(cname, "out", d_out, o0, NB, ldo, qd);
+        check_rows_same(cname, "dq", d_dq, dq0, NB, ldo, qd);
+        check_rows_same(cname, "dkc|dvc", d_dkvc, dkvc0, T, ldkv, 2 * kd);
+        check_rows_same(cname, "dkb", d_dkb, dkb0, NB, kd, kd);
+        check_rows_same(cname, "dvb", d_dvb, dvb0, NB, kd, kd);
+        float *l2 = dev_get(d_lse, (size_t)NB * nh * 4);
+        const int same = memcmp(l2, l0, (size_t)NB * nh * 4) == 0;
+        printf("%s wide_window_as_none lse bitwise_identical=%s %s\n", cname, same ? "yes" : "no", same ? "ok" : "FAIL");
+        if (!same) failures++;
+        free(l2), free(l0), free(o0), free(dq0), free(dkvc0), free(dkb0), free(dvb0);
+    }
+
     if (k->timing) {
         double keys = 0;
-        for (int j = 0; j < N; j++) keys += k->cl[j] + B;
+        for (int j = 0; j < N; j++)
+            for (int i = 0; i < B; i++) { /* the keys each slot sees (dflash_attn_window) */
+                int c0, b0, b1;
+                dflash_attn_window(k->cl[j], B, i, k->window, &c0, &b0, &b1);
+                keys += (double)(k->cl[j] - c0 + b1 - b0) / B;
+            }
         const double fwd_flop = 4.0 * nh * hd * B * keys; /* only the unmasked pairs, as the torch anchor counts */
         cudaEvent_t e0, e1;
         CHECK_CUDA(cudaEventCreate(&e0));
@@ -321,9 +367,9 @@ static void run_case(const attn_case *k)
         CHECK_CUDA(cudaEventElapsedTime(&ms_b, e0, e1));
         ms_f /= iters, ms_b /= iters;
         const double tf = fwd_flop / (ms_f * 1e-3) / 1e12, tb = 2 * fwd_flop / (ms_b * 1e-3) / 1e12;
-        printf("timing %s forward %.3f ms %.1f TFLOP/s (%.0f%% of 790) backward %.3f ms %.1f TFLOP/s (%.0f%% of 790) "
+        printf("timing %s W=%d forward %.3f ms %.1f TFLOP/s (%.0f%% of 790) backward %.3f ms %.1f TFLOP/s (%.0f%% of 790) "
                "[useful flops: fwd %.1f G, bwd %.1f G]\n",
-               k->name, ms_f, tf, 100 * tf / 790, ms_b, tb, 100 * tb / 790, fwd_flop / 1e9, 2 * fwd_flop / 1e9);
+               k->name, k->window, ms_f, tf, 100 * tf / 790, ms_b, tb, 100 * tb / 790, fwd_flop / 1e9, 2 * fwd_flop / 1e9);
         CHECK_CUDA(cudaEventDestroy(e0));
         CHECK_CUDA(cudaEventDestroy(e1));
     }
@@ -427,8 +473,51 @@ int main(int argc, char **argv)
         run_case(&k);
         free_case(&k);
     }
-    if (!skip_big) { /* Qwen3-8B drafter: 512 anchors sorted in [0, T - B), one sequence of 3072 */
-        attn_case k = {.name = "qwen3_8b", .nh = 32, .nkv = 8, .hd = 128, .pad = 0, .timing = 1};
+    /* sliding windows: shorter than the block (block rows cut, late slots without context), longer than it, on the
+     * tensor-core paths (hd 16, 64, 128) and the scalar one, on arbitrary intervals; a wide one as no window */
+    { /* the swa-narrow golden's shape: W = 3 < B = 4 */
+        attn_case k = {.name = "tiny_w3", .nh = 4, .nkv = 2, .hd = 16, .pad = 8, .window = 3, .wide_check = 1};
+        static const int lens[] = {50, 31}, na[] = {6, 4};
+        make_blocks(&k, lens, na, 2, 4);
+        run_case(&k);
+        free_case(&k);
+    }
+    {
+        attn_case k = {.name = "gqa3_w40", .nh = 6, .nkv = 2, .hd = 64, .pad = 8, .window = 40, .wide_check = 1};
+        static const int lens[] = {150, 151}, na[] = {9, 11};
+        make_blocks(&k, lens, na, 2, 16);
+        run_case(&k);
+        free_case(&k);
+    }
+    {
+        attn_case k = {.name = "oddT_w7", .nh = 8, .nkv = 2, .hd = 128, .pad = 8, .window = 7};
+        static const int lens[] = {1001}, na[] = {37};
+        make_blocks(&k, lens, na, 1, 16);
+        run_case(&k);
+        free_case(&k);
+    }
+    {
+        attn_case k = {.name = "intervals_w33", .nh = 4, .nkv = 4, .hd = 64, .pad = 8, .window = 33};
+        k.N = 40, k.B = 5, k.T = 300;
+        k.cs = xmalloc(40 * sizeof(int32_t)), k.cl = xmalloc(40 * sizeof(int32_t));
+        for (int j = 0; j < 40; j++) {
+            k.cs[j] = rnd_int(300);
+            k.cl[j] = j % 7 == 3 ? 0 : rnd_int(300 - k.cs[j] + 1);
+        }
+        run_case(&k);
+        free_case(&k);
+    }
+    {
+        attn_case k = {.name = "scalar_hd24_w5", .nh = 4, .nkv = 2, .hd = 24, .pad = 8, .window = 5, .wide_check = 1};
+        static const int lens[] = {40, 23}, na[] = {5, 3};
+        make_blocks(&k, lens, na, 2, 4);
+        run_case(&k);
+        free_case(&k);
+    }
+    for (int w = 0; w < 2 && !skip_big; w++) { /* Qwen3-8B drafter: 512 anchors sorted in [0, T - B), one sequence of
+                                                * 3072; full attention, then a 256-position window */
+        attn_case k = {.name = w ? "qwen3_8b_w256" : "qwen3_8b", .nh = 32, .nkv = 8, .hd = 128, .pad = 0,
+                       .timing = 1, .window = w ? 256 : 0};
         const int T = 3072, N = 512, B = 16;
         k.N = N, k.B = B, k.T = T;
         k.cs = xmalloc(N * sizeof(int32_t)), k.cl = xmalloc(N * sizeof(int32_t));

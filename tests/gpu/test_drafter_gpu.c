@@ -2,8 +2,9 @@
  * drafter_cpu.c runs it: same anchors, same blocks, loss_scale 1). Both see the same numbers: the drafter weights,
  * the taps and the frozen tables are rounded to bf16 once and the reference gets those values in fp32; what differs
  * is the CUDA step's bf16 activations (one rounding per stored tensor, 2^-9 relative) and fp32 summation order.
- * Cases: the golden cases tiny and tiny-bf16 (target, drafter weights, taps and batch of tests/goldens), and
- * mid-size random drafters (GQA 3 with head_dim 64; GQA 4 with head_dim 128) on ~700 tokens in 3 sequences.
+ * Cases: the golden cases tiny and tiny-bf16 (target, drafter weights, taps and batch of tests/goldens), the
+ * sliding-window ones swa-tiny and swa-narrow when present, and mid-size random drafters (GQA 3 with head_dim 64;
+ * GQA 4 with head_dim 128; GQA 3 with a sliding layer of window 48) on ~700 tokens in 3 sequences.
  * Per case: loss, weight sum, per-slot totals and correct counts, acceptance, gradient norm, every gradient tensor;
  * then the same step twice must give bitwise-identical gradients. Also block_accept_cuda against its CPU reference.
  * Tolerances (relative to each tensor's own scale, as bf16 compute against fp32 allows):
@@ -333,9 +334,10 @@ static int write_target(const char *dir, int H, int V, const float *embed, const
     return st_write(path, t, 2, NULL, err);
 }
 
-/* A random drafter of the given shape on 3 sequences (lengths lens), K = 5 taps, block 16, vocab V. */
+/* A random drafter of the given shape on 3 sequences (lengths lens), K = 5 taps, block 16, vocab V; with window > 0
+ * its odd layers are sliding_attention layers of that window. */
 static void random_case(const char *case_name, int H, int layers, int nh, int nkv, int hd, int I, int V,
-                        const int *lens, int max_anchors)
+                        const int *lens, int max_anchors, int window)
 {
     step_case c;
     memset(&c, 0, sizeof c);
@@ -349,6 +351,8 @@ static void random_case(const char *case_name, int H, int layers, int nh, int nk
     cfg->mask_token_id = V - 1, cfg->num_taps = 5;
     for (int i = 0; i < 5; i++) cfg->taps[i] = 1 + i;
     snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "bfloat16");
+    cfg->sliding_window = window;
+    for (int l = 0; l < layers; l++) cfg->layer_sliding[l] = window > 0 && l % 2 == 1;
 
     /* weights: matrices normal(0, 0.02), norm weights 1 + 0.2u (so their gradients are exercised off 1) */
     drafter_layout L;
@@ -453,9 +457,16 @@ int main(int argc, char **argv)
         golden_case(goldens, "tiny");
         golden_case(goldens, "tiny-bf16");
     }
+    static const char *const swa[] = {"swa-tiny", "swa-narrow"}; /* sliding-window layers (make_swa_golden.py) */
+    for (int i = 0; i < 2; i++) {
+        snprintf(probe, sizeof probe, "%s/%s/case.safetensors", goldens, swa[i]);
+        if (stat(probe, &sb) == 0) golden_case(goldens, swa[i]);
+        else printf("%s load max_abs_err=nan tol=0 FAIL (no %s)\n", swa[i], probe), failures++;
+    }
     static const int lens[3] = {250, 211, 239};
-    random_case("mid-gqa3-hd64", 512, 2, 6, 2, 64, 1024, 5000, lens, 48);
-    random_case("mid-gqa4-hd128", 512, 2, 8, 2, 128, 1024, 5000, lens, 48);
+    random_case("mid-gqa3-hd64", 512, 2, 6, 2, 64, 1024, 5000, lens, 48, 0);
+    random_case("mid-gqa4-hd128", 512, 2, 8, 2, 128, 1024, 5000, lens, 48, 0);
+    random_case("mid-gqa3-hd64-w48", 512, 2, 6, 2, 64, 1024, 5000, lens, 48, 48);
     printf("test_drafter_gpu: %d failed\n", failures);
     return failures ? 1 : 0;
 }

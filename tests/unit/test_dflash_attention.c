@@ -1,6 +1,7 @@
 /* dflash_attention CPU reference: forward against a naive dense-mask attention built exactly like
- * make_goldens.py builds its (N*B, T+N*B) mask; backward against central finite differences of
- * L = Σ dout ⊙ out for every input (q, kc, vc, kb, vb). */
+ * make_goldens.py builds its (N*B, T+N*B) mask (and make_swa_golden.py for a sliding window: also |q - k| < W in
+ * positions); backward against central finite differences of L = Σ dout ⊙ out for every input (q, kc, vc, kb,
+ * vb). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,10 +42,10 @@ static float *rand_vec(size_t n)
     return x;
 }
 
-static void case_init(att_case *c, int nh, int nkv, int B)
+static void case_init(att_case *c, int nh, int nkv, int B, int window)
 {
     memset(c, 0, sizeof *c);
-    c->s = (dflash_attn_shape){.nblocks = NBLK, .block_size = B, .nh = nh, .nkv = nkv, .hd = 8};
+    c->s = (dflash_attn_shape){.nblocks = NBLK, .block_size = B, .nh = nh, .nkv = nkv, .hd = 8, .window = window};
     c->s.scale = 1.0f / sqrtf((float)c->s.hd);
     int start[NSEQ + 1] = {0};
     for (int i = 0; i < NSEQ; i++) {
@@ -83,20 +84,24 @@ static void naive_forward(const att_case *c, double *out, double *lse)
     const int K = T + NB, g = nh / nkv;
     double *sc = xmalloc(sizeof(double) * K);
     for (int qi = 0; qi < NB; qi++) {
-        int qb = qi / B, qa = blk_anchor[qb], qs = blk_seq[qb];
+        int qb = qi / B, qa = blk_anchor[qb], qs = blk_seq[qb], qpos = qa + qi % B, W = c->s.window;
         for (int h = 0; h < nh; h++) {
             int kh = h / g;
             double mx = -INFINITY;
             for (int k = 0; k < K; k++) {
                 int visible;
                 const float *kr;
+                int kpos;
                 if (k < T) {
                     visible = c->seq_of[k] == qs && c->pos_of[k] < qa;
                     kr = c->kc + ((size_t)k * nkv + kh) * hd;
+                    kpos = c->pos_of[k];
                 } else {
                     visible = (k - T) / B == qb;
                     kr = c->kb + ((size_t)(k - T) * nkv + kh) * hd;
+                    kpos = qa + (k - T) % B;
                 }
+                if (W > 0 && abs(qpos - kpos) >= W) visible = 0;
                 double d = 0;
                 for (int e = 0; e < hd; e++) d += (double)c->q[((size_t)qi * nh + h) * hd + e] * kr[e];
                 sc[k] = visible ? d * c->s.scale : -INFINITY;
@@ -118,10 +123,10 @@ static void naive_forward(const att_case *c, double *out, double *lse)
     free(sc);
 }
 
-static void check_forward(int nh, int nkv, int B)
+static void check_forward(int nh, int nkv, int B, int window)
 {
     att_case c;
-    case_init(&c, nh, nkv, B);
+    case_init(&c, nh, nkv, B, window);
     size_t qn = (size_t)c.NB * nh * c.s.hd, ln = (size_t)c.NB * nh;
     float *out = xmalloc(sizeof(float) * qn), *lse = xmalloc(sizeof(float) * ln);
     double *rout = xmalloc(sizeof(double) * qn), *rlse = xmalloc(sizeof(double) * ln);
@@ -132,8 +137,8 @@ static void check_forward(int nh, int nkv, int B)
     for (size_t i = 0; i < ln; i++) lmax = fmax(lmax, fabs(lse[i] - rlse[i]));
     EXPECT(emax <= 2e-6);
     EXPECT(lmax <= 2e-6);
-    if (test_failed_here) fprintf(stderr, "  nh=%d nkv=%d B=%d: max|out err| %g, max|lse err| %g\n", nh, nkv, B,
-                                  emax, lmax);
+    if (test_failed_here) fprintf(stderr, "  nh=%d nkv=%d B=%d window=%d: max|out err| %g, max|lse err| %g\n", nh,
+                                  nkv, B, window, emax, lmax);
     free(out); free(lse); free(rout); free(rlse);
     case_free(&c);
 }
@@ -142,14 +147,42 @@ TEST(forward_matches_dense_mask)
 {
     static const int cfg[][2] = {{2, 2}, {4, 2}, {4, 1}}; /* GQA ratio 1, 2, 4 */
     for (int i = 0; i < 3; i++)
-        for (int B = 3; B <= 4; B++) check_forward(cfg[i][0], cfg[i][1], B);
+        for (int B = 3; B <= 4; B++) check_forward(cfg[i][0], cfg[i][1], B, 0);
+}
+
+/* Sliding windows: shorter than the block (block slots cut, late slots without context), between, longer than
+ * every context (nothing cut). */
+TEST(forward_window_matches_dense_mask)
+{
+    static const int win[] = {1, 2, 3, 5, 7, 64};
+    for (int w = 0; w < 6; w++) {
+        check_forward(4, 2, 4, win[w]);
+        check_forward(4, 1, 3, win[w]);
+    }
+}
+
+/* A window that cuts nothing gives the bits of no window (the same keys in the same order). */
+TEST(forward_wide_window_is_full_attention)
+{
+    att_case c;
+    case_init(&c, 4, 2, 4, 0);
+    size_t qn = (size_t)c.NB * 4 * c.s.hd, ln = (size_t)c.NB * 4;
+    float *o1 = xmalloc(sizeof(float) * qn), *o2 = xmalloc(sizeof(float) * qn);
+    float *l1 = xmalloc(sizeof(float) * ln), *l2 = xmalloc(sizeof(float) * ln);
+    dflash_attention_forward_cpu(o1, l1, c.q, c.kc, c.vc, c.kb, c.vb, c.ctx_start, c.ctx_len, &c.s);
+    c.s.window = 9 + 4; /* longer than the longest context plus the block */
+    dflash_attention_forward_cpu(o2, l2, c.q, c.kc, c.vc, c.kb, c.vb, c.ctx_start, c.ctx_len, &c.s);
+    EXPECT(memcmp(o1, o2, sizeof(float) * qn) == 0);
+    EXPECT(memcmp(l1, l2, sizeof(float) * ln) == 0);
+    free(o1); free(o2); free(l1); free(l2);
+    case_free(&c);
 }
 
 /* A block's own rows are seen in both directions: slot 0's output depends on the last slot's value. */
 TEST(forward_block_is_bidirectional)
 {
     att_case c;
-    case_init(&c, 2, 2, 4);
+    case_init(&c, 2, 2, 4, 0);
     size_t qn = (size_t)c.NB * 2 * c.s.hd;
     float *o1 = xmalloc(sizeof(float) * qn), *o2 = xmalloc(sizeof(float) * qn);
     float *lse = xmalloc(sizeof(float) * c.NB * 2);
@@ -209,10 +242,10 @@ static int check_grad(const char *name, att_case *c, float *x, size_t n, const f
     return bad;
 }
 
-static void check_backward(int nh, int nkv, int B)
+static void check_backward(int nh, int nkv, int B, int window)
 {
     att_case c;
-    case_init(&c, nh, nkv, B);
+    case_init(&c, nh, nkv, B, window);
     const int hd = c.s.hd;
     size_t qn = (size_t)c.NB * nh * hd, cn = (size_t)c.T * nkv * hd, bn = (size_t)c.NB * nkv * hd;
     float *out = xmalloc(sizeof(float) * qn), *lse = xmalloc(sizeof(float) * c.NB * nh);
@@ -235,7 +268,7 @@ static void check_backward(int nh, int nkv, int B)
     bad |= check_grad("dkb", &c, c.kb, bn, dkb, out, lse);
     bad |= check_grad("dvb", &c, c.vb, bn, dvb, out, lse);
     if (bad) {
-        fprintf(stderr, "  (nh=%d nkv=%d B=%d)\n", nh, nkv, B);
+        fprintf(stderr, "  (nh=%d nkv=%d B=%d window=%d)\n", nh, nkv, B, window);
         test_failed_here = 1;
     }
     /* context rows after the last anchor of their sequence are seen by no block: zero gradient */
@@ -248,9 +281,12 @@ static void check_backward(int nh, int nkv, int B)
     case_free(&c);
 }
 
-TEST(backward_gqa1_b3) { check_backward(2, 2, 3); }
-TEST(backward_gqa2_b4) { check_backward(4, 2, 4); }
-TEST(backward_gqa4_b3) { check_backward(4, 1, 3); }
-TEST(backward_gqa4_b4) { check_backward(4, 1, 4); }
+TEST(backward_gqa1_b3) { check_backward(2, 2, 3, 0); }
+TEST(backward_gqa2_b4) { check_backward(4, 2, 4, 0); }
+TEST(backward_gqa4_b3) { check_backward(4, 1, 3, 0); }
+TEST(backward_gqa4_b4) { check_backward(4, 1, 4, 0); }
+TEST(backward_window2_b4) { check_backward(4, 2, 4, 2); }
+TEST(backward_window3_b3) { check_backward(4, 1, 3, 3); }
+TEST(backward_window5_b4) { check_backward(2, 2, 4, 5); }
 
 TEST_MAIN

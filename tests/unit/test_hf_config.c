@@ -1,5 +1,5 @@
 /* hf_config: the four golden config.json files, defaults, every missing/wrong-typed field named in the error,
- * rope variants, the DFlash drafter fields, and the z-lab writer round trip. */
+ * rope variants, the DFlash drafter fields (sliding-window layers too), and the z-lab writer round trip. */
 #include <errno.h>
 #include <jansson.h>
 
@@ -286,6 +286,83 @@ TEST(write_dflash_round_trip)
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     EXPECT(system(cmd) == 0);
+}
+
+/* Sliding-window drafter layers, read as transformers' Qwen3Config and z-lab's model.py read them. */
+TEST(dflash_sliding_window)
+{
+    hf_config c;
+    errbuf err = {{0}};
+    /* the golden written by make_swa_golden.py (transformers read it back with this window), where the goldens'
+     * folder has it (tests/goldens does; DFLASH_GOLDENS may name an older copy) */
+    if (access(test_golden("swa-tiny/drafter/config.json"), F_OK) == 0) {
+        REQUIRE(hf_config_load(&c, test_golden("swa-tiny/drafter"), &err) == 0);
+        EXPECT(c.num_layers == 3 && c.sliding_window == 6);
+        EXPECT(hf_layer_window(&c, 0) == 6 && hf_layer_window(&c, 1) == 0 && hf_layer_window(&c, 2) == 6);
+    }
+    json_t *j = load_json(test_golden("tiny/drafter/config.json"));
+    json_object_set_new(j, "layer_types", json_pack("[s, s]", "sliding_attention", "full_attention"));
+    json_object_set_new(j, "use_sliding_window", json_true());
+    json_object_set_new(j, "sliding_window", json_integer(6));
+    json_object_set_new(j, "is_causal", json_false());
+    int ret = parse_json(&c, j, &err);
+    if (ret) fprintf(stderr, "  %s\n", err.msg);
+    REQUIRE(ret == 0);
+    EXPECT(c.layer_sliding[0] == 1 && c.layer_sliding[1] == 0 && c.sliding_window == 6);
+    EXPECT(hf_layer_window(&c, 0) == 6 && hf_layer_window(&c, 1) == 0);
+
+    /* the written config.json reads back the same and carries the keys z-lab's model.py needs */
+    char *dir = test_tmpdir();
+    char out[600];
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    hf_config back;
+    REQUIRE(hf_config_write_dflash(&c, out, &err) == 0);
+    REQUIRE(hf_config_load(&back, out, &err) == 0);
+    EXPECT(memcmp(&c, &back, sizeof c) == 0);
+    json_t *w = load_json(out);
+    EXPECT(json_equal(json_object_get(w, "layer_types"), json_object_get(j, "layer_types")));
+    EXPECT(json_is_true(json_object_get(w, "use_sliding_window")));
+    EXPECT(json_integer_value(json_object_get(w, "sliding_window")) == 6);
+    EXPECT(json_is_false(json_object_get(w, "is_causal")));
+    json_decref(w);
+    char cmd[640];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    EXPECT(system(cmd) == 0);
+
+    /* without use_sliding_window transformers drops the window: the layer then sees everything */
+    json_object_set_new(j, "use_sliding_window", json_false());
+    REQUIRE(parse_json(&c, j, &err) == 0);
+    EXPECT(c.layer_sliding[0] == 1 && c.sliding_window == 0 && hf_layer_window(&c, 0) == 0);
+    json_object_set_new(j, "use_sliding_window", json_true());
+
+    /* sliding layers that z-lab would run causally (is_causal absent or true) are refused */
+    json_object_del(j, "is_causal");
+    EXPECT(parse_json(&c, j, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "test.json: field is_causal: absent with sliding_attention layers");
+    json_object_set_new(j, "is_causal", json_true());
+    EXPECT(parse_json(&c, j, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "test.json: field is_causal: true");
+    json_object_set_new(j, "is_causal", json_false());
+
+    json_object_set_new(j, "layer_types", json_pack("[s, s]", "full_attention", "local"));
+    EXPECT(parse_json(&c, j, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "test.json: field layer_types[1]: expected \"full_attention\" or \"sliding_attention\", "
+                             "got \"local\"");
+    json_object_set_new(j, "layer_types", json_pack("[s]", "full_attention"));
+    EXPECT(parse_json(&c, j, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "test.json: field layer_types: 1 entries, num_hidden_layers is 2");
+    json_object_set_new(j, "layer_types", json_pack("[s, s]", "sliding_attention", "sliding_attention"));
+    json_object_set_new(j, "sliding_window", json_integer(0));
+    EXPECT(parse_json(&c, j, &err) == -EINVAL);
+    EXPECT_CONTAINS(err.msg, "test.json: field sliding_window: value 0 out of range");
+
+    /* no layer_types: transformers' rule, sliding from max_window_layers on */
+    json_object_del(j, "layer_types");
+    json_object_set_new(j, "sliding_window", json_integer(2048));
+    json_object_set_new(j, "max_window_layers", json_integer(1));
+    REQUIRE(parse_json(&c, j, &err) == 0);
+    EXPECT(c.layer_sliding[0] == 0 && c.layer_sliding[1] == 1 && hf_layer_window(&c, 1) == 2048);
+    json_decref(j);
 }
 
 TEST_MAIN
