@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 
 #include "cuda_check.h"
 #include "embedding.h"
+#include "log.h"
 #include "matmul.h"
 #include "rand_fill.h"
 #include "rmsnorm.h"
@@ -75,6 +78,7 @@ static int keep_map(target_cuda *m, target_cuda_keep *keep, target_arena_header 
     if (keep->fd >= 0 && keep->bytes < need) {
         snprintf(keep->why, sizeof keep->why, "the deposited allocation (%zu bytes) is too small for the layout now "
                  "(%s)", keep->bytes, want->layout);
+        log_warn("the deposited target weights were not reused: %s", keep->why);
     } else if (keep->fd >= 0) {
         if ((rc = target_arena_map(&m->arena, dev, keep->fd, keep->bytes, err))) return rc;
         target_arena_header h;
@@ -90,6 +94,7 @@ static int keep_map(target_cuda *m, target_cuda_keep *keep, target_arena_header 
             keep->result = TARGET_KEEP_REIMPORTED;
             return 0;
         }
+        log_warn("the deposited target weights were not reused: %s", keep->why); /* said before the load starts */
         target_arena_header_write(m->arena, NULL); /* a reload killed half-way is never taken for weights */
         keep->result = TARGET_KEEP_RELOADED;
         return 0;
@@ -165,6 +170,18 @@ static int upload_norm(const st_file *st, const char *name, uint16_t *dst, int n
     return rc;
 }
 
+/* Test-only fault hook (tests/gpu/gpu_keep_weights.sh): with DFLASH_FAULT_TARGET_LOAD_KILL=<file>, a load into a kept
+ * arena that finds the file removes it and SIGKILLs its own process half-way (tables written, layers not): the
+ * next instance must see an interrupted load, never weights. */
+static void fault_kill_in_load(void)
+{
+    const char *f = getenv("DFLASH_FAULT_TARGET_LOAD_KILL");
+    if (!f || unlink(f) != 0) return;
+    log_warn("fault hook DFLASH_FAULT_TARGET_LOAD_KILL=%s: killed half-way through the load", f);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    raise(SIGKILL);
+}
+
 /* target_cuda_load, into a kept arena when keep is given: a re-imported one reads nothing from the checkpoint, a
  * loaded one gets its header once the weights are complete. */
 static int tc_load(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,
@@ -197,6 +214,7 @@ static int tc_load(target_cuda **out, const char *dir, int max_layer, int max_to
     if (!rc && !tb.tied)
         rc = target_cuda_upload_tensor(st, tb.lm_head, m->lm_head, c->vocab_size, c->hidden_size, err);
     if (!rc && full) rc = upload_norm(st, tb.norm, m->final_norm, c->hidden_size, tb.norm_add, err);
+    if (!rc && keep) fault_kill_in_load();
     if (!rc) rc = m->ops->load(m, st, m->fam->prefix(st), err);
     if (rc) goto fail;
     st_close(&st);

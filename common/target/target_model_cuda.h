@@ -43,7 +43,8 @@ typedef struct target_cuda_keep {
     int fd;                 /* in: the deposited allocation to re-import (-1: none); the fd stays the caller's */
     size_t bytes;           /* in: its size */
     enum target_keep_result result; /* out */
-    char why[1024];         /* out: why the deposited allocation was not re-imported as it is ("" when it was) */
+    char why[1024];         /* out: why the deposited allocation was not re-imported as it is ("" when it was;
+                                * also logged, before the load starts) */
 } target_cuda_keep;
 /* target_cuda_load into kept memory on the current device (as above; keep says how it went). */
 int target_cuda_load_kept(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,

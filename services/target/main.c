@@ -346,8 +346,7 @@ static int cuda_load_kept(target_run *r, errbuf *err)
                  ident, dt);
         return 0;
     }
-    if (keep.why[0] || elsewhere[0])
-        log_warn("the deposited target weights were not reused: %s", keep.why[0] ? keep.why : elsewhere);
+    if (elsewhere[0]) log_warn("the deposited target weights were not reused: %s", elsewhere);
     if (keep.result == TARGET_KEEP_RELOADED) {
         log_info("reloaded the target's weights from %s into the deposited allocation in %.2f s", p->cfg.target.model,
                  dt);
