@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #define SHM_MAGIC UINT64_C(0x314d48534853464c) /* "LFSHSHM1" little-endian */
-#define SHM_VERSION 3 /* bump on any change of a segment's layout (2: job_state_header.restart_op; 3: the training
-                        * state left the job state for the reducer) */
+#define SHM_VERSION 4 /* bump on any change of a segment's layout (2: job_state_header.restart_op; 3: the training
+                        * state left the job state for the reducer; 4: job_state_header.target_weights) */
 #define SHM_HEADER_BYTES 64
 #define SHM_NAME_MAX 255
 

@@ -28,6 +28,8 @@ const config_field job_config_table[] = {
     F(data, max_batch_tokens, CONFIG_INT, 2, 1 << 24, "512", 0, "token budget of one packed batch"),
     F(data, max_batch_seqs, CONFIG_INT, 1, 65536, "16", 0, "most sequences in one packed batch"),
     F(target, model, CONFIG_STRING, 0, 0, NULL, 0, "target model: Hugging Face checkpoint folder"),
+    F(target, keep_weights, CONFIG_BOOL, 0, 0, "true", 0,
+      "cuda: the target's device weights outlive its process (kept by dflashd): a restarted target re-imports them"),
     F(drafter, init, CONFIG_STRING, 0, 0, NULL, 0, "drafter checkpoint to start from (empty: fresh from the seed)"),
     F(drafter, layers, CONFIG_INT, 1, 64, "1", 0, "drafter layers (fresh drafter)"),
     F(drafter, block_size, CONFIG_INT, 2, 64, "16", 0, "block size B"),

@@ -27,6 +27,7 @@ typedef struct job_config {
     } data;
     struct {
         char model[CONFIG_STRING_MAX];    /* Hugging Face checkpoint folder */
+        int keep_weights;                 /* cuda: device weights deposited with dflashd (target_cuda_load_kept) */
     } target;
     struct {
         char init[CONFIG_STRING_MAX];     /* z-lab checkpoint to start from; empty: fresh from the seed */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,35 @@ int job_identity_target(const char *dir, char config_digest[17], char weights_di
     free(names);
     if (rc) return rc;
     snprintf(weights_digest, 17, "%016llx", (unsigned long long)h);
+    return 0;
+}
+
+int job_identity_checkpoint(const char *dir, char *out, size_t n, errbuf *err)
+{
+    char cfg[17], wts[17], real[PATH_MAX], path[8192];
+    int rc = job_identity_target(dir, cfg, wts, err);
+    if (rc) return rc;
+    if (!realpath(dir, real)) return errbuf_set(err, errno, "%s: %s", dir, strerror(errno));
+    struct dirent **names;
+    int nf = scandir(dir, &names, is_safetensors, alphasort);
+    if (nf < 0) return errbuf_set(err, errno, "%s: %s", dir, strerror(errno));
+    uint64_t h = 0xcbf29ce484222325ull, total = 0;
+    for (int i = 0; i < nf; i++) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+        if (!rc && stat(path, &st) != 0) rc = errbuf_set(err, errno, "%s: %s", path, strerror(errno));
+        if (!rc) {
+            uint64_t f[4] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec,
+                             (uint64_t)st.st_ino, (uint64_t)st.st_dev};
+            h = fnv(fnv(h, names[i]->d_name, strlen(names[i]->d_name)), f, sizeof f);
+            total += (uint64_t)st.st_size;
+        }
+        free(names[i]);
+    }
+    free(names);
+    if (rc) return rc;
+    snprintf(out, n, "checkpoint %s: config %s, weights %s (sampled), %d safetensors files of %llu bytes (stat %016llx)",
+             real, cfg, wts, nf, (unsigned long long)total, (unsigned long long)h);
     return 0;
 }
 

@@ -24,6 +24,10 @@ typedef struct job_identity {
 /* The digests of target folder dir's config.json and weights (16 hex digits each): the one rule of "the same
  * target" (a job's --resume, dflash generate's resume). */
 int job_identity_target(const char *dir, char config_digest[17], char weights_digest[17], errbuf *err);
+/* Checkpoint folder dir in words, for device weights kept across a target worker's restart (target_cuda_keep): its
+ * real path, the two digests above, and a digest of every *.safetensors file's name, size, modification time and
+ * inode (a file rewritten in place changes them even where the sampled digest would not). */
+int job_identity_checkpoint(const char *dir, char *out, size_t n, errbuf *err);
 /* The identity of this job's target and drafter (reads the target's files). */
 int job_identity_compute(job_identity *id, const job_plan *p, errbuf *err);
 /* Write it to path (temporary file + rename). */

@@ -118,6 +118,8 @@ typedef struct job_state_header {
     _Atomic uint64_t grad_step[JOB_MAX_DRAFTERS], reduce_step[JOB_MAX_DRAFTERS], apply_step[JOB_MAX_DRAFTERS];
     _Atomic uint64_t skipped_steps;    /* steps not applied (non-finite loss or gradient norm) */
     job_train_state train_state[JOB_MAX_DRAFTERS];
+    job_train_state target_weights[JOB_MAX_TARGETS]; /* the same record for the device weights a cuda target
+                                        * deposited (fd store "weights-<i>"; a new deposit replaces it) */
     job_worker workers[JOB_MAX_WORKERS];
     job_restart_op restart_op;
     job_write_block write_block;       /* the checkpoints (written by drafter rank 0) */

@@ -52,10 +52,10 @@ static int keeper_exchange(const char *socket_path, const void *rq, size_t rq_le
                         return errbuf_set(err, -reply->status, "keeper %s refused: %s", socket_path, reply->msg);
                     if (!logged_again++) log_info("keeper %s: %s (retrying)", socket_path, reply->msg);
                     last = -EAGAIN;
-                } else if ((int)(reply->npools + reply->ntrain) != nfds) {
+                } else if ((int)(reply->npools + reply->ntrain + reply->nweights) != nfds) {
                     for (int i = 0; i < nfds; i++) close(fds[i]);
                     return errbuf_set(err, EPROTO, "keeper %s: reply announces %u fds, %d arrived", socket_path,
-                                      reply->npools, nfds);
+                                      reply->npools + reply->ntrain + reply->nweights, nfds);
                 } else {
                     return 0;
                 }
@@ -99,7 +99,8 @@ int keeper_deposit_memory(const char *socket_path, enum keeper_deposit_kind kind
     keeper_reply rp;
     int none[1];
     int rc = keeper_exchange(socket_path, &rq, sizeof rq, &fd, 1, 0, &rp, none, 0, deadline_sec, err);
-    if (rc) return errbuf_wrap(err, rc, "deposit of %s %d", kind == KEEPER_DEPOSIT_POOL ? "pool" : "training state",
+    static const char *const what[] = {"pool", "training state", "target weights"};
+    if (rc) return errbuf_wrap(err, rc, "deposit of %s %d", kind <= KEEPER_DEPOSIT_WEIGHTS ? what[kind] : "memory",
                                index);
     return 0;
 }

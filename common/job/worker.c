@@ -83,6 +83,7 @@ static void liveness_stop(worker_ctx *w)
 int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const char *what, int *done)
 {
     memset(w, 0, sizeof *w);
+    w->train_fd = w->weights_fd = -1;
     *done = 0;
     w->role = role;
     w->index = role == JOB_ROLE_PREFETCH ? 0 : -1;
@@ -143,6 +144,7 @@ int worker_start(worker_ctx *w, enum job_role role, int argc, char **argv, const
     w->nfds = (int)rp.npools;
     w->train_fd = rp.ntrain ? w->fds[rp.npools] : -1;
     w->train_index = rp.ntrain ? rp.train_index : -1;
+    w->weights_fd = rp.nweights ? w->fds[rp.npools + rp.ntrain] : -1;
     w->epoch = rp.epoch;
     if (job_state_open(&w->js, w->plan.state_name, (uint32_t)c->workers.drafters, w->plan.numel, &err)) {
         log_error("%s", err.msg);
@@ -184,6 +186,8 @@ void worker_stop(worker_ctx *w)
     for (int i = 0; i < w->nfds; i++) close(w->fds[i]);
     if (w->train_fd >= 0) close(w->train_fd);
     w->train_fd = -1;
+    if (w->weights_fd >= 0) close(w->weights_fd);
+    w->weights_fd = -1;
     job_state_close(&w->js);
 }
 

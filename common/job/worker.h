@@ -29,6 +29,7 @@ typedef struct worker_ctx {
     int nfds;
     int train_fd;          /* drafters: the training state deposited with dflashd (-1: none yet, rank 0 makes it) */
     int train_index;       /* whose training state train_fd is (common/job/keeper_proto.h) */
+    int weights_fd;        /* cuda targets: their device weights deposited with dflashd (-1: none yet) */
     uint64_t watchdog_usec;
     double liveness_period;        /* seconds between two signs of life (a quarter of the tighter timeout) */
     pthread_t liveness;

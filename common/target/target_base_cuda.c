@@ -1,5 +1,5 @@
 /* target_base_cuda: the pieces of the CUDA target that the generic code and every family use: device allocation
- * counted in the model's bytes, uploads of checkpoint tensors as bf16, and the profiling marks. */
+ * counted in the model's bytes (cudaMalloc, or the next buffer of the model's arena: target_arena_cuda.h), uploads of checkpoint tensors as bf16, and the profiling marks. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,20 +7,22 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "target_arena_cuda.h"
 #include "target_model_cuda_impl.h"
 
 void *target_cuda_alloc(target_cuda *m, size_t bytes)
 {
     void *p = NULL;
-    CHECK_CUDA(cudaMalloc(&p, bytes ? bytes : 16));
     m->device_bytes += bytes;
+    if (m->arena) return target_arena_take(m->arena, bytes ? bytes : 16);
+    CHECK_CUDA(cudaMalloc(&p, bytes ? bytes : 16));
     return p;
 }
 
 void target_cuda_free(void *pp)
 {
     void **p = (void **)pp;
-    if (*p) CHECK_CUDA(cudaFree(*p));
+    if (*p && !target_arena_owns(*p)) CHECK_CUDA(cudaFree(*p));
     *p = NULL;
 }
 

@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,15 +18,95 @@
 
 #include "cuda_check.h"
 #include "embedding.h"
+#include "log.h"
 #include "matmul.h"
 #include "rand_fill.h"
 #include "rmsnorm.h"
 #include "rope.h"
 #include "safetensors.h"
+#include "target_arena_cuda.h"
 
-/* Everything but the weights' values: stream, cuBLASLt, the tables, inv_freq, workspaces, the family's layers. */
+/* Every device buffer of the model, in one order (a kept arena's layout): the tables, the final norm, the RoPE
+ * frequencies, the residual stream and the batch staging, then the family's (ops->create). */
+static int tc_buffers(target_cuda *m, errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size, t = (size_t)m->max_tokens;
+    m->embed = target_cuda_alloc(m, V * H * 2);
+    m->lm_head = c->tie_embeddings ? m->embed : target_cuda_alloc(m, V * H * 2);
+    if (m->full) m->final_norm = target_cuda_alloc(m, H * 2);
+    m->d_inv_freq = target_cuda_alloc(m, sizeof(double) * (size_t)m->fam->rope_dims(c) / 2);
+    m->x = target_cuda_alloc(m, t * H * 2);
+    m->u = target_cuda_alloc(m, t * H * 2);
+    m->d_ids = target_cuda_alloc(m, (2 * t + (size_t)m->max_seqs + 1) * sizeof(int32_t));
+    return m->ops->create(m, err);
+}
+
+static void layout_words(const target_cuda *m, const target_arena *a, char *out, size_t n)
+{
+    snprintf(out, n, "family %s, layers %d of %d%s, bf16, workspaces for %d tokens in %d sequences, %zu buffers, "
+             "%zu bytes (layout %016llx)", m->fam->name, m->nlayers, m->cfg.num_layers,
+             m->full ? " + final norm + lm_head" : "", m->max_tokens, m->max_seqs, target_arena_buffers(a),
+             target_arena_bytes(a), (unsigned long long)target_arena_layout(a));
+}
+
+/* The arena of a kept model (m->arena): the deposited allocation when it is large enough for this layout (as it is
+ * when its header names this identity and layout, else cleared for a reload), else a new one. want: the header the
+ * weights will have once loaded. */
+static int keep_map(target_cuda *m, target_cuda_keep *keep, target_arena_header *want, errbuf *err)
+{
+    target_arena *probe = target_arena_measure();
+    m->arena = probe;
+    int rc = tc_buffers(m, err); /* hands out NULL: only sizes and their order */
+    size_t need = target_arena_bytes(probe);
+    memset(want, 0, sizeof *want);
+    want->magic = TARGET_ARENA_MAGIC;
+    want->layout_digest = target_arena_layout(probe);
+    layout_words(m, probe, want->layout, sizeof want->layout);
+    snprintf(want->identity, sizeof want->identity, "%s", keep->identity);
+    m->ops->destroy(m);
+    m->embed = m->lm_head = m->final_norm = m->x = m->u = NULL;
+    m->d_inv_freq = NULL;
+    m->d_ids = NULL;
+    m->device_bytes = (size_t)64 << 20; /* the cuBLASLt workspace; the buffers are counted again below */
+    m->arena = NULL;
+    target_arena_destroy(&probe);
+    if (rc) return rc;
+    int dev;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    keep->why[0] = '\0';
+    if (keep->fd >= 0 && keep->bytes < need) {
+        snprintf(keep->why, sizeof keep->why, "the deposited allocation (%zu bytes) is too small for the layout now "
+                 "(%s)", keep->bytes, want->layout);
+        log_warn("the deposited target weights were not reused: %s", keep->why);
+    } else if (keep->fd >= 0) {
+        if ((rc = target_arena_map(&m->arena, dev, keep->fd, keep->bytes, err))) return rc;
+        target_arena_header h;
+        target_arena_header_read(m->arena, &h);
+        if (h.magic != TARGET_ARENA_MAGIC)
+            snprintf(keep->why, sizeof keep->why, "it holds no complete weights (a load into it was interrupted)");
+        else if (h.layout_digest != want->layout_digest || strcmp(h.layout, want->layout))
+            snprintf(keep->why, sizeof keep->why, "layout changed: was %.400s; now %.400s", h.layout, want->layout);
+        else if (strcmp(h.identity, want->identity))
+            snprintf(keep->why, sizeof keep->why, "checkpoint identity changed: was %.480s; now %.480s", h.identity,
+                     want->identity);
+        if (!keep->why[0]) {
+            keep->result = TARGET_KEEP_REIMPORTED;
+            return 0;
+        }
+        log_warn("the deposited target weights were not reused: %s", keep->why); /* said before the load starts */
+        target_arena_header_write(m->arena, NULL); /* a reload killed half-way is never taken for weights */
+        keep->result = TARGET_KEEP_RELOADED;
+        return 0;
+    }
+    keep->result = TARGET_KEEP_NEW;
+    return target_arena_map(&m->arena, dev, -1, need, err);
+}
+
+/* Everything but the weights' values: stream, cuBLASLt, the tables, inv_freq, workspaces, the family's layers; in a
+ * kept arena when keep is given (keep_map). */
 static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int full, int max_tokens, int max_seqs,
-                     void *stream, errbuf *err)
+                     void *stream, target_cuda_keep *keep, target_arena_header *want, errbuf *err)
 {
     const target_family *fam;
     int rc = target_family_require(cfg, TARGET_BACKEND_CUDA, TARGET_CAN_FORWARD, "the target forward", &fam, err);
@@ -41,6 +123,7 @@ static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int f
     m->ops = target_family_cuda_ops(fam);
     m->nlayers = nlayers;
     m->full = full;
+    m->max_tokens = max_tokens, m->max_seqs = max_seqs;
     if (stream) {
         m->stream = (cudaStream_t)stream;
     } else {
@@ -49,12 +132,12 @@ static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int f
     }
     m->mm = matmul_cuda_create(0);
     m->device_bytes += (size_t)64 << 20;
-    const hf_config *c = &m->cfg;
-    size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size;
-    m->embed = target_cuda_alloc(m, V * H * 2);
-    m->lm_head = c->tie_embeddings ? m->embed : target_cuda_alloc(m, V * H * 2);
-    if (full) m->final_norm = target_cuda_alloc(m, H * 2);
+    if ((keep && (rc = keep_map(m, keep, want, err))) || (rc = tc_buffers(m, err))) {
+        target_cuda_destroy(&m);
+        return rc;
+    }
 
+    const hf_config *c = &m->cfg;
     const size_t rd = (size_t)fam->rope_dims(c);
     double *inv = xmalloc(sizeof(double) * rd / 2);
     rope_params rp = {.theta = c->rope_theta, .llama3 = c->rope_llama3, .factor = c->rope_factor,
@@ -64,23 +147,13 @@ static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int f
     /* as target_model.c: a bf16 checkpoint's reference rotates with bf16-rounded frequencies */
     if (!strcmp(c->torch_dtype, "bfloat16"))
         for (size_t i = 0; i < rd / 2; i++) inv[i] = bf16_to_f32(f32_to_bf16((float)inv[i]));
-    m->d_inv_freq = target_cuda_alloc(m, sizeof(double) * rd / 2);
     CHECK_CUDA(cudaMemcpy(m->d_inv_freq, inv, sizeof(double) * rd / 2, cudaMemcpyHostToDevice));
     free(inv);
 
-    size_t t = (size_t)max_tokens;
-    m->max_tokens = max_tokens, m->max_seqs = max_seqs;
-    m->x = target_cuda_alloc(m, t * H * 2);
-    m->u = target_cuda_alloc(m, t * H * 2);
-    size_t nstage = 2 * t + (size_t)max_seqs + 1;
-    m->d_ids = target_cuda_alloc(m, nstage * sizeof(int32_t));
+    size_t nstage = 2 * (size_t)max_tokens + (size_t)max_seqs + 1;
     CHECK_CUDA(cudaMallocHost((void **)&m->h_stage, nstage * sizeof(int32_t)));
     CHECK_CUDA(cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventRecord(m->staged, m->stream));
-    if ((rc = m->ops->create(m, err))) {
-        target_cuda_destroy(&m);
-        return rc;
-    }
     *out = m;
     return 0;
 }
@@ -97,22 +170,43 @@ static int upload_norm(const st_file *st, const char *name, uint16_t *dst, int n
     return rc;
 }
 
-int target_cuda_load(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,
-                     errbuf *err)
+/* Test-only fault hook (tests/gpu/gpu_keep_weights.sh): with DFLASH_FAULT_TARGET_LOAD_KILL=<file>, a load into a kept
+ * arena that finds the file removes it and SIGKILLs its own process half-way (tables written, layers not): the
+ * next instance must see an interrupted load, never weights. */
+static void fault_kill_in_load(void)
+{
+    const char *f = getenv("DFLASH_FAULT_TARGET_LOAD_KILL");
+    if (!f || unlink(f) != 0) return;
+    log_warn("fault hook DFLASH_FAULT_TARGET_LOAD_KILL=%s: killed half-way through the load", f);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    raise(SIGKILL);
+}
+
+/* target_cuda_load, into a kept arena when keep is given: a re-imported one reads nothing from the checkpoint, a
+ * loaded one gets its header once the weights are complete. */
+static int tc_load(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,
+                   target_cuda_keep *keep, errbuf *err)
 {
     hf_config cfg;
     st_file *st = NULL;
     target_cuda *m = NULL;
+    target_arena_header want;
     int rc = hf_config_load(&cfg, dir, err);
     if (rc) return rc;
     if (max_layer >= cfg.num_layers)
         return errbuf_set(err, EINVAL, "%s: layer %d requested but the model has %d layers", dir, max_layer,
                           cfg.num_layers);
+    if (keep && strlen(keep->identity) >= sizeof want.identity)
+        return errbuf_set(err, EINVAL, "%s: a checkpoint identity of %zu characters (at most %zu are kept)", dir,
+                          strlen(keep->identity), sizeof want.identity - 1);
     int full = max_layer < 0, nlayers = full ? cfg.num_layers : max_layer + 1;
-    rc = st_open(&st, dir, err);
+    rc = tc_create(&m, &cfg, nlayers, full, max_tokens, max_seqs, stream, keep, &want, err);
     if (rc) return rc;
-    rc = tc_create(&m, &cfg, nlayers, full, max_tokens, max_seqs, stream, err);
-    if (rc) goto fail;
+    if (keep && keep->result == TARGET_KEEP_REIMPORTED) {
+        *out = m;
+        return 0;
+    }
+    if ((rc = st_open(&st, dir, err))) goto fail;
     const hf_config *c = &m->cfg;
     target_tables tb;
     rc = target_tables_find(c, st, &tb, err);
@@ -120,9 +214,14 @@ int target_cuda_load(target_cuda **out, const char *dir, int max_layer, int max_
     if (!rc && !tb.tied)
         rc = target_cuda_upload_tensor(st, tb.lm_head, m->lm_head, c->vocab_size, c->hidden_size, err);
     if (!rc && full) rc = upload_norm(st, tb.norm, m->final_norm, c->hidden_size, tb.norm_add, err);
+    if (!rc && keep) fault_kill_in_load();
     if (!rc) rc = m->ops->load(m, st, m->fam->prefix(st), err);
     if (rc) goto fail;
     st_close(&st);
+    if (keep) {
+        want.bytes = target_arena_size(m->arena);
+        target_arena_header_write(m->arena, &want);
+    }
     *out = m;
     return 0;
 fail:
@@ -131,11 +230,29 @@ fail:
     return rc;
 }
 
+int target_cuda_load(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,
+                     errbuf *err)
+{
+    return tc_load(out, dir, max_layer, max_tokens, max_seqs, stream, NULL, err);
+}
+
+int target_cuda_load_kept(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,
+                          target_cuda_keep *keep, errbuf *err)
+{
+    return tc_load(out, dir, max_layer, max_tokens, max_seqs, stream, keep, err);
+}
+
+int target_cuda_keep_export(const target_cuda *m, int *fd, size_t *bytes, errbuf *err)
+{
+    if (!m->arena) return errbuf_set(err, EINVAL, "target_cuda: this model keeps no device allocation");
+    return target_arena_export(m->arena, fd, bytes, err);
+}
+
 int target_cuda_init_random(target_cuda **out, const hf_config *cfg, uint64_t seed, float init_std, int max_tokens,
                             int max_seqs, void *stream, errbuf *err)
 {
     target_cuda *m = NULL;
-    int rc = tc_create(&m, cfg, cfg->num_layers, 1, max_tokens, max_seqs, stream, err);
+    int rc = tc_create(&m, cfg, cfg->num_layers, 1, max_tokens, max_seqs, stream, NULL, NULL, err);
     if (rc) return rc;
     const hf_config *c = &m->cfg;
     size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size;
@@ -164,6 +281,7 @@ void target_cuda_destroy(target_cuda **mp)
     for (int i = 0; i < TC_MAX_EVENTS; i++)
         if (m->ev[i]) CHECK_CUDA(cudaEventDestroy(m->ev[i]));
     matmul_cuda_destroy(&m->mm);
+    target_arena_destroy(&m->arena);
     if (m->own_stream) CHECK_CUDA(cudaStreamDestroy(m->stream));
     free(m);
     *mp = NULL;

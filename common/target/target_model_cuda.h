@@ -26,6 +26,31 @@ enum target_cuda_class { TARGET_CUDA_MATMUL, TARGET_CUDA_ATTENTION, TARGET_CUDA_
  * forward runs. Errors name the checkpoint file, tensor or value. */
 int target_cuda_load(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,
                      errbuf *err);
+/* Device weights that outlive the process (dflash-target-cuda deposits them with dflashd): every buffer of the model
+ * (weights and workspaces, allocated by the generic code and the family in one deterministic order) is carved from
+ * one VMM allocation (target_arena_cuda.h) whose first 4 KiB say what it holds: the checkpoint identity the caller
+ * gives (which checkpoint, its digests and files) and the layout (family, layers, dtype, workspace shape, every
+ * buffer's size in order). A deposited allocation that holds this identity and layout is re-imported as it is, with
+ * no checkpoint read; one that differs, or whose load was interrupted, is reloaded (in place when its size is the
+ * same, else into a new allocation) and `why` says what differed. */
+enum target_keep_result {
+    TARGET_KEEP_REIMPORTED, /* the weights were there: nothing read from the checkpoint */
+    TARGET_KEEP_RELOADED,   /* the deposited allocation, loaded again from the checkpoint (why says why) */
+    TARGET_KEEP_NEW,        /* a new allocation, loaded: deposit it (target_cuda_keep_export) */
+};
+typedef struct target_cuda_keep {
+    const char *identity;   /* in: the checkpoint's identity, in words (at most ~1.5 KiB) */
+    int fd;                 /* in: the deposited allocation to re-import (-1: none); the fd stays the caller's */
+    size_t bytes;           /* in: its size */
+    enum target_keep_result result; /* out */
+    char why[1024];         /* out: why the deposited allocation was not re-imported as it is ("" when it was;
+                                * also logged, before the load starts) */
+} target_cuda_keep;
+/* target_cuda_load into kept memory on the current device (as above; keep says how it went). */
+int target_cuda_load_kept(target_cuda **out, const char *dir, int max_layer, int max_tokens, int max_seqs, void *stream,
+                          target_cuda_keep *keep, errbuf *err);
+/* A new fd of a kept model's allocation (the caller's, for fdpass) and its size; -EINVAL for a model without one. */
+int target_cuda_keep_export(const target_cuda *m, int *fd, size_t *bytes, errbuf *err);
 /* A model of the shape cfg with deterministic random bf16 weights made on the device (rand_fill, seed): linear
  * weights uniform with standard deviation init_std, norms 1, lm_head untied unless cfg->tie_embeddings. */
 int target_cuda_init_random(target_cuda **out, const hf_config *cfg, uint64_t seed, float init_std, int max_tokens,

@@ -34,6 +34,8 @@ struct target_cuda {
     void *layers;                    /* the family's layers and workspaces */
     double *d_inv_freq;              /* (fam->rope_dims(cfg)/2) */
     size_t device_bytes;
+    struct target_arena *arena;      /* NULL: every buffer cudaMalloc'ed; else carved from it in allocation order
+                                      * (target_cuda_load_kept: the weights outlive the process) */
     /* workspaces for max_tokens: the residual stream x and the normed rows u (T, H) */
     int max_tokens, max_seqs;
     uint16_t *x, *u;
@@ -72,7 +74,8 @@ struct target_cuda_ops {
      * m->layers. Refuses shapes its kernels do not take, naming them. */
     int (*create)(target_cuda *m, errbuf *err);
     void (*destroy)(target_cuda *m);
-    /* Upload layers [0, m->nlayers) from st (names under prefix). */
+    /* Upload layers [0, m->nlayers) from st (names under prefix). It writes only the device buffers create made:
+     * a model whose arena already holds this checkpoint's weights skips it (target_cuda_load_kept). */
     int (*load)(target_cuda *m, const st_file *st, const char *prefix, errbuf *err);
     /* Deterministic random weights from *seed (advanced), linear weights uniform with half-width a, norms 1. */
     void (*init_random)(target_cuda *m, uint64_t *seed, float a);
@@ -93,9 +96,11 @@ struct target_cuda_ops {
 const target_cuda_ops *target_family_cuda_ops(const target_family *f);
 
 /* ---- pieces shared by the generic code and the families (target_base_cuda.c) ---- */
-/* cudaMalloc, counted in m->device_bytes; CUDA failures exit through CHECK_CUDA. */
+/* cudaMalloc (or the arena's next buffer: create must allocate in the same order for the same shape, so that a
+ * re-imported arena finds every weight where it was), counted in m->device_bytes; CUDA failures exit through
+ * CHECK_CUDA. */
 void *target_cuda_alloc(target_cuda *m, size_t bytes);
-/* cudaFree *p (a void ** passed as void *) and NULL it. */
+/* cudaFree *p (a void ** passed as void *; a part of an arena is left alone) and NULL it. */
 void target_cuda_free(void *p);
 /* dst (n bf16, device) = bf16(src[i] + add), through a host staging buffer. */
 void target_cuda_put(uint16_t *dst, const float *src, size_t n, float add);

@@ -1,8 +1,8 @@
 /* dflashd: the keeper of one job. It creates and owns every shared-memory segment (job state, token ring, one
  * hidden-state pool per target worker) and the pools' memfds, registers workers (a new epoch per start, fds passed
  * over its unix socket), watches them by pidfd and heartbeat, reclaims what a dead worker held, and appends the
- * batch ledger from the drafters' step records. It keeps the memory the workers deposit (a cuda target's pool, a
- * drafter reducer's training state) and its pool fds in the service manager's fd store, so its own restart loses
+ * batch ledger from the drafters' step records. It keeps the memory the workers deposit (a cuda target's pool and
+ * device weights, a drafter reducer's training state) and its pool fds in the service manager's fd store, so its own restart loses
  * nothing: it reattaches to the segments and to the running workers. Touches no GPU and runs no model code. */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,6 +51,7 @@ typedef struct keeper {
     struct slot_pool *pools[JOB_MAX_TARGETS];
     int npools;
     int train_fd[JOB_MAX_DRAFTERS];  /* training states deposited by the drafters' reducers, -1 when none */
+    int weights_fd[JOB_MAX_TARGETS]; /* device weights deposited by the cuda targets, -1 when none */
     int listen_fd;
     int pidfd[JOB_MAX_WORKERS];      /* watched instance per worker-table entry, -1 when none */
     ledger *ledger;
@@ -225,16 +226,50 @@ static int accept_train_state(keeper *k, const keeper_deposit *rq, int fd, char 
     return 0;
 }
 
-/* A worker deposits memory it made: a cuda target its pool's VMM allocation, a drafter its training state. Only the
- * registered instance (pid + epoch) of that worker, and only once; the fd goes to the fd store. */
+/* A cuda target deposits the VMM allocation of its device weights: a later deposit (weights reloaded into a new
+ * allocation: another checkpoint, another layout) replaces the earlier one, whose memory is freed once no process
+ * maps it. */
+static int accept_weights(keeper *k, const keeper_deposit *rq, int fd, char *msg, size_t n)
+{
+    static const uint8_t zero[16];
+    if (!memcmp(rq->device_uuid, zero, 16)) {
+        snprintf(msg, n, "target weights %d: no GPU named (device weights only)", rq->index);
+        return -EINVAL;
+    }
+    job_train_state *t = &k->js.h->target_weights[rq->index];
+    char name[32];
+    snprintf(name, sizeof name, "weights-%d", rq->index);
+    int replaced = k->weights_fd[rq->index] >= 0;
+    if (replaced) { /* the fd store holds every fd stored under a name: the old one goes first */
+        char rm[64];
+        snprintf(rm, sizeof rm, "FDSTOREREMOVE=1\nFDNAME=%s", name);
+        sd_notify(0, rm);
+        close(k->weights_fd[rq->index]);
+    }
+    atomic_store(&t->deposited, 0);
+    t->bytes = rq->bytes;
+    t->gpu = 1;
+    memcpy(t->device_uuid, rq->device_uuid, 16);
+    k->weights_fd[rq->index] = fd;
+    atomic_store(&t->deposited, 1);
+    fd_store(k, name, fd);
+    log_info("target-%d deposited its device weights: %llu bytes%s", rq->index, (unsigned long long)rq->bytes,
+             replaced ? " (replacing the earlier deposit)" : "");
+    return 0;
+}
+
+/* A worker deposits memory it made: a cuda target its pool's and its weights' VMM allocations, a drafter its
+ * training state. Only the registered instance (pid + epoch) of that worker, and only once but for the weights; the
+ * fd goes to the fd store. */
 static void handle_deposit(keeper *k, int conn, const keeper_deposit *rq, int fd)
 {
     keeper_reply rp = {.magic = KEEPER_MAGIC};
     errbuf err = {{0}};
     const int train = rq->kind == KEEPER_DEPOSIT_TRAIN_STATE;
-    const char *what = train ? "training state" : "pool";
+    const int weights = rq->kind == KEEPER_DEPOSIT_WEIGHTS;
+    const char *what = train ? "training state" : weights ? "target weights" : "pool";
     job_worker *w = NULL;
-    if (rq->kind == KEEPER_DEPOSIT_POOL && rq->index >= 0 && rq->index < k->npools)
+    if ((rq->kind == KEEPER_DEPOSIT_POOL || weights) && rq->index >= 0 && rq->index < k->npools)
         w = job_state_worker(&k->js, JOB_ROLE_TARGET, rq->index);
     else if (train && rq->index >= 0 && rq->index < k->plan.cfg.workers.drafters)
         w = job_state_worker(&k->js, JOB_ROLE_DRAFTER, rq->index);
@@ -251,6 +286,8 @@ static void handle_deposit(keeper *k, int conn, const keeper_deposit *rq, int fd
         snprintf(rp.msg, sizeof rp.msg, "%s deposit for index %d carries no fd", what, rq->index);
     } else if (train) {
         if ((rp.status = accept_train_state(k, rq, fd, rp.msg, sizeof rp.msg)) == 0) fd = -1;
+    } else if (weights) {
+        if ((rp.status = accept_weights(k, rq, fd, rp.msg, sizeof rp.msg)) == 0) fd = -1;
     } else if ((rp.status = slot_pool_set_device_data(k->pools[rq->index], fd, rq->device_uuid, rq->bytes, &err))) {
         snprintf(rp.msg, sizeof rp.msg, "pool %d: %.200s", rq->index, err.msg);
     } else {
@@ -347,6 +384,10 @@ static void handle_register(keeper *k, int conn)
                 for (int i = 0; i < k->npools; i++) fds[nfds++] = slot_pool_data_fd(k->pools[i]);
             }
             rp.npools = (uint32_t)nfds;
+            if (rq.role == JOB_ROLE_TARGET && k->weights_fd[rq.index] >= 0) { /* after the pool fd */
+                fds[nfds++] = k->weights_fd[rq.index];
+                rp.nweights = 1;
+            }
             int ti = rq.role == JOB_ROLE_DRAFTER ? train_state_for(k, rq.index) : -1;
             rp.train_index = ti;
             if (ti >= 0) {
@@ -623,6 +664,17 @@ static int reattach_job(keeper *k, int *fds, char **names, int nfds, errbuf *err
                                                                  : "in the fd store but never deposited");
         if (fd >= 0) k->train_fd[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     }
+    for (int i = 0; p->slot.gpu && i < k->npools; i++) { /* device weights the cuda targets deposited */
+        char want[32];
+        snprintf(want, sizeof want, "weights-%d", i);
+        int fd = -1;
+        for (int j = 0; j < nfds; j++)
+            if (names && names[j] && !strcmp(names[j], want)) fd = fds[j];
+        if (atomic_load(&k->js.h->target_weights[i].deposited) != (fd >= 0))
+            return errbuf_set(err, ENOENT, "%s: %s", want, fd < 0 ? "deposited but not in the fd store"
+                                                                 : "in the fd store but never deposited");
+        if (fd >= 0) k->weights_fd[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    }
     /* workers that were registered: watch the live ones, reclaim the dead */
     for (int i = 0; i < JOB_MAX_WORKERS; i++) {
         job_worker *w = &k->js.h->workers[i];
@@ -788,6 +840,7 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < JOB_MAX_WORKERS; i++) k.pidfd[i] = -1;
     for (int i = 0; i < JOB_MAX_DRAFTERS; i++) k.train_fd[i] = -1;
+    for (int i = 0; i < JOB_MAX_TARGETS; i++) k.weights_fd[i] = -1;
     const char *rid = getenv("DFLASH_RUN_ID");
     snprintf(k.run_id, sizeof k.run_id, "%s", rid && rid[0] ? rid : "standalone");
     /* SIGTERM (systemctl stop, `dflash run` stopping) and SIGINT: leave the main loop and exit 0 through the clean
@@ -823,6 +876,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < JOB_MAX_DRAFTERS; i++) { /* training states a failed reattach took: the old run's */
             if (k.train_fd[i] >= 0) close(k.train_fd[i]);
             k.train_fd[i] = -1;
+        }
+        for (int i = 0; i < JOB_MAX_TARGETS; i++) { /* and device weights */
+            if (k.weights_fd[i] >= 0) close(k.weights_fd[i]);
+            k.weights_fd[i] = -1;
         }
         fdstore_remove_all(&k);
         run_record rec = {0};

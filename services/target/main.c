@@ -4,7 +4,9 @@
  * it waits for room; batches already committed (re-deliveries after a crash) are dropped. One worker loop (run);
  * what differs between the backends sits behind struct target_backend. Built with DFLASH_CUDA (dflash-target-cuda)
  * it also runs job.backend = cuda: the pool is a VMM allocation on its GPU that it creates and deposits with dflashd
- * at its first start and re-imports after a restart; taps are bf16, written by the forward straight into the slot,
+ * at its first start and re-imports after a restart, and so are its device weights (target.keep_weights: a restarted
+ * target re-imports them when they hold the same checkpoint and layout, and reads the checkpoint again otherwise,
+ * saying why); taps are bf16, written by the forward straight into the slot,
  * and a slot is published once the CUDA event after its work has completed. Before a slot is published its taps are
  * checked for NaN and infinities (kernels/nonfinite.h; a flag per tap, on the device for cuda): such a batch is never
  * published; the worker logs the tapped layer and the first weight that is not finite, and exits JOB_EXIT_FATAL. */
@@ -26,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "job_identity.h"
 #include "keeper_proto.h"
 #include "target_model_cuda.h"
 #include "vmm_pool_cuda.h"
@@ -313,14 +316,62 @@ static int gpu_warm_up(target_cuda *tc, const job_plan *p, errbuf *err)
     return rc;
 }
 
+/* The model in device memory kept by dflashd (target.keep_weights): the deposited allocation when it lives on this
+ * GPU (re-imported as it is when it holds this checkpoint and layout, else loaded again), or a new one, deposited. */
+static int cuda_load_kept(target_run *r, errbuf *err)
+{
+    const job_plan *p = r->p;
+    worker_ctx *w = r->w;
+    char ident[1280];
+    int rc, dev, kdev = -1;
+    if ((rc = job_identity_checkpoint(p->cfg.target.model, ident, sizeof ident, err))) return rc;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    target_cuda_keep keep = {.identity = ident, .fd = -1};
+    char elsewhere[128] = "";
+    if (w->weights_fd >= 0) {
+        const job_train_state *t = &w->js.h->target_weights[w->index];
+        if (vmm_device_by_uuid(t->device_uuid, &kdev, err) || kdev != dev)
+            snprintf(elsewhere, sizeof elsewhere, "the deposited weights live on %s, this target runs on GPU %d",
+                     kdev < 0 ? "no visible GPU" : "another GPU", dev);
+        else
+            keep.fd = w->weights_fd, keep.bytes = (size_t)t->bytes;
+    }
+    double t0 = now_seconds();
+    if ((rc = target_cuda_load_kept(&r->tc, p->cfg.target.model, r->deepest, (int)p->ring.max_tokens,
+                                    (int)p->ring.max_seqs, NULL, &keep, err)))
+        return rc;
+    double dt = now_seconds() - t0;
+    if (keep.result == TARGET_KEEP_REIMPORTED) {
+        log_info("re-imported the target's weights from dflashd: %zu bytes on GPU %d, %s, in %.3f s", keep.bytes, dev,
+                 ident, dt);
+        return 0;
+    }
+    if (elsewhere[0]) log_warn("the deposited target weights were not reused: %s", elsewhere);
+    if (keep.result == TARGET_KEEP_RELOADED) {
+        log_info("reloaded the target's weights from %s into the deposited allocation in %.2f s", p->cfg.target.model,
+                 dt);
+        return 0;
+    }
+    int fd = -1;
+    size_t bytes = 0;
+    uint8_t uuid[16];
+    if ((rc = vmm_device_uuid(dev, uuid, err)) || (rc = target_cuda_keep_export(r->tc, &fd, &bytes, err))) return rc;
+    rc = keeper_deposit_memory(p->keeper_socket, KEEPER_DEPOSIT_WEIGHTS, w->index, w->epoch, fd, uuid, bytes, 30.0,
+                               err);
+    close(fd);
+    if (!rc) log_info("loaded the target's weights in %.2f s and deposited them with dflashd: %zu bytes on GPU %d",
+                      dt, bytes, dev);
+    return rc;
+}
+
 static int cuda_load(target_run *r, errbuf *err)
 {
     const job_plan *p = r->p;
-    int rc;
-    if ((rc = target_cuda_load(&r->tc, p->cfg.target.model, r->deepest, (int)p->ring.max_tokens,
-                               (int)p->ring.max_seqs, NULL, err)) ||
-        (rc = gpu_warm_up(r->tc, p, err)))
-        return rc;
+    int rc = p->cfg.target.keep_weights
+                 ? cuda_load_kept(r, err)
+                 : target_cuda_load(&r->tc, p->cfg.target.model, r->deepest, (int)p->ring.max_tokens,
+                                    (int)p->ring.max_seqs, NULL, err);
+    if (rc || (rc = gpu_warm_up(r->tc, p, err))) return rc;
     /* pinned: the slot's token part, uploaded with one copy */
     CHECK_CUDA(cudaMallocHost((void **)&r->stage, p->slot.bytes - p->slot.input_ids));
     CHECK_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));

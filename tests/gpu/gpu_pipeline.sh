@@ -3,7 +3,7 @@
 # job.backend = cuda job; tests/gpu/slot_consumer registers as drafter-0 (before the target has deposited its pool,
 # so it is refused with a retryable answer first), imports the pool's VMM memory and checks every slot against the
 # CPU forward. The consumer SIGKILLs the target twice mid-run while it fills a slot, and the script restarts it (as
-# `dflash run` / systemd would); it must re-import its pool from dflashd, and the consumer must see batches 0..N-1
+# `dflash run` / systemd would); it must re-import its pool and its device weights from dflashd, and the consumer must see batches 0..N-1
 # exactly once, in order, all correct.
 # Usage: BUILD=build/gpu-h tests/gpu/gpu_pipeline.sh   (needs $BUILD/bin/* and $BUILD/gpu/slot_consumer)
 cd "$(dirname "$0")/../.." || exit 1
@@ -85,6 +85,11 @@ ndep=$(grep -c 'target-0 deposited its GPU pool' "$T/dflashd.log")
 nimp=$(grep -c 're-imported pool 0' "$T/target.log")
 [ "$ndep" -eq 1 ] && [ "$nimp" -eq 2 ] && ok "gpu_pipeline_target_reimports_pool (deposited $ndep, re-imported $nimp)" ||
     fail gpu_pipeline_target_reimports_pool "deposited $ndep times, re-imported $nimp times (expected 1, 2)"
+# its device weights too: deposited once, re-imported by both restarted instances (whose slots the consumer checked)
+wdep=$(grep -c 'target-0 deposited its device weights' "$T/dflashd.log")
+wimp=$(grep -c "re-imported the target's weights" "$T/target.log")
+[ "$wdep" -eq 1 ] && [ "$wimp" -eq 2 ] && ok "gpu_pipeline_target_reimports_weights (deposited $wdep, re-imported $wimp)" ||
+    fail gpu_pipeline_target_reimports_weights "deposited $wdep times, re-imported $wimp times (expected 1, 2)"
 grep -q 'warm-up:' "$T/target.log" && ok gpu_pipeline_target_warm_up || fail gpu_pipeline_target_warm_up "no warm-up line"
 
 # the job is marked finished by the consumer: the last target instance and prefetch exit 0 by themselves

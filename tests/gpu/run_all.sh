@@ -40,6 +40,7 @@ one test_target_gpu timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
 one test_target_gpu_hybrid timeout 480 "$BUILD/gpu/test_target_gpu" hybrid
 [ -n "${GOLDENS:-}" ] && one test_drafter_gpu timeout 180 "$BUILD/gpu/test_drafter_gpu" "$GOLDENS"
 one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
+one gpu_keep_weights env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_keep_weights.sh
 one gpu_hybrid_train env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_hybrid_train.sh
 one generate_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/generate_gpu.sh
 one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
