@@ -124,6 +124,11 @@ int job_identity_compute(job_identity *id, const job_plan *p, errbuf *err)
     id->ntaps = p->drafter.num_taps;
     memcpy(id->taps, p->drafter.taps, sizeof(int) * (size_t)id->ntaps);
     id->drafter_parameters = p->numel;
+    if (p->cfg.drafter.sliding_window > 0)
+        snprintf(id->drafter_windows, sizeof id->drafter_windows, "layer_types %s, sliding_window %d",
+                 p->cfg.drafter.layer_types, p->cfg.drafter.sliding_window);
+    else
+        snprintf(id->drafter_windows, sizeof id->drafter_windows, "full");
     return job_identity_target(dir, id->config_digest, id->weights_digest, err);
 }
 
@@ -131,10 +136,11 @@ int job_identity_write(const job_identity *id, const char *path, errbuf *err)
 {
     json_t *taps = json_array();
     for (int i = 0; i < id->ntaps; i++) json_array_append_new(taps, json_integer(id->taps[i]));
-    json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:o, s:I}", "target", id->target, "target_config_digest",
-                          id->config_digest, "target_weights_digest", id->weights_digest, "target_layers", id->layers,
-                          "hidden_size", id->hidden, "vocab_size", id->vocab, "taps", taps, "drafter_parameters",
-                          (json_int_t)id->drafter_parameters);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:o, s:I, s:s}", "target", id->target,
+                          "target_config_digest", id->config_digest, "target_weights_digest", id->weights_digest,
+                          "target_layers", id->layers, "hidden_size", id->hidden, "vocab_size", id->vocab, "taps", taps,
+                          "drafter_parameters", (json_int_t)id->drafter_parameters, "drafter_windows",
+                          id->drafter_windows);
     if (!o) return errbuf_set(err, ENOMEM, "%s: cannot build the identity", path);
     int rc = json_file_save(o, path, JSON_INDENT(2) | JSON_SORT_KEYS, err);
     json_decref(o);
@@ -162,6 +168,8 @@ int job_identity_read(job_identity *id, const char *path, errbuf *err)
         snprintf(id->config_digest, sizeof id->config_digest, "%s", cd);
         snprintf(id->weights_digest, sizeof id->weights_digest, "%s", wd);
         id->drafter_parameters = (uint64_t)params;
+        const char *win = json_string_value(json_object_get(o, "drafter_windows"));
+        snprintf(id->drafter_windows, sizeof id->drafter_windows, "%s", win ? win : "");
         id->ntaps = (int)json_array_size(taps);
         for (int i = 0; i < id->ntaps; i++) id->taps[i] = (int)json_integer_value(json_array_get(taps, (size_t)i));
     }
@@ -169,14 +177,18 @@ int job_identity_read(job_identity *id, const char *path, errbuf *err)
     return rc;
 }
 
+/* id in words; for the drafter shape (params) only the drafter's part: the checks before it found the target equal. */
 static void describe(const job_identity *id, int params, char *out, size_t n)
 {
+    if (params) {
+        snprintf(out, n, "a drafter of %llu parameters, attention %s", (unsigned long long)id->drafter_parameters,
+                 id->drafter_windows[0] ? id->drafter_windows : "(not recorded)");
+        return;
+    }
     size_t o = (size_t)snprintf(out, n, "%s (%d layers, hidden %d, vocab %d, taps [", id->target, id->layers,
                                 id->hidden, id->vocab);
     for (int i = 0; i < id->ntaps && o < n; i++) o += (size_t)snprintf(out + o, n - o, "%s%d", i ? "," : "", id->taps[i]);
-    if (o < n) o += (size_t)snprintf(out + o, n - o, "], weights %s", id->weights_digest);
-    if (o < n && params) snprintf(out + o, n - o, ", %llu drafter parameters", (unsigned long long)id->drafter_parameters);
-    if (o < n) strncat(out, ")", n - strlen(out) - 1);
+    if (o < n) snprintf(out + o, n - o, "], weights %s)", id->weights_digest);
 }
 
 int job_identity_check(const job_identity *was, const job_identity *now, const char *path, errbuf *err)
@@ -187,6 +199,7 @@ int job_identity_check(const job_identity *was, const job_identity *now, const c
     else if (strcmp(was->weights_digest, now->weights_digest)) what = "target weights";
     else if (strcmp(was->config_digest, now->config_digest)) what = "target config.json";
     else if (was->drafter_parameters != now->drafter_parameters) what = "drafter shape";
+    else if (was->drafter_windows[0] && strcmp(was->drafter_windows, now->drafter_windows)) what = "drafter shape";
     if (!what) return 0;
     int params = !strcmp(what, "drafter shape");
     char a[1024], b[1024];

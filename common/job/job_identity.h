@@ -18,6 +18,10 @@ typedef struct job_identity {
     int layers, hidden, vocab;
     int ntaps, taps[HF_MAX_TAPS];
     uint64_t drafter_parameters;
+    /* the drafter's attention windows in words ("full" or "layer_types ... sliding_window W"): the same parameters
+     * with other windows are another model; "" when read from an identity written before windows existed (not
+     * compared then) */
+    char drafter_windows[320];
     char config_digest[17], weights_digest[17]; /* 64-bit hex */
 } job_identity;
 

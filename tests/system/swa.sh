@@ -72,4 +72,15 @@ EOF
 rc=$?
 [ $rc -eq 1 ] && grep -q "causal/config.json: field is_causal: absent with sliding_attention layers" "$T/causal.err" &&
     ok swa_eval_refuses_causal || fail swa_eval_refuses_causal "exit $rc: $(cat "$T/causal.err")"
+
+# A resume keeps the drafter's windows: the same parameters with another window are another model (identity.json).
+"$BIN/dflash" run -c "$T/job.ini" --resume --set train.steps=130 --set drafter.sliding_window=2 >"$T/rewin.out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -qF "mismatch of the drafter shape" "$T/rewin.out" &&
+   grep -qF "attention layer_types full_attention, sliding_attention, sliding_window 3" "$T/rewin.out" &&
+   grep -qF "sliding_window 2 (resume with" "$T/rewin.out"; then
+    ok swa_resume_with_another_window_refused
+else
+    fail swa_resume_with_another_window_refused "exit $rc: $(tail -2 "$T/rewin.out")"
+fi
 exit $FAILED

@@ -113,4 +113,32 @@ TEST(missing_folder_is_named)
     EXPECT_CONTAINS(err.msg, "/nonexistent/dflash-ckpt");
 }
 
+/* job_identity_check on the drafter's attention windows: the same parameter count with other windows is refused
+ * naming both; an identity written before windows were recorded (read back with none) is not compared on them. */
+TEST(other_drafter_windows_are_another_drafter)
+{
+    char *dir = test_tmpdir(), path[512];
+    snprintf(path, sizeof path, "%s/identity.json", dir);
+    job_identity was = {.layers = 2, .hidden = 8, .vocab = 16, .ntaps = 1, .taps = {1}, .drafter_parameters = 100};
+    snprintf(was.target, sizeof was.target, "t");
+    snprintf(was.config_digest, sizeof was.config_digest, "0123456789abcdef");
+    snprintf(was.weights_digest, sizeof was.weights_digest, "0123456789abcdef");
+    snprintf(was.drafter_windows, sizeof was.drafter_windows, "full");
+    job_identity now = was, back;
+    snprintf(now.drafter_windows, sizeof now.drafter_windows, "layer_types full,sliding, sliding_window 8");
+    errbuf err = {{0}};
+    REQUIRE(job_identity_write(&was, path, &err) == 0);
+    REQUIRE(job_identity_read(&back, path, &err) == 0);
+    EXPECT(!strcmp(back.drafter_windows, "full"));
+    EXPECT(job_identity_check(&back, &was, path, &err) == 0);
+    EXPECT(job_identity_check(&back, &now, path, &err) != 0);
+    EXPECT_CONTAINS(err.msg, "mismatch of the drafter shape");
+    EXPECT_CONTAINS(err.msg, "a drafter of 100 parameters, attention full;");
+    EXPECT_CONTAINS(err.msg, "attention layer_types full,sliding, sliding_window 8");
+    back.drafter_windows[0] = 0; /* as read from an identity.json without "drafter_windows" */
+    EXPECT(job_identity_check(&back, &now, path, &err) == 0);
+    unlink(path);
+    rmdir(dir);
+}
+
 TEST_MAIN
