@@ -386,11 +386,15 @@ static int parse_root(hf_config *cfg, const json_t *root, const char *file, errb
         cfg->partial_rotary_factor = 1;
         cfg->rotary_dim = cfg->head_dim;
     }
-    /* qwen3_moe: Qwen3 attention and the sparse MoE block (Qwen3MoeConfig: norm_topk_prob defaults to false) */
-    if (cfg->arch == HF_ARCH_QWEN3_MOE &&
-        ((ret = get_int(tc, file, tp, "num_experts", 1, 0, 1, 1 << 20, &cfg->num_experts, err)) ||
-         (ret = parse_moe(cfg, tc, file, tp, 0, err))))
-        return ret;
+    /* qwen3_moe: Qwen3 attention and the sparse MoE block (Qwen3MoeConfig: norm_topk_prob defaults to false; the
+     * expert count is num_experts, which transformers 5 writes as num_local_experts) */
+    if (cfg->arch == HF_ARCH_QWEN3_MOE) {
+        const char *ek = !field_get(tc, "num_experts") && field_get(tc, "num_local_experts") ? "num_local_experts"
+                                                                                               : "num_experts";
+        if ((ret = get_int(tc, file, tp, ek, 1, 0, 1, 1 << 20, &cfg->num_experts, err)) ||
+            (ret = parse_moe(cfg, tc, file, tp, 0, err)))
+            return ret;
+    }
     if ((ret = parse_architectures(cfg, root, file, err))) return ret;
     if (cfg->is_dflash) return parse_dflash(cfg, root, file, err);
     return 0;
