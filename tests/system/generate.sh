@@ -3,8 +3,7 @@
 # full forward, argmax over [0, vocab-1)), token for token; the output is what dflash-prepare reads; it does not
 # depend on --threads; EOS (from --eos or the target's generation_config.json) ends an answer and is kept; a run
 # killed with SIGKILL (and a partial last line) resumes to the file of an uninterrupted run, with no duplicate; bad
-# input fails naming the file and line; hybrid Qwen3.5 and qwen3_moe targets decode to the full forward's greedy text
-# too; the CUDA build refuses the families it cannot decode at start, naming them.
+# input fails naming the file and line; hybrid Qwen3.5 targets decode to the full forward's greedy text too.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 make_fixture || { fail generate_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
@@ -250,9 +249,19 @@ rc=$?
 "${GEN[@]}" --prompts "$T/data.jsonl" -o "$T/cuda.out" --backend cuda >/dev/null 2>"$T/cuda.err"
 [ $? -eq 1 ] && grep -q "no CUDA backend; run dflash-cuda" "$T/cuda.err" && [ ! -e "$T/cuda.out" ] && ok generate_cpu_build_refuses_cuda \
     || fail generate_cpu_build_refuses_cuda "$(cat "$T/cuda.err")"
+# the CUDA build refuses a qwen3_moe target at start, naming its family, which the CUDA backend does not run yet
+QM=${DFLASH_GOLDENS:-tests/goldens}/qwen3moe-tiny/target
+if [ -x "$BIN/dflash-cuda" ] && [ -f "$QM/config.json" ]; then
+    "$BIN/dflash-cuda" generate --backend cuda --target "$QM" --prompts "$T/data.jsonl" -o "$T/qm-cuda.out" \
+        >/dev/null 2>"$T/qm-cuda.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "target family qwen3_moe" "$T/qm-cuda.err" && grep -q "does not run yet" "$T/qm-cuda.err" &&
+        [ ! -e "$T/qm-cuda.out" ] && ok "generate_cuda_refuses_qwen3_moe_family_at_start ($(cut -c1-90 "$T/qm-cuda.err")...)" \
+        || fail generate_cuda_refuses_qwen3_moe_family_at_start "exit $rc: $(cat "$T/qm-cuda.err")"
+fi
 # hybrid Qwen3.5 targets (the goldens, when present; dense and MoE): decoding with their linear-attention states
 # gives make-data's greedy continuations (the full forward) token for token
-# (the qwen3_moe goldens too: their KV cache with the MoE block on the new rows)
+# (and the qwen3_moe goldens: their KV cache with the MoE block on the new rows)
 for c in qwen35-tiny qwen35moe-tiny qwen3moe-tiny qwen3moe-tiny-bf16; do
     HYB=${DFLASH_GOLDENS:-tests/goldens}/$c/target
     [ -f "$HYB/config.json" ] || continue
@@ -277,15 +286,5 @@ if [ -x "$BIN/dflash-cuda" ] && [ -f "$HYB/config.json" ]; then
     [ $rc -eq 1 ] && grep -q "target family hybrid" "$T/hyb-cuda.err" && grep -q "qwen3_5" "$T/hyb-cuda.err" &&
         [ ! -e "$T/hyb-cuda.out" ] && ok "generate_cuda_refuses_hybrid_family_at_start ($(cut -c1-90 "$T/hyb-cuda.err")...)" \
         || fail generate_cuda_refuses_hybrid_family_at_start "exit $rc: $(cat "$T/hyb-cuda.err")"
-fi
-# ... and a qwen3_moe target, whose family the CUDA backend does not run yet (generate and eval)
-QM=${DFLASH_GOLDENS:-tests/goldens}/qwen3moe-tiny/target
-if [ -x "$BIN/dflash-cuda" ] && [ -f "$QM/config.json" ]; then
-    "$BIN/dflash-cuda" generate --backend cuda --target "$QM" --prompts "$T/data.jsonl" -o "$T/qm-cuda.out" \
-        >/dev/null 2>"$T/qm-cuda.err"
-    rc=$?
-    [ $rc -eq 1 ] && grep -q "target family qwen3_moe" "$T/qm-cuda.err" && grep -q "does not run yet" "$T/qm-cuda.err" &&
-        [ ! -e "$T/qm-cuda.out" ] && ok "generate_cuda_refuses_qwen3_moe_family_at_start ($(cut -c1-90 "$T/qm-cuda.err")...)" \
-        || fail generate_cuda_refuses_qwen3_moe_family_at_start "exit $rc: $(cat "$T/qm-cuda.err")"
 fi
 exit $FAILED
