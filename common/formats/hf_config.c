@@ -265,12 +265,12 @@ static int parse_layer_types(hf_config *cfg, const json_t *tc, const char *file,
     return 0;
 }
 
-/* Which layers use the sparse MoE block: every layer for qwen3_5_moe; qwen3_next: (i+1) % decoder_sparse_step == 0
- * and i not in mlp_only_layers. */
+/* Which layers use the sparse MoE block: every layer for qwen3_5_moe; qwen3_next and qwen3_moe (as their
+ * transformers decoder layers decide): (i+1) % decoder_sparse_step == 0 and i not in mlp_only_layers. */
 static int parse_moe_layers(hf_config *cfg, const json_t *tc, const char *file, const char *tp, errbuf *err)
 {
     int step = 1, ret;
-    if (cfg->arch != HF_ARCH_QWEN3_NEXT) { /* Qwen3_5MoeDecoderLayer always has the sparse block */
+    if (cfg->arch == HF_ARCH_QWEN3_5) { /* Qwen3_5MoeDecoderLayer always has the sparse block */
         memset(cfg->layer_moe, 1, (size_t)cfg->num_layers);
         return 0;
     }
@@ -286,6 +286,27 @@ static int parse_moe_layers(hf_config *cfg, const json_t *tc, const char *file, 
                               k, cfg->num_layers);
         cfg->layer_moe[json_integer_value(v)] = 0;
     }
+    return 0;
+}
+
+/* The MoE fields (num_experts > 0): experts per token, expert width, shared expert, renormalisation (default
+ * norm_topk_def: transformers' per architecture), the MoE layers. */
+static int parse_moe(hf_config *cfg, const json_t *tc, const char *file, const char *tp, int norm_topk_def,
+                     errbuf *err)
+{
+    int ret;
+    if (cfg->num_layers > HF_MAX_LAYERS)
+        return errbuf_set(err, EINVAL, "%s: field %snum_hidden_layers: %d layers, at most %d supported for MoE "
+                          "targets", file, tp, cfg->num_layers, HF_MAX_LAYERS);
+    if ((ret = get_int(tc, file, tp, "num_experts_per_tok", 1, 0, 1, cfg->num_experts, &cfg->num_experts_per_tok,
+                       err)) ||
+        (ret = get_int(tc, file, tp, "moe_intermediate_size", 1, 0, 1, 1 << 24, &cfg->moe_intermediate_size, err)) ||
+        (ret = get_int(tc, file, tp, "shared_expert_intermediate_size", 0, 0, 0, 1 << 24,
+                       &cfg->shared_expert_intermediate_size, err)) ||
+        (ret = get_bool(tc, file, "norm_topk_prob", norm_topk_def, &cfg->norm_topk_prob, err)) ||
+        (ret = parse_moe_layers(cfg, tc, file, tp, err)))
+        return ret;
+    if (cfg->arch == HF_ARCH_QWEN3_5) cfg->norm_topk_prob = 1; /* Qwen3.5's router always renormalises */
     return 0;
 }
 
@@ -326,18 +347,7 @@ static int parse_hybrid(hf_config *cfg, const json_t *tc, const char *file, cons
     if (moe) {
         if ((ret = get_int(tc, file, tp, "num_experts", 1, 0, 0, 1 << 20, &cfg->num_experts, err))) return ret;
     }
-    if (cfg->num_experts > 0) {
-        if ((ret = get_int(tc, file, tp, "num_experts_per_tok", 1, 0, 1, cfg->num_experts, &cfg->num_experts_per_tok,
-                           err)) ||
-            (ret = get_int(tc, file, tp, "moe_intermediate_size", 1, 0, 1, 1 << 24, &cfg->moe_intermediate_size,
-                           err)) ||
-            (ret = get_int(tc, file, tp, "shared_expert_intermediate_size", 0, 0, 0, 1 << 24,
-                           &cfg->shared_expert_intermediate_size, err)) ||
-            (ret = get_bool(tc, file, "norm_topk_prob", 1, &cfg->norm_topk_prob, err)) ||
-            (ret = parse_moe_layers(cfg, tc, file, tp, err)))
-            return ret;
-        if (cfg->arch == HF_ARCH_QWEN3_5) cfg->norm_topk_prob = 1; /* Qwen3.5's router always renormalises */
-    }
+    if (cfg->num_experts > 0 && (ret = parse_moe(cfg, tc, file, tp, 1, err))) return ret;
     return 0;
 }
 
@@ -356,6 +366,9 @@ static int parse_root(hf_config *cfg, const json_t *root, const char *file, errb
     } else if (strcmp(mt, "llama") == 0) {
         cfg->arch = HF_ARCH_LLAMA;
         cfg->has_qk_norm = 0;
+    } else if (strcmp(mt, "qwen3_moe") == 0) {
+        cfg->arch = HF_ARCH_QWEN3_MOE;
+        cfg->has_qk_norm = 1;
     } else if (!strcmp(mt, "qwen3_5") || !strcmp(mt, "qwen3_5_moe") || !strcmp(mt, "qwen3_5_text") ||
                !strcmp(mt, "qwen3_5_moe_text") || !strcmp(mt, "qwen3_next")) {
         cfg->arch = strcmp(mt, "qwen3_next") ? HF_ARCH_QWEN3_5 : HF_ARCH_QWEN3_NEXT;
@@ -370,7 +383,7 @@ static int parse_root(hf_config *cfg, const json_t *root, const char *file, errb
         }
     } else {
         return errbuf_set(err, EINVAL, "%s: field model_type: unsupported value \"%s\" (expected qwen3, llama, "
-                          "qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text or qwen3_next)", file, mt);
+                          "qwen3_moe, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text or qwen3_next)", file, mt);
     }
     int hybrid = cfg->arch == HF_ARCH_QWEN3_5 || cfg->arch == HF_ARCH_QWEN3_NEXT;
     if (cfg->arch == HF_ARCH_QWEN3_NEXT &&
@@ -413,6 +426,15 @@ static int parse_root(hf_config *cfg, const json_t *root, const char *file, errb
     } else {
         cfg->partial_rotary_factor = 1;
         cfg->rotary_dim = cfg->head_dim;
+    }
+    /* qwen3_moe: Qwen3 attention and the sparse MoE block (Qwen3MoeConfig: norm_topk_prob defaults to false; the
+     * expert count is num_experts, which transformers 5 writes as num_local_experts) */
+    if (cfg->arch == HF_ARCH_QWEN3_MOE) {
+        const char *ek = !field_get(tc, "num_experts") && field_get(tc, "num_local_experts") ? "num_local_experts"
+                                                                                               : "num_experts";
+        if ((ret = get_int(tc, file, tp, ek, 1, 0, 1, 1 << 20, &cfg->num_experts, err)) ||
+            (ret = parse_moe(cfg, tc, file, tp, 0, err)))
+            return ret;
     }
     if ((ret = parse_architectures(cfg, root, file, err))) return ret;
     if (cfg->is_dflash) return parse_dflash(cfg, root, file, err);

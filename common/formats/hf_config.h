@@ -1,4 +1,4 @@
-/* hf_config: reads a Hugging Face config.json (Qwen3, Llama, the hybrid Qwen3.5 / Qwen3.5-MoE / Qwen3-Next targets,
+/* hf_config: reads a Hugging Face config.json (Qwen3, Llama, Qwen3-MoE, the hybrid Qwen3.5 / Qwen3.5-MoE / Qwen3-Next targets,
  * and the DFlash drafter layout) with jansson, and writes the drafter's config.json. The vision-language configs
  * (qwen3_5, qwen3_5_moe) are read from their text_config. Required fields missing or of the wrong type are errors
  * naming the file and field (text_config.x when nested); optional fields take the defaults transformers uses
@@ -8,13 +8,13 @@
 
 #include "util.h"
 
-enum hf_arch { HF_ARCH_QWEN3, HF_ARCH_LLAMA, HF_ARCH_QWEN3_5, HF_ARCH_QWEN3_NEXT };
+enum hf_arch { HF_ARCH_QWEN3, HF_ARCH_LLAMA, HF_ARCH_QWEN3_5, HF_ARCH_QWEN3_NEXT, HF_ARCH_QWEN3_MOE };
 
 #define HF_MAX_TAPS 64
-#define HF_MAX_LAYERS 512     /* hybrid targets: the per-layer kind tables */
+#define HF_MAX_LAYERS 512     /* hybrid and MoE targets: the per-layer kind tables */
 
 typedef struct hf_config {
-    enum hf_arch arch;        /* from model_type: qwen3, llama, qwen3_5[_moe][_text] (QWEN3_5), qwen3_next */
+    enum hf_arch arch;        /* from model_type: qwen3, llama, qwen3_5[_moe][_text] (QWEN3_5), qwen3_next, qwen3_moe */
     char model_type[32];
     int hidden_size;          /* required */
     int num_layers;           /* num_hidden_layers, required */
@@ -39,7 +39,7 @@ typedef struct hf_config {
     int text_nested;          /* the fields came from text_config (weights under model.language_model.) */
     unsigned char layer_linear[HF_MAX_LAYERS]; /* layer_types[i] == "linear_attention" (else full_attention);
                                * without layer_types: full every full_attention_interval-th layer (default 4) */
-    unsigned char layer_moe[HF_MAX_LAYERS];    /* the layer's MLP is the sparse MoE block */
+    unsigned char layer_moe[HF_MAX_LAYERS];    /* the layer's MLP is the sparse MoE block (qwen3_moe too) */
     int linear_num_k_heads;   /* linear_num_key_heads, default 16 */
     int linear_num_v_heads;   /* linear_num_value_heads, default 32; a multiple of linear_num_k_heads */
     int linear_k_head_dim;    /* linear_key_head_dim, default 128 */
@@ -47,11 +47,13 @@ typedef struct hf_config {
     int linear_conv_kernel;   /* linear_conv_kernel_dim, default 4 */
     double partial_rotary_factor; /* top level or rope_parameters; default 0.25 (hybrid), 1 otherwise */
     int rotary_dim;           /* int(head_dim * partial_rotary_factor), even, > 0 */
+    /* MoE (the hybrids with experts, and qwen3_moe: num_experts required, norm_topk_prob default 0; both with
+     * decoder_sparse_step (default 1) and mlp_only_layers (default none) deciding layer_moe) */
     int num_experts;          /* 0: dense MLP everywhere */
     int num_experts_per_tok;  /* required with num_experts > 0 */
     int moe_intermediate_size;            /* required with num_experts > 0 */
     int shared_expert_intermediate_size;  /* 0: no shared expert */
-    int norm_topk_prob;       /* default 1 (Qwen3.5 always renormalises) */
+    int norm_topk_prob;       /* default 1 (Qwen3.5 always renormalises); qwen3_moe: default 0 */
     /* DFlash drafter fields (architectures contains "DFlashDraftModel"): */
     int is_dflash;
     int block_size;

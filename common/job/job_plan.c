@@ -9,6 +9,7 @@
 
 #include "anchors.h"
 #include "drafter_layout.h"
+#include "target_family.h"
 #include "target_model.h"
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
@@ -129,6 +130,11 @@ int job_plan_load(job_plan *p, const char *config_path, const char *const *overr
     if (!c->data.path[0]) return errbuf_set(err, EINVAL, "%s: data.path is not set", config_path);
     if ((rc = plan_names(p, config_path, err))) return rc;
     if ((rc = hf_config_load(&p->target, c->target.model, err))) return errbuf_wrap(err, rc, "target.model");
+    /* the target's family runs on the job's backend (its row says; the message names the family) */
+    if ((rc = target_family_require(&p->target, c->job.backend == JOB_BACKEND_CUDA ? TARGET_BACKEND_CUDA
+                                                                                  : TARGET_BACKEND_CPU,
+                                    TARGET_CAN_FORWARD, "the target forward", NULL, err)))
+        return errbuf_wrap(err, rc, "target.model %s", c->target.model);
     if (c->drafter.init[0]) {
         if ((rc = hf_config_load(&p->drafter, c->drafter.init, err))) return errbuf_wrap(err, rc, "drafter.init");
         if (!p->drafter.is_dflash)

@@ -65,6 +65,10 @@ int target_family_require(const hf_config *c, enum target_backend be, unsigned c
         return errbuf_set(err, ENOTSUP, "%s%s%s%s supports %s; this target is %s", what, cpu ? "" : " on the ",
                           cpu ? "" : target_backend_name(be), cpu ? "" : " backend", list, c->model_type);
     }
+    if ((f->can[be] & can) != can && !f->can[be])
+        return errbuf_set(err, ENOTSUP, "%s on the %s backend: this target (%s) is of the target family %s, %s, "
+                          "which the %s backend does not run yet", what, target_backend_name(be), c->model_type,
+                          f->name, f->about, target_backend_name(be));
     if ((f->can[be] & can) != can) {
         join_can(list, sizeof list, f->can[be]);
         return errbuf_set(err, ENOTSUP, "%s on the %s backend: this target (%s) is of the target family %s, %s, "

@@ -15,11 +15,10 @@
 #include "gated_rmsnorm.h"
 #include "kv_attention.h"
 #include "matmul.h"
-#include "moe_router.h"
+#include "moe_block.h"
 #include "rmsnorm.h"
 #include "rope.h"
 #include "sigmoid_gate.h"
-#include "swiglu.h"
 #include "target_model_impl.h"
 
 typedef struct target_hybrid target_hybrid;
@@ -58,22 +57,15 @@ typedef struct hybrid_layer {
     float *w_out;                           /* (H, HV*Dv) */
     /* dense MLP */
     float *w_gate, *w_up, *w_down;          /* (I, H) x2, (H, I) */
-    /* MoE */
-    float *router;                          /* (E, H) */
-    float *e_gate_up;                       /* (E, 2*Im, H): rows [0, Im) gate, [Im, 2Im) up */
-    float *e_down;                          /* (E, H, Im) */
-    float *s_gate, *s_up, *s_down;          /* shared expert (Is, H) x2, (H, Is); NULL when Is = 0 */
-    float *s_gate_w;                        /* (1, H) */
+    moe_block moe_w;                        /* the sparse MoE block (moe_block.h) */
 } hybrid_layer;
 
-enum { HB_U, HB_A, HB_B, HB_C, HB_D, HB_E, HB_F, HB_G, HB_N };
+enum { HB_U, HB_A, HB_B, HB_C, HB_D, HB_E, HB_N };
 
 struct target_hybrid_scratch {
     size_t cap[HB_N];
     float *buf[HB_N];                       /* grown on demand */
-    int *idx;                               /* MoE routing: (T*k) token ids per expert */
-    float *wts;                             /* (T*k) their weights */
-    size_t idx_cap;
+    moe_scratch moe;                        /* the MoE block's */
 };
 
 struct target_hybrid {
@@ -87,8 +79,7 @@ static target_hybrid_scratch *target_hybrid_scratch_new(void) { return xcalloc(1
 static void scratch_free(target_hybrid_scratch *h)
 {
     for (int i = 0; i < HB_N; i++) free(h->buf[i]);
-    free(h->idx);
-    free(h->wts);
+    moe_scratch_free(&h->moe);
 }
 
 static void target_hybrid_scratch_destroy(target_hybrid_scratch **sp)
@@ -143,15 +134,6 @@ static int ld(const loader *L, const char *suffix, float **out, int64_t d0, int6
     int64_t shape[3] = {d0, d1, d2};
     int nd = d2 > 0 ? 3 : d1 > 0 ? 2 : 1;
     return st_load_f32(L->st, n, out, nd, shape, NULL, L->err);
-}
-
-/* Into dst: the tensor `suffix` of shape (d0, d1). */
-static int ld_into(const loader *L, const char *suffix, float *dst, int64_t d0, int64_t d1)
-{
-    char n[256];
-    ld_name(L, n, sizeof n, suffix);
-    int64_t shape[2] = {d0, d1};
-    return st_read_f32(L->st, n, dst, 2, shape, L->err);
 }
 
 static void add_one(float *w, int64_t n)
@@ -235,45 +217,13 @@ static int load_full_attn(const loader *L, const hf_config *c, hybrid_layer *l)
     return rc;
 }
 
-static int load_moe(const loader *L, const hf_config *c, hybrid_layer *l)
-{
-    const int64_t H = c->hidden_size, E = c->num_experts, Im = c->moe_intermediate_size;
-    const int64_t Is = c->shared_expert_intermediate_size;
-    int rc = ld(L, "mlp.gate.weight", &l->router, E, H, 0);
-    if (rc) return rc;
-    if (ld_has(L, "mlp.experts.gate_up_proj")) { /* transformers' fused layout */
-        rc = ld(L, "mlp.experts.gate_up_proj", &l->e_gate_up, E, 2 * Im, H);
-        if (!rc) rc = ld(L, "mlp.experts.down_proj", &l->e_down, E, H, Im);
-    } else {
-        l->e_gate_up = xmalloc(sizeof(float) * (size_t)(E * 2 * Im * H));
-        l->e_down = xmalloc(sizeof(float) * (size_t)(E * H * Im));
-        char s[96];
-        for (int64_t e = 0; e < E && !rc; e++) {
-            float *gu = l->e_gate_up + e * 2 * Im * H;
-            snprintf(s, sizeof s, "mlp.experts.%lld.gate_proj.weight", (long long)e);
-            rc = ld_into(L, s, gu, Im, H);
-            snprintf(s, sizeof s, "mlp.experts.%lld.up_proj.weight", (long long)e);
-            if (!rc) rc = ld_into(L, s, gu + Im * H, Im, H);
-            snprintf(s, sizeof s, "mlp.experts.%lld.down_proj.weight", (long long)e);
-            if (!rc) rc = ld_into(L, s, l->e_down + e * H * Im, H, Im);
-        }
-    }
-    if (!rc && Is > 0) {
-        rc = ld(L, "mlp.shared_expert.gate_proj.weight", &l->s_gate, Is, H, 0);
-        if (!rc) rc = ld(L, "mlp.shared_expert.up_proj.weight", &l->s_up, Is, H, 0);
-        if (!rc) rc = ld(L, "mlp.shared_expert.down_proj.weight", &l->s_down, H, Is, 0);
-        if (!rc) rc = ld(L, "mlp.shared_expert_gate.weight", &l->s_gate_w, 1, H, 0);
-    }
-    return rc;
-}
-
 static void free_layer(hybrid_layer *l)
 {
     float **p[] = {&l->input_norm, &l->post_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm, &l->k_norm,
                    &l->w_qkv, &l->w_z, &l->w_b, &l->w_a, &l->conv, &l->a_log, &l->dt_bias, &l->gnorm,
-                   &l->w_out, &l->w_gate, &l->w_up, &l->w_down, &l->router, &l->e_gate_up, &l->e_down,
-                   &l->s_gate, &l->s_up, &l->s_down, &l->s_gate_w};
+                   &l->w_out, &l->w_gate, &l->w_up, &l->w_down};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
+    moe_block_free(&l->moe_w);
 }
 
 static void target_hybrid_destroy(target_hybrid **hp);
@@ -299,7 +249,7 @@ static int target_hybrid_load(target_hybrid **out, const st_file *st, const hf_c
             add_one(l->post_norm, H);
             rc = l->linear ? load_linear_attn(&L, c, l) : load_full_attn(&L, c, l);
         }
-        if (!rc && l->moe) rc = load_moe(&L, c, l);
+        if (!rc && l->moe) rc = moe_block_load(&l->moe_w, st, c, prefix, i, err);
         else if (!rc) {
             rc = ld(&L, "mlp.gate_proj.weight", &l->w_gate, I, H, 0);
             if (!rc) rc = ld(&L, "mlp.up_proj.weight", &l->w_up, I, H, 0);
@@ -326,8 +276,6 @@ static void target_hybrid_destroy(target_hybrid **hp)
 }
 
 /* ---- forward ---- */
-
-static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* The token rows of one layer call: T rows at positions pos; packed sequences (cu_seqlens, nseq) when st is NULL,
  * else the new rows of one sequence continuing from its states st. */
@@ -403,75 +351,6 @@ static void full_attn_forward(target_hybrid_scratch *h, const hf_config *c, cons
     matmul_forward_cpu(x, H, attn, qd, l->wo, T, H, qd, 1);
 }
 
-/* x (n, H) += swiglu MLP of u (n, H) with gate/up (I, H) each (rows of one array when up = gate + I*H), down (H, I). */
-static void swiglu_mlp(float *x, const float *u, int n, int H, int I, const float *wg, const float *wu,
-                       const float *wd, float *g, float *up)
-{
-    matmul_forward_cpu(g, I, u, H, wg, n, I, H, 0);
-    matmul_forward_cpu(up, I, u, H, wu, n, I, H, 0);
-    swiglu_forward_cpu(g, g, up, (size_t)n * (size_t)I);
-    matmul_forward_cpu(x, H, g, I, wd, n, H, I, 1);
-}
-
-/* The sparse MoE block: softmax router (fp32), top-k (renormalised when norm_topk_prob), SwiGLU experts weighted by
- * their routing weight, plus the shared expert scaled by sigmoid(shared_expert_gate · u). Adds into x. */
-static void moe_forward(target_hybrid_scratch *h, const hf_config *c, const hybrid_layer *l, float *x, const float *u,
-                        int T)
-{
-    const int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
-    const int Is = c->shared_expert_intermediate_size;
-    float *probs = scratch(h, HB_A, (size_t)T * E);
-    matmul_forward_cpu(probs, E, u, H, l->router, T, E, H, 0);
-    size_t need = (size_t)T * K;
-    if (h->idx_cap < need) {
-        free(h->idx);
-        free(h->wts);
-        h->idx = xmalloc(sizeof(int) * need);
-        h->wts = xmalloc(sizeof(float) * need);
-        h->idx_cap = need;
-    }
-    int32_t *sel = xmalloc(sizeof(int32_t) * need);
-    float *selw = xmalloc(sizeof(float) * need);
-    moe_router_topk_cpu(sel, selw, probs, E, T, E, K, c->norm_topk_prob);
-    float *xs = scratch(h, HB_B, (size_t)T * H), *ys = scratch(h, HB_C, (size_t)T * H);
-    float *gu = scratch(h, HB_D, (size_t)T * 2 * Im), *act = scratch(h, HB_E, (size_t)T * Im);
-    for (int e = 0; e < E; e++) {
-        int n = 0;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < K; j++)
-                if (sel[(size_t)t * K + j] == e) {
-                    h->idx[n] = t;
-                    h->wts[n] = selw[(size_t)t * K + j];
-                    memcpy(xs + (size_t)n * H, u + (size_t)t * H, sizeof(float) * (size_t)H);
-                    n++;
-                }
-        if (!n) continue;
-        const float *wgu = l->e_gate_up + (size_t)e * 2 * Im * H, *wd = l->e_down + (size_t)e * H * Im;
-        matmul_forward_cpu(gu, 2 * Im, xs, H, wgu, n, 2 * Im, H, 0);
-        for (int r = 0; r < n; r++) swiglu_forward_cpu(act + (size_t)r * Im, gu + (size_t)r * 2 * Im,
-                                                       gu + (size_t)r * 2 * Im + Im, (size_t)Im);
-        matmul_forward_cpu(ys, H, act, Im, wd, n, H, Im, 0);
-        for (int r = 0; r < n; r++) {
-            float *xt = x + (size_t)h->idx[r] * H;
-            const float *yr = ys + (size_t)r * H, w = h->wts[r];
-            for (int i = 0; i < H; i++) xt[i] += yr[i] * w;
-        }
-    }
-    free(sel);
-    free(selw);
-    if (Is > 0) {
-        float *sh = scratch(h, HB_B, (size_t)T * H), *sg = scratch(h, HB_C, (size_t)T);
-        float *g = scratch(h, HB_F, (size_t)T * Is), *up = scratch(h, HB_G, (size_t)T * Is);
-        memset(sh, 0, sizeof(float) * (size_t)T * H);
-        swiglu_mlp(sh, u, T, H, Is, l->s_gate, l->s_up, l->s_down, g, up);
-        matmul_forward_cpu(sg, 1, u, H, l->s_gate_w, T, 1, H, 0);
-        for (int t = 0; t < T; t++) {
-            float s = sigmoidf_(sg[t]);
-            for (int i = 0; i < H; i++) x[(size_t)t * H + i] += s * sh[(size_t)t * H + i];
-        }
-    }
-}
-
 static void layer_forward(const target_hybrid *hy, target_hybrid_scratch *h, const hf_config *c, int li, float *x,
                           const rows *b, const double *inv_freq)
 {
@@ -486,10 +365,10 @@ static void layer_forward(const target_hybrid *hy, target_hybrid_scratch *h, con
     u = scratch(h, HB_U, (size_t)T * H);
     rmsnorm_forward_cpu(u, H, x, H, l->post_norm, T, H, eps);
     if (l->moe) {
-        moe_forward(h, c, l, x, u, T);
+        moe_block_forward_cpu(&l->moe_w, c, &h->moe, x, u, T);
     } else {
         const int I = c->intermediate_size;
-        swiglu_mlp(x, u, T, H, I, l->w_gate, l->w_up, l->w_down, scratch(h, HB_A, (size_t)T * I),
+        moe_swiglu_mlp_cpu(x, u, T, H, I, l->w_gate, l->w_up, l->w_down, scratch(h, HB_A, (size_t)T * I),
                    scratch(h, HB_B, (size_t)T * I));
     }
 }

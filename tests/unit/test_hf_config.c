@@ -80,6 +80,75 @@ TEST(defaults)
     EXPECT(c.is_dflash == 0 && c.rope_llama3 == 0);
 }
 
+/* qwen3_moe (Qwen3-30B-A3B's published config.json): its MoE fields, the MoE layers as transformers decides them
+ * ((i+1) % decoder_sparse_step == 0 and i not in mlp_only_layers), norm_topk_prob's default (false), and errors
+ * naming the field. */
+static const char *qwen3_moe_json =
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+    "\"bos_token_id\": 151643, \"decoder_sparse_step\": 1, \"eos_token_id\": 151645, \"head_dim\": 128, "
+    "\"hidden_act\": \"silu\", \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 6144, "
+    "\"max_position_embeddings\": 40960, \"max_window_layers\": 48, \"mlp_only_layers\": [], "
+    "\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": 768, \"norm_topk_prob\": true, "
+    "\"num_attention_heads\": 32, \"num_experts\": 128, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 48, "
+    "\"num_key_value_heads\": 4, \"output_router_logits\": false, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, "
+    "\"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.001, \"sliding_window\": null, "
+    "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", "
+    "\"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
+
+TEST(qwen3_moe_fields)
+{
+    hf_config c;
+    errbuf err = {{0}};
+    REQUIRE(hf_config_parse(&c, qwen3_moe_json, "test.json", &err) == 0);
+    EXPECT(c.arch == HF_ARCH_QWEN3_MOE && !strcmp(c.model_type, "qwen3_moe") && c.has_qk_norm && !c.is_hybrid);
+    EXPECT(c.hidden_size == 2048 && c.num_layers == 48 && c.num_heads == 32 && c.num_kv_heads == 4);
+    EXPECT(c.head_dim == 128 && c.rotary_dim == 128 && c.intermediate_size == 6144 && c.vocab_size == 151936);
+    EXPECT(c.num_experts == 128 && c.num_experts_per_tok == 8 && c.moe_intermediate_size == 768);
+    EXPECT(c.shared_expert_intermediate_size == 0 && c.norm_topk_prob == 1 && c.rope_theta == 1e6);
+    int moe_layers = 0;
+    for (int i = 0; i < c.num_layers; i++) moe_layers += c.layer_moe[i];
+    EXPECT(moe_layers == 48);
+    /* decoder_sparse_step 3, mlp_only_layers [5, 0]; norm_topk_prob absent: transformers' default, false */
+    json_error_t jerr;
+    json_t *j = json_loads(qwen3_moe_json, 0, &jerr);
+    REQUIRE(j);
+    json_object_set_new(j, "decoder_sparse_step", json_integer(3));
+    json_object_set_new(j, "mlp_only_layers", json_pack("[i, i]", 5, 0));
+    json_object_del(j, "norm_topk_prob");
+    REQUIRE(parse_json(&c, j, &err) == 0);
+    for (int i = 0; i < 12; i++) EXPECT(c.layer_moe[i] == (i == 2 || i == 8 || i == 11));
+    EXPECT(c.norm_topk_prob == 0);
+    /* transformers 5 saves the expert count as num_local_experts */
+    json_object_set_new(j, "num_local_experts", json_integer(64));
+    json_object_del(j, "num_experts");
+    REQUIRE(parse_json(&c, j, &err) == 0);
+    EXPECT(c.num_experts == 64 && c.layer_moe[2] == 1);
+    /* the drafter derived from it: plain Qwen3, the target's MLP width */
+    hf_config_as_qwen3(&c);
+    EXPECT(c.arch == HF_ARCH_QWEN3 && c.num_experts == 0 && c.intermediate_size == 6144 && c.layer_moe[2] == 0);
+    /* errors name the field */
+    const struct { const char *key; json_t *val; const char *want; } bad[] = {
+        {"num_experts", NULL, "test.json: missing required field num_experts"},
+        {"num_experts_per_tok", NULL, "test.json: missing required field num_experts_per_tok"},
+        {"moe_intermediate_size", NULL, "test.json: missing required field moe_intermediate_size"},
+        {"num_experts_per_tok", json_integer(129), "field num_experts_per_tok: value 129 out of range [1, 128]"},
+        {"mlp_only_layers", json_pack("[i, i]", 3, 48), "field mlp_only_layers[1]: expected a layer in [0, 48)"},
+        {"mlp_only_layers", json_integer(3), "field mlp_only_layers: expected array"},
+        {"decoder_sparse_step", json_integer(0), "field decoder_sparse_step: value 0 out of range"},
+        {"norm_topk_prob", json_string("yes"), "field norm_topk_prob: expected boolean"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *b = json_loads(qwen3_moe_json, 0, &jerr);
+        REQUIRE(b);
+        if (bad[i].val) json_object_set_new(b, bad[i].key, bad[i].val);
+        else json_object_del(b, bad[i].key);
+        EXPECT(parse_json(&c, b, &err) == -EINVAL);
+        EXPECT_CONTAINS(err.msg, bad[i].want);
+        json_decref(b);
+    }
+    json_decref(j);
+}
+
 TEST(missing_required_fields)
 {
     const char *required[] = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",

@@ -167,6 +167,12 @@ static void decode_matches_full(const char *dir)
 }
 
 TEST(qwen3_decode_prefill_step_block_crop_match_full_forward) { decode_matches_full(test_golden("tiny/target")); }
+/* qwen3_moe: the same attention cache, the MoE block on the new rows only */
+TEST(qwen3moe_decode_prefill_step_block_crop_match_full_forward)
+{
+    decode_matches_full(test_golden("qwen3moe-tiny/target"));
+    decode_matches_full(test_golden("qwen3moe-tiny-bf16/target"));
+}
 
 /* The same weights read as a Llama target (no q/k norm, the extra tensors ignored): the cache follows the family. */
 TEST(llama_decode_matches_full_forward)

@@ -2,7 +2,7 @@
  * cannot do on a backend is refused by name before anything is loaded, and the frozen tables are found under the
  * family's names, also in a vision-language checkpoint (model.language_model.*): target_tables_find, the function
  * both drafter backends use, and the CPU drafter trained on such a checkpoint computes what it computes on the
- * plain one. */
+ * plain one. The qwen3_moe row: its goldens, what it runs where. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +68,44 @@ TEST(what_a_family_cannot_do_is_refused_naming_it)
                                  &err) == -ENOTSUP);
     EXPECT_CONTAINS(err.msg, "decoding with a KV cache on the cuda backend supports qwen3 and llama targets; this target is "
                              "qwen3_5_text");
+}
+
+/* The qwen3_moe row: the golden Qwen3-MoE targets map to it (Qwen3 attention: full RoPE, plain RMSNorm), their MoE
+ * layers are the ones transformers builds (both kinds occur), it runs and decodes on the CPU, its frozen tables are
+ * under model., the drafter derived from it is dense, and the CUDA backend refuses it naming the family. */
+TEST(qwen3_moe_row)
+{
+    const char *cases[] = {"qwen3moe-tiny/target", "qwen3moe-tiny-bf16/target"};
+    /* the MoE layers of make_qwen3moe_golden.py's configs: sparse step 1 without 0 and 4; step 2 without 5 */
+    const unsigned char moe[2][6] = {{0, 1, 1, 1, 0, 1}, {0, 1, 0, 1, 0, 0}};
+    for (int i = 0; i < 2; i++) {
+        hf_config c = golden_cfg(cases[i]);
+        const target_family *f = target_family_of(&c);
+        EXPECT(f && !strcmp(f->name, "qwen3_moe") && f->rope_dims(&c) == c.head_dim && f->norm_add == 0.0f);
+        EXPECT(c.num_layers == 6 && c.num_experts == 8 && c.shared_expert_intermediate_size == 0);
+        EXPECT(memcmp(c.layer_moe, moe[i], 6) == 0);
+        errbuf err = {{0}};
+        EXPECT(target_family_require(&c, TARGET_BACKEND_CPU, TARGET_CAN_FORWARD | TARGET_CAN_DECODE, "x", &f, &err) ==
+               0);
+        st_file *st = NULL;
+        target_tables tb;
+        REQUIRE(st_open(&st, test_golden(cases[i]), &err) == 0);
+        REQUIRE(target_tables_find(&c, st, &tb, &err) == 0);
+        EXPECT(!strcmp(tb.embed, "model.embed_tokens.weight") && !strcmp(tb.norm, "model.norm.weight") &&
+               !strcmp(tb.lm_head, "lm_head.weight") && st_find(st, tb.lm_head) && st_find(st, tb.norm));
+        st_close(&st);
+        const unsigned can[] = {TARGET_CAN_FORWARD, TARGET_CAN_DECODE};
+        for (int k = 0; k < 2; k++) {
+            EXPECT(target_family_require(&c, TARGET_BACKEND_CUDA, can[k], "the target forward", &f, &err) == -ENOTSUP);
+            EXPECT(f == NULL);
+            EXPECT_CONTAINS(err.msg, "the target forward on the cuda backend: this target (qwen3_moe) is of the "
+                                     "target family qwen3_moe");
+            EXPECT_CONTAINS(err.msg, "which the cuda backend does not run yet");
+        }
+        hf_config_as_qwen3(&c);
+        f = target_family_of(&c);
+        EXPECT(f && !strcmp(f->name, "dense"));
+    }
 }
 
 /* The golden's target rewritten with every model.* tensor under model.language_model. (lm_head stays top level,

@@ -1,0 +1,202 @@
+/* target_qwen3_moe: the qwen3_moe family (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B) on the CPU, fp32, following
+ * transformers' modeling_qwen3_moe.py: every layer the Qwen3 attention sub-layer (attn_block: q/k norm, GQA, full
+ * RoPE), then post-attention RMSNorm and either the sparse MoE block (moe_block: softmax router, top-k with
+ * norm_topk_prob, SwiGLU experts, no shared expert) or, on the layers mlp_only_layers names and where
+ * (i+1) % decoder_sparse_step != 0 (hf_config's layer_moe), a dense SwiGLU MLP of intermediate_size. Its part of a
+ * decoding cache is every layer's keys and values (attn_block's). Its row of the family table is
+ * target_qwen3_moe_family. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_block.h"
+#include "moe_block.h"
+#include "rmsnorm.h"
+#include "target_model_impl.h"
+
+typedef struct qmoe_layer {
+    attn_block attn;
+    float *post_norm;                    /* (H) */
+    int moe;                             /* the sparse block (else the dense MLP) */
+    moe_block mb;
+    float *w_gate, *w_up, *w_down;       /* dense MLP: (I, H) x2, (H, I) */
+} qmoe_layer;
+
+/* A layer's activations over T rows besides the residual stream: the attention's (its u is the MLP's input), the
+ * dense MLP's gate and up (T, I), the MoE block's scratch. */
+typedef struct qmoe_acts {
+    attn_acts at;
+    float *gate, *up;
+    int rows;
+    moe_scratch ms;
+} qmoe_acts;
+
+typedef struct qmoe_layers {
+    int n;
+    qmoe_layer *l;                       /* (n) */
+    qmoe_acts act;                       /* the packed forward's */
+} qmoe_layers;
+
+static void acts_reserve(qmoe_acts *a, const hf_config *c, int T, int with_kv)
+{
+    attn_acts_reserve(&a->at, c, T, with_kv);
+    if (T <= a->rows) return;
+    size_t n = (size_t)T * (size_t)c->intermediate_size;
+    free(a->gate);
+    free(a->up);
+    a->gate = xmalloc(n * sizeof(float));
+    a->up = xmalloc(n * sizeof(float));
+    a->rows = T;
+}
+
+static void acts_free(qmoe_acts *a)
+{
+    attn_acts_free(&a->at);
+    free(a->gate);
+    free(a->up);
+    moe_scratch_free(&a->ms);
+    *a = (qmoe_acts){0};
+}
+
+static int load_layer(const st_file *st, const hf_config *c, const char *prefix, int i, qmoe_layer *l, errbuf *err)
+{
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    char n[192];
+    int rc = attn_block_load(&l->attn, st, c, prefix, i, err);
+    l->moe = c->layer_moe[i];
+#define LOAD(field, suffix, d0, d1)                                                \
+    if (rc == 0) {                                                                  \
+        int64_t shape[2] = {d0, d1};                                                \
+        snprintf(n, sizeof n, "%slayers.%d.%s", prefix, i, suffix);                \
+        rc = st_load_f32(st, n, &l->field, d1 > 0 ? 2 : 1, shape, NULL, err);       \
+    }
+    LOAD(post_norm, "post_attention_layernorm.weight", H, 0);
+    if (l->moe) {
+        if (!rc) rc = moe_block_load(&l->mb, st, c, prefix, i, err);
+    } else {
+        LOAD(w_gate, "mlp.gate_proj.weight", I, H);
+        LOAD(w_up, "mlp.up_proj.weight", I, H);
+        LOAD(w_down, "mlp.down_proj.weight", H, I);
+    }
+#undef LOAD
+    return rc;
+}
+
+static void free_layer(qmoe_layer *l)
+{
+    attn_block_free(&l->attn);
+    moe_block_free(&l->mb);
+    float **p[] = {&l->post_norm, &l->w_gate, &l->w_up, &l->w_down};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
+}
+
+static void qmoe_destroy(target_model *m)
+{
+    qmoe_layers *d = m->layers;
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) free_layer(&d->l[i]);
+    free(d->l);
+    acts_free(&d->act);
+    free(d);
+    m->layers = NULL;
+}
+
+static int qmoe_load(target_model *m, const st_file *st, const char *prefix, errbuf *err)
+{
+    qmoe_layers *d = xcalloc(1, sizeof *d);
+    m->layers = d;
+    d->l = xcalloc((size_t)m->nlayers, sizeof *d->l);
+    d->n = m->nlayers;
+    for (int i = 0; i < m->nlayers; i++) {
+        int rc = load_layer(st, &m->cfg, prefix, i, &d->l[i], err);
+        if (rc) return rc; /* the caller destroys the model */
+    }
+    return 0;
+}
+
+/* Decoder layer li over T rows x (T, H) at positions pos, in place; kv as attn_block's. */
+static void qmoe_layer_cpu(const target_model *m, int li, float *x, qmoe_acts *a, int T, const int32_t *pos,
+                           const int32_t *cu_seqlens, int nseq, const attn_kv_view *kv)
+{
+    const hf_config *c = &m->cfg;
+    const qmoe_layer *l = &((const qmoe_layers *)m->layers)->l[li];
+    const int H = c->hidden_size;
+    attn_block_forward_cpu(&l->attn, c, m->inv_freq, x, &a->at, T, pos, cu_seqlens, nseq, kv);
+    rmsnorm_forward_cpu(a->at.u, H, x, H, l->post_norm, T, H, (float)c->rms_eps);
+    if (l->moe)
+        moe_block_forward_cpu(&l->mb, c, &a->ms, x, a->at.u, T);
+    else
+        moe_swiglu_mlp_cpu(x, a->at.u, T, H, c->intermediate_size, l->w_gate, l->w_up, l->w_down, a->gate, a->up);
+}
+
+static void qmoe_layer_packed(target_model *m, int li, float *x, const target_batch *b)
+{
+    qmoe_layers *d = m->layers;
+    acts_reserve(&d->act, &m->cfg, b->ntok, 1);
+    qmoe_layer_cpu(m, li, x, &d->act, b->ntok, b->positions, b->cu_seqlens, b->nseq, NULL);
+}
+
+/* ---- decoding: attn_block's cache of every layer's keys and values ---- */
+
+typedef struct qmoe_cache {
+    attn_kv_cache kv;
+    qmoe_acts act;                       /* a forward's rows (their k and v are in the cache) */
+} qmoe_cache;
+
+static void *qmoe_cache_new(const target_model *m, int nseq, int max_len)
+{
+    qmoe_cache *k = xcalloc(1, sizeof *k);
+    attn_kv_cache_init(&k->kv, &m->cfg, nseq, max_len);
+    return k;
+}
+
+static void qmoe_cache_destroy(void *cs)
+{
+    qmoe_cache *k = cs;
+    attn_kv_cache_free(&k->kv);
+    acts_free(&k->act);
+    free(k);
+}
+
+static void qmoe_cache_layer(void *cs, const target_model *m, int li, float *x, int seq, int past, int n,
+                             const int32_t *pos, const int32_t *seqs)
+{
+    qmoe_cache *k = cs;
+    acts_reserve(&k->act, &m->cfg, n, 0);
+    /* the new rows' keys and values are computed in place in the cache; the copy's k and v point there */
+    qmoe_acts a = k->act;
+    attn_kv_view kv;
+    attn_kv_cache_rows(&k->kv, li, seq, past, seqs, &a.at, &kv);
+    qmoe_layer_cpu(m, li, x, &a, n, pos, NULL, 0, &kv);
+    k->act.ms = a.ms; /* the MoE scratch the copy grew */
+}
+
+static int qmoe_cache_crop(void *cs, const target_model *m, int seq, int len, int held, int *rerun_from,
+                           const int32_t **rerun_ids, errbuf *err)
+{
+    (void)cs, (void)m, (void)seq, (void)held, (void)rerun_ids, (void)err;
+    *rerun_from = len; /* the keys and values past len are simply overwritten later */
+    return 0;
+}
+
+static const target_cpu_ops qmoe_cpu = {
+    .load = qmoe_load, .destroy = qmoe_destroy, .layer = qmoe_layer_packed,
+    .cache_new = qmoe_cache_new, .cache_destroy = qmoe_cache_destroy, .cache_layer = qmoe_cache_layer,
+    .cache_crop = qmoe_cache_crop,
+};
+
+static int qmoe_takes(const hf_config *c) { return c->arch == HF_ARCH_QWEN3_MOE; }
+static const char *qmoe_prefix(const st_file *st) { (void)st; return "model."; }
+static int qmoe_rope_dims(const hf_config *c) { return c->head_dim; }
+
+const target_family target_qwen3_moe_family = {
+    .name = "qwen3_moe",
+    .about = "qwen3_moe targets (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B)",
+    .takes = qmoe_takes,
+    .can = {[TARGET_BACKEND_CPU] = TARGET_CAN_FORWARD | TARGET_CAN_DECODE, [TARGET_BACKEND_CUDA] = 0},
+    .prefix = qmoe_prefix,
+    .norm_add = 0.0f,
+    .rope_dims = qmoe_rope_dims,
+    .cpu = &qmoe_cpu,
+};
