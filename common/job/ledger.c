@@ -235,6 +235,30 @@ int ledger_append_committed(ledger *l, job_state *js)
     return written;
 }
 
+int ledger_append_eval(ledger *l, job_state *js)
+{
+    job_eval ev;
+    if (job_eval_read(js, &ev) || atomic_load(&js->h->eval.reported) >= ev.step + 1) return 0;
+    if (l->metrics_fd >= 0) {
+        char line[2048];
+        int m = snprintf(line, sizeof line, "{\"step\": %llu, \"decoded_tau\": %.6f, \"decoded_slot_acceptance\": [",
+                         (unsigned long long)ev.step, ev.tau);
+        for (uint32_t k = 1; k < ev.block_size && k < DFLASH_MAX_BLOCK; k++)
+            m += snprintf(line + m, sizeof line - (size_t)m, "%s%.4f", k > 1 ? ", " : "", ev.per_slot[k]);
+        m += snprintf(line + m, sizeof line - (size_t)m,
+                      "], \"decoded_speedup\": %.4f, \"decoded_prompts\": %u, \"eval_seconds\": %.3f}\n", ev.speedup,
+                      ev.prompts, ev.seconds);
+        if (write(l->metrics_fd, line, (size_t)m) != m) log_warn("metrics.jsonl: write failed");
+    }
+    const char *tags[] = {"decoded_tau", "decoded_speedup"};
+    const double vals[] = {ev.tau, ev.speedup};
+    errbuf te = {{0}};
+    if (l->tb && tfevents_write_scalars(l->tb, (int64_t)ev.step, tags, vals, 2, &te) && !l->tb_failing++)
+        log_warn("tensorboard: %s", te.msg);
+    atomic_store(&js->h->eval.reported, ev.step + 1);
+    return 1;
+}
+
 const char *ledger_notice(const ledger *l) { return l->notice; }
 
 void ledger_set_block_size(ledger *l, int block_size) { l->block_size = block_size; }
