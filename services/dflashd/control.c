@@ -645,10 +645,20 @@ static void handle_drain(control *c, const ctl_msg *m, const Dflash__Envelope *e
     reply_ack(c, m->id, m->idlen, e->request_id, &a);
 }
 
+/* The job is finished for the workers of role: training is, and (the evaluation worker) no step is left to
+ * evaluate. */
+static int role_finished(const control *c, enum job_role role)
+{
+    const job_state_header *h = c->v.js->h;
+    if (!atomic_load(&h->finished)) return 0;
+    return role != JOB_ROLE_EVAL ||
+           job_eval_next(&c->v.plan->cfg, atomic_load(&h->eval.done), job_state_last_step(c->v.js)) == UINT64_MAX;
+}
+
 static int rolling_start(control *c, const ctl_msg *m, uint64_t req, enum job_role role, int first, int count)
 {
     job_state_header *h = c->v.js->h;
-    const char *why = c->op->active ? "a restart is already running" : atomic_load(&h->finished) ? "the job is finished"
+    const char *why = c->op->active ? "a restart is already running" : role_finished(c, role) ? "the job is finished"
                       : atomic_load(&h->stop_step) ? "the job is draining"
                       /* the new instance must come back and prove healthy: a paused job would keep the caller (and
                        * every other restart) waiting until resume, without a word */
@@ -800,7 +810,7 @@ static void rolling_step(control *c, uint64_t now)
     if (!op->active) return;
     int index = op->first + op->cur, slot = worker_slot(c, op->role, index);
     job_worker *w = slot_worker(c, slot);
-    if (atomic_load(&c->v.js->h->finished)) {
+    if (role_finished(c, op->role)) {
         rolling_fail(c, "the job finished before %s-%d came back", job_role_name(op->role), index);
         return;
     }

@@ -80,7 +80,7 @@ static void fault_hold(evaluator *e)
     }
     log_warn("fault hook DFLASH_FAULT_EVAL_HOLD=%s: the evaluation of step %llu holds", e->hold,
              (unsigned long long)e->step);
-    while (access(e->hold, F_OK) == 0) {
+    while (access(e->hold, F_OK) == 0 && !worker_restart_requested(&e->w)) {
         worker_tick(&e->w);
         uint32_t seen = atomic_load(&e->w.js.h->gen);
         job_state_wait(&e->w.js, seen, 100);
@@ -253,7 +253,7 @@ static int record(evaluator *e, uint64_t step, const spec_eval_stats *st, double
                           r.tau, "histogram", hist, "per_slot", slots, "prompts", st->nprompts, "seconds", seconds,
                           "speedup", r.speedup, "blocks", (json_int_t)st->blocks, "new_tokens",
                           (json_int_t)st->spec_tokens, "outputs_differ", (json_int_t)st->mismatched);
-    char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     size_t n = strlen(text);
     text[n] = '\n'; /* json_dumps' NUL becomes the newline: one write() of the whole line */

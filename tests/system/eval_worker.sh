@@ -91,6 +91,14 @@ if grep -q "^τ [0-9.]* at step 10 (decoded, 6 prompts)" "$T/status.txt" && grep
     python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["eval"]; sys.exit(0 if e["step"] == 10 and e["prompts"] == 6 else 1)' "$T/status.json"; then
     ok "ctl_status_shows_decoded_tau ($(grep "^τ" "$T/status.txt"))"
 else fail ctl_status_shows_decoded_tau "$(head -4 "$T/status.txt")"; fi
+# a restart asked by the operator while it decodes: the new instance evaluates step 20 again (and holds again)
+"$CTL" -c "$T/kill.ini" restart eval-0 >"$T/restart.out" 2>&1
+rc=$?
+until { p=$(held_pid); [ -n "$p" ] && [ "$p" != "$pid" ]; } || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+p=$(held_pid)
+if [ $rc -eq 0 ] && [ -n "$p" ] && [ "$p" != "$pid" ]; then ok "ctl_restart_eval_worker (pid $pid -> $p: $(head -1 "$T/restart.out"))"
+else fail ctl_restart_eval_worker "exit $rc: $(cat "$T/restart.out")"; fi
+pid=$p
 [ -n "$pid" ] && kill -9 "$pid"
 # the restarted instance holds at step 20 again (the file is still there): its line was never written; let it go
 until { p=$(held_pid); [ -n "$p" ] && [ "$p" != "$pid" ]; } || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
