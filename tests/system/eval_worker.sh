@@ -20,7 +20,11 @@ limit = 6
 max_new_tokens = 16"
 write_config off $STEPS
 write_config on $STEPS "$EVAL_INI"
-write_config kill $STEPS "$EVAL_INI"
+write_config kill $STEPS "$EVAL_INI
+[control]
+metrics_listen = 127.0.0.1:$((20000 + $$ % 20000))
+[metrics]
+tensorboard = true"
 
 # 1. on and off: the same training, bitwise; eval.jsonl has steps 10, 20, 30 once each
 run_job off || { fail eval_worker_off_run "$(tail -3 "$T/off.out")"; exit 1; }
@@ -99,6 +103,12 @@ p=$(held_pid)
 if [ $rc -eq 0 ] && [ -n "$p" ] && [ "$p" != "$pid" ]; then ok "ctl_restart_eval_worker (pid $pid -> $p: $(head -1 "$T/restart.out"))"
 else fail ctl_restart_eval_worker "exit $rc: $(cat "$T/restart.out")"; fi
 pid=$p
+if command -v curl >/dev/null && curl -sf "http://127.0.0.1:$((20000 + $$ % 20000))/metrics" >"$T/metrics.txt" &&
+    grep -q "^dflash_decoded_acceptance_length [0-9.]*$" "$T/metrics.txt" && grep -q "^dflash_eval_step 10$" "$T/metrics.txt" &&
+    grep -q '^dflash_worker_state{role="eval",worker="eval-0",state="running"} 1$' "$T/metrics.txt" &&
+    { ! command -v promtool >/dev/null || promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1; }; then
+    ok "eval_in_prometheus_metrics ($(grep "^dflash_decoded_acceptance_length" "$T/metrics.txt"))"
+else fail eval_in_prometheus_metrics "$(grep "eval\|decoded" "$T/metrics.txt" | head -5) $(cat "$T/promtool.out" 2>/dev/null)"; fi
 [ -n "$pid" ] && kill -9 "$pid"
 # the restarted instance holds at step 20 again (the file is still there): its line was never written; let it go
 until { p=$(held_pid); [ -n "$p" ] && [ "$p" != "$pid" ]; } || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
@@ -110,6 +120,15 @@ else fail eval_killed_mid_decode_evaluates_once "exit $rc: $out $(tail -3 "$T/ki
 if grep -q "restarting eval-0 (pid $pid killed by signal 9)" "$T/kill.out" && out=$(same_training kill); then
     ok "training_unaffected_by_eval_kill ($out)"
 else fail training_unaffected_by_eval_kill "$(grep "eval-0" "$T/kill.out" | head -3) $out"; fi
+ev=("$T"/kill/tensorboard/events.out.tfevents.*)
+if "${BUILD:-build}/tests/system/tfevents_dump" "${ev[0]}" >"$T/events.jsonl" 2>"$T/dump.err" && python3 - "$T/events.jsonl" <<'EOP'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+steps = [e["step"] for e in ev if "decoded_tau" in e.get("values", {})]
+sys.exit(0 if steps == [10, 20, 30] else 1)
+EOP
+then ok "eval_in_tensorboard (decoded_tau at steps 10, 20, 30)"
+else fail eval_in_tensorboard "$(grep decoded "$T/events.jsonl" | head -3) $(cat "$T/dump.err")"; fi
 if cmp -s <(python3 -c 'import json,sys; [print(json.loads(l)["tau"]) for l in open(sys.argv[1])]' "$T/on/eval.jsonl") \
           <(python3 -c 'import json,sys; [print(json.loads(l)["tau"]) for l in open(sys.argv[1])]' "$T/kill/eval.jsonl"); then
     ok "eval_after_kill_same_tau"
