@@ -54,6 +54,10 @@ sys.exit(1 if errs else 0)
 EOP
 }
 if out=$(check_eval_ledger on); then ok "eval_jsonl_steps ($out)"; else fail eval_jsonl_steps "$out"; fi
+# the job waits for the last evaluation and for the worker's own exit (0), then ends
+if grep -q "eval-0 (pid [0-9]*) \(finished\|exited with status 0\)" "$T/on.out" && ! grep -q "eval-0 .*killed" "$T/on.out"; then
+    ok "eval_worker_ends_by_itself"
+else fail eval_worker_ends_by_itself "$(grep "eval-0" "$T/on.out" | tail -2)"; fi
 
 # 2. the same loop as dflash eval: tau and histogram of step 30's checkpoint equal dflash eval's on it
 "$BIN/dflash" eval --target "$T/target" --drafter "$T/on/ckpt/step-00000030" --prompts "$T/held.jsonl" --limit 6 \
