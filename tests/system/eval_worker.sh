@@ -138,7 +138,14 @@ if cmp -s <(python3 -c 'import json,sys; [print(json.loads(l)["tau"]) for l in o
     ok "eval_after_kill_same_tau"
 else fail eval_after_kill_same_tau "$(cat "$T/on/eval.jsonl" "$T/kill/eval.jsonl" | cut -c1-80)"; fi
 
-# 4. a bad prompts file is refused at start, naming the file and line
+# 4. a resumed job goes on after the last evaluated step: 20 steps, then --resume to 30 adds step 30 only
+write_config res 20 "$EVAL_INI"
+run_job res && run_job res --resume --set train.steps=30
+rc=$?
+if [ $rc -eq 0 ] && out=$(check_eval_ledger res); then ok "eval_resume_goes_on ($out)"
+else fail eval_resume_goes_on "exit $rc: $out $(tail -3 "$T/res.out")"; fi
+
+# 5. a bad prompts file is refused at start, naming the file and line
 printf '{"input_ids": [1, 2, 3]}\n{"input_ids": [1, 2,\n' >"$T/bad.jsonl"
 write_config bad 10 "[eval]
 prompts = $T/bad.jsonl"
