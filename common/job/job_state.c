@@ -141,6 +141,7 @@ void job_eval_publish(job_state *js, const job_eval *r)
 {
     job_eval *e = &js->h->eval;
     uint64_t seq = atomic_load(&e->seq);
+    seq += seq & 1; /* odd: a writer died in the middle; its successor writes it whole */
     atomic_store(&e->seq, seq + 1);
     atomic_thread_fence(memory_order_release);
     e->step = r->step;
