@@ -73,6 +73,12 @@ TEST(result_published_and_read)
     REQUIRE(job_eval_read(&js, &r) == 0);
     EXPECT(r.step == 20 && r.prompts == 64 && r.block_size == 4 && r.tau == 2.31 && r.per_slot[3] == 0.125);
     EXPECT(atomic_load(&r.done) == 21 && atomic_load(&js.h->eval.done) == 21);
+    atomic_fetch_add(&js.h->eval.seq, 1); /* a writer killed in the middle: readers see nothing consistent... */
+    EXPECT(job_eval_read(&js, &r) == -EAGAIN);
+    w.step = 30;
+    job_eval_publish(&js, &w); /* ...until the next writer publishes whole */
+    REQUIRE(job_eval_read(&js, &r) == 0);
+    EXPECT(r.step == 30 && atomic_load(&r.done) == 31);
     job_state_close(&js);
     shm_segment_unlink(name, NULL);
 }
