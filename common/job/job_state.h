@@ -111,6 +111,7 @@ typedef struct job_eval {
     _Atomic uint64_t seq;
     _Atomic uint64_t done;          /* the last step evaluated + 1 (0: none yet) */
     _Atomic uint64_t reported;      /* dflashd: the last step written to metrics.jsonl + 1 */
+    _Atomic uint32_t ended;         /* the evaluation worker has nothing left to do (it exits 0) */
     uint64_t step;
     uint32_t prompts, block_size;
     double tau, speedup, seconds;

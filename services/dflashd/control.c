@@ -645,14 +645,11 @@ static void handle_drain(control *c, const ctl_msg *m, const Dflash__Envelope *e
     reply_ack(c, m->id, m->idlen, e->request_id, &a);
 }
 
-/* The job is finished for the workers of role: training is, and (the evaluation worker) no step is left to
- * evaluate. */
+/* The job is finished for the workers of role: training is, and (the evaluation worker) it has nothing left. */
 static int role_finished(const control *c, enum job_role role)
 {
     const job_state_header *h = c->v.js->h;
-    if (!atomic_load(&h->finished)) return 0;
-    return role != JOB_ROLE_EVAL ||
-           job_eval_next(&c->v.plan->cfg, atomic_load(&h->eval.done), job_state_last_step(c->v.js)) == UINT64_MAX;
+    return atomic_load(&h->finished) && (role != JOB_ROLE_EVAL || atomic_load(&h->eval.ended));
 }
 
 static int rolling_start(control *c, const ctl_msg *m, uint64_t req, enum job_role role, int first, int count)

@@ -708,10 +708,10 @@ static int eval_pending(keeper *k)
 {
     uint64_t last = job_state_last_step(&k->js);
     job_worker *w = job_state_worker(&k->js, JOB_ROLE_EVAL, 0);
-    /* none ever registered (a unit not added under systemd): nothing to wait for; once done, until it has exited */
+    /* none ever registered (a unit not added under systemd): nothing to wait for; else until it says it has nothing
+     * left (the last step evaluated, or skipped for an error) and has exited */
     if (!k->plan.cfg.eval.prompts[0] || !atomic_load(&w->starts)) return 0;
-    if (job_eval_next(&k->plan.cfg, atomic_load(&k->js.h->eval.done), last) == UINT64_MAX)
-        return atomic_load(&w->pid) != 0;
+    if (atomic_load(&k->js.h->eval.ended)) return atomic_load(&w->pid) != 0;
     static int said;
     if (!said++) {
         log_info("training finished: waiting for the evaluation worker (eval-0) to evaluate step %llu",

@@ -210,6 +210,7 @@ static int evaluate(evaluator *e, uint64_t step, spec_eval_stats *st, errbuf *er
     char dir[PATH_MAX + 32];
     checkpoint_dir(e->root, step, dir, sizeof dir);
     int hold = -1, rc = checkpoint_hold_step(e->root, step, &hold, err);
+    if (rc == -ENOENT) return 1; /* removed between the check and the lock: step_ready says so next time */
     if (rc) return rc;
     e->step = step;
     spec_opts so = {.max_new = e->c->eval.max_new_tokens, .eos = e->eos, .neos = e->neos};
@@ -347,23 +348,21 @@ int main(int argc, char **argv)
         double t0 = now_seconds();
         e.last_status = 0;
         rc = evaluate(&e, next, &st, &err);
-        if (rc == -ENOENT) { /* pruned between the check and the lock: step_ready says so next time */
-            spec_eval_stats_free(&st);
-            continue;
-        }
         if (!rc) rc = record(&e, next, &st, now_seconds() - t0, &err);
         spec_eval_stats_free(&st);
+        if (rc == 1) continue;
         if (rc == -ECANCELED) {
             log_info("%s: it is evaluated again after the restart", err.msg);
             code = JOB_EXIT_RESTART;
             break;
         }
-        if (rc) {
-            log_error("evaluation of step %llu: %s", (unsigned long long)next, err.msg);
-            code = 1;
-            break;
+        if (rc) { /* an unreadable checkpoint, a full disk: the evaluation is optional, training and the job go on */
+            log_error("evaluation of step %llu failed (skipped; a restarted worker tries it again): %s",
+                      (unsigned long long)next, err.msg);
+            e.done = next + 1;
         }
     }
+    if (!code) atomic_store(&e.w.js.h->eval.ended, 1); /* dflashd ends the job once this process is gone */
     if (!code) log_info("job finished: evaluated up to step %llu", (unsigned long long)(e.done ? e.done - 1 : 0));
     prompt_set_free(&e.ps);
     target_cache_destroy(&e.cache);

@@ -145,7 +145,27 @@ rc=$?
 if [ $rc -eq 0 ] && out=$(check_eval_ledger res); then ok "eval_resume_goes_on ($out)"
 else fail eval_resume_goes_on "exit $rc: $out $(tail -3 "$T/res.out")"; fi
 
-# 5. a bad prompts file is refused at start, naming the file and line
+# 5. a checkpoint that cannot be read is skipped, and the job still ends: step 20's is truncated while its evaluation
+# holds, the worker killed; its successor cannot load it, says so and goes on with step 30
+write_config skip $STEPS "$EVAL_INI"
+echo 20 >"$T/hold"
+rm -f "$T/hold.step"
+DFLASH_FAULT_EVAL_HOLD="$T/hold" "$BIN/dflash" run -c "$T/skip.ini" >"$T/skip.out" 2>&1 &
+sup=$!
+deadline=$((SECONDS + 300))
+until [ -n "$(held_pid)" ] || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+pid=$(held_pid)
+: >"$T/skip/ckpt/step-00000020/model.safetensors"
+[ -n "$pid" ] && kill -9 "$pid"
+wait $sup
+rc=$?
+steps=$(python3 -c 'import json, sys; print([json.loads(l)["step"] for l in open(sys.argv[1])])' "$T/skip/eval.jsonl" 2>&1)
+if [ $rc -eq 0 ] && [ "$steps" = "[10, 30]" ] && grep -q "evaluation of step 20 failed (skipped" "$T/skip/logs/eval-0.log"; then
+    ok "eval_unreadable_checkpoint_skipped (eval.jsonl steps $steps; $(grep -o "evaluation of step 20 failed.*" "$T/skip/logs/eval-0.log" | cut -c1-150))"
+else fail eval_unreadable_checkpoint_skipped "exit $rc, steps $steps: $(tail -3 "$T/skip.out")"; fi
+rm -f "$T/hold"
+
+# 6. a bad prompts file is refused at start, naming the file and line
 printf '{"input_ids": [1, 2, 3]}\n{"input_ids": [1, 2,\n' >"$T/bad.jsonl"
 write_config bad 10 "[eval]
 prompts = $T/bad.jsonl"
