@@ -304,6 +304,9 @@ int main(int argc, char **argv)
     if (rc || done) return rc;
     e.c = &e.w.plan.cfg;
     e.fd = -1;
+    /* on the CPU it shares the cores with the training workers: they go first */
+    errno = 0;
+    if (e.c->job.backend == JOB_BACKEND_CPU && nice(10) == -1 && errno) log_warn("nice: %s", strerror(errno));
     e.hold = getenv("DFLASH_FAULT_EVAL_HOLD");
     errbuf err = {{0}};
     job_config_path(e.c, "ckpt", e.root, sizeof e.root);

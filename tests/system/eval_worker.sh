@@ -54,6 +54,9 @@ sys.exit(1 if errs else 0)
 EOP
 }
 if out=$(check_eval_ledger on); then ok "eval_jsonl_steps ($out)"; else fail eval_jsonl_steps "$out"; fi
+if grep -q "^dflash: acceptance length by decoding 6 held-out prompts (.*eval.jsonl): [0-9.]* (step 10), [0-9.]* (step 20), [0-9.]* (step 30)$" "$T/on.out"; then
+    ok "eval_in_summary"
+else fail eval_in_summary "$(grep "^dflash:" "$T/on.out")"; fi
 # the job waits for the last evaluation and for the worker's own exit (0), then ends
 if grep -q "eval-0 (pid [0-9]*) \(finished\|exited with status 0\)" "$T/on.out" && ! grep -q "eval-0 .*killed" "$T/on.out"; then
     ok "eval_worker_ends_by_itself"
