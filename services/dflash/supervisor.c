@@ -455,6 +455,7 @@ static void handle_message(supervisor *s, notify_msg *m, double now)
         progress_update(s);
     }
     if (m->has_warn) sup_log(s, LOG_LEVEL_WARN, "%s: %s", c->name, m->warn);
+    if (m->has_note) sup_log(s, LOG_LEVEL_INFO, "%s: %s", c->name, m->note);
     if (!c->alive) return; /* a late message of a dead instance: only its fd store and status count */
     if (m->watchdog) c->last_ping = now;
     if (m->stopping) c->stopping = 1;

@@ -276,7 +276,8 @@ static int record(evaluator *e, uint64_t step, const spec_eval_stats *st, double
     e->done = step + 1;
     snprintf(e->status, sizeof e->status, "τ %.2f at step %llu (decoded, %d prompts)", r.tau,
              (unsigned long long)step, st->nprompts);
-    sd_notifyf(0, "STATUS=%s", e->status);
+    /* X_DFLASH_NOTE: `dflash run` prints it as a line of its own (a terminal's progress line may be cut short) */
+    sd_notifyf(0, "STATUS=%s\nX_DFLASH_NOTE=%s, speedup %.2fx", e->status, e->status, r.speedup);
     log_info("%s, speedup %.2fx over target-only greedy, %.1f s%s", e->status, r.speedup, seconds,
              st->mismatched ? " (WARNING: outputs differ from greedy decoding)" : "");
     return 0;

@@ -80,8 +80,9 @@ ev = [l for l in map(json.loads, open(sys.argv[1])) if "decoded_tau" in l]
 print([l["step"] for l in ev]); sys.exit(0 if [l["step"] for l in ev] == [10, 20, 30] else 1)
 EOP
 ); then ok "eval_in_metrics_jsonl (steps $out)"; else fail eval_in_metrics_jsonl "$out"; fi
-if grep -q "drafter-0: .*  |  τ [0-9.]* at step 30 (decoded, 6 prompts)" "$T/on.out"; then
-    ok "eval_in_progress_line ($(grep -o "|  τ .*" "$T/on.out" | tail -1))"
+if grep -q "drafter-0: .*  |  τ [0-9.]* at step 30 (decoded, 6 prompts)" "$T/on.out" &&
+    [ "$(grep -c "INFO  eval-0: τ [0-9.]* at step [123]0 (decoded, 6 prompts), speedup" "$T/on.out")" = 3 ]; then
+    ok "eval_in_progress_line ($(grep -o "|  τ .*" "$T/on.out" | tail -1); one console line per evaluation)"
 else fail eval_in_progress_line "$(grep "status" "$T/on.out" | tail -2)"; fi
 
 # 3. SIGKILL mid-decode: step 20's evaluation holds after its first prompt; training runs to its end meanwhile
