@@ -283,12 +283,13 @@ static int record(evaluator *e, uint64_t step, const spec_eval_stats *st, double
     return 0;
 }
 
-/* The next step to evaluate is ready: its checkpoint is there (1), it was pruned before it could be read (-1: go
- * past it), or not yet (0). */
+/* The next step to evaluate is ready: its checkpoint is there (1), will never be (-1: go past it; pruned before it
+ * could be read, or the job finished without it: a drain while the disk was full), or not yet (0). */
 static int step_ready(evaluator *e, uint64_t step)
 {
     if (atomic_load(&e->w.js.h->committed_step) < step) return 0;
     if (checkpoint_exists(e->root, step)) return 1;
+    if (worker_job_finished(&e->w)) return -1; /* every checkpoint of the job is written before it is finished */
     checkpoint_state cs;
     errbuf err = {{0}};
     if (checkpoint_read_state(e->root, NULL, &cs, &err) == 0 && cs.step > step) return -1; /* retention took it */
@@ -338,8 +339,8 @@ int main(int argc, char **argv)
         }
         int ready = step_ready(&e, next);
         if (ready < 0) {
-            log_warn("the checkpoint of step %llu was removed (train.keep_checkpoints) before it was evaluated: "
-                     "going on with the next", (unsigned long long)next);
+            log_warn("no checkpoint of step %llu to evaluate (removed by train.keep_checkpoints before it was read, "
+                     "or never written): going on with the next", (unsigned long long)next);
             e.done = next + 1;
             continue;
         }

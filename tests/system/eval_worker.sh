@@ -169,7 +169,31 @@ if [ $rc -eq 0 ] && [ "$steps" = "[10, 30]" ] && grep -q "evaluation of step 20 
 else fail eval_unreadable_checkpoint_skipped "exit $rc, steps $steps: $(tail -3 "$T/skip.out")"; fi
 rm -f "$T/hold"
 
-# 6. a bad prompts file is refused at start, naming the file and line
+# 6. checkpoints that retention removed before they were read are gone past: step 10's evaluation holds while training
+# ends keeping only the last checkpoint (train.keep_checkpoints = 1); the worker killed, its successor finds steps
+# 10 and 20 gone, says so and evaluates step 30
+write_config prune $STEPS "$EVAL_INI"
+sed -i 's/^checkpoint_every = 10$/checkpoint_every = 10\nkeep_checkpoints = 1/' "$T/prune.ini"
+echo 10 >"$T/hold"
+rm -f "$T/hold.step"
+held_pid() { [ -f "$T/hold.step" ] && awk -v h="$(cat "$T/hold")" '$1 == h { print $2 }' "$T/hold.step"; }
+DFLASH_FAULT_EVAL_HOLD="$T/hold" "$BIN/dflash" run -c "$T/prune.ini" >"$T/prune.out" 2>&1 &
+sup=$!
+deadline=$((SECONDS + 300))
+until [ -n "$(held_pid)" ] || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+pid=$(held_pid)
+until [ "$(readlink "$T/prune/ckpt/latest")" = step-00000030 ] && [ ! -e "$T/prune/ckpt/step-00000020" ] ||
+      [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+[ -n "$pid" ] && kill -9 "$pid"
+wait $sup
+rc=$?
+steps=$(python3 -c 'import json, sys; print([json.loads(l)["step"] for l in open(sys.argv[1])])' "$T/prune/eval.jsonl" 2>&1)
+if [ $rc -eq 0 ] && [ "$steps" = "[30]" ] && [ "$(grep -c "no checkpoint of step [12]0 to evaluate" "$T/prune/logs/eval-0.log")" = 2 ]; then
+    ok "eval_pruned_checkpoints_gone_past (eval.jsonl steps $steps)"
+else fail eval_pruned_checkpoints_gone_past "exit $rc, steps $steps: $(grep "no checkpoint" "$T/prune/logs/eval-0.log"; tail -3 "$T/prune.out")"; fi
+rm -f "$T/hold"
+
+# 7. a bad prompts file is refused at start, naming the file and line
 printf '{"input_ids": [1, 2, 3]}\n{"input_ids": [1, 2,\n' >"$T/bad.jsonl"
 write_config bad 10 "[eval]
 prompts = $T/bad.jsonl"
