@@ -164,6 +164,16 @@ static void hold_close(ckpt_hold *h)
     h->fd = -1;
 }
 
+int checkpoint_hold_step(const char *root, uint64_t step, int *fd, errbuf *err)
+{
+    ckpt_hold h;
+    char dir[4352];
+    checkpoint_dir(root, step, dir, sizeof dir);
+    int rc = hold_open(root, dir, &h, err);
+    *fd = rc ? -1 : h.fd;
+    return rc;
+}
+
 static int read_state_in(const char *base, checkpoint_state *st, errbuf *err)
 {
     char path[4400];

@@ -27,6 +27,9 @@ int checkpoint_exists(const char *root, uint64_t step);
 /* Read `latest` (or the given step folder when dir != NULL) into w/m/v (numel each) and *st. */
 int checkpoint_read(const char *root, const char *dir, float *w, float *m, float *v, uint64_t numel,
                     checkpoint_state *st, errbuf *err);
+/* Hold step's folder as a reader does (a shared flock on *fd; close(*fd) releases it) while something else reads it
+ * (dflash-eval's drafter); -ENOENT when it is not there (not written yet, or pruned). */
+int checkpoint_hold_step(const char *root, uint64_t step, int *fd, errbuf *err);
 /* Only trainer_state.json of `latest` (or dir): the step to resume from. */
 int checkpoint_read_state(const char *root, const char *dir, checkpoint_state *st, errbuf *err);
 /* Retention (train.keep_checkpoints, train.keep_every). */

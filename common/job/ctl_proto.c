@@ -131,9 +131,8 @@ void ctl_id_format(const void *id, size_t idlen, char *out, size_t n)
 
 enum job_role ctl_role_parse(const char *s)
 {
-    if (!strcmp(s, "prefetch")) return JOB_ROLE_PREFETCH;
-    if (!strcmp(s, "target")) return JOB_ROLE_TARGET;
-    if (!strcmp(s, "drafter")) return JOB_ROLE_DRAFTER;
+    for (int i = 0; i < JOB_NROLES; i++)
+        if (!strcmp(s, job_role_name(job_roles[i]))) return job_roles[i];
     return JOB_ROLE_NONE;
 }
 

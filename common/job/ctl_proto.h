@@ -45,7 +45,7 @@ void ctl_msg_clear(ctl_msg *m);
 /* A routing id as text for messages: printable as is, otherwise hex ("0x0080000001"). */
 void ctl_id_format(const void *id, size_t idlen, char *out, size_t n);
 
-/* "prefetch" | "target" | "drafter" -> role (JOB_ROLE_NONE when unknown). */
+/* "prefetch" | "target" | "drafter" | "eval" -> role (JOB_ROLE_NONE when unknown). */
 enum job_role ctl_role_parse(const char *s);
 /* "target-1" -> (JOB_ROLE_TARGET, 1); "prefetch" alone means prefetch-0. 0 or -EINVAL. */
 int ctl_worker_name_parse(const char *s, size_t n, enum job_role *role, int *index);

@@ -90,6 +90,14 @@ const config_field job_config_table[] = {
       "Prometheus /metrics on this loopback address:port (e.g. 127.0.0.1:9464), served by dflashd; empty: off"),
     F(metrics, tensorboard, CONFIG_BOOL, 0, 0, "false", 0,
       "also write the metrics.jsonl scalars as a TensorBoard event file under <run_dir>/tensorboard/"),
+    F(eval, prompts, CONFIG_STRING, 0, 0, NULL, 0,
+      "held-out prompts (JSONL as dflash eval reads them): the evaluation worker dflash-eval decodes them with "
+      "the drafter of every eval.every-th step and the last one and reports tau (<run_dir>/eval.jsonl); empty: off"),
+    F(eval, every, CONFIG_INT, 0, 1 << 30, "0", 0,
+      "evaluate every this many steps: a multiple of train.checkpoint_every (it reads the checkpoints); 0: each "
+      "checkpoint"),
+    F(eval, limit, CONFIG_INT, 0, 1 << 20, "64", 0, "the first this many prompts of eval.prompts (0: all)"),
+    F(eval, max_new_tokens, CONFIG_INT, 1, 1 << 20, "128", 0, "new tokens per prompt at most (also stops at EOS)"),
     {0},
 };
 
@@ -166,7 +174,22 @@ int job_config_load(job_config *cfg, const char *path, const char *const *overri
         rc = errbuf_set(err, EINVAL, "%s: train.min_lr = %g is above train.lr = %g: the cosine decay would raise the "
                         "learning rate (min_lr is where it ends, at most lr)", from, cfg->train.min_lr, cfg->train.lr);
     }
+    if (rc == 0 && cfg->eval.prompts[0] && cfg->eval.every &&
+        (cfg->train.checkpoint_every == 0 || cfg->eval.every % cfg->train.checkpoint_every)) {
+        source_of(from, sizeof from, path, overrides, noverrides, "eval.every", "train.checkpoint_every");
+        rc = errbuf_set(err, EINVAL, "%s: eval.every = %d is not a multiple of train.checkpoint_every = %d: the "
+                        "evaluation worker decodes with the checkpoints' drafters (0: each checkpoint)", from,
+                        cfg->eval.every, cfg->train.checkpoint_every);
+    }
     return rc;
+}
+
+uint64_t job_eval_next(const job_config *cfg, uint64_t done, uint64_t last)
+{
+    uint64_t every = (uint64_t)(cfg->eval.every ? cfg->eval.every : cfg->train.checkpoint_every);
+    if (!cfg->eval.prompts[0] || done > last || last == 0) return UINT64_MAX;
+    uint64_t from = done ? done : 1, next = every ? (from + every - 1) / every * every : last; /* step 0: untrained */
+    return next < last ? next : last;
 }
 
 void job_config_path(const job_config *cfg, const char *leaf, char *out, size_t n)

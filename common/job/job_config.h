@@ -5,6 +5,7 @@
 #ifndef DFLASH_JOB_CONFIG_H
 #define DFLASH_JOB_CONFIG_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "config.h"
@@ -64,12 +65,20 @@ typedef struct job_config {
     struct {
         int tensorboard;                               /* write <run_dir>/tensorboard/events.out.tfevents.* */
     } metrics;
+    struct {
+        char prompts[CONFIG_STRING_MAX];               /* held-out prompts (JSONL); empty: no evaluation worker */
+        int every, limit, max_new_tokens;              /* every: 0 = each checkpoint */
+    } eval;
 } job_config;
 
 extern const config_field job_config_table[];
 
 /* Defaults, then the file, then each "section.key=value" override in order. */
 int job_config_load(job_config *cfg, const char *path, const char *const *overrides, int noverrides, errbuf *err);
+/* The evaluation worker's steps (eval.prompts set): every eval.every steps (each checkpoint when 0), and the last
+ * step `last`: the first such step after `done` evaluated steps' last (done: that step + 1, 0 for none), or
+ * UINT64_MAX when none is left up to last. The one rule dflash-eval and dflashd count by. */
+uint64_t job_eval_next(const job_config *cfg, uint64_t done, uint64_t last);
 /* A path below run_dir: snprintf(out, n, "%s/%s", run_dir, leaf). */
 void job_config_path(const job_config *cfg, const char *leaf, char *out, size_t n);
 

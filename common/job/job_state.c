@@ -55,12 +55,15 @@ void job_state_close(job_state *js)
 }
 
 
+const enum job_role job_roles[JOB_NROLES] = {JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER, JOB_ROLE_EVAL};
+
 int job_role_workers(const job_config *cfg, enum job_role role)
 {
     switch (role) {
     case JOB_ROLE_PREFETCH: return 1;
     case JOB_ROLE_TARGET: return cfg->workers.targets;
     case JOB_ROLE_DRAFTER: return cfg->workers.drafters;
+    case JOB_ROLE_EVAL: return cfg->eval.prompts[0] ? 1 : 0;
     default: return 0;
     }
 }
@@ -72,9 +75,12 @@ job_worker *job_state_worker(job_state *js, enum job_role role, int index)
     case JOB_ROLE_PREFETCH: slot = 0; break;
     case JOB_ROLE_TARGET: slot = 1 + index; break;
     case JOB_ROLE_DRAFTER: slot = 1 + JOB_MAX_TARGETS + index; break;
+    case JOB_ROLE_EVAL: slot = 1 + JOB_MAX_TARGETS + JOB_MAX_DRAFTERS + index; break;
     default: return NULL;
     }
-    int max = role == JOB_ROLE_PREFETCH ? 1 : role == JOB_ROLE_TARGET ? JOB_MAX_TARGETS : JOB_MAX_DRAFTERS;
+    int max = role == JOB_ROLE_PREFETCH || role == JOB_ROLE_EVAL ? 1
+              : role == JOB_ROLE_TARGET                          ? JOB_MAX_TARGETS
+                                                                 : JOB_MAX_DRAFTERS;
     if (index < 0 || index >= max || slot >= JOB_MAX_WORKERS) return NULL;
     return &js->h->workers[slot];
 }
@@ -116,6 +122,7 @@ const char *job_role_name(enum job_role role)
     case JOB_ROLE_PREFETCH: return "prefetch";
     case JOB_ROLE_TARGET: return "target";
     case JOB_ROLE_DRAFTER: return "drafter";
+    case JOB_ROLE_EVAL: return "eval";
     default: return "none";
     }
 }
@@ -128,4 +135,46 @@ const char *step_skip_reason(uint32_t skip)
     case STEP_SKIPPED_NORM_NOT_FINITE: return "gradient norm not finite";
     default: return "unknown";
     }
+}
+
+void job_eval_publish(job_state *js, const job_eval *r)
+{
+    job_eval *e = &js->h->eval;
+    uint64_t seq = atomic_load(&e->seq);
+    seq += seq & 1; /* odd: a writer died in the middle; its successor writes it whole */
+    atomic_store(&e->seq, seq + 1);
+    atomic_thread_fence(memory_order_release);
+    e->step = r->step;
+    e->prompts = r->prompts;
+    e->block_size = r->block_size;
+    e->tau = r->tau;
+    e->speedup = r->speedup;
+    e->seconds = r->seconds;
+    memcpy(e->per_slot, r->per_slot, sizeof e->per_slot);
+    atomic_store(&e->seq, seq + 2);
+    atomic_store(&e->done, r->step + 1);
+    job_state_wake(js);
+}
+
+int job_eval_read(const job_state *js, job_eval *out)
+{
+    const job_eval *e = &js->h->eval;
+    for (int tries = 0; tries < 1000; tries++) {
+        uint64_t a = atomic_load(&e->seq);
+        if (a == 0) return -EAGAIN;
+        if (a & 1) continue;
+        out->step = e->step;
+        out->prompts = e->prompts;
+        out->block_size = e->block_size;
+        out->tau = e->tau;
+        out->speedup = e->speedup;
+        out->seconds = e->seconds;
+        memcpy(out->per_slot, e->per_slot, sizeof out->per_slot);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load(&e->seq) == a) {
+            out->done = atomic_load(&e->done);
+            return 0;
+        }
+    }
+    return -EAGAIN;
 }

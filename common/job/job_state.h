@@ -18,11 +18,15 @@
 
 #define JOB_MAX_TARGETS 64      /* workers.targets at most (the config table's bound) */
 #define JOB_MAX_DRAFTERS 64     /* workers.drafters at most */
-#define JOB_MAX_WORKERS (1 + JOB_MAX_TARGETS + JOB_MAX_DRAFTERS + 7) /* prefetch + targets + drafters + spare */
+#define JOB_MAX_WORKERS (1 + JOB_MAX_TARGETS + JOB_MAX_DRAFTERS + 7) /* prefetch + targets + drafters + eval + spare */
 #define JOB_RECORD_RING 256     /* step records kept for the ledger writer; drafters wait when it lags */
 #define JOB_RUN_ID_MAX 64
 
-enum job_role { JOB_ROLE_NONE = 0, JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER };
+enum job_role { JOB_ROLE_NONE = 0, JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER, JOB_ROLE_EVAL };
+/* Every role, in the order the worker table, the status and `dflash run` list them: the training pipeline's three,
+ * then the evaluation worker (eval.prompts set), which no step waits for. */
+#define JOB_NROLES 4
+extern const enum job_role job_roles[JOB_NROLES];
 
 #define JOB_CTL_TOKEN_BYTES 16
 
@@ -101,6 +105,19 @@ typedef struct job_write_block {
     char msg[448];
 } job_write_block;
 
+/* The evaluation worker's last result (dflash-eval writes, after its line is in eval.jsonl; one writer): a seqlock
+ * (seq odd while written) over the figures; dflashd reads it for metrics.jsonl, TensorBoard and the status. */
+typedef struct job_eval {
+    _Atomic uint64_t seq;
+    _Atomic uint64_t done;          /* the last step evaluated + 1 (0: none yet) */
+    _Atomic uint64_t reported;      /* dflashd: the last step written to metrics.jsonl + 1 */
+    _Atomic uint32_t ended;         /* the evaluation worker has nothing left to do (it exits 0) */
+    uint64_t step;
+    uint32_t prompts, block_size;
+    double tau, speedup, seconds;
+    double per_slot[DFLASH_MAX_BLOCK]; /* slots 1..block_size-1 at [1..] */
+} job_eval;
+
 typedef struct job_state_header {
     char run_id[JOB_RUN_ID_MAX];
     _Atomic uint64_t next_epoch;
@@ -127,6 +144,7 @@ typedef struct job_state_header {
     char end_reason[448];              /* why the job ends early, a cause no restart cures (train.max_skipped_in_a_row):
                                         * written by drafter rank 0 before it lowers stop_step; dflashd reports it
                                         * when the job is finished and exits JOB_EXIT_FATAL */
+    job_eval eval;                     /* the evaluation worker's last result */
     job_rank_record records[JOB_RECORD_RING][JOB_MAX_DRAFTERS];
 } job_state_header;
 
@@ -152,6 +170,9 @@ uint64_t job_now_ns(void);
 void job_state_wake(job_state *js);
 void job_state_wait(job_state *js, uint32_t seen, int timeout_ms);
 const char *job_role_name(enum job_role role);
+/* Publish an evaluation result (the evaluation worker); read the last one consistently (0, or -EAGAIN: none yet). */
+void job_eval_publish(job_state *js, const job_eval *r);
+int job_eval_read(const job_state *js, job_eval *out);
 /* Whether errno e is a write failure that no restart cures (ENOSPC, EDQUOT, EROFS, EACCES, EPERM): the job holds. */
 int job_write_error_persistent(int e);
 /* Steps this run trains: total_steps, or the drain's stop step when one is set. */

@@ -23,6 +23,7 @@ struct ledger {
     int failing;         /* errno of the failing write (reported in the job state's ledger_block), 0: none */
     tfevents *tb;        /* metrics.tensorboard: the metrics lines' scalars as TensorBoard events, else NULL */
     int tb_failing;
+    char eval_path[4200]; /* <run_dir>/eval.jsonl, the evaluation worker's lines */
 };
 
 /* Fault injection for tests/system/disk_full.sh (which may run as root, where a read-only folder does not stop
@@ -142,6 +143,7 @@ int ledger_open(ledger **out, const char *path, job_state *js, uint32_t ndrafter
     /* metrics are a log, not a ledger: appended, never rewritten (a resumed run's redone steps appear again) */
     l->metrics_fd = open(mpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (l->metrics_fd < 0) log_warn("%s: %s: no metrics log", mpath, strerror(errno));
+    snprintf(l->eval_path, sizeof l->eval_path, "%.*seval.jsonl", slash ? (int)(slash - path + 1) : 0, path);
     l->ndrafters = ndrafters;
     snprintf(l->notice, sizeof l->notice, "%s", notice);
     *out = l;
@@ -233,6 +235,56 @@ int ledger_append_committed(ledger *l, job_state *js)
         written++;
     }
     return written;
+}
+
+/* One evaluation line of eval.jsonl into metrics.jsonl and TensorBoard. */
+static void eval_report(ledger *l, json_t *o, uint64_t step)
+{
+    json_t *slots = json_object_get(o, "per_slot");
+    double tau = json_number_value(json_object_get(o, "tau")), speedup = json_number_value(json_object_get(o, "speedup"));
+    if (l->metrics_fd >= 0) {
+        char line[2048];
+        int m = snprintf(line, sizeof line, "{\"step\": %llu, \"decoded_tau\": %.6f, \"decoded_slot_acceptance\": [",
+                         (unsigned long long)step, tau);
+        for (size_t k = 0; k < json_array_size(slots) && k < DFLASH_MAX_BLOCK; k++)
+            m += snprintf(line + m, sizeof line - (size_t)m, "%s%.4f", k ? ", " : "",
+                          json_number_value(json_array_get(slots, k)));
+        m += snprintf(line + m, sizeof line - (size_t)m,
+                      "], \"decoded_speedup\": %.4f, \"decoded_prompts\": %lld, \"eval_seconds\": %.3f}\n", speedup,
+                      (long long)json_integer_value(json_object_get(o, "prompts")),
+                      json_number_value(json_object_get(o, "seconds")));
+        if (write(l->metrics_fd, line, (size_t)m) != m) log_warn("metrics.jsonl: write failed");
+    }
+    const char *tags[] = {"decoded_tau", "decoded_speedup"};
+    const double vals[] = {tau, speedup};
+    errbuf te = {{0}};
+    if (l->tb && tfevents_write_scalars(l->tb, (int64_t)step, tags, vals, 2, &te) && !l->tb_failing++)
+        log_warn("tensorboard: %s", te.msg);
+}
+
+int ledger_append_eval(ledger *l, job_state *js)
+{
+    uint64_t done = atomic_load(&js->h->eval.done), reported = atomic_load(&js->h->eval.reported);
+    if (done <= reported) return 0;
+    FILE *f = fopen(l->eval_path, "r"); /* its lines are whole once done says so (written, fsynced, then published) */
+    if (!f) return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *o = json_loads(line, 0, NULL), *st = json_object_get(o, "step");
+        if (json_is_integer(st) && (uint64_t)json_integer_value(st) + 1 > reported &&
+            (uint64_t)json_integer_value(st) < done) {
+            reported = (uint64_t)json_integer_value(st) + 1;
+            eval_report(l, o, reported - 1);
+            n++;
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    atomic_store(&js->h->eval.reported, reported);
+    return n;
 }
 
 const char *ledger_notice(const ledger *l) { return l->notice; }

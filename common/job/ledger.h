@@ -28,6 +28,11 @@ void ledger_set_block_size(ledger *l, int block_size);
 int ledger_tensorboard_open(ledger *l, const char *dir, errbuf *err);
 /* Append the lines of every step committed since the last call; returns lines written or -errno. */
 int ledger_append_committed(ledger *l, job_state *js);
+/* The evaluation worker's results not yet written (eval.jsonl's lines up to the job state's eval.done): one
+ * metrics.jsonl line each {"step", "decoded_tau",
+ * "decoded_slot_acceptance", "decoded_speedup", "decoded_prompts", "eval_seconds"} (no "loss": an evaluation, not
+ * a training step) and the TensorBoard scalars decoded_tau and decoded_speedup at its step. Returns lines written. */
+int ledger_append_eval(ledger *l, job_state *js);
 void ledger_destroy(ledger **l);
 
 #endif

@@ -46,9 +46,10 @@ int run_dir_set_aside(const char *run_dir, int with_logs, char *dest, size_t n, 
         if (mkdir(dest, 0750) == 0) break;
         if (errno != EEXIST || i == 100) return errbuf_set(err, errno, "%s: %s", dest, strerror(errno));
     }
-    static const char *const leaves[] = {"ledger.jsonl", "metrics.jsonl", "ckpt", "logs", "supervisor.state"};
+    static const char *const leaves[] = {"ledger.jsonl", "metrics.jsonl", "ckpt", "eval.jsonl", "logs",
+                                         "supervisor.state"};
     for (size_t i = 0; i < sizeof leaves / sizeof *leaves; i++) {
-        if (!with_logs && i >= 3) break;
+        if (!with_logs && i >= 4) break;
         snprintf(path, sizeof path, "%s/%s", run_dir, leaves[i]);
         snprintf(to, sizeof to, "%s/%s", dest, leaves[i]);
         if (rename(path, to) != 0 && errno != ENOENT)

@@ -14,6 +14,7 @@
 #include "nonfinite.h"
 #include "prompt_file.h"
 #include "spec_decode.h"
+#include "spec_eval.h"
 #include "target_decode.h"
 #include "target_family.h"
 #include "target_model.h"
@@ -22,6 +23,7 @@
 #ifdef DFLASH_CUDA
 #include "drafter_infer_cuda.h"
 #include "spec_decode_cuda.h"
+#include "spec_eval_cuda.h"
 #include "target_decode_cuda.h"
 #include "target_model_cuda.h"
 #endif
@@ -132,64 +134,19 @@ static int target_probe(target_model *tm, const char *dir, const prompt_line *pl
     return rc;
 }
 
-/* Results of the run, summed over prompts. */
-typedef struct eval_stats {
-    int B, nprompts, counted;         /* counted: prompts with at least one block */
-    double tau_sum;
-    long blocks, hist[DFLASH_MAX_BLOCK + 1], slot_ok[DFLASH_MAX_BLOCK];
-    long spec_tokens, base_tokens, mismatched;
-    double spec_s, base_s, spec_prefill_s, base_prefill_s;
-    json_t *per_prompt;               /* array of {"line", "new_tokens", "accepted": [...]} */
-} eval_stats;
-
-static void stats_add(eval_stats *st, const prompt_line *pl, const spec_result *r)
-{
-    json_t *acc = json_array();
-    double sum = 0;
-    for (int i = 0; i < r->nblocks; i++) {
-        int a = r->accepted[i];
-        DF_ASSERT(a >= 1 && a <= st->B);
-        sum += a;
-        st->hist[a]++;
-        for (int k = 1; k < a; k++) st->slot_ok[k]++;
-        json_array_append_new(acc, json_integer(a));
-    }
-    st->blocks += r->nblocks;
-    if (r->nblocks > 0) {
-        st->tau_sum += sum / r->nblocks;
-        st->counted++;
-    }
-    st->nprompts++;
-    st->spec_tokens += r->ntokens;
-    st->spec_s += r->decode_s;
-    st->spec_prefill_s += r->prefill_s;
-    json_array_append_new(st->per_prompt, json_pack("{s:i, s:i, s:i, s:o}", "line", pl->lineno, "prompt_tokens",
-                                                    pl->plen, "new_tokens", r->ntokens, "accepted", acc));
-}
-
-static void report(const eval_stats *st, int walk, int json, const char *drafter, const char *prompts,
+static void report(const spec_eval_stats *st, int walk, int json, const char *drafter, const char *prompts,
                    const hf_config *dc, int max_new, const char *which)
 {
-    double tau = st->counted ? st->tau_sum / st->counted : 0;
+    double tau = spec_eval_tau(st);
     double spec_tps = st->spec_s > 0 ? st->spec_tokens / st->spec_s : 0;
     double base_tps = st->base_s > 0 ? st->base_tokens / st->base_s : 0;
-    double speedup = !walk && base_tps > 0 ? spec_tps / base_tps : 0;
     if (json) {
-        json_t *hist = json_array(), *slots = json_array();
-        for (int a = 1; a <= st->B; a++) json_array_append_new(hist, json_integer(st->hist[a]));
-        for (int k = 1; k < st->B; k++)
-            json_array_append_new(slots, json_real(st->blocks ? (double)st->slot_ok[k] / st->blocks : 0));
-        json_t *o = json_pack("{s:f, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:o, s:o, s:I}", "tau", tau, "mode",
-                              walk ? "walk" : "decode", "drafter", drafter, "weights", which, "prompts_file", prompts,
-                              "prompts", st->nprompts, "prompts_with_blocks", st->counted, "block_size", st->B,
-                              "max_new_tokens", max_new, "blocks", (json_int_t)st->blocks, "histogram", hist,
-                              "slot_acceptance", slots, "new_tokens", (json_int_t)st->spec_tokens);
-        if (!walk) {
-            json_object_set_new(o, "speedup", json_real(speedup));
-            json_object_set_new(o, "tokens_per_s", json_real(spec_tps));
-            json_object_set_new(o, "target_only_tokens_per_s", json_real(base_tps));
-            json_object_set_new(o, "outputs_differ", json_integer(st->mismatched));
-        }
+        json_t *o = spec_eval_json(st);
+        json_object_set_new(o, "mode", json_string(walk ? "walk" : "decode"));
+        json_object_set_new(o, "drafter", json_string(drafter));
+        json_object_set_new(o, "weights", json_string(which));
+        json_object_set_new(o, "prompts_file", json_string(prompts));
+        json_object_set_new(o, "max_new_tokens", json_integer(max_new));
         json_object_set(o, "per_prompt", st->per_prompt);
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s);
@@ -205,14 +162,14 @@ static void report(const eval_stats *st, int walk, int json, const char *drafter
     printf("  accepted length           ");
     for (int a = 1; a <= st->B; a++) printf("%d: %.1f%%  ", a, st->blocks ? 100.0 * st->hist[a] / st->blocks : 0);
     printf("\n  per-slot acceptance       ");
-    for (int k = 1; k < st->B; k++) printf("%d: %.3f  ", k, st->blocks ? (double)st->slot_ok[k] / st->blocks : 0);
+    for (int k = 1; k < st->B; k++) printf("%d: %.3f  ", k, spec_eval_slot(st, k));
     printf("\n");
     if (!walk) {
         printf("  speculative decoding      %ld tokens in %.3f s (%.1f tokens/s; prefill %.3f s apart)\n",
                st->spec_tokens, st->spec_s, spec_tps, st->spec_prefill_s);
         printf("  target-only greedy        %ld tokens in %.3f s (%.1f tokens/s; prefill %.3f s apart)\n",
                st->base_tokens, st->base_s, base_tps, st->base_prefill_s);
-        printf("  speedup                   %.2fx\n", speedup);
+        printf("  speedup                   %.2fx\n", spec_eval_speedup(st));
         if (st->mismatched)
             printf("  WARNING: %ld prompts' speculative output differs from target-only greedy decoding\n",
                    st->mismatched);
@@ -220,6 +177,23 @@ static void report(const eval_stats *st, int walk, int json, const char *drafter
             printf("  outputs                   identical to target-only greedy decoding (%d prompts)\n",
                    st->nprompts);
     }
+}
+
+/* every 2 s, and the final count: always under the table, under --json when a count was shown before */
+typedef struct eval_progress {
+    int json, shown;
+    double last_print;
+} eval_progress;
+
+static int progress_print(void *ctx, int done, int n, errbuf *err)
+{
+    eval_progress *p = ctx;
+    if ((now_seconds() - p->last_print >= 2.0 && done < n) || (done == n && (!p->json || p->shown))) {
+        fprintf(stderr, PROG ": %d/%d prompts\n", done, n);
+        p->last_print = now_seconds();
+        p->shown = 1;
+    }
+    return 0;
 }
 
 int cmd_eval(int argc, char **argv)
@@ -294,7 +268,7 @@ int cmd_eval(int argc, char **argv)
     drafter_infer *d = NULL;
     target_cache *cache = NULL;
     prompt_set ps = {0};
-    eval_stats st = {0};
+    spec_eval_stats st = {0};
     int rc = 1;
     char which[96] = "trained weights";
     const hf_config *tc = NULL, *dc = NULL;
@@ -334,25 +308,10 @@ int cmd_eval(int argc, char **argv)
 
     /* every prompt must fit before anything runs: the cache for decoding, a continuation for the walk */
     long limit_len = cache_len ? cache_len : tc->max_position > 0 ? tc->max_position : LONG_MAX;
-    const char *limit_src = cache_len ? "--cache-len" : "the target's max_position_embeddings";
     int need = 0;
-    for (int i = 0; i < ps.n; i++) {
-        const prompt_line *pl = &ps.v[i];
-        if (walk && pl->len == pl->plen) {
-            errbuf_set(&err, EINVAL, "%s:%d: --walk: the line is all prompt (no loss_mask 1 continuation to walk)",
-                       prompts_path, pl->lineno);
-            goto fail;
-        }
-        long n = walk ? pl->len : (long)pl->plen + max_new;
-        if (walk && n > pl->plen + max_new) n = pl->plen + max_new;
-        if (n > limit_len) {
-            errbuf_set(&err, EINVAL, "%s:%d: input_ids: a prompt of %d tokens + %ld new tokens needs %ld positions; "
-                       "the cache holds %ld (%s)", prompts_path, pl->lineno, pl->plen, n - pl->plen, n, limit_len,
-                       limit_src);
-            goto fail;
-        }
-        if (n > need) need = (int)n;
-    }
+    if (spec_eval_check_fit(&ps, prompts_path, walk, (int)max_new, limit_len,
+                            cache_len ? "--cache-len" : "the target's max_position_embeddings", &need, &err))
+        goto fail;
 #ifdef DFLASH_CUDA
     if (use_cuda) {
         if (target_cuda_load(&tg, target_dir, -1, need, 1, NULL, &err) ||
@@ -369,54 +328,23 @@ int cmd_eval(int argc, char **argv)
     if (!use_cuda && !walk && target_cache_create(&cache, tm, 1, need, &err)) goto fail;
     if (!use_cuda && target_probe(tm, target_dir, &ps.v[0], &err)) goto fail;
 
-    st.B = dc->block_size;
-    st.per_prompt = json_array();
     spec_opts so = {.max_new = (int)max_new, .eos = eos, .neos = neos, .reserved = hf_reserved_token(tc, dc)};
-    double last_print = now_seconds();
-    int shown = 0;
-    for (int i = 0; i < ps.n; i++) {
-        const prompt_line *pl = &ps.v[i];
-        spec_result r = {0}, base = {0};
-        int e;
+    spec_eval_cpu cpu = {.cache = cache, .tm = tm, .d = d};
+    const spec_eval_ops *ops = walk ? &spec_eval_walk_ops : &spec_eval_cpu_ops;
+    void *engine = &cpu;
 #ifdef DFLASH_CUDA
-        if (use_cuda) {
-            e = spec_decode_cuda(sg, pl->ids, pl->plen, &so, &r, &err);
-            if (!e) e = spec_target_greedy_cuda(sg, pl->ids, pl->plen, &so, &base, &err);
-        } else
-#endif
-        {
-            e = walk ? spec_walk(tm, d, pl->ids, pl->plen, pl->len, &so, &r, &err)
-                     : spec_decode(cache, d, pl->ids, pl->plen, &so, &r, &err);
-            if (!e && !walk) e = spec_target_greedy(cache, tm, pl->ids, pl->plen, &so, &base, &err);
-        }
-        if (e) {
-            spec_result_free(&r);
-            spec_result_free(&base);
-            errbuf_wrap(&err, e, "%s:%d", prompts_path, pl->lineno);
-            goto fail;
-        }
-        stats_add(&st, pl, &r);
-        if (!walk) {
-            st.base_tokens += base.ntokens;
-            st.base_s += base.decode_s;
-            st.base_prefill_s += base.prefill_s;
-            if (base.ntokens != r.ntokens || memcmp(base.tokens, r.tokens, sizeof(int32_t) * (size_t)r.ntokens))
-                st.mismatched++;
-        }
-        spec_result_free(&r);
-        spec_result_free(&base);
-        /* every 2 s, and the final count: always under the table, under --json when a count was shown before */
-        if ((now_seconds() - last_print >= 2.0 && i + 1 < ps.n) || (i + 1 == ps.n && (!json || shown))) {
-            fprintf(stderr, PROG ": %d/%d prompts\n", i + 1, ps.n);
-            last_print = now_seconds();
-            shown = 1;
-        }
+    if (use_cuda) {
+        ops = &spec_eval_cuda_ops;
+        engine = sg;
     }
+#endif
+    eval_progress pr = {.json = json, .last_print = now_seconds()};
+    if (spec_eval_run(&st, ops, engine, dc->block_size, &ps, prompts_path, &so, progress_print, &pr, &err)) goto fail;
     report(&st, walk, json, drafter_dir, prompts_path, dc, (int)max_new, which);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, PROG ": %s\n", err.msg);
-    json_decref(st.per_prompt);
+    spec_eval_stats_free(&st);
     prompt_set_free(&ps);
     target_cache_destroy(&cache);
     drafter_infer_destroy(&d);

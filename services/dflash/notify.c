@@ -79,6 +79,10 @@ void notify_parse(const char *text, size_t n, notify_msg *m)
                 m->has_warn = 1;
                 notify_copy_value(m->warn, sizeof m->warn, v, vl);
             }
+            else if (KEY_IS("X_DFLASH_NOTE")) {
+                m->has_note = 1;
+                notify_copy_value(m->note, sizeof m->note, v, vl);
+            }
             else if (KEY_IS("X_DFLASH_KILLED")) {
                 char buf[NOTIFY_TEXT_MAX], *rest;
                 notify_copy_value(buf, sizeof buf, v, vl);

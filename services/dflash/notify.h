@@ -25,6 +25,8 @@ typedef struct notify_msg {
     char stalled[NOTIFY_ALERT_MAX];
     int has_warn;                /* X_DFLASH_WARN=<text>: a warning for the console (a torn ledger line cut...) */
     char warn[NOTIFY_ALERT_MAX];
+    int has_note;                /* X_DFLASH_NOTE=<text>: a line for the console (the evaluation worker's tau) */
+    char note[NOTIFY_TEXT_MAX];
     int has_killed;              /* X_DFLASH_KILLED=<pid> <reason>: dflashd killed that worker for missed heartbeats */
     pid_t killed_pid;
     char killed_why[NOTIFY_TEXT_MAX];

@@ -24,6 +24,31 @@ long long run_summary_resume_step(const job_config *cfg)
     return step;
 }
 
+/* The evaluation worker's tau by decoding over the run (eval.jsonl), beside the simulated figure. */
+static void eval_summary(const job_config *cfg, FILE *out)
+{
+    char path[4200];
+    job_config_path(cfg, "eval.jsonl", path, sizeof path);
+    FILE *f = cfg->eval.prompts[0] ? fopen(path, "r") : NULL;
+    if (!f) return;
+    char *line = NULL, text[1024];
+    size_t cap = 0, o = 0;
+    int n = 0, prompts = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (json_is_integer(json_object_get(j, "step")) && o < sizeof text) {
+            o += (size_t)snprintf(text + o, sizeof text - o, "%s%.3f (step %lld)", n++ ? ", " : "",
+                                  json_number_value(json_object_get(j, "tau")),
+                                  (long long)json_integer_value(json_object_get(j, "step")));
+            prompts = (int)json_integer_value(json_object_get(j, "prompts"));
+        }
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    if (n) fprintf(out, "dflash: acceptance length by decoding %d held-out prompts (%s): %s\n", prompts, path, text);
+}
+
 int run_summary_print(const job_config *cfg, double seconds, long long first_step, FILE *out, errbuf *err)
 {
     char path[4096];
@@ -94,6 +119,7 @@ int run_summary_print(const job_config *cfg, double seconds, long long first_ste
     fprintf(out, "\ndflash: simulated acceptance length: untrained %.3f (first %zu steps) -> trained %.3f (last %zu "
                  "steps)\ndflash: loss %.3f -> %.3f, per-slot accuracy %.3f -> %.3f\n",
             a0, w, a1, w, l0, l1, c0, c1);
+    eval_summary(cfg, out);
     job_config_path(cfg, "ckpt/latest", path, sizeof path);
     const long long last = steps[n - 1].step + 1, ckpt = run_summary_resume_step(cfg);
     if (ckpt <= 0)

@@ -107,6 +107,11 @@ static void progress_text(const supervisor *s, char *out, size_t n)
         if (strcmp(s->ch[i].name, "drafter-0") == 0 && s->ch[i].status[0]) src = &s->ch[i];
     if (!src && s->last_status_child >= 0) src = &s->ch[s->last_status_child];
     if (src) snprintf(out, n, "%s: %s", src->name, src->status);
+    for (int i = 0; src && i < s->n; i++) /* tau by decoding (the evaluation worker's STATUS) beside the drafter's */
+        if (strcmp(s->ch[i].name, "eval-0") == 0 && s->ch[i].status[0] && &s->ch[i] != src) {
+            size_t at = strlen(out);
+            snprintf(out + at, n - at, "  |  %s", s->ch[i].status);
+        }
 }
 
 static void progress_hide(supervisor *s)
@@ -450,6 +455,7 @@ static void handle_message(supervisor *s, notify_msg *m, double now)
         progress_update(s);
     }
     if (m->has_warn) sup_log(s, LOG_LEVEL_WARN, "%s: %s", c->name, m->warn);
+    if (m->has_note) sup_log(s, LOG_LEVEL_INFO, "%s: %s", c->name, m->note);
     if (!c->alive) return; /* a late message of a dead instance: only its fd store and status count */
     if (m->watchdog) c->last_ping = now;
     if (m->stopping) c->stopping = 1;
@@ -806,7 +812,8 @@ static int supervisor_setup(supervisor *s, errbuf *err)
     snprintf(s->state_path, sizeof s->state_path, "%.*s/supervisor.state", PATH_MAX - 32, s->run_dir);
 
     const int ntargets = job_role_workers(cfg, JOB_ROLE_TARGET), ndrafters = job_role_workers(cfg, JOB_ROLE_DRAFTER);
-    s->n = 1 + job_role_workers(cfg, JOB_ROLE_PREFETCH) + ntargets + ndrafters;
+    const int nevals = job_role_workers(cfg, JOB_ROLE_EVAL);
+    s->n = 1 + job_role_workers(cfg, JOB_ROLE_PREFETCH) + ntargets + ndrafters + nevals;
     s->ch = xcalloc((size_t)s->n, sizeof *s->ch);
     int k = 0;
     char name[32];
@@ -823,6 +830,10 @@ static int supervisor_setup(supervisor *s, errbuf *err)
         snprintf(name, sizeof name, "drafter-%d", i);
         if ((rc = child_init(s, &s->ch[k++], name, gpu ? "dflash-drafter-cuda" : "dflash-drafter", i, 0, err)))
             return rc;
+    }
+    for (int i = 0; i < nevals; i++) { /* the evaluation worker (eval.prompts): on GPU 0 beside target-0, drafter-0 */
+        snprintf(name, sizeof name, "eval-%d", i);
+        if ((rc = child_init(s, &s->ch[k++], name, gpu ? "dflash-eval-cuda" : "dflash-eval", i, 0, err))) return rc;
     }
 
     s->notify_fd = notify_socket_open(s->notify_path, err);

@@ -333,7 +333,7 @@ static const command commands[] = {
      "restart one worker (prefetch-0, target-N, drafter-N) after the unit in hand;\n"
      "returns when the new instance is ready and healthy"},
     {"rolling-restart", "ROLE", 1, 0, cmd_rolling,
-     "restart every worker of a role (prefetch, target, drafter) one at a time, each\n"
+     "restart every worker of a role (prefetch, target, drafter, eval) one at a time, each\n"
      "ready and healthy before the next; training continues throughout"},
     {"config", "", 0, 0, cmd_config, "print the job config dflashd runs with (INI)"},
     {"keygen", "DIR", 1, OPT_LOCAL | OPT_NAME, cmd_keygen,

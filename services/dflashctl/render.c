@@ -41,6 +41,9 @@ void render_status(FILE *f, const Dflash__StatusReply *s)
             (unsigned long long)s->step, (unsigned long long)s->total_steps, (unsigned long long)s->ledger_steps,
             s->loss, s->acceptance, s->slot_accuracy, (unsigned long long)s->next_batch,
             (unsigned long long)s->skipped_steps);
+    if (s->eval) /* beside the simulated figure above: tau by decoding held-out prompts (the evaluation worker) */
+        fprintf(f, "τ %.2f at step %llu (decoded, %u prompts)  speedup %.2fx over target-only greedy\n", s->eval->tau,
+                (unsigned long long)s->eval->step, s->eval->prompts, s->eval->speedup);
     if (s->resharded && s->resharded[0]) fprintf(f, "resharded at %s\n", s->resharded);
     if (s->stalled_sec > 0)
         fprintf(f, "STALLED: no step committed for %.0f s: %s\n", s->stalled_sec, s->waiting_on);

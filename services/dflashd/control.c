@@ -429,6 +429,8 @@ typedef struct status_buf {
     Dflash__RollingStatus rolling;
     char rolling_role[16];
     double slot_acc[DFLASH_MAX_BLOCK];
+    Dflash__EvalStatus eval;
+    double eval_slots[DFLASH_MAX_BLOCK];
     char waiting[1024];
     char resharded[1024];
     Dflash__StatusReply s;
@@ -492,8 +494,21 @@ static void status_build(control *c, status_buf *b)
     }
     s->pools = b->pp;
     uint64_t now = job_now_ns();
-    const enum job_role roles[] = {JOB_ROLE_PREFETCH, JOB_ROLE_TARGET, JOB_ROLE_DRAFTER};
-    for (int r = 0; r < 3; r++) {
+    job_eval ev;
+    if (job_eval_read(c->v.js, &ev) == 0) { /* the evaluation worker's last result */
+        dflash__eval_status__init(&b->eval);
+        b->eval.step = ev.step;
+        b->eval.tau = ev.tau;
+        b->eval.prompts = ev.prompts;
+        b->eval.speedup = ev.speedup;
+        b->eval.seconds = ev.seconds;
+        for (uint32_t k = 1; k < ev.block_size && k < DFLASH_MAX_BLOCK; k++)
+            b->eval_slots[b->eval.n_slot_acceptance++] = ev.per_slot[k];
+        b->eval.slot_acceptance = b->eval_slots;
+        s->eval = &b->eval;
+    }
+    const enum job_role *roles = job_roles;
+    for (int r = 0; r < JOB_NROLES; r++) {
         for (int i = 0; i < role_count(c, roles[r]); i++) {
             int slot = worker_slot(c, roles[r], i);
             if (slot < 0) continue;
@@ -630,10 +645,17 @@ static void handle_drain(control *c, const ctl_msg *m, const Dflash__Envelope *e
     reply_ack(c, m->id, m->idlen, e->request_id, &a);
 }
 
+/* The job is finished for the workers of role: training is, and (the evaluation worker) it has nothing left. */
+static int role_finished(const control *c, enum job_role role)
+{
+    const job_state_header *h = c->v.js->h;
+    return atomic_load(&h->finished) && (role != JOB_ROLE_EVAL || atomic_load(&h->eval.ended));
+}
+
 static int rolling_start(control *c, const ctl_msg *m, uint64_t req, enum job_role role, int first, int count)
 {
     job_state_header *h = c->v.js->h;
-    const char *why = c->op->active ? "a restart is already running" : atomic_load(&h->finished) ? "the job is finished"
+    const char *why = c->op->active ? "a restart is already running" : role_finished(c, role) ? "the job is finished"
                       : atomic_load(&h->stop_step) ? "the job is draining"
                       /* the new instance must come back and prove healthy: a paused job would keep the caller (and
                        * every other restart) waiting until resume, without a word */
@@ -671,7 +693,7 @@ static void handle_rolling(control *c, const ctl_msg *m, const Dflash__Envelope 
     enum job_role role = ctl_role_parse(e->rolling_restart->role);
     if (role == JOB_ROLE_NONE) {
         reply_error(c, m, e->request_id, DFLASH__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER,
-                    "no role \"%.64s\" (roles: prefetch, target, drafter)", e->rolling_restart->role);
+                    "no role \"%.64s\" (roles: prefetch, target, drafter, eval)", e->rolling_restart->role);
         return;
     }
     if (rolling_start(c, m, e->request_id, role, 0, role_count(c, role))) return;
@@ -785,7 +807,7 @@ static void rolling_step(control *c, uint64_t now)
     if (!op->active) return;
     int index = op->first + op->cur, slot = worker_slot(c, op->role, index);
     job_worker *w = slot_worker(c, slot);
-    if (atomic_load(&c->v.js->h->finished)) {
+    if (role_finished(c, op->role)) {
         rolling_fail(c, "the job finished before %s-%d came back", job_role_name(op->role), index);
         return;
     }

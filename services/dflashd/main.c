@@ -32,6 +32,8 @@
 #include "keeper_proto.h"
 #include "ledger.h"
 #include "log.h"
+#include "prompt_file.h"
+#include "spec_eval.h"
 #include "metrics_http.h"
 #include "run_dir.h"
 #include "run_lock.h"
@@ -484,6 +486,24 @@ static int resume_plan(keeper *k, const run_record *was, run_record *rec, const 
  * (missing, empty, ids outside the target's vocabulary, no sample with a trained token within a batch), samples cut
  * to a batch are warned about; at --resume the settings that decide the batches and the data set must be those the
  * run started with. *rec gets this job's record (written by record_write once the start is decided). */
+/* eval.prompts, before anything starts: every line a prompt of the target's vocabulary that fits its positions with
+ * eval.max_new_tokens (the error names the file and line), so that a bad file is refused here, not by an
+ * evaluation worker failing at every start. */
+static int eval_check(keeper *k, errbuf *err)
+{
+    const job_config *c = &k->plan.cfg;
+    if (!c->eval.prompts[0]) return 0;
+    prompt_set ps;
+    int need, rc = prompt_file_read(&ps, c->eval.prompts, k->plan.vocab, c->eval.limit, err);
+    if (!rc)
+        rc = spec_eval_check_fit(&ps, c->eval.prompts, 0, c->eval.max_new_tokens,
+                                 k->plan.target.max_position > 0 ? k->plan.target.max_position : LONG_MAX,
+                                 "the target's max_position_embeddings", &need, err);
+    if (!rc) log_info("eval.prompts: %d prompts of %s for the evaluation worker", ps.n, c->eval.prompts);
+    prompt_set_free(&ps);
+    return rc ? errbuf_wrap(err, rc, "eval.prompts") : 0;
+}
+
 static int data_plan_check(keeper *k, run_record *rec, errbuf *err)
 {
     const job_plan *p = &k->plan;
@@ -734,6 +754,25 @@ static void report_status(keeper *k)
                (unsigned long long)atomic_load(&k->js.h->committed_step));
 }
 
+/* The evaluation worker has steps of this job left to evaluate (the last one included): the job ends once they
+ * are (a training step never waits for it). */
+static int eval_pending(keeper *k)
+{
+    uint64_t last = job_state_last_step(&k->js);
+    job_worker *w = job_state_worker(&k->js, JOB_ROLE_EVAL, 0);
+    /* none ever registered (a unit not added under systemd): nothing to wait for; else until it says it has nothing
+     * left (the last step evaluated, or skipped for an error) and has exited */
+    if (!k->plan.cfg.eval.prompts[0] || !atomic_load(&w->starts)) return 0;
+    if (atomic_load(&k->js.h->eval.ended)) return atomic_load(&w->pid) != 0;
+    static int said;
+    if (!said++) {
+        log_info("training finished: waiting for the evaluation worker (eval-0) to evaluate step %llu",
+                 (unsigned long long)last);
+    }
+    ledger_append_eval(k->ledger, &k->js);
+    return 1;
+}
+
 static int run(keeper *k)
 {
     uint64_t wd_usec = 0;
@@ -774,6 +813,7 @@ static int run(keeper *k)
             }
         }
         ledger_append_committed(k->ledger, &k->js);
+        ledger_append_eval(k->ledger, &k->js);
         control_process(k->ctl);
         metrics_http_tick(k->metrics, k->ctl);
         double now = now_seconds();
@@ -788,7 +828,8 @@ static int run(keeper *k)
             if (save_and_end(k)) return RUN_STOPPED;
         }
         if (atomic_load(&k->js.h->finished) &&
-            atomic_load(&k->js.h->ledger_frontier) >= job_state_last_step(&k->js)) {
+            atomic_load(&k->js.h->ledger_frontier) >= job_state_last_step(&k->js) && !eval_pending(k)) {
+            ledger_append_eval(k->ledger, &k->js); /* the last evaluation's line, when it came after the last pass */
             control_process(k->ctl); /* the drain's waiters get their answer (it finished after the last pass) */
             log_info("training %s: %llu steps in the ledger",
                      job_state_last_step(&k->js) < k->js.h->total_steps ? "drained" : "finished",
@@ -883,7 +924,7 @@ int main(int argc, char **argv)
         }
         fdstore_remove_all(&k);
         run_record rec = {0};
-        if ((rc = resume_has_checkpoint(&k, &err)) || (rc = previous_run_check(&k, &err)) ||
+        if ((rc = eval_check(&k, &err)) || (rc = resume_has_checkpoint(&k, &err)) || (rc = previous_run_check(&k, &err)) ||
             (rc = identity_check(&k, &err)) || (rc = data_plan_check(&k, &rec, &err)) ||
             (rc = record_write(&k, &rec, &err))) {
             log_error("%s", err.msg);

@@ -223,6 +223,22 @@ char *metrics_http_render(const uint8_t *status, size_t len, double age_sec, siz
     }
     scalar(f, "dflash_simulated_acceptance_length", "gauge", "simulated acceptance length (tau) per block of the "
            "last committed step", s->acceptance);
+    if (s->eval) { /* the evaluation worker's last result: tau by decoding held-out prompts */
+        scalar(f, "dflash_decoded_acceptance_length", "gauge", "acceptance length (tau) by decoding the held-out "
+               "prompts with the drafter of dflash_eval_step (the evaluation worker)", s->eval->tau);
+        scalar(f, "dflash_eval_step", "gauge", "the step whose drafter the last evaluation decoded with",
+               (double)s->eval->step);
+        scalar(f, "dflash_eval_prompts", "gauge", "prompts the last evaluation decoded", (double)s->eval->prompts);
+        scalar(f, "dflash_decoded_speedup_ratio", "gauge", "tokens/s of speculative over target-only greedy decoding "
+               "in the last evaluation", s->eval->speedup);
+        scalar(f, "dflash_eval_duration_seconds", "gauge", "wall clock of the last evaluation", s->eval->seconds);
+        family(f, "dflash_decoded_slot_acceptance_ratio", "gauge", "share of the last evaluation's blocks whose "
+               "accepted draft reaches each slot");
+        for (size_t i = 0; i < s->eval->n_slot_acceptance; i++) {
+            fprintf(f, "dflash_decoded_slot_acceptance_ratio{slot=\"%zu\"}", i + 1);
+            value(f, s->eval->slot_acceptance[i]);
+        }
+    }
     Dflash__RingStatus *ring[1] = {s->token_ring};
     if (s->token_ring) ring_rows(f, "dflash_token_ring", "ring", ring, 1);
     ring_rows(f, "dflash_pool", "pool", s->pools, s->n_pools);

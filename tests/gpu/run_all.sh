@@ -45,6 +45,7 @@ one gpu_hybrid_train env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_hybrid_tr
 one generate_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/generate_gpu.sh
 one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
 one swa_eval_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/swa_eval_gpu.sh
+one gpu_eval_worker env BUILD="$BUILD" timeout 330 bash tests/gpu/gpu_eval_worker.sh
 one poisoned_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/poisoned_gpu.sh
 echo "$pass passed, $fail failed" | tee -a "$log"
 fi

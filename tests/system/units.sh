@@ -13,8 +13,9 @@ trap 'rm -rf "$D"' EXIT
 for f in deploy/systemd/*; do sed "s|/usr/local/bin/|$BIN/|g" "$f" >"$D/$(basename "$f")"; done
 ln -s dflash-target@.service "$D/dflash-target@0.service"
 ln -s dflash-drafter@.service "$D/dflash-drafter@1.service"
+ln -s dflash-eval@.service "$D/dflash-eval@0.service"
 cd "$D" || exit 1
-units=(dflash.target dflashd.service dflash-prefetch.service dflash-target@0.service dflash-drafter@1.service)
+units=(dflash.target dflashd.service dflash-prefetch.service dflash-target@0.service dflash-drafter@1.service dflash-eval@0.service)
 out=$(SYSTEMD_LOG_LEVEL=warning systemd-analyze verify --man=no "${units[@]}" 2>&1); rc=$?
 # FileDescriptorStorePreserve= is systemd 254's: an older one names it unknown and ignores it (dflashd.service says so)
 [ "$(systemd-analyze --version | awk 'NR == 1 { print $2 }')" -lt 254 ] 2>/dev/null &&
@@ -24,7 +25,7 @@ if [ $rc = 0 ] && [ -z "$out" ]; then
 else
     fail units_verify "$out"
 fi
-for u in dflashd.service dflash-prefetch.service dflash-target@.service dflash-drafter@.service; do
+for u in dflashd.service dflash-prefetch.service dflash-target@.service dflash-drafter@.service dflash-eval@.service; do
     miss=""
     for want in "^Type=notify$" "^WatchdogSec=" "^Restart=on-failure$" "^PartOf=dflash.target$" "^RuntimeDirectory=dflash$" \
                 "^ProtectSystem=strict$" "/dev/shm"; do
@@ -32,7 +33,7 @@ for u in dflashd.service dflash-prefetch.service dflash-target@.service dflash-d
     done
     [ "$u" = dflashd.service ] && { grep -q "^FileDescriptorStoreMax=[1-9]" "$u" || miss+=" FileDescriptorStoreMax"; }
     [ "$u" != dflashd.service ] && { grep -q "^Wants=dflashd.service$" "$u" && grep -q "^After=dflashd.service$" "$u" || miss+=" Wants/After=dflashd"; }
-    case $u in dflash-target@*|dflash-drafter@*) grep -q "^DeviceAllow=char-nvidia-frontend rw$" "$u" || miss+=" nvidia devices";; esac
+    case $u in dflash-target@*|dflash-drafter@*|dflash-eval@*) grep -q "^DeviceAllow=char-nvidia-frontend rw$" "$u" || miss+=" nvidia devices";; esac
     grep -Eq "^(Requires|BindsTo|Requisite)=" "$u" && miss+=" (has Requires=/BindsTo=)"
     if [ -z "$miss" ]; then ok "units_rules_$u"; else fail "units_rules_$u" "missing:$miss"; fi
 done

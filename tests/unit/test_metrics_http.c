@@ -68,6 +68,12 @@ TEST(render_names_and_labels)
     w.tokens_per_sec = 100.5, w.heartbeat_age_sec = -1;
     s.workers = &wp;
     s.n_workers = 1;
+    Dflash__EvalStatus ev = DFLASH__EVAL_STATUS__INIT; /* the evaluation worker's last result */
+    double slots[3] = {0.75, 0.5, 0.25};
+    ev.step = 40, ev.tau = 2.5, ev.prompts = 64, ev.speedup = 1.75, ev.seconds = 3;
+    ev.slot_acceptance = slots;
+    ev.n_slot_acceptance = 3;
+    s.eval = &ev;
     size_t len = dflash__status_reply__get_packed_size(&s), n;
     uint8_t *buf = xmalloc(len);
     dflash__status_reply__pack(&s, buf);
@@ -85,6 +91,11 @@ TEST(render_names_and_labels)
     EXPECT_CONTAINS(t, "dflash_worker_tokens_per_second{role=\"target\",worker=\"target-0\"} 100.5\n");
     EXPECT_CONTAINS(t, "dflash_worker_state{role=\"target\",worker=\"target-0\",state=\"running\"} 1\n");
     EXPECT(!strstr(t, "dflash_worker_heartbeat_age_seconds{")); /* none yet: no sample */
+    EXPECT_CONTAINS(t, "\ndflash_decoded_acceptance_length 2.5\n");
+    EXPECT_CONTAINS(t, "\ndflash_eval_step 40\n");
+    EXPECT_CONTAINS(t, "\ndflash_eval_prompts 64\n");
+    EXPECT_CONTAINS(t, "\ndflash_decoded_speedup_ratio 1.75\n");
+    EXPECT_CONTAINS(t, "dflash_decoded_slot_acceptance_ratio{slot=\"2\"} 0.5\n");
     free(t);
     EXPECT(metrics_http_render((const uint8_t *)"\xff\xff\xff", 3, 0, &n) == NULL);
     free(buf);
