@@ -16,22 +16,32 @@ cd "$(dirname "$0")/../.." || exit 1
 "$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
     { fail demo_learns_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 
-# every answer token (training and held-out data) is the token 4 positions back
-check=$(python3 - "$T/data.jsonl" "$T/held.jsonl" <<'EOP'
+# and make run's target (the default shape, period 8), answering 16 prompts
+"$BIN/dflash-demo" make-target "$T/demo" --kind repeat --seed 7 >/dev/null 2>>"$T/fixture.log" &&
+"$BIN/dflash-demo" make-data -q --target "$T/demo" -o "$T/demo.jsonl" --samples 16 --seed 8 \
+    >/dev/null 2>>"$T/fixture.log" || { fail demo_learns_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+
+# every answer token (training and held-out data) is the token PERIOD positions back
+repeats() { # PERIOD FILE...
+python3 - "$@" <<'EOP'
 import json, sys
+P = int(sys.argv[1])
 n = bad = 0
-for path in sys.argv[1:]:
+for path in sys.argv[2:]:
     for i, line in enumerate(open(path), 1):
         r = json.loads(line)
         ids, mask = r["input_ids"], r["loss_mask"]
         for t in range(len(ids)):
             if mask[t]:
                 n += 1
-                bad += ids[t] != ids[t - 4]
-print("%d of %d answer tokens are not the token 4 back" % (bad, n))
+                bad += ids[t] != ids[t - P]
+print("%d of %d answer tokens are not the token %d back" % (bad, n, P))
 sys.exit(1 if bad or not n else 0)
 EOP
-) && ok demo_repeat_continuation || fail demo_repeat_continuation "$check"
+}
+check=$(repeats 4 "$T/data.jsonl" "$T/held.jsonl") && ok demo_repeat_continuation || fail demo_repeat_continuation "$check"
+check=$(repeats 8 "$T/demo.jsonl") && ok demo_repeat_continuation_make_run_shape ||
+    fail demo_repeat_continuation_make_run_shape "$check"
 
 write_config job 300
 sed -i "s/^lr = .*/lr = 1e-2/; s/^max_anchors = .*/max_anchors = 32/" "$T/job.ini"
