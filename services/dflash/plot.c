@@ -256,7 +256,8 @@ static void draw_panel(cairo_t *cr, const panel *p, const axis *xa, double xstep
         text_at(cr, px, p->y0 + p->h + 6, lab, 0.5, 0);
     }
     if (p->y.log) {
-        for (double dcd = floor(log10(p->y.lo)); dcd <= ceil(log10(p->y.hi)); dcd++) {
+        double d0 = floor(log10(p->y.lo)), d1 = ceil(log10(p->y.hi)), every = ceil((d1 - d0) / 8); /* <= 9 lines */
+        for (double dcd = d0; dcd <= d1; dcd += every) {
             double v = pow(10, dcd);
             if (v < p->y.lo * 0.999 || v > p->y.hi * 1.001) continue;
             double py = p->y0 + p->h - axis_frac(&p->y, v) * p->h;
