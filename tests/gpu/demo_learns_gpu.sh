@@ -7,7 +7,7 @@
 # Usage: BUILD=build tests/gpu/demo_learns_gpu.sh   (needs $BUILD/bin/* including the -cuda builds)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
-STEPS=${STEPS:-300}
+STEPS=${STEPS:-150}
 
 "$BIN/dflash-demo" make-target "$T/target" --kind repeat --seed 7 --dtype bf16 >/dev/null 2>"$T/fixture.log" &&
 "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/data.jsonl" --samples 256 --seed 7 \
@@ -53,7 +53,7 @@ max_anchors = 64
 [train]
 steps = $STEPS
 warmup_steps = 20
-checkpoint_every = 100
+checkpoint_every = 50
 lr = 1e-2
 min_lr = 1e-3
 clip = 1.0

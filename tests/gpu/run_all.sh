@@ -44,7 +44,7 @@ one gpu_hybrid_train env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_hybrid_tr
 one generate_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/generate_gpu.sh
 one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
 one poisoned_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/poisoned_gpu.sh
-one demo_learns_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/demo_learns_gpu.sh
+one demo_learns_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/demo_learns_gpu.sh
 echo "$pass passed, $fail failed" | tee -a "$log"
 fi
 [ "${1:-}" = quick ] && exit $((fail > 0))
