@@ -1,5 +1,6 @@
-/* demo: the embedded default's tiny model and data. demo_target_write makes a random Qwen3 target in Hugging Face
- * layout (config.json + model.safetensors); demo_data_write answers random prompts with that target's own greedy
+/* demo: the embedded default's tiny model and data. demo_target_write makes a Qwen3 target in Hugging Face layout,
+ * random or constructed so that its greedy continuation repeats the token `period` positions back (a rule a drafter
+ * can learn) (config.json + model.safetensors); demo_data_write answers random prompts with that target's own greedy
  * continuation and writes them as JSONL for dflash-prepare. Both are pure functions of their options (seed
  * included); files are written atomically (tmp + rename). Errors return -errno and fill an errbuf naming the
  * file, flag or tensor. demo_data_write runs its own worker threads (one target model each) and sets OpenBLAS to
@@ -12,7 +13,12 @@
 #include "safetensors.h"
 #include "util.h"
 
+/* The kinds of target make-target writes (a row each in demo_target.c's table). */
+enum demo_target_kind { DEMO_TARGET_RANDOM, DEMO_TARGET_REPEAT };
+
 typedef struct demo_target_opts {
+    enum demo_target_kind kind;
+    int period; /* DEMO_TARGET_REPEAT: the next token is the one `period` positions back */
     uint64_t seed;
     int hidden, layers, heads, kv_heads, head_dim, intermediate, vocab;
     enum st_dtype dtype; /* ST_F32 or ST_BF16 */
@@ -34,8 +40,11 @@ typedef struct demo_data_stats {
     int repeated_answers;  /* answers made of one token repeated */
 } demo_data_stats;
 
-/* Defaults of make-target (hidden 64, 8 layers, 4 heads, 2 kv heads, head_dim 16, intermediate 160, vocab 512). */
+/* Defaults of make-target (kind random, period 8, hidden 64, 8 layers, 4 heads, 2 kv heads, head_dim 16, intermediate 160, vocab 512). */
 void demo_target_defaults(demo_target_opts *o);
+/* The kind named NAME (DEMO_TARGET_*), or -1 when there is none. */
+int demo_target_kind_parse(const char *name);
+const char *demo_target_kind_name(enum demo_target_kind kind);
 /* Check the shape options; the message names the offending flag. */
 int demo_target_check(const demo_target_opts *o, errbuf *err);
 /* Write outdir/config.json and outdir/model.safetensors (outdir is created when missing). */

@@ -1,6 +1,6 @@
-/* dflash-demo: makes the embedded default's tiny model and data. `make-target` writes a random Qwen3 target in
- * Hugging Face layout; `make-data` answers random prompts with that target's greedy continuation and writes JSONL
- * for dflash-prepare. Exit status: 0 done, 1 failure (the message names the file), 2 usage error. */
+/* dflash-demo: makes the embedded default's tiny model and data. `make-target` writes a Qwen3 target in Hugging
+ * Face layout (random, or constructed so that its greedy text repeats with a period); `make-data` answers random
+ * prompts with that target's greedy continuation and writes JSONL for dflash-prepare. Exit status: 0 done, 1 failure (the message names the file), 2 usage error. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -20,7 +20,8 @@ static void usage(FILE *f)
             "usage: " PROG " make-target OUTDIR [options]\n"
             "       " PROG " make-data --target DIR -o OUT.jsonl [options]\n"
             "\n"
-            "Makes the tiny model and data of the embedded default: a random Qwen3 target in Hugging Face layout,\n"
+            "Makes the tiny model and data of the embedded default: a Qwen3 target in Hugging Face layout (random,\n"
+            "or constructed so that its greedy continuation repeats with a period a drafter can learn),\n"
             "and a self-distilled data set (random prompts answered by that target's own greedy continuation) as\n"
             "JSONL for dflash-prepare. Both are deterministic from --seed.\n"
             "Run '" PROG " COMMAND --help' for a command's options.\n"
@@ -33,9 +34,18 @@ static void usage_target(FILE *f)
             "usage: " PROG " make-target OUTDIR [options]\n"
             "\n"
             "Writes OUTDIR/config.json (Qwen3ForCausalLM, as transformers writes it) and OUTDIR/model.safetensors\n"
-            "(tensor names as in transformers) with random weights: embeddings and lm_head N(0, 1), projections\n"
-            "N(0, 2.25/fan_in), norm weights 1. OUTDIR is created when missing; files are replaced atomically.\n"
+            "(tensor names as in transformers). OUTDIR is created when missing; files are replaced atomically.\n"
+            "  --kind random: random weights: embeddings and lm_head N(0, 1), projections N(0, 2.25/fan_in), norm\n"
+            "      weights 1; greedy text without structure a drafter could generalise.\n"
+            "  --kind repeat: constructed weights whose greedy continuation repeats the token --period positions\n"
+            "      back (from any prompt of at least --period tokens): layer 0 has one positional attention head\n"
+            "      per kv head that copies the token code from period-1 positions back, every other projection is\n"
+            "      zero, lm_head reads the copied code. Each id has a distinct +-1 code drawn from --seed. A rule a\n"
+            "      drafter learns (attend --period positions back), so its acceptance rises as it trains; needs\n"
+            "      min(kv_heads x head_dim, (hidden-1)/2) >= log2(vocab)+2.\n"
             "\n"
+            "  --kind random|repeat  the weights (default random)\n"
+            "  --period N          repeat: the period of the continuation (default 8)\n"
             "  --seed N            weight seed (default 0)\n"
             "  --hidden N          hidden_size (default 64)\n"
             "  --layers N          num_hidden_layers (default 8)\n"
@@ -110,13 +120,14 @@ static int parse_seed(const char *s, uint64_t *out)
 
 static int cmd_make_target(int argc, char **argv)
 {
-    enum { O_SEED = 256, O_HIDDEN, O_LAYERS, O_HEADS, O_KV, O_HD, O_INTER, O_VOCAB, O_DTYPE };
+    enum { O_SEED = 256, O_HIDDEN, O_LAYERS, O_HEADS, O_KV, O_HD, O_INTER, O_VOCAB, O_DTYPE, O_KIND, O_PERIOD };
     static const struct option longopts[] = {
         {"seed", required_argument, NULL, O_SEED},       {"hidden", required_argument, NULL, O_HIDDEN},
         {"layers", required_argument, NULL, O_LAYERS},   {"heads", required_argument, NULL, O_HEADS},
         {"kv-heads", required_argument, NULL, O_KV},     {"head-dim", required_argument, NULL, O_HD},
         {"intermediate", required_argument, NULL, O_INTER}, {"vocab", required_argument, NULL, O_VOCAB},
-        {"dtype", required_argument, NULL, O_DTYPE},     {"help", no_argument, NULL, 'h'},
+        {"dtype", required_argument, NULL, O_DTYPE},     {"kind", required_argument, NULL, O_KIND},
+        {"period", required_argument, NULL, O_PERIOD},   {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     demo_target_opts o;
@@ -140,6 +151,17 @@ static int cmd_make_target(int argc, char **argv)
                 bad = 1;
             }
             break;
+        case O_KIND: {
+            int k = demo_target_kind_parse(optarg);
+            if (k < 0) {
+                fprintf(stderr, PROG ": --kind: '%s' is not random or repeat\n", optarg);
+                bad = 1;
+            } else {
+                o.kind = (enum demo_target_kind)k;
+            }
+            break;
+        }
+        case O_PERIOD: bad = parse_int("--period", optarg, 1, 1024, &o.period); break;
         case 'h': usage_target(stdout); return 0;
         default: usage_target(stderr); return 2;
         }
@@ -160,9 +182,11 @@ static int cmd_make_target(int argc, char **argv)
         fprintf(stderr, PROG " make-target: %s\n", err.msg);
         return 1;
     }
-    printf("wrote %s/config.json and %s/model.safetensors (qwen3: hidden %d, %d layers, %d heads / %d kv, head_dim "
+    printf("wrote %s/config.json and %s/model.safetensors (qwen3 %s", outdir, outdir, demo_target_kind_name(o.kind));
+    if (o.kind == DEMO_TARGET_REPEAT) printf(" (greedy continuation repeats the token %d back)", o.period);
+    printf(": hidden %d, %d layers, %d heads / %d kv, head_dim "
            "%d, intermediate %d, vocab %d, %s, seed %" PRIu64 ") in %.2fs\n",
-           outdir, outdir, o.hidden, o.layers, o.heads, o.kv_heads, o.head_dim, o.intermediate, o.vocab,
+           o.hidden, o.layers, o.heads, o.kv_heads, o.head_dim, o.intermediate, o.vocab,
            o.dtype == ST_BF16 ? "bf16" : "f32", o.seed, now_seconds() - t0);
     return 0;
 }

@@ -13,6 +13,7 @@
 #include "generate.h"
 #include "job_config.h"
 #include "log.h"
+#include "plot.h"
 #include "summary.h"
 #include "supervisor.h"
 #include "util.h"
@@ -29,13 +30,15 @@ static void usage_main(FILE *f)
             "       " PROG " generate --target DIR --prompts FILE -o OUT.jsonl [--max-new-tokens N] [--limit N]\n"
             "                [--threads N] [--eos ID]... [--backend cpu|cuda] [--batch N]\n"
             "       " PROG " generate --help\n"
+            "       " PROG " plot RUN_DIR [-o FILE.png|FILE.svg]\n"
             "       " PROG " --help\n"
             "\n"
             "commands:\n"
             "  run    start dflashd and the workers of the job config FILE and keep them running\n"
             "         (restarting whichever dies) until dflashd finishes the job\n"
             "  eval   acceptance length tau of a drafter checkpoint by speculative decoding with the target\n"
-            "  generate  the target's own greedy answers to a prompt file, as JSONL for dflash-prepare\n");
+            "  generate  the target's own greedy answers to a prompt file, as JSONL for dflash-prepare\n"
+            "  plot   a PNG or SVG of a job's loss, per-slot accuracy and tau (simulated and decoded) over steps\n");
 }
 
 static void usage_run(FILE *f)
@@ -180,6 +183,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 1, argv + 1);
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 1, argv + 1);
     if (strcmp(argv[1], "generate") == 0) return generate_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "plot") == 0) return cmd_plot(argc - 1, argv + 1);
     fprintf(stderr, PROG ": unknown command \"%s\"\n", argv[1]);
     usage_main(stderr);
     return 2;

@@ -47,6 +47,7 @@ one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
 one swa_eval_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/swa_eval_gpu.sh
 one gpu_eval_worker env BUILD="$BUILD" timeout 330 bash tests/gpu/gpu_eval_worker.sh
 one poisoned_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/poisoned_gpu.sh
+one demo_learns_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/demo_learns_gpu.sh
 echo "$pass passed, $fail failed" | tee -a "$log"
 fi
 [ "${1:-}" = quick ] && exit $((fail > 0))
