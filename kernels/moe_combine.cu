@@ -17,7 +17,8 @@ static __global__ void moe_combine_kernel(__nv_bfloat16 *out, int ldo, const __n
         float acc = 0.0f;
         for (int j = 0; j < K; j++)
             acc += w[(size_t)t * K + j] * __bfloat162float(ys[(size_t)row[(size_t)t * K + j] * ldy + c]);
-        if (shared) acc += __bfloat162float(shared[(size_t)t * lds + c]) / (1.0f + expf(-sg[(size_t)t * ldsg]));
+        if (shared)
+            acc += __bfloat162float(shared[(size_t)t * lds + c]) / (sg ? 1.0f + expf(-sg[(size_t)t * ldsg]) : 1.0f);
         out[(size_t)t * ldo + c] = __float2bfloat16_rn(__bfloat162float(resid[(size_t)t * ldr + c]) + acc);
     }
 }
