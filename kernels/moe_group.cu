@@ -61,12 +61,17 @@ static __global__ void moe_group_scan_kernel(int32_t *counts, int nb, int TK, in
 {
     __shared__ int32_t n[MG_SCAN_THREADS], tc[MG_SCAN_THREADS];
     const int t = threadIdx.x, G = E + (shared_rows > 0);
-    if (t < E) { // each chunk's base within expert t (counts becomes the bases)
+    if (t < E) { // each chunk's base within expert t (counts becomes the bases), 8 loads in flight
         int run = 0;
-        for (int b = 0; b < nb; b++) {
-            const int c = counts[(size_t)b * E + t];
-            counts[(size_t)b * E + t] = run;
-            run += c;
+        for (int b0 = 0; b0 < nb; b0 += 8) {
+            int c[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) c[i] = b0 + i < nb ? counts[(size_t)(b0 + i) * E + t] : 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                if (b0 + i < nb) counts[(size_t)(b0 + i) * E + t] = run;
+                run += c[i];
+            }
         }
         n[t] = run;
     } else if (t == E) {
