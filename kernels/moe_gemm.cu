@@ -1,9 +1,10 @@
 // moe_gemm: CUDA, one kernel per GEMM over every group: a block takes one tile of the schedule (blockIdx.y: at most
 // MOE_GEMM_BM rows of one group; blocks past the device's tile count leave at once) and one block of output columns
 // (blockIdx.x, the fastest: the blocks of one tile, then of the next tile of the same expert, run together and share
-// the expert's weights in L2). Tile 128 x 128 x 32, 8 warps (2 x 4, 64 x 32 each), bf16 m16n8k16 mma.sync with fp32
-// accumulators, a 4-stage cp.async pipeline; shared rows are 40 elements (80 bytes) apart so that the 8 rows of an
-// ldmatrix fall on distinct banks. The gate|up kernel gathers its A rows through row_token, and loads its B tile
+// the expert's weights in L2). Tile 128 x 256 x 32, 8 warps (2 x 4, 64 x 64 each: the warp tile that keeps the
+// ldmatrix traffic below the tensor cores' rate), bf16 m16n8k16 mma.sync with fp32 accumulators, a 4-stage cp.async
+// pipeline, one block per SM; shared rows are 40 elements (80 bytes) apart so that the 8 rows of an ldmatrix fall on
+// distinct banks. The gate|up kernel gathers its A rows through row_token, and loads its B tile
 // interleaved (tile column 2j: gate row j, 2j+1: up row j) so that each thread's accumulator pair is (gate, up) of
 // one act column: SwiGLU is its epilogue and the (R, 2 I) intermediate never exists.
 #include <cuda_bf16.h>
@@ -19,12 +20,13 @@ using namespace mma_sm80;
 typedef __nv_bfloat16 bf16;
 
 #define MGM_BM MOE_GEMM_BM
-#define MGM_BN 128
 #define MGM_BK 32
 #define MGM_LDS (MGM_BK + 8)
 #define MGM_STAGES 4
 #define MGM_THREADS 256
-#define MGM_SMEM ((size_t)MGM_STAGES * (MGM_BM + MGM_BN) * MGM_LDS * 2)
+#define MGM_SMEM(BN) ((size_t)MGM_STAGES * (MGM_BM + (BN)) * MGM_LDS * 2)
+
+static int mgm_bn = 256; // moe_gemm_cuda_set_bn
 
 struct mgm_params {
     bf16 *out;
@@ -36,9 +38,11 @@ struct mgm_params {
     int E, H, Im, Is;
 };
 
-template <bool GU>
-static __global__ void __launch_bounds__(MGM_THREADS, 2) moe_gemm_kernel(mgm_params p)
+// BN 256: warp tiles 64 x 64, one block per SM; BN 128: 64 x 32, two blocks per SM
+template <bool GU, int MGM_BN>
+static __global__ void __launch_bounds__(MGM_THREADS, MGM_BN == 128 ? 2 : 1) moe_gemm_kernel(mgm_params p)
 {
+    constexpr int MGM_WN = MGM_BN / 4, MGM_NI = MGM_WN / 8; // warp tile columns, n8 tiles per warp
     const int tile = blockIdx.y;
     if (tile >= *p.ntiles) return;
     const int g = p.tiles[3 * tile], r0 = p.tiles[3 * tile + 1], r1 = p.tiles[3 * tile + 2];
@@ -53,15 +57,19 @@ static __global__ void __launch_bounds__(MGM_THREADS, 2) moe_gemm_kernel(mgm_par
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *As = reinterpret_cast<bf16 *>(smem), *Bs = As + (size_t)MGM_STAGES * MGM_BM * MGM_LDS;
 
-    // this thread's two A rows and two B rows (row tid/4 and tid/4 + 64) and 16-byte chunk tid%4 of each k-step
+    // this thread's A rows tid/4 + 64 i (i < 2), B rows tid/4 + 64 i (i < BN/64), 16-byte chunk tid%4 of each k-step
+    constexpr int NB = MGM_BN / 64;
     const int tid = threadIdx.x, lr = tid >> 2, lc = (tid & 3) * 8;
-    const bf16 *ap[2], *bp[2];
-    bool av[2], bv[2];
+    const bf16 *ap[2], *bp[NB];
+    bool av[2], bv[NB];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int r = r0 + lr + 64 * i;
         av[i] = r < r1;
         ap[i] = p.a + (size_t)(av[i] ? (GU ? p.row_token[r] : r) : 0) * p.lda;
+    }
+#pragma unroll
+    for (int i = 0; i < NB; i++) {
         const int c = lr + 64 * i;
         int wrow;
         if (GU) {
@@ -80,19 +88,17 @@ static __global__ void __launch_bounds__(MGM_THREADS, 2) moe_gemm_kernel(mgm_par
         const bool kin = k < K; // K is a multiple of 8: a chunk is wholly in or out
         bf16 *as = As + (size_t)stage * MGM_BM * MGM_LDS, *bs = Bs + (size_t)stage * MGM_BN * MGM_LDS;
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int row = lr + 64 * i;
-            cp_async16(as + row * MGM_LDS + lc, ap[i] + (kin ? k : 0), av[i] && kin);
-            cp_async16(bs + row * MGM_LDS + lc, bp[i] + (kin ? k : 0), bv[i] && kin);
-        }
+        for (int i = 0; i < 2; i++) cp_async16(as + (lr + 64 * i) * MGM_LDS + lc, ap[i] + (kin ? k : 0), av[i] && kin);
+#pragma unroll
+        for (int i = 0; i < NB; i++) cp_async16(bs + (lr + 64 * i) * MGM_LDS + lc, bp[i] + (kin ? k : 0), bv[i] && kin);
     };
 
     const int lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
-    float acc[4][4][4];
+    float acc[4][MGM_NI][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < MGM_NI; j++)
 #pragma unroll
             for (int v = 0; v < 4; v++) acc[i][j][v] = 0.0f;
 
@@ -110,26 +116,26 @@ static __global__ void __launch_bounds__(MGM_THREADS, 2) moe_gemm_kernel(mgm_par
         const bf16 *bs = Bs + (size_t)(kt % MGM_STAGES) * MGM_BN * MGM_LDS;
 #pragma unroll
         for (int kk = 0; kk < MGM_BK; kk += 16) {
-            uint32_t af[4][4], bfr[4][2];
+            uint32_t af[4][4], bfr[MGM_NI][2];
 #pragma unroll
             for (int mi = 0; mi < 4; mi++)
                 ldmatrix_x4(af[mi], as + (wm * 64 + mi * 16 + (lane & 15)) * MGM_LDS + kk + (lane >> 4) * 8);
 #pragma unroll
-            for (int nj = 0; nj < 2; nj++) {
+            for (int nj = 0; nj < MGM_NI / 2; nj++) {
                 uint32_t r[4];
-                ldmatrix_x4(r, bs + (wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * MGM_LDS + kk +
+                ldmatrix_x4(r, bs + (wn * MGM_WN + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * MGM_LDS + kk +
                                    ((lane >> 3) & 1) * 8);
                 bfr[2 * nj][0] = r[0], bfr[2 * nj][1] = r[1], bfr[2 * nj + 1][0] = r[2], bfr[2 * nj + 1][1] = r[3];
             }
 #pragma unroll
             for (int mi = 0; mi < 4; mi++)
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) mma_bf16(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+                for (int ni = 0; ni < MGM_NI; ni++) mma_bf16(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
         }
     }
     cp_async_wait<0>();
 
-    // epilogue: accumulator (mi, ni, v): row wm*64 + mi*16 + lane/4 (+8 for v >= 2), tile column wn*32 + ni*8 +
+    // epilogue: accumulator (mi, ni, v): row wm*64 + mi*16 + lane/4 (+8 for v >= 2), tile column wn*WN + ni*8 +
     // 2*(lane%4) (+1 for odd v)
 #pragma unroll
     for (int mi = 0; mi < 4; mi++)
@@ -139,8 +145,8 @@ static __global__ void __launch_bounds__(MGM_THREADS, 2) moe_gemm_kernel(mgm_par
             if (r >= r1) continue;
             bf16 *o = p.out + (size_t)r * p.ldo;
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                const int col = wn * 32 + ni * 8 + 2 * (lane & 3);
+            for (int ni = 0; ni < MGM_NI; ni++) {
+                const int col = wn * MGM_WN + ni * 8 + 2 * (lane & 3);
                 const float x0 = acc[mi][ni][2 * h], x1 = acc[mi][ni][2 * h + 1];
                 if (GU) {
                     const int j = c0 + (col >> 1);
@@ -153,18 +159,33 @@ static __global__ void __launch_bounds__(MGM_THREADS, 2) moe_gemm_kernel(mgm_par
         }
 }
 
-template <bool GU> static void mgm_launch(const mgm_params &p, int max_tiles, int ncols, cudaStream_t st)
+template <bool GU, int BN> static void mgm_launch_bn(const mgm_params &p, int max_tiles, int ncols, cudaStream_t st)
 {
     static bool attr_set = false; // per instantiation; the attribute is per device and function (one device)
     if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(moe_gemm_kernel<GU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)MGM_SMEM));
+        CHECK_CUDA(cudaFuncSetAttribute(moe_gemm_kernel<GU, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)MGM_SMEM(BN)));
         attr_set = true;
     }
-    const int per = GU ? MGM_BN / 2 : MGM_BN;
+    const int per = GU ? BN / 2 : BN;
     dim3 grid((unsigned)((ncols + per - 1) / per), (unsigned)max_tiles);
-    moe_gemm_kernel<GU><<<grid, MGM_THREADS, MGM_SMEM, st>>>(p);
+    moe_gemm_kernel<GU, BN><<<grid, MGM_THREADS, MGM_SMEM(BN), st>>>(p);
     CHECK_CUDA_LAUNCH();
+}
+
+template <bool GU> static void mgm_launch(const mgm_params &p, int max_tiles, int ncols, cudaStream_t st)
+{
+    if (mgm_bn == 128) mgm_launch_bn<GU, 128>(p, max_tiles, ncols, st);
+    else mgm_launch_bn<GU, 256>(p, max_tiles, ncols, st);
+}
+
+extern "C" void moe_gemm_cuda_set_bn(int bn)
+{
+    if (bn != 128 && bn != 256) {
+        fprintf(stderr, "moe_gemm_cuda_set_bn: %d: expected 128 or 256\n", bn);
+        exit(1);
+    }
+    mgm_bn = bn;
 }
 
 static void mgm_check(const char *what, int ldo, int lda, int H, int Im, int Is, int max_tiles)

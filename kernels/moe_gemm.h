@@ -33,6 +33,8 @@ void moe_gemm_gate_up_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx,
 void moe_gemm_down_cuda(uint16_t *y, int ldy, const uint16_t *act, int ldact, const int32_t *tiles,
                         const int32_t *ntiles, int max_tiles, int E, int H, int Im, int Is, const uint16_t *w_down,
                         const uint16_t *ws_down, void *stream);
+/* The output tile width of later launches: 256 (the default) or 128; for bench_moe's comparison of the two. */
+void moe_gemm_cuda_set_bn(int bn);
 #ifdef __cplusplus
 }
 #endif
