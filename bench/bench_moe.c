@@ -45,13 +45,13 @@ int main(int argc, char **argv)
     hf_config c;
     qwen35_a3b_config(&c, 40, 0);
     const int H = c.hidden_size, E = c.num_experts, K = c.num_experts_per_tok, Im = c.moe_intermediate_size;
-    const int Is = c.shared_expert_intermediate_size, TK = T * K, R = TK + T, ldl = (E + 1 + 3) / 4 * 4;
+    const int Is = c.shared_expert_intermediate_size, TK = T * K, R = TK + T, ldl = (E + 1 + 15) / 16 * 16;
     const int lda = Im > Is ? Im : Is, mt = moe_group_max_tiles(TK, E, T, MOE_GEMM_BM);
     cudaStream_t st;
     CHECK_CUDA(cudaStreamCreate(&st));
     matmul_cuda *mm = matmul_cuda_create(0);
     uint16_t *u = dalloc((size_t)T * H * 2), *x = dalloc((size_t)T * H * 2), *out = dalloc((size_t)T * H * 2);
-    uint16_t *router = dalloc((size_t)(E + 1) * H * 2), *egu = dalloc((size_t)E * 2 * Im * H * 2);
+    uint16_t *router = dalloc((size_t)ldl * H * 2), *egu = dalloc((size_t)E * 2 * Im * H * 2);
     uint16_t *edown = dalloc((size_t)E * H * Im * 2), *sgu = dalloc((size_t)2 * Is * H * 2);
     uint16_t *sdown = dalloc((size_t)H * Is * 2), *act = dalloc((size_t)R * lda * 2), *ys = dalloc((size_t)R * H * 2);
     float *logits = dalloc(sizeof(float) * (size_t)T * ldl), *selw = dalloc(sizeof(float) * (size_t)TK);
@@ -61,6 +61,7 @@ int main(int argc, char **argv)
     void *work = dalloc(moe_group_cuda_workspace(TK, E));
     rand_fill_bf16_cuda(u, (size_t)T * H, 1, 1.0f, 0.0f, st);
     rand_fill_bf16_cuda(x, (size_t)T * H, 2, 1.0f, 0.0f, st);
+    CHECK_CUDA(cudaMemset(router, 0, (size_t)ldl * H * 2));
     rand_fill_bf16_cuda(router, (size_t)(E + 1) * H, 3, 0.02f, 0.0f, st);
     rand_fill_bf16_cuda(egu, (size_t)E * 2 * Im * H, 4, 0.02f, 0.0f, st);
     rand_fill_bf16_cuda(edown, (size_t)E * H * Im, 5, 0.02f, 0.0f, st);
@@ -80,17 +81,19 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaEventElapsedTime(&f_, e0, e1));                                                                 \
         ms = f_ / iters;                                                                                               \
     } while (0)
-    float t_router, t_topk, t_group, t_gu[2], t_down[2], t_comb;
+    float t_router, t_router16, t_topk, t_group, t_gu[3], t_down[3], t_comb;
     TIMED(t_router, matmul_forward_f32_cuda(mm, logits, ldl, 0.0f, u, H, router, T, E + 1, H, st));
+    /* the module's: the router rows padded with zero rows to a multiple of 16 columns */
+    TIMED(t_router16, matmul_forward_f32_cuda(mm, logits, ldl, 0.0f, u, H, router, T, ldl, H, st));
     TIMED(t_topk, moe_router_topk_cuda(sel, selw, logits, ldl, T, E, K, 1, st));
     TIMED(t_group, moe_group_cuda(sel, T, K, E, T, MOE_GEMM_BM, off, rt, sr, tiles, nt, work, st));
-    const int bns[2] = {128, 256};
-    for (int v = 0; v < 2; v++) {
-        moe_gemm_cuda_set_bn(bns[v]);
+    const int bns[3] = {128, 128, 256}, bks[3] = {32, 64, 32};
+    for (int v = 0; v < 3; v++) {
+        moe_gemm_cuda_set_tile(bns[v], bks[v]);
         TIMED(t_gu[v], moe_gemm_gate_up_cuda(act, lda, u, H, rt, tiles, nt, mt, E, H, Im, Is, egu, sgu, st));
         TIMED(t_down[v], moe_gemm_down_cuda(ys, H, act, lda, tiles, nt, mt, E, H, Im, Is, edown, sdown, st));
     }
-    moe_gemm_cuda_set_bn(256);
+    moe_gemm_cuda_set_tile(128, 32);
     TIMED(t_comb, moe_combine_cuda(out, H, x, H, ys, H, sr, selw, T, K, H, ys + (size_t)TK * H, H, logits + E, ldl, st));
     int32_t h_nt = 0, *h_off = xmalloc(sizeof(int32_t) * (size_t)(E + 2));
     CHECK_CUDA(cudaMemcpy(&h_nt, nt, sizeof h_nt, cudaMemcpyDeviceToHost));
@@ -104,13 +107,14 @@ int main(int argc, char **argv)
     printf("bench_moe: one Qwen3.5-35B-A3B MoE layer (H %d, %d experts of %d, top %d + shared %d), %d tokens = %d "
            "routed + %d shared rows; %d tiles of %d rows; rows per expert %d..%d\n",
            H, E, Im, K, Is, T, TK, T, h_nt, MOE_GEMM_BM, mn, mx);
-    printf("router GEMM %.3f ms, top-k %.3f ms, grouping %.3f ms, combine %.3f ms\n", t_router, t_topk, t_group, t_comb);
-    for (int v = 0; v < 2; v++)
-        printf("tile %dx%d: gate|up+SwiGLU %.3f ms (%.0f TFLOP/s), down %.3f ms (%.0f TFLOP/s)\n", MOE_GEMM_BM, bns[v],
+    printf("router GEMM %.3f ms (%d columns; %.3f ms for %d), top-k %.3f ms, grouping %.3f ms, combine %.3f ms\n", t_router16, ldl, t_router, E + 1, t_topk, t_group, t_comb);
+    for (int v = 0; v < 3; v++)
+        printf("tile %dx%dx%d: gate|up+SwiGLU %.3f ms (%.0f TFLOP/s), down %.3f ms (%.0f TFLOP/s)\n", MOE_GEMM_BM, bns[v], bks[v],
                t_gu[v], f_gu / t_gu[v] / 1e9, t_down[v], f_down / t_down[v] / 1e9);
-    const int b = t_gu[1] + t_down[1] <= t_gu[0] + t_down[0];
-    const double layer = t_router + t_topk + t_group + t_gu[b] + t_down[b] + t_comb;
-    printf("MoE block per layer %.3f ms (tile %d), x40 layers %.1f ms\n", layer, bns[b], 40 * layer);
+    int b = 0;
+    for (int v = 1; v < 3; v++) b = t_gu[v] + t_down[v] < t_gu[b] + t_down[b] ? v : b;
+    const double layer = t_router16 + t_topk + t_group + t_gu[b] + t_down[b] + t_comb;
+    printf("MoE block per layer %.3f ms (tile 128x%dx%d), x40 layers %.1f ms\n", layer, bns[b], bks[b], 40 * layer);
     free(h_off);
     matmul_cuda_destroy(&mm);
     return 0;

@@ -20,13 +20,11 @@ using namespace mma_sm80;
 typedef __nv_bfloat16 bf16;
 
 #define MGM_BM MOE_GEMM_BM
-#define MGM_BK 32
-#define MGM_LDS (MGM_BK + 8)
-#define MGM_STAGES 4
 #define MGM_THREADS 256
-#define MGM_SMEM(BN) ((size_t)MGM_STAGES * (MGM_BM + (BN)) * MGM_LDS * 2)
+// shared memory of one block: STAGES x (BM + BN) rows of BK + 8 elements
+#define MGM_SMEM(BN, BK, ST) ((size_t)(ST) * (MGM_BM + (BN)) * ((BK) + 8) * 2)
 
-static int mgm_bn = 256; // moe_gemm_cuda_set_bn
+static int mgm_bn = 128, mgm_bk = 32; // moe_gemm_cuda_set_tile
 
 struct mgm_params {
     bf16 *out;
@@ -38,11 +36,13 @@ struct mgm_params {
     int E, H, Im, Is;
 };
 
-// BN 256: warp tiles 64 x 64, one block per SM; BN 128: 64 x 32, two blocks per SM
-template <bool GU, int MGM_BN>
+// BN 256: warp tiles 64 x 64, one block per SM; BN 128: 64 x 32, two blocks per SM. BK 32 with 4 stages or 64
+// with 3 (rows of 80 or 144 bytes: ldmatrix's 8 rows on distinct banks either way).
+template <bool GU, int MGM_BN, int MGM_BK, int MGM_STAGES>
 static __global__ void __launch_bounds__(MGM_THREADS, MGM_BN == 128 ? 2 : 1) moe_gemm_kernel(mgm_params p)
 {
     constexpr int MGM_WN = MGM_BN / 4, MGM_NI = MGM_WN / 8; // warp tile columns, n8 tiles per warp
+    constexpr int MGM_LDS = MGM_BK + 8;
     const int tile = blockIdx.y;
     if (tile >= *p.ntiles) return;
     const int g = p.tiles[3 * tile], r0 = p.tiles[3 * tile + 1], r1 = p.tiles[3 * tile + 2];
@@ -57,20 +57,20 @@ static __global__ void __launch_bounds__(MGM_THREADS, MGM_BN == 128 ? 2 : 1) moe
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *As = reinterpret_cast<bf16 *>(smem), *Bs = As + (size_t)MGM_STAGES * MGM_BM * MGM_LDS;
 
-    // this thread's A rows tid/4 + 64 i (i < 2), B rows tid/4 + 64 i (i < BN/64), 16-byte chunk tid%4 of each k-step
-    constexpr int NB = MGM_BN / 64;
-    const int tid = threadIdx.x, lr = tid >> 2, lc = (tid & 3) * 8;
-    const bf16 *ap[2], *bp[NB];
-    bool av[2], bv[NB];
+    // this thread's A rows lr + RP i (i < NA), B rows lr + RP i (i < NB), 16-byte chunk lc of each k-step
+    constexpr int CPR = MGM_BK / 8, RP = MGM_THREADS / CPR, NA = MGM_BM / RP, NB = MGM_BN / RP;
+    const int tid = threadIdx.x, lr = tid / CPR, lc = (tid % CPR) * 8;
+    const bf16 *ap[NA], *bp[NB];
+    bool av[NA], bv[NB];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = r0 + lr + 64 * i;
+    for (int i = 0; i < NA; i++) {
+        const int r = r0 + lr + RP * i;
         av[i] = r < r1;
         ap[i] = p.a + (size_t)(av[i] ? (GU ? p.row_token[r] : r) : 0) * p.lda;
     }
 #pragma unroll
     for (int i = 0; i < NB; i++) {
-        const int c = lr + 64 * i;
+        const int c = lr + RP * i;
         int wrow;
         if (GU) {
             const int j = c0 + (c >> 1);
@@ -88,9 +88,9 @@ static __global__ void __launch_bounds__(MGM_THREADS, MGM_BN == 128 ? 2 : 1) moe
         const bool kin = k < K; // K is a multiple of 8: a chunk is wholly in or out
         bf16 *as = As + (size_t)stage * MGM_BM * MGM_LDS, *bs = Bs + (size_t)stage * MGM_BN * MGM_LDS;
 #pragma unroll
-        for (int i = 0; i < 2; i++) cp_async16(as + (lr + 64 * i) * MGM_LDS + lc, ap[i] + (kin ? k : 0), av[i] && kin);
+        for (int i = 0; i < NA; i++) cp_async16(as + (lr + RP * i) * MGM_LDS + lc, ap[i] + (kin ? k : 0), av[i] && kin);
 #pragma unroll
-        for (int i = 0; i < NB; i++) cp_async16(bs + (lr + 64 * i) * MGM_LDS + lc, bp[i] + (kin ? k : 0), bv[i] && kin);
+        for (int i = 0; i < NB; i++) cp_async16(bs + (lr + RP * i) * MGM_LDS + lc, bp[i] + (kin ? k : 0), bv[i] && kin);
     };
 
     const int lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
@@ -159,33 +159,36 @@ static __global__ void __launch_bounds__(MGM_THREADS, MGM_BN == 128 ? 2 : 1) moe
         }
 }
 
-template <bool GU, int BN> static void mgm_launch_bn(const mgm_params &p, int max_tiles, int ncols, cudaStream_t st)
+template <bool GU, int BN, int BK, int ST>
+static void mgm_launch_cfg(const mgm_params &p, int max_tiles, int ncols, cudaStream_t st)
 {
     static bool attr_set = false; // per instantiation; the attribute is per device and function (one device)
     if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(moe_gemm_kernel<GU, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)MGM_SMEM(BN)));
+        CHECK_CUDA(cudaFuncSetAttribute(moe_gemm_kernel<GU, BN, BK, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)MGM_SMEM(BN, BK, ST)));
         attr_set = true;
     }
     const int per = GU ? BN / 2 : BN;
     dim3 grid((unsigned)((ncols + per - 1) / per), (unsigned)max_tiles);
-    moe_gemm_kernel<GU, BN><<<grid, MGM_THREADS, MGM_SMEM(BN), st>>>(p);
+    moe_gemm_kernel<GU, BN, BK, ST><<<grid, MGM_THREADS, MGM_SMEM(BN, BK, ST), st>>>(p);
     CHECK_CUDA_LAUNCH();
 }
 
 template <bool GU> static void mgm_launch(const mgm_params &p, int max_tiles, int ncols, cudaStream_t st)
 {
-    if (mgm_bn == 128) mgm_launch_bn<GU, 128>(p, max_tiles, ncols, st);
-    else mgm_launch_bn<GU, 256>(p, max_tiles, ncols, st);
+    if (mgm_bn == 256) mgm_launch_cfg<GU, 256, 32, 4>(p, max_tiles, ncols, st);
+    else if (mgm_bk == 64) mgm_launch_cfg<GU, 128, 64, 3>(p, max_tiles, ncols, st);
+    else mgm_launch_cfg<GU, 128, 32, 4>(p, max_tiles, ncols, st);
 }
 
-extern "C" void moe_gemm_cuda_set_bn(int bn)
+extern "C" void moe_gemm_cuda_set_tile(int bn, int bk)
 {
-    if (bn != 128 && bn != 256) {
-        fprintf(stderr, "moe_gemm_cuda_set_bn: %d: expected 128 or 256\n", bn);
+    if (!((bn == 128 && (bk == 32 || bk == 64)) || (bn == 256 && bk == 32))) {
+        fprintf(stderr, "moe_gemm_cuda_set_tile: %d x %d: expected 128 x 32 (the default), 128 x 64 or 256 x 32\n", bn,
+                bk);
         exit(1);
     }
-    mgm_bn = bn;
+    mgm_bn = bn, mgm_bk = bk;
 }
 
 static void mgm_check(const char *what, int ldo, int lda, int H, int Im, int Is, int max_tiles)

@@ -32,7 +32,7 @@ typedef struct moe_cuda_shape {
 } moe_cuda_shape;
 
 typedef struct moe_cuda_layer {
-    uint16_t *router;       /* (E + shared_gate, H): router rows, then the shared expert's gate row */
+    uint16_t *router;       /* (E + shared_gate, H): router rows, then the shared expert's gate row (then zero rows) */
     uint16_t *e_gu, *e_down; /* (E, 2 Im, H): per expert Im gate rows then Im up rows; (E, H, Im) */
     uint16_t *s_gu, *s_down; /* (2 Is, H), (H, Is); NULL when Is = 0 */
 } moe_cuda_layer;
