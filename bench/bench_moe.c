@@ -81,19 +81,19 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaEventElapsedTime(&f_, e0, e1));                                                                 \
         ms = f_ / iters;                                                                                               \
     } while (0)
-    float t_router, t_router16, t_topk, t_group, t_gu[3], t_down[3], t_comb;
+    float t_router, t_router16, t_topk, t_group, t_gu[2], t_down[2], t_comb;
     TIMED(t_router, matmul_forward_f32_cuda(mm, logits, ldl, 0.0f, u, H, router, T, E + 1, H, st));
     /* the module's: the router rows padded with zero rows to a multiple of 16 columns */
     TIMED(t_router16, matmul_forward_f32_cuda(mm, logits, ldl, 0.0f, u, H, router, T, ldl, H, st));
     TIMED(t_topk, moe_router_topk_cuda(sel, selw, logits, ldl, T, E, K, 1, st));
     TIMED(t_group, moe_group_cuda(sel, T, K, E, T, MOE_GEMM_BM, off, rt, sr, tiles, nt, work, st));
-    const int bns[3] = {128, 128, 256}, bks[3] = {32, 64, 32};
-    for (int v = 0; v < 3; v++) {
-        moe_gemm_cuda_set_tile(bns[v], bks[v]);
+    const int bns[2] = {128, 256};
+    for (int v = 0; v < 2; v++) {
+        moe_gemm_cuda_set_bn(bns[v]);
         TIMED(t_gu[v], moe_gemm_gate_up_cuda(act, lda, u, H, rt, tiles, nt, mt, E, H, Im, Is, egu, sgu, st));
         TIMED(t_down[v], moe_gemm_down_cuda(ys, H, act, lda, tiles, nt, mt, E, H, Im, Is, edown, sdown, st));
     }
-    moe_gemm_cuda_set_tile(128, 32);
+    moe_gemm_cuda_set_bn(128);
     TIMED(t_comb, moe_combine_cuda(out, H, x, H, ys, H, sr, selw, T, K, H, ys + (size_t)TK * H, H, logits + E, ldl, st));
     int32_t h_nt = 0, *h_off = xmalloc(sizeof(int32_t) * (size_t)(E + 2));
     CHECK_CUDA(cudaMemcpy(&h_nt, nt, sizeof h_nt, cudaMemcpyDeviceToHost));
@@ -108,13 +108,13 @@ int main(int argc, char **argv)
            "routed + %d shared rows; %d tiles of %d rows; rows per expert %d..%d\n",
            H, E, Im, K, Is, T, TK, T, h_nt, MOE_GEMM_BM, mn, mx);
     printf("router GEMM %.3f ms (%d columns; %.3f ms for %d), top-k %.3f ms, grouping %.3f ms, combine %.3f ms\n", t_router16, ldl, t_router, E + 1, t_topk, t_group, t_comb);
-    for (int v = 0; v < 3; v++)
-        printf("tile %dx%dx%d: gate|up+SwiGLU %.3f ms (%.0f TFLOP/s), down %.3f ms (%.0f TFLOP/s)\n", MOE_GEMM_BM, bns[v], bks[v],
+    for (int v = 0; v < 2; v++)
+        printf("tile %dx%d: gate|up+SwiGLU %.3f ms (%.0f TFLOP/s), down %.3f ms (%.0f TFLOP/s)\n", MOE_GEMM_BM, bns[v],
                t_gu[v], f_gu / t_gu[v] / 1e9, t_down[v], f_down / t_down[v] / 1e9);
     int b = 0;
-    for (int v = 1; v < 3; v++) b = t_gu[v] + t_down[v] < t_gu[b] + t_down[b] ? v : b;
+    for (int v = 1; v < 2; v++) b = t_gu[v] + t_down[v] < t_gu[b] + t_down[b] ? v : b;
     const double layer = t_router16 + t_topk + t_group + t_gu[b] + t_down[b] + t_comb;
-    printf("MoE block per layer %.3f ms (tile 128x%dx%d), x40 layers %.1f ms\n", layer, bns[b], bks[b], 40 * layer);
+    printf("MoE block per layer %.3f ms (tile 128x%d), x40 layers %.1f ms\n", layer, bns[b], 40 * layer);
     free(h_off);
     matmul_cuda_destroy(&mm);
     return 0;

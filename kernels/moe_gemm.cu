@@ -4,10 +4,10 @@
 // the expert's weights in L2). 8 warps (2 x 4), bf16 m16n8k16 mma.sync with fp32 accumulators, a multi-stage
 // cp.async pipeline; shared rows 8 elements past a multiple of 32 bytes, so that the 8 rows of an ldmatrix fall on
 // distinct banks. Tiles: 128 x 128 x 32, 4 stages, two blocks per SM (the default: on the H200, Qwen3.5-35B-A3B's
-// layer, 264 TFLOP/s gate|up, 231 down, against 223 / 207 for 128 x 256 with one block per SM); 128 x 128 x 64 with
-// 3 stages and 128 x 256 x 32 selectable for comparison (moe_gemm_cuda_set_tile). The gate|up kernel gathers its A rows through row_token, and loads its B tile
-// interleaved (tile column 2j: gate row j, 2j+1: up row j) so that each thread's accumulator pair is (gate, up) of
-// one act column: SwiGLU is its epilogue and the (R, 2 I) intermediate never exists.
+// layer, 264 TFLOP/s gate|up, 231 down, against 223 / 207 for 128 x 256 with one block per SM); 128 x 256 x 32
+// selectable for comparison (moe_gemm_cuda_set_bn). The gate|up kernel gathers its A rows through row_token, and
+// loads its B tile interleaved (tile column 2j: gate row j, 2j+1: up row j) so that each thread's accumulator pair is
+// (gate, up) of one act column: SwiGLU is its epilogue and the (R, 2 I) intermediate never exists.
 #include <cuda_bf16.h>
 #include <cstdint>
 #include <cstdio>
@@ -25,7 +25,7 @@ typedef __nv_bfloat16 bf16;
 // shared memory of one block: STAGES x (BM + BN) rows of BK + 8 elements
 #define MGM_SMEM(BN, BK, ST) ((size_t)(ST) * (MGM_BM + (BN)) * ((BK) + 8) * 2)
 
-static int mgm_bn = 128, mgm_bk = 32; // moe_gemm_cuda_set_tile
+static int mgm_bn = 128; // moe_gemm_cuda_set_bn
 
 struct mgm_params {
     bf16 *out;
@@ -37,8 +37,8 @@ struct mgm_params {
     int E, H, Im, Is;
 };
 
-// BN 256: warp tiles 64 x 64, one block per SM; BN 128: 64 x 32, two blocks per SM. BK 32 with 4 stages or 64
-// with 3 (rows of 80 or 144 bytes: ldmatrix's 8 rows on distinct banks either way).
+// BN 256: warp tiles 64 x 64, one block per SM; BN 128: 64 x 32, two blocks per SM. (BK, STAGES) = (32, 4): rows
+// of 80 bytes.
 template <bool GU, int MGM_BN, int MGM_BK, int MGM_STAGES>
 static __global__ void __launch_bounds__(MGM_THREADS, MGM_BN == 128 ? 2 : 1) moe_gemm_kernel(mgm_params p)
 {
@@ -178,18 +178,16 @@ static void mgm_launch_cfg(const mgm_params &p, int max_tiles, int ncols, cudaSt
 template <bool GU> static void mgm_launch(const mgm_params &p, int max_tiles, int ncols, cudaStream_t st)
 {
     if (mgm_bn == 256) mgm_launch_cfg<GU, 256, 32, 4>(p, max_tiles, ncols, st);
-    else if (mgm_bk == 64) mgm_launch_cfg<GU, 128, 64, 3>(p, max_tiles, ncols, st);
     else mgm_launch_cfg<GU, 128, 32, 4>(p, max_tiles, ncols, st);
 }
 
-extern "C" void moe_gemm_cuda_set_tile(int bn, int bk)
+extern "C" void moe_gemm_cuda_set_bn(int bn)
 {
-    if (!((bn == 128 && (bk == 32 || bk == 64)) || (bn == 256 && bk == 32))) {
-        fprintf(stderr, "moe_gemm_cuda_set_tile: %d x %d: expected 128 x 32 (the default), 128 x 64 or 256 x 32\n", bn,
-                bk);
+    if (bn != 128 && bn != 256) {
+        fprintf(stderr, "moe_gemm_cuda_set_bn: %d: expected 128 (the default) or 256\n", bn);
         exit(1);
     }
-    mgm_bn = bn, mgm_bk = bk;
+    mgm_bn = bn;
 }
 
 static void mgm_check(const char *what, int ldo, int lda, int H, int Im, int Is, int max_tiles)

@@ -33,9 +33,8 @@ void moe_gemm_gate_up_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx,
 void moe_gemm_down_cuda(uint16_t *y, int ldy, const uint16_t *act, int ldact, const int32_t *tiles,
                         const int32_t *ntiles, int max_tiles, int E, int H, int Im, int Is, const uint16_t *w_down,
                         const uint16_t *ws_down, void *stream);
-/* The tile of later launches (output columns x k-step): 128 x 32 (the default), 128 x 64 or 256 x 32; for
- * bench_moe's comparison and the tests. */
-void moe_gemm_cuda_set_tile(int bn, int bk);
+/* The output tile width of later launches: 128 (the default) or 256; for bench_moe's comparison and the tests. */
+void moe_gemm_cuda_set_bn(int bn);
 #ifdef __cplusplus
 }
 #endif

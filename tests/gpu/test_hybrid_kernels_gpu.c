@@ -272,9 +272,9 @@ static void check_group(int T, int K, int E, int shared)
 
 /* The grouped GEMMs on the device schedule of random picks (a strided, wider x; act and ys through their own
  * row strides) against moe_gemm_*_cpu on the same bf16 values; the down GEMM takes the GPU's act (bf16) as input. */
-static void check_moe_gemm(int T, int K, int E, int H, int Im, int Is, int bn, int bk)
+static void check_moe_gemm(int T, int K, int E, int H, int Im, int Is, int bn)
 {
-    moe_gemm_cuda_set_tile(bn, bk);
+    moe_gemm_cuda_set_bn(bn);
     const int TK = T * K, S = Is > 0 ? T : 0, R = TK + S, ldx = H + 16, W = Im > Is ? Im : Is, lda = W + 8;
     const int ldy = H + 8, mt = moe_group_max_tiles(TK, E, S, MOE_GEMM_BM);
     int32_t *sel = moe_picks(T, K, E, E - 1);
@@ -309,7 +309,7 @@ static void check_moe_gemm(int T, int K, int E, int H, int Im, int Is, int bn, i
     for (int r = 0; r < R; r++)
         for (int j = 0; j < (r < TK ? Im : Is); j++, n++) ga[n] = gact[(size_t)r * lda + j], ra[n] = act[(size_t)r * lda + j];
     char name[160];
-    snprintf(name, sizeof name, "moe_gemm_gate_up T=%d K=%d E=%d H=%d Im=%d Is=%d tile=%dx%d", T, K, E, H, Im, Is, bn, bk);
+    snprintf(name, sizeof name, "moe_gemm_gate_up T=%d K=%d E=%d H=%d Im=%d Is=%d tile=%d", T, K, E, H, Im, Is, bn);
     compare_bf16(name, ga, ra, n, TOL, TOL);
     for (size_t i = 0; i < (size_t)R * lda; i++) gaf[i] = bf16_to_f32(gact[i]);
     moe_gemm_down_cpu(ys, ldy, gaf, lda, off, E, H, Im, Is, wd, Is ? sd : NULL);
@@ -317,16 +317,16 @@ static void check_moe_gemm(int T, int K, int E, int H, int Im, int Is, int bn, i
     float *ry = xmalloc(sizeof(float) * (size_t)R * H);
     for (int r = 0; r < R; r++)
         for (int c = 0; c < H; c++) gy[(size_t)r * H + c] = gys[(size_t)r * ldy + c], ry[(size_t)r * H + c] = ys[(size_t)r * ldy + c];
-    snprintf(name, sizeof name, "moe_gemm_down T=%d K=%d E=%d H=%d Im=%d Is=%d tile=%dx%d", T, K, E, H, Im, Is, bn, bk);
+    snprintf(name, sizeof name, "moe_gemm_down T=%d K=%d E=%d H=%d Im=%d Is=%d tile=%d", T, K, E, H, Im, Is, bn);
     compare_bf16(name, gy, ry, (size_t)R * H, TOL, TOL);
     /* deterministic: the same launches again give the same bits */
     moe_gemm_gate_up_cuda(dact, lda, dx, ldx, drt, dtl, dnt, mt, E, H, Im, Is, dwgu, dsgu, stream);
     moe_gemm_down_cuda(dys, ldy, dact, lda, dtl, dnt, mt, E, H, Im, Is, dwd, dsd, stream);
     uint16_t *gys2 = dev_get(dys, (size_t)R * ldy * 2);
     const int same = !memcmp(gys, gys2, (size_t)R * ldy * 2);
-    printf("%s moe_gemm repeat T=%d E=%d tile=%dx%d: %s\n", same ? "ok" : "FAIL", T, E, bn, bk,
+    printf("%s moe_gemm repeat T=%d E=%d tile=%d: %s\n", same ? "ok" : "FAIL", T, E, bn,
            same ? "bit-identical" : "differs");
-    moe_gemm_cuda_set_tile(128, 32);
+    moe_gemm_cuda_set_bn(128);
     if (!same) failures++;
     void *d[] = {dsel, doff, drt, dsr, dtl, dnt, work, dx, dwgu, dwd, dsgu, dsd, dact, dys};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) CHECK_CUDA(cudaFree(d[i]));
@@ -368,13 +368,12 @@ int main(int argc, char **argv)
     check_group(300, 8, 256, 1);
     check_group(19218, 8, 256, 1);
     check_group(1000, 2, 1023, 0);
-    static const int tile[3][2] = {{128, 32}, {128, 64}, {256, 32}}; /* every tile moe_gemm_cuda_set_tile takes */
-    for (int v = 0; v < 3; v++) {
-        check_moe_gemm(105, 2, 8, 64, 32, 48, tile[v][0], tile[v][1]);     /* the MoE golden's shape */
-        check_moe_gemm(700, 8, 16, 384, 64, 136, tile[v][0], tile[v][1]);  /* shared expert wider than the routed */
+    for (int bn = 128; bn <= 256; bn *= 2) { /* both tile widths */
+        check_moe_gemm(105, 2, 8, 64, 32, 48, bn);     /* the MoE golden's shape */
+        check_moe_gemm(700, 8, 16, 384, 64, 136, bn);  /* shared expert wider than the routed ones */
     }
-    check_moe_gemm(700, 8, 16, 256, 64, 64, 128, 32);
-    check_moe_gemm(300, 4, 12, 2048, 512, 0, 128, 32); /* Qwen3.5-35B-A3B's widths, no shared expert */
+    check_moe_gemm(700, 8, 16, 256, 64, 64, 128);
+    check_moe_gemm(300, 4, 12, 2048, 512, 0, 128); /* Qwen3.5-35B-A3B's widths, no shared expert */
     CHECK_CUDA(cudaStreamDestroy(stream));
     printf("test_hybrid_kernels_gpu: %d case(s) failed\n", failures);
     return failures ? 1 : 0;
