@@ -6,7 +6,9 @@
  * 790 TFLOP/s, peak device memory and the time split by kernel class (from a separate instrumented step).
  * --family qwen3_5: the Qwen3.5-9B-shaped hybrid target instead (bench/qwen35_9b.h: 32 layers, 3 Gated DeltaNet : 1
  * gated attention), taps [1, 9, 17, 25] (those below the layer count), the split adding the delta rule's time.
- * usage: bench_target [--family qwen3|qwen3_5] [--iters N] [--layers L] [--vocab V] [--tflops R] */
+ * --family qwen3_5_moe: the Qwen3.5-35B-A3B-shaped hybrid MoE target (bench/qwen35_a3b.h: 40 layers, 256 experts,
+ * 8 routed + 1 shared); useful FLOPs count the active parameters (router, 8 routed and the shared expert).
+ * usage: bench_target [--family qwen3|qwen3_5|qwen3_5_moe] [--iters N] [--layers L] [--vocab V] [--tflops R] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 
 #include "cuda_check.h"
 #include "qwen35_9b.h"
+#include "qwen35_a3b.h"
 #include "qwen3_8b.h"
 #include "target_model_cuda.h"
 #include "util.h"
@@ -26,14 +29,15 @@ static const int kTaps[] = {1, 9, 17, 25, 33};
 
 int main(int argc, char **argv)
 {
-    int iters = 10, layers = -1, vocab = 0, hybrid = 0;
+    int iters = 10, layers = -1, vocab = 0, hybrid = 0, moe = 0;
     double tflops = 790.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--family") && i + 1 < argc) {
             const char *f = argv[++i];
             if (!strcmp(f, "qwen3_5")) hybrid = 1;
+            else if (!strcmp(f, "qwen3_5_moe")) hybrid = moe = 1;
             else if (strcmp(f, "qwen3")) {
-                fprintf(stderr, "bench_target: --family %s: expected qwen3 or qwen3_5\n", f);
+                fprintf(stderr, "bench_target: --family %s: expected qwen3, qwen3_5 or qwen3_5_moe\n", f);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
@@ -41,18 +45,19 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5] [--iters N] [--layers L] [--vocab V] [--tflops R]\n",
+            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5|qwen3_5_moe] [--iters N] [--layers L] [--vocab V] [--tflops R]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (layers < 0) layers = hybrid ? 32 : 36;
+    if (layers < 0) layers = moe ? 40 : hybrid ? 32 : 36;
     if (iters < 1 || layers < 2) {
         fprintf(stderr, "bench_target: --iters must be >= 1 and --layers >= 2\n");
         return 2;
     }
     hf_config cfg;
-    if (hybrid) qwen35_9b_config(&cfg, layers, vocab);
+    if (moe) qwen35_a3b_config(&cfg, layers, vocab);
+    else if (hybrid) qwen35_9b_config(&cfg, layers, vocab);
     else qwen3_8b_config(&cfg, layers);
     if (vocab > 0) cfg.vocab_size = vocab;
 
@@ -160,9 +165,14 @@ int main(int argc, char **argv)
         double C = 2.0 * cfg.linear_num_k_heads * cfg.linear_k_head_dim +
                    (double)cfg.linear_num_v_heads * cfg.linear_v_head_dim;
         double VD = (double)cfg.linear_num_v_heads * cfg.linear_v_head_dim, HV = cfg.linear_num_v_heads;
+        /* the MLP's parameters a token uses: dense, or the router (+ shared gate), K routed and the shared expert */
+        double Is = cfg.shared_expert_intermediate_size;
+        double mlp = moe ? (cfg.num_experts + (Is > 0)) * Hd + 3 * Hd * cfg.moe_intermediate_size * cfg.num_experts_per_tok +
+                               3 * Hd * Is
+                         : 3 * Hd * I;
         double lin = (C + VD + 2 * HV) * Hd + C * cfg.linear_conv_kernel + Hd * VD + 2 * HV +
-                     cfg.linear_v_head_dim + 3 * Hd * I + 2 * Hd;
-        double full = 2 * qd * Hd + 2 * kd * Hd + Hd * qd + 3 * Hd * I + 2 * Hd + 2 * hd;
+                     cfg.linear_v_head_dim + mlp + 2 * Hd;
+        double full = 2 * qd * Hd + 2 * kd * Hd + Hd * qd + mlp + 2 * Hd + 2 * hd;
         nfull = 0;
         for (int i = 0; i < layers; i++) nfull += !cfg.layer_linear[i];
         nonembed = lin * (layers - nfull) + full * nfull + Hd;
@@ -178,7 +188,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < TARGET_CUDA_NCLASS; i++) prof_total += cls[i];
     double publish_ms = (step_s - fwd_s) * 1e3;
     printf("device: %s, %d SMs; batch: %d sequences, %d tokens; %s target, %d layers%s, vocab %d, taps", prop.name,
-           prop.multiProcessorCount, nseq, T, hybrid ? "qwen3_5 (hybrid, Qwen3.5-9B shape)" : "qwen3 (Qwen3-8B shape)",
+           prop.multiProcessorCount, nseq, T,
+           moe ? "qwen3_5_moe (hybrid MoE, Qwen3.5-35B-A3B shape: 256 experts, 8 routed + 1 shared)"
+           : hybrid ? "qwen3_5 (hybrid, Qwen3.5-9B shape)" : "qwen3 (Qwen3-8B shape)",
            layers, hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", cfg.vocab_size);
     for (int i = 0; i < ntaps; i++) printf(" %d", taps[i]);
     printf(" + last\n");

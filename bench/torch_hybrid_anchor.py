@@ -8,7 +8,13 @@ attention layers run on transformers' torch fallback (flash-linear-attention and
 importing) and, when flash-linear-attention imports, on its kernels too: each path in its own process.
 Prints tokens/s for the forward alone and for the whole target step. Compare with
 `bench_target --family qwen3_5` run in the same command.
-usage: python3 torch_hybrid_anchor.py [--path both|torch|fla] [--iters 3] [--layers 32] [--vocab 248320]
+--family qwen3_5_moe: the Qwen3.5-35B-A3B shape instead (bench/qwen35_a3b.h: 40 layers, hidden 2048, 16/2 attention
+heads of 256, every MLP a sparse MoE block of 256 experts of width 512, 8 routed + 1 gated shared expert of width
+512), transformers' Qwen3_5MoeTextModel with its default experts implementation; useful FLOPs count the active
+parameters (the routed experts a token does not use left out), as bench_target does. Compare with
+`bench_target --family qwen3_5_moe`.
+usage: python3 torch_hybrid_anchor.py [--family qwen3_5|qwen3_5_moe] [--path both|torch|fla] [--iters 3]
+       [--layers 32|40] [--vocab 248320]
 """
 import argparse, os, subprocess, sys
 
@@ -16,17 +22,20 @@ LENGTHS = [773, 1876, 1186, 496, 1599, 909, 2012, 1322, 632, 1735, 1045, 355, 14
 TAPS = [1, 9, 17, 25, 33]
 
 ap = argparse.ArgumentParser()
+ap.add_argument("--family", choices=["qwen3_5", "qwen3_5_moe"], default="qwen3_5")
 ap.add_argument("--path", choices=["both", "torch", "fla"], default="both")
 ap.add_argument("--tflops", type=float, default=790.0)
 ap.add_argument("--iters", type=int, default=3)
-ap.add_argument("--layers", type=int, default=32)
+ap.add_argument("--layers", type=int, default=0)   # 0: the shape's (32 dense, 40 MoE)
 ap.add_argument("--vocab", type=int, default=248320)
 a = ap.parse_args()
+moe = a.family == "qwen3_5_moe"
+a.layers = a.layers or (40 if moe else 32)
 
 if a.path == "both":   # one process per path: blocking an import must happen before transformers binds its kernels
     rc = 0
     for p in ("torch", "fla"):
-        argv = [sys.executable, os.path.abspath(__file__), "--path", p, "--tflops", str(a.tflops), "--iters",
+        argv = [sys.executable, os.path.abspath(__file__), "--family", a.family, "--path", p, "--tflops", str(a.tflops), "--iters",
                 str(a.iters), "--layers", str(a.layers), "--vocab", str(a.vocab)]
         rc |= subprocess.call(argv)
     sys.exit(rc)
@@ -49,18 +58,23 @@ try:
 except ImportError as e:
     print(f"torch hybrid: {e.name} is not installed; nothing timed")
     sys.exit(1)
-Config = getattr(transformers, "Qwen3_5TextConfig", None)
-Model = getattr(transformers, "Qwen3_5TextModel", None)
-CausalLM = getattr(transformers, "Qwen3_5ForCausalLM", None)
+pre = "Qwen3_5Moe" if moe else "Qwen3_5"
+Config = getattr(transformers, pre + "TextConfig", None)
+Model = getattr(transformers, pre + "TextModel", None)
+CausalLM = getattr(transformers, pre + "ForCausalLM", None)
 if Config is None or (Model is None and CausalLM is None):
-    print(f"torch hybrid: transformers {transformers.__version__} has no Qwen3.5 text model (Qwen3_5TextConfig / "
-          f"Qwen3_5TextModel / Qwen3_5ForCausalLM); it needs transformers >= 5 with the qwen3_5 model; nothing timed")
+    print(f"torch hybrid: transformers {transformers.__version__} has no {pre} text model ({pre}TextConfig / "
+          f"{pre}TextModel / {pre}ForCausalLM); it needs transformers >= 5 with the {a.family} model; nothing timed")
     sys.exit(1)
 
 torch.manual_seed(0)
 layer_types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(a.layers)]
-cfg = Config(hidden_size=4096, intermediate_size=12288, num_hidden_layers=a.layers, layer_types=layer_types,
-             num_attention_heads=16, num_key_value_heads=4, head_dim=256, linear_num_key_heads=16,
+shape = dict(hidden_size=4096, intermediate_size=12288, num_key_value_heads=4)
+if moe:   # Qwen3.5-35B-A3B (transformers' Qwen3_5MoeTextConfig defaults, spelled out)
+    shape = dict(hidden_size=2048, num_key_value_heads=2, num_experts=256, num_experts_per_tok=8,
+                 moe_intermediate_size=512, shared_expert_intermediate_size=512)
+cfg = Config(**shape, num_hidden_layers=a.layers, layer_types=layer_types,
+             num_attention_heads=16, head_dim=256, linear_num_key_heads=16,
              linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
              vocab_size=a.vocab, rms_norm_eps=1e-6, max_position_embeddings=262144, tie_word_embeddings=False,
              rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
@@ -70,6 +84,10 @@ torch.set_default_dtype(torch.bfloat16)
 with torch.device("cuda"):
     model = (Model(cfg) if Model is not None else CausalLM(cfg).model).eval()
 
+if moe:   # which experts implementation transformers runs
+    ex = getattr(model.layers[0].mlp, "experts", model.layers[0].mlp)
+    print(f"torch hybrid [{a.path}]: experts {type(ex).__name__}, implementation "
+          f"{getattr(cfg, '_experts_implementation', None) or getattr(cfg, 'experts_implementation', None) or 'default'}")
 if a.path == "torch":   # say which linear-attention kernels transformers bound
     mod = sys.modules[type(model.layers[0].linear_attn).__module__]
     fn = getattr(model.layers[0].linear_attn, "chunk_gated_delta_rule", None)
@@ -112,12 +130,14 @@ def timed(f):
 
 # FLOPs as bench_target counts them: 2 x non-embedding parameters + softmax attention of the full-attention layers
 nonembed = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n)
+if moe:   # the active parameters: the routed experts a token does not use left out
+    nonembed -= a.layers * (cfg.num_experts - cfg.num_experts_per_tok) * 3 * cfg.hidden_size * cfg.moe_intermediate_size
 nfull = sum(1 for t in layer_types if t == "full_attention")
 attn = 4 * nfull * 16 * 256 * sum(n * n / 2 for n in LENGTHS) / ntok
 flops_tok = 2 * nonembed + attn
 tf = timed(forward)
 ts = timed(step)
-print(f"torch hybrid [{a.path}]: batch {B} sequences, {ntok} tokens, padded to {L}; {a.layers} layers ({nfull} full "
+print(f"torch hybrid [{a.path}]: {a.family}{' (Qwen3.5-35B-A3B shape)' if moe else ''}; batch {B} sequences, {ntok} tokens, padded to {L}; {a.layers} layers ({nfull} full "
       f"attention), vocab {a.vocab}; transformers {transformers.__version__}, torch {torch.__version__}")
 print(f"torch hybrid [{a.path}] forward: {ntok / tf:.0f} tok/s ({tf * 1e3:.0f} ms, "
       f"{flops_tok * ntok / tf / 1e12:.0f} TFLOP/s useful)")

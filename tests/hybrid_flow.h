@@ -27,6 +27,8 @@
 #include "hf_config.h"
 #include "matmul.h"
 #include "moe_combine.h"
+#include "moe_gemm.h"
+#include "moe_group.h"
 #include "moe_router.h"
 #include "qk_norm_rope.h"
 #include "rand_fill.h"
@@ -211,7 +213,7 @@ static void hflow_layer(hflow *f, int li, float *x, const target_batch *b, const
     }
     rmsnorm_forward_cpu(u, H, x, H, post_norm, T, H, eps);
     hflow_rb(f, u, (size_t)T * H);
-    if (c->num_experts > 0 && c->layer_moe[li]) { /* thc_load_moe (per-expert tensors) + thc_moe */
+    if (c->num_experts > 0 && c->layer_moe[li]) { /* moe_cuda_layer_load + moe_cuda_forward (moe_block_cuda.c) */
         const int E = c->num_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
         const int Is = c->shared_expert_intermediate_size, TK = T * K, ldl = f->ldl;
         float *wr = xcalloc((size_t)(E + 1) * H, sizeof(float));
@@ -246,51 +248,27 @@ static void hflow_layer(hflow *f, int li, float *x, const target_batch *b, const
         memcpy(sgu_w, sa, sizeof(float) * (size_t)Is * H);
         memcpy(sgu_w + (size_t)Is * H, sb, sizeof(float) * (size_t)Is * H);
         memcpy(wr + (size_t)E * H, sg_w, sizeof(float) * (size_t)H);
-        /* the forward */
+        /* the forward: routed rows in expert order, then the shared expert's T rows as group E */
         float *logits = xmalloc(sizeof(float) * (size_t)T * ldl), *selw = xmalloc(sizeof(float) * (size_t)TK);
-        int32_t *sel = xmalloc(sizeof(int32_t) * (size_t)TK), *off = xmalloc(sizeof(int32_t) * (size_t)(E + 1));
-        const size_t RM = (size_t)TK + (size_t)E * (TARGET_HYBRID_MOE_PAD - 1); /* rows, padding included */
-        int32_t *rows = xmalloc(sizeof(int32_t) * ((size_t)TK + RM)); /* slot_row (TK) | row_token (RM) */
-        float *xs = xmalloc(sizeof(float) * RM * H), *egu = xmalloc(sizeof(float) * RM * 2 * Im);
-        float *eact = xmalloc(sizeof(float) * RM * Im), *ys = xmalloc(sizeof(float) * RM * H);
-        float *sgu = xmalloc(sizeof(float) * (size_t)T * 2 * Is), *sact = xmalloc(sizeof(float) * (size_t)T * Is);
-        float *sh = xmalloc(sizeof(float) * (size_t)T * H);
+        int32_t *sel = xmalloc(sizeof(int32_t) * (size_t)TK), *off = xmalloc(sizeof(int32_t) * (size_t)(E + 2));
+        const size_t R = (size_t)TK + (size_t)T, lda = (size_t)(Im > Is ? Im : Is);
+        int32_t *rows = xmalloc(sizeof(int32_t) * ((size_t)TK + R)); /* slot_row (TK) | row_token (R) */
+        int32_t *tiles = xmalloc(sizeof(int32_t) * 3 * (size_t)moe_group_max_tiles(TK, E, T, MOE_GEMM_BM));
+        float *act = xmalloc(sizeof(float) * R * lda), *ys = xmalloc(sizeof(float) * R * H);
         matmul_forward_cpu(logits, ldl, u, H, wr, T, E + (Is > 0), H, 0);
         moe_router_topk_cpu(sel, selw, logits, ldl, T, E, K, c->norm_topk_prob);
-        const int NR = target_hybrid_moe_group(sel, T, K, E, TARGET_HYBRID_MOE_PAD, off, rows + TK, rows);
-        DF_ASSERT(NR >= TK && NR <= TK + E * (TARGET_HYBRID_MOE_PAD - 1));
-        embedding_forward_cpu(xs, rows + TK, NR, u, T, H);
-        for (int e = 0; e < E; e++) {
-            const int o = off[e], n = off[e + 1] - o;
-            if (n > 0)
-                matmul_forward_cpu(egu + (size_t)o * 2 * Im, 2 * Im, xs + (size_t)o * H, H,
-                                   egu_w + (size_t)e * 2 * Im * H, n, 2 * Im, H, 0);
-        }
-        hflow_rb(f, egu, (size_t)NR * 2 * Im);
-        for (int r = 0; r < NR; r++) /* swiglu_forward_cuda(eact, Im, egu, 2 Im, NR, Im) */
-            swiglu_forward_cpu(eact + (size_t)r * Im, egu + (size_t)r * 2 * Im, egu + (size_t)r * 2 * Im + Im, (size_t)Im);
-        hflow_rb(f, eact, (size_t)NR * Im);
-        for (int e = 0; e < E; e++) {
-            const int o = off[e], n = off[e + 1] - o;
-            if (n > 0)
-                matmul_forward_cpu(ys + (size_t)o * H, H, eact + (size_t)o * Im, Im, ed_w + (size_t)e * H * Im, n, H, Im, 0);
-        }
-        hflow_rb(f, ys, (size_t)NR * H);
-        matmul_forward_cpu(sgu, 2 * Is, u, H, sgu_w, T, 2 * Is, H, 0);
-        hflow_rb(f, sgu, (size_t)T * 2 * Is);
-        for (int t = 0; t < T; t++)
-            swiglu_forward_cpu(sact + (size_t)t * Is, sgu + (size_t)t * 2 * Is, sgu + (size_t)t * 2 * Is + Is, (size_t)Is);
-        hflow_rb(f, sact, (size_t)T * Is);
-        matmul_forward_cpu(sh, H, sact, Is, sd_w, T, H, Is, 0);
-        hflow_rb(f, sh, (size_t)T * H);
-        moe_combine_cpu(x, H, x, H, ys, H, rows, selw, T, K, H, sh, H, logits + E, ldl);
+        moe_group_cpu(sel, T, K, E, T, MOE_GEMM_BM, off, rows + TK, rows, tiles);
+        moe_gemm_gate_up_cpu(act, (int)lda, u, H, rows + TK, off, E, H, Im, Is, egu_w, sgu_w);
+        for (size_t r = 0; r < R; r++) hflow_rb(f, act + r * lda, lda);
+        moe_gemm_down_cpu(ys, H, act, (int)lda, off, E, H, Im, Is, ed_w, sd_w);
+        hflow_rb(f, ys, R * H);
+        moe_combine_cpu(x, H, x, H, ys, H, rows, selw, T, K, H, ys + (size_t)TK * H, H, logits + E, ldl);
         hflow_rb(f, x, (size_t)T * H);
         if (f->sel_ref) /* routing against a reference run's */
             for (int i = 0; i < TK; i++) f->flips += sel[i] != f->sel_ref[(size_t)li * TK + i];
         if (f->sel_save) memcpy(f->sel_save + (size_t)li * TK, sel, sizeof(int32_t) * (size_t)TK);
         free(wr), free(tr), free(egu_w), free(ed_w), free(sgu_w), free(sa), free(sb), free(sd_w), free(sg_w);
-        free(logits), free(selw), free(sel), free(off), free(rows), free(xs), free(egu), free(eact), free(ys);
-        free(sgu), free(sact), free(sh);
+        free(logits), free(selw), free(sel), free(off), free(rows), free(tiles), free(act), free(ys);
     } else {
         const int I = c->intermediate_size;
         float *wgu = xmalloc(sizeof(float) * (size_t)2 * I * H);

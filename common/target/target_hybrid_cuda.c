@@ -9,12 +9,8 @@
  *    rows are regrouped at load), q/k norm + partial RoPE, flash attention, output * sigmoid(gate), o_proj adding
  *    the residual;
  * then RMSNorm and the MLP: dense SwiGLU as Qwen3 (one gate|up GEMM, down_proj adding the residual), or the MoE
- * block: one fp32 GEMM for the router logits and the shared-expert gate logit, softmax + top-k on the device, the
- * picks grouped by expert ON THE HOST (one stream sync per MoE layer for T*K ints: simple, and it gives the host the
- * per-expert row counts the GEMMs need), the rows gathered in expert order (each expert's block padded to 64 rows
- * so that cuBLASLt sees few shapes and its cached algorithms are reused), one gate|up GEMM, SwiGLU and down GEMM
- * per expert over its rows, the shared expert's SwiGLU over every row, and one gather kernel (moe_combine) that adds
- * the weighted expert rows and the gated shared expert to the residual. A layer's last kernel (down_proj GEMM or
+ * block (moe_block_cuda: routing, grouping by expert and the grouped expert GEMMs on the device, no host sync; the
+ * shared expert with its sigmoid gate rides in the same launches). A layer's last kernel (down_proj GEMM or
  * moe_combine) writes the residual stream straight into the tap block / last buffer as the Qwen3 loop does.
  * tests/hybrid_flow.h transcribes the loading and the forward with the kernels' CPU references (the unit test
  * test_target_hybrid_cuda_flow checks it against target_hybrid.c; test_target_gpu uses it as the GPU's bf16
@@ -31,14 +27,12 @@
 #include "attention.h"
 #include "causal_conv1d.h"
 #include "cuda_check.h"
-#include "embedding.h"
 #include "gated_delta_chunk.h"
 #include "gated_delta_prep.h"
 #include "gated_delta_rule.h"
 #include "gated_rmsnorm.h"
 #include "matmul.h"
-#include "moe_combine.h"
-#include "moe_router.h"
+#include "moe_block_cuda.h"
 #include "qk_norm_rope.h"
 #include "rand_fill.h"
 #include "rmsnorm.h"
@@ -62,32 +56,20 @@ typedef struct thc_layer {
     uint16_t *w_out;                  /* (H, VD) */
     /* dense MLP */
     uint16_t *w_gu, *w_down;          /* (2I, H): gate | up rows; (H, I) */
-    /* MoE */
-    uint16_t *w_router;               /* (E + has_shared, H): router rows, then shared_expert_gate */
-    uint16_t *e_gu, *e_down;          /* (E, 2Im, H): per expert gate | up rows; (E, H, Im) */
-    uint16_t *s_gu, *s_down;          /* shared expert (2Is, H), (H, Is); NULL when Is = 0 */
+    moe_cuda_layer mw;                /* MoE */
 } thc_layer;
 
 struct target_hybrid_cuda {
     thc_layer *layers;
-    int C, VD, lin_w, attn_w, ldl;    /* conv channels, value width, fused widths, router logits' row stride */
+    int C, VD, lin_w, attn_w;         /* conv channels, value width, fused widths */
     /* workspaces, for max_tokens rows */
     uint16_t *proj;                   /* (T, max(lin_w, attn_w)) */
     uint16_t *conv;                   /* (T, C) */
     float *g, *beta;                  /* (T, HV) */
     uint16_t *core;                   /* (T, max(VD, qd)): delta-rule output / attention output */
     uint16_t *gu, *act;               /* dense MLP: (T, 2I), (T, I) */
-    /* MoE */
-    float *logits;                    /* (T, ldl) fp32: E router logits, then the shared gate logit */
-    int32_t *sel;                     /* (T*K) device */
-    float *selw;                      /* (T*K) device */
-    int32_t *d_rows;                  /* slot_row (T*K) | row_token (R), device */
-    int32_t *h_sel, *h_rows;          /* pinned: sel (T*K); slot_row | row_token */
-    int32_t *h_off;                   /* (E+1) host */
-    /* rows in expert order, each expert's block padded to TARGET_HYBRID_MOE_PAD rows (few GEMM shapes, aligned
-     * offsets): at most R = T*K + E*(pad-1) rows */
-    uint16_t *xs, *egu, *eact, *ys;   /* (R, H), (R, 2Im), (R, Im), (R, H) */
-    uint16_t *sgu, *sact, *sh;        /* (T, 2Is), (T, Is), (T, H) */
+    moe_cuda_shape ms;                /* MoE */
+    moe_cuda *moe;
 };
 
 #define thc_alloc target_cuda_alloc
@@ -99,7 +81,7 @@ static int thc_create(target_cuda *m, errbuf *err)
     const hf_config *c = &m->cfg;
     const int H = c->hidden_size, hd = c->head_dim, qd = c->num_heads * hd, kd = c->num_kv_heads * hd;
     const int HK = c->linear_num_k_heads, HV = c->linear_num_v_heads, Dk = c->linear_k_head_dim;
-    const int Dv = c->linear_v_head_dim, E = c->num_experts, K = c->num_experts_per_tok;
+    const int Dv = c->linear_v_head_dim, E = c->num_experts;
     if (HK <= 0 || HV % HK || Dk <= 0 || Dk > 256 || Dv <= 0 || c->linear_conv_kernel <= 0)
         return errbuf_set(err, EINVAL, "target_cuda: linear attention with %d/%d heads of %d/%d, conv kernel %d "
                           "unsupported (key dim at most 256, value heads a multiple of key heads)", HK, HV, Dk, Dv,
@@ -107,15 +89,15 @@ static int thc_create(target_cuda *m, errbuf *err)
     if (hd > 256 || c->rotary_dim <= 0 || c->rotary_dim % 2 || c->rotary_dim > hd)
         return errbuf_set(err, EINVAL, "target_cuda: head_dim %d / rotary dim %d unsupported (head_dim at most 256)",
                           hd, c->rotary_dim);
-    if (E > 0 && (E > 1024 || K <= 0 || K > E))
-        return errbuf_set(err, EINVAL, "target_cuda: %d experts with top-%d unsupported (at most 1024 experts)", E, K);
+    const moe_cuda_shape ms = moe_cuda_shape_of(c);
+    if (E > 0 && moe_cuda_check(&ms, err)) return -EINVAL;
     struct target_hybrid_cuda *y = xcalloc(1, sizeof *y);
     m->layers = y;
     y->C = 2 * HK * Dk + HV * Dv, y->VD = HV * Dv;
     y->lin_w = y->C + y->VD + 2 * HV;
     y->attn_w = 2 * qd + 2 * kd;
-    const size_t h2 = (size_t)H * 2, I = (size_t)c->intermediate_size, Im = (size_t)c->moe_intermediate_size;
-    const size_t Is = (size_t)c->shared_expert_intermediate_size, C = (size_t)y->C, VD = (size_t)y->VD;
+    y->ms = ms;
+    const size_t h2 = (size_t)H * 2, I = (size_t)c->intermediate_size, C = (size_t)y->C, VD = (size_t)y->VD;
     int any_dense = 0, any_moe = 0;
     y->layers = xcalloc((size_t)m->nlayers, sizeof *y->layers);
     for (int i = 0; i < m->nlayers; i++) {
@@ -139,20 +121,13 @@ static int thc_create(target_cuda *m, errbuf *err)
             l->k_norm = thc_alloc(m, (size_t)hd * 2);
         }
         if (l->moe) {
-            l->w_router = thc_alloc(m, (size_t)(E + (Is > 0)) * h2);
-            l->e_gu = thc_alloc(m, (size_t)E * 2 * Im * h2);
-            l->e_down = thc_alloc(m, (size_t)E * Im * h2);
-            if (Is > 0) {
-                l->s_gu = thc_alloc(m, 2 * Is * h2);
-                l->s_down = thc_alloc(m, Is * h2);
-            }
+            moe_cuda_layer_alloc(m, &ms, &l->mw);
         } else {
             l->w_gu = thc_alloc(m, 2 * I * h2);
             l->w_down = thc_alloc(m, I * h2);
         }
     }
-    const size_t T = (size_t)m->max_tokens, TK = T * (size_t)(K > 0 ? K : 1);
-    const size_t R = TK + (size_t)E * (TARGET_HYBRID_MOE_PAD - 1);
+    const size_t T = (size_t)m->max_tokens;
     y->proj = thc_alloc(m, T * (size_t)(y->lin_w > y->attn_w ? y->lin_w : y->attn_w) * 2);
     y->conv = thc_alloc(m, T * C * 2);
     y->g = thc_alloc(m, sizeof(float) * T * (size_t)HV);
@@ -162,25 +137,7 @@ static int thc_create(target_cuda *m, errbuf *err)
         y->gu = thc_alloc(m, T * 2 * I * 2);
         y->act = thc_alloc(m, T * I * 2);
     }
-    if (any_moe) {
-        y->ldl = (E + 1 + 3) / 4 * 4; /* 16-byte rows */
-        y->logits = thc_alloc(m, sizeof(float) * T * (size_t)y->ldl);
-        y->sel = thc_alloc(m, sizeof(int32_t) * TK);
-        y->selw = thc_alloc(m, sizeof(float) * TK);
-        y->d_rows = thc_alloc(m, sizeof(int32_t) * (TK + R));
-        CHECK_CUDA(cudaMallocHost((void **)&y->h_sel, sizeof(int32_t) * TK));
-        CHECK_CUDA(cudaMallocHost((void **)&y->h_rows, sizeof(int32_t) * (TK + R)));
-        y->h_off = xmalloc(sizeof(int32_t) * (size_t)(E + 1));
-        y->xs = thc_alloc(m, R * h2);
-        y->egu = thc_alloc(m, R * 2 * Im * 2);
-        y->eact = thc_alloc(m, R * Im * 2);
-        y->ys = thc_alloc(m, R * h2);
-        if (Is > 0) {
-            y->sgu = thc_alloc(m, T * 2 * Is * 2);
-            y->sact = thc_alloc(m, T * Is * 2);
-            y->sh = thc_alloc(m, T * h2);
-        }
-    }
+    if (any_moe) y->moe = moe_cuda_create(m, &ms, m->max_tokens);
     return 0;
 }
 
@@ -191,17 +148,14 @@ static void thc_destroy(target_cuda *m)
     for (int i = 0; y->layers && i < m->nlayers; i++) {
         thc_layer *l = &y->layers[i];
         void *p[] = {&l->input_norm, &l->post_norm, &l->w_attn, &l->w_o, &l->q_norm, &l->k_norm, &l->w_lin,
-                     &l->conv, &l->a_log, &l->dt_bias, &l->gnorm, &l->w_out, &l->w_gu, &l->w_down, &l->w_router,
-                     &l->e_gu, &l->e_down, &l->s_gu, &l->s_down};
+                     &l->conv, &l->a_log, &l->dt_bias, &l->gnorm, &l->w_out, &l->w_gu, &l->w_down};
         for (size_t j = 0; j < sizeof p / sizeof p[0]; j++) thc_free(p[j]);
+        moe_cuda_layer_free(&l->mw);
     }
     free(y->layers);
-    void *b[] = {&y->proj, &y->conv, &y->g, &y->beta, &y->core, &y->gu, &y->act, &y->logits, &y->sel, &y->selw,
-                 &y->d_rows, &y->xs, &y->egu, &y->eact, &y->ys, &y->sgu, &y->sact, &y->sh};
+    void *b[] = {&y->proj, &y->conv, &y->g, &y->beta, &y->core, &y->gu, &y->act};
     for (size_t j = 0; j < sizeof b / sizeof b[0]; j++) thc_free(b[j]);
-    if (y->h_sel) CHECK_CUDA(cudaFreeHost(y->h_sel));
-    if (y->h_rows) CHECK_CUDA(cudaFreeHost(y->h_rows));
-    free(y->h_off);
+    moe_cuda_destroy(&y->moe);
     free(y);
     m->layers = NULL;
 }
@@ -324,33 +278,11 @@ static int thc_load_attn(const thc_loader *L, const hf_config *c, thc_layer *l)
     return rc;
 }
 
-static int thc_load_moe(const thc_loader *L, const hf_config *c, thc_layer *l)
+static int thc_load_moe(const thc_loader *L, const moe_cuda_shape *ms, thc_layer *l)
 {
-    const int64_t H = c->hidden_size, E = c->num_experts, Im = c->moe_intermediate_size;
-    const int64_t Is = c->shared_expert_intermediate_size;
-    int rc = thc_up(L, "mlp.gate.weight", l->w_router, E, H, 0, 0.0f);
-    if (!rc && thc_has(L, "mlp.experts.gate_up_proj")) { /* transformers' fused layout */
-        rc = thc_up(L, "mlp.experts.gate_up_proj", l->e_gu, E, 2 * Im, H, 0.0f);
-        if (!rc) rc = thc_up(L, "mlp.experts.down_proj", l->e_down, E, H, Im, 0.0f);
-    } else {
-        char s[96];
-        for (int64_t e = 0; e < E && !rc; e++) {
-            uint16_t *gu = l->e_gu + (size_t)(e * 2 * Im * H);
-            snprintf(s, sizeof s, "mlp.experts.%lld.gate_proj.weight", (long long)e);
-            rc = thc_up(L, s, gu, Im, H, 0, 0.0f);
-            snprintf(s, sizeof s, "mlp.experts.%lld.up_proj.weight", (long long)e);
-            if (!rc) rc = thc_up(L, s, gu + (size_t)(Im * H), Im, H, 0, 0.0f);
-            snprintf(s, sizeof s, "mlp.experts.%lld.down_proj.weight", (long long)e);
-            if (!rc) rc = thc_up(L, s, l->e_down + (size_t)(e * H * Im), H, Im, 0, 0.0f);
-        }
-    }
-    if (!rc && Is > 0) {
-        rc = thc_up(L, "mlp.shared_expert.gate_proj.weight", l->s_gu, Is, H, 0, 0.0f);
-        if (!rc) rc = thc_up(L, "mlp.shared_expert.up_proj.weight", l->s_gu + (size_t)(Is * H), Is, H, 0, 0.0f);
-        if (!rc) rc = thc_up(L, "mlp.shared_expert.down_proj.weight", l->s_down, H, Is, 0, 0.0f);
-        if (!rc) rc = thc_up(L, "mlp.shared_expert_gate.weight", l->w_router + (size_t)(E * H), 1, H, 0, 0.0f);
-    }
-    return rc;
+    char p[256];
+    thc_name(L, p, sizeof p, "mlp.");
+    return moe_cuda_layer_load(ms, &l->mw, L->st, p, L->err);
 }
 
 static int thc_load(target_cuda *m, const st_file *st, const char *prefix, errbuf *err)
@@ -366,7 +298,7 @@ static int thc_load(target_cuda *m, const st_file *st, const char *prefix, errbu
         if (!rc) rc = thc_up(&L, "post_attention_layernorm.weight", l->post_norm, H, 0, 0, 1.0f);
         if (!rc) rc = l->linear ? thc_load_linear(&L, c, y, l) : thc_load_attn(&L, c, l);
         if (!rc && l->moe) {
-            rc = thc_load_moe(&L, c, l);
+            rc = thc_load_moe(&L, &y->ms, l);
         } else if (!rc) {
             rc = thc_up(&L, "mlp.gate_proj.weight", l->w_gu, I, H, 0, 0.0f);
             if (!rc) rc = thc_up(&L, "mlp.up_proj.weight", l->w_gu + (size_t)(I * H), I, H, 0, 0.0f);
@@ -381,8 +313,7 @@ static void thc_init_random(target_cuda *m, uint64_t *seed, float a)
     const hf_config *c = &m->cfg;
     struct target_hybrid_cuda *y = m->layers;
     const size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim, qd = (size_t)c->num_heads * hd;
-    const size_t I = (size_t)c->intermediate_size, E = (size_t)c->num_experts;
-    const size_t Im = (size_t)c->moe_intermediate_size, Is = (size_t)c->shared_expert_intermediate_size;
+    const size_t I = (size_t)c->intermediate_size;
     const int HV = c->linear_num_v_heads;
     cudaStream_t st = m->stream;
     uint64_t s = *seed;
@@ -411,13 +342,7 @@ static void thc_init_random(target_cuda *m, uint64_t *seed, float a)
             rand_fill_bf16_cuda(l->k_norm, hd, s++, 0.0f, 1.0f, st);
         }
         if (l->moe) {
-            rand_fill_bf16_cuda(l->w_router, (E + (Is > 0)) * H, s++, a, 0.0f, st);
-            rand_fill_bf16_cuda(l->e_gu, E * 2 * Im * H, s++, a, 0.0f, st);
-            rand_fill_bf16_cuda(l->e_down, E * H * Im, s++, a, 0.0f, st);
-            if (Is > 0) {
-                rand_fill_bf16_cuda(l->s_gu, 2 * Is * H, s++, a, 0.0f, st);
-                rand_fill_bf16_cuda(l->s_down, H * Is, s++, a, 0.0f, st);
-            }
+            moe_cuda_layer_init_random(m, &y->ms, &l->mw, &s, a);
         } else {
             rand_fill_bf16_cuda(l->w_gu, 2 * I * H, s++, a, 0.0f, st);
             rand_fill_bf16_cuda(l->w_down, H * I, s++, a, 0.0f, st);
@@ -476,53 +401,6 @@ static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, co
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
 }
 
-/* The MoE block over u (T, H): dst (ldd) = m->x + experts + gated shared expert. */
-static void thc_moe(target_cuda *m, const thc_layer *l, int T, uint16_t *dst, int ldd)
-{
-    const hf_config *c = &m->cfg;
-    struct target_hybrid_cuda *y = m->layers;
-    const int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
-    const int Is = c->shared_expert_intermediate_size, TK = T * K;
-    cudaStream_t st = m->stream;
-    matmul_forward_f32_cuda(m->mm, y->logits, y->ldl, 0.0f, m->u, H, l->w_router, T, E + (Is > 0), H, st);
-    target_cuda_mark(m, TARGET_CUDA_MATMUL);
-    moe_router_topk_cuda(y->sel, y->selw, y->logits, y->ldl, T, E, K, c->norm_topk_prob, st);
-    /* grouping on the host: the only sync of the forward (T*K ints each way through pinned buffers; the previous
-     * MoE layer's upload from h_rows completed before this sync returned) */
-    CHECK_CUDA(cudaMemcpyAsync(y->h_sel, y->sel, sizeof(int32_t) * (size_t)TK, cudaMemcpyDeviceToHost, st));
-    CHECK_CUDA(cudaStreamSynchronize(st));
-    int32_t *slot_row = y->h_rows, *row_token = y->h_rows + TK;
-    const int NR = target_hybrid_moe_group(y->h_sel, T, K, E, TARGET_HYBRID_MOE_PAD, y->h_off, row_token, slot_row);
-    DF_ASSERT(NR >= TK); /* -1: an expert id outside [0, E) (non-finite router logits) */
-    CHECK_CUDA(cudaMemcpyAsync(y->d_rows, y->h_rows, sizeof(int32_t) * (size_t)(TK + NR), cudaMemcpyHostToDevice, st));
-    embedding_forward_cuda(y->xs, y->d_rows + TK, NR, m->u, H, st); /* rows of u in expert order */
-    target_cuda_mark(m, TARGET_CUDA_OTHER);
-    for (int e = 0; e < E; e++) {
-        const int off = y->h_off[e], n = y->h_off[e + 1] - off;
-        if (n > 0)
-            matmul_forward_cuda(m->mm, y->egu + (size_t)off * 2 * Im, 2 * Im, NULL, 0, 0.0f, y->xs + (size_t)off * H,
-                                H, l->e_gu + (size_t)e * 2 * Im * H, n, 2 * Im, H, st);
-    }
-    target_cuda_mark(m, TARGET_CUDA_MATMUL);
-    swiglu_forward_cuda(y->eact, Im, y->egu, 2 * Im, NR, Im, st);
-    target_cuda_mark(m, TARGET_CUDA_OTHER);
-    for (int e = 0; e < E; e++) {
-        const int off = y->h_off[e], n = y->h_off[e + 1] - off;
-        if (n > 0)
-            matmul_forward_cuda(m->mm, y->ys + (size_t)off * H, H, NULL, 0, 0.0f, y->eact + (size_t)off * Im, Im,
-                                l->e_down + (size_t)e * H * Im, n, H, Im, st);
-    }
-    if (Is > 0) {
-        matmul_forward_cuda(m->mm, y->sgu, 2 * Is, NULL, 0, 0.0f, m->u, H, l->s_gu, T, 2 * Is, H, st);
-        swiglu_forward_cuda(y->sact, Is, y->sgu, 2 * Is, T, Is, st);
-        matmul_forward_cuda(m->mm, y->sh, H, NULL, 0, 0.0f, y->sact, Is, l->s_down, T, H, Is, st);
-    }
-    target_cuda_mark(m, TARGET_CUDA_MATMUL);
-    moe_combine_cuda(dst, ldd, m->x, H, y->ys, H, y->d_rows, y->selw, T, K, H, Is > 0 ? y->sh : NULL, H,
-                     y->logits + E, y->ldl, st);
-    target_cuda_mark(m, TARGET_CUDA_OTHER);
-}
-
 /* Layer li over rows: residual r (ldr) in, output to dst (ldd). */
 static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const tc_kv_cache *kv, const uint16_t *r,
                               int ldr, uint16_t *dst, int ldd)
@@ -541,7 +419,7 @@ static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const
     rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
     if (l->moe) {
-        thc_moe(m, l, T, dst, ldd);
+        moe_cuda_forward(m, y->moe, &l->mw, T, m->u, H, m->x, H, dst, ldd); /* dst = m->x + MoE(u) */
     } else {
         matmul_forward_cuda(m->mm, y->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
         target_cuda_mark(m, TARGET_CUDA_MATMUL);

@@ -1,7 +1,8 @@
 /* The CUDA kernels of the hybrid target (Qwen3.5 family) against their CPU references on the same bf16-exact
  * inputs: causal_conv1d (packed sequences, strided input), gated_delta_prep, gated_rmsnorm, sigmoid_gate,
  * qk_norm_rope_partial (head_dim 32 / rotary 8 as the goldens, 256 / 64 as Qwen3.5-9B, and rotary = head_dim
- * against qk_norm_rope_cuda), moe_router (expert ids exactly, weights to fp32 rounding) and moe_combine. The GPU
+ * against qk_norm_rope_cuda), moe_router (expert ids exactly, weights to fp32 rounding), moe_group (every index
+ * exactly), moe_gemm (the grouped gate|up + SwiGLU and down GEMMs on moe_group's schedule) and moe_combine. The GPU
  * output is bf16 (one rounding of an fp32 result): tolerances 1e-2 on the relative norm and the max error.
  * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
 #include <math.h>
@@ -18,6 +19,8 @@
 #include "gated_rmsnorm.h"
 #include "gpu_test.h"
 #include "moe_combine.h"
+#include "moe_gemm.h"
+#include "moe_group.h"
 #include "moe_router.h"
 #include "qk_norm_rope.h"
 #include "rope.h"
@@ -208,14 +211,128 @@ static void check_combine(int T, int K, int H, int shared)
     uint16_t *dsh = dev_upload(sh, (size_t)T * lds * 2);
     int32_t *drow = dev_upload(row, sizeof(int32_t) * (size_t)T * K);
     float *dw = dev_upload(w, sizeof(float) * (size_t)T * K), *dsg = dev_upload(sg, sizeof(float) * (size_t)T * ldsg);
-    moe_combine_cpu(rf, ldr, rf, ldr, yf, ldy, row, w, T, K, H, shared ? sf : NULL, lds, sg + 2, ldsg);
-    moe_combine_cuda(dr, ldr, dr, ldr, dy, ldy, drow, dw, T, K, H, shared ? dsh : NULL, lds, dsg + 2, ldsg, stream);
+    /* shared: 0 none, 1 gated, 2 ungated */
+    moe_combine_cpu(rf, ldr, rf, ldr, yf, ldy, row, w, T, K, H, shared ? sf : NULL, lds, shared == 1 ? sg + 2 : NULL,
+                    ldsg);
+    moe_combine_cuda(dr, ldr, dr, ldr, dy, ldy, drow, dw, T, K, H, shared ? dsh : NULL, lds,
+                     shared == 1 ? dsg + 2 : NULL, ldsg, stream);
     char name[128];
     snprintf(name, sizeof name, "moe_combine in place T=%d K=%d H=%d shared=%d", T, K, H, shared);
     cmp_dev(name, dr, rf, (size_t)T * ldr);
     CHECK_CUDA(cudaFree(dr)); CHECK_CUDA(cudaFree(dy)); CHECK_CUDA(cudaFree(dsh)); CHECK_CUDA(cudaFree(drow));
     CHECK_CUDA(cudaFree(dw)); CHECK_CUDA(cudaFree(dsg));
     free(rf), free(yf), free(sf), free(sg), free(rh), free(yh), free(sh), free(row), free(w);
+}
+
+/* T tokens' K distinct picks of E experts, expert `empty` never picked, expert 0 favoured (a group of many tiles) */
+static int32_t *moe_picks(int T, int K, int E, int empty)
+{
+    int32_t *sel = xmalloc(sizeof(int32_t) * (size_t)T * K);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int e, dup;
+            do {
+                e = rnd_uniform() < -0.5 ? 0 : (int)((rnd_uniform() + 1.0) * 0.5 * E) % E;
+                dup = e == empty;
+                for (int i = 0; i < j; i++) dup |= sel[t * K + i] == e;
+            } while (dup);
+            sel[t * K + j] = e;
+        }
+    return sel;
+}
+
+static void check_group(int T, int K, int E, int shared)
+{
+    const int TK = T * K, S = shared ? T : 0, mt = moe_group_max_tiles(TK, E, S, MOE_GEMM_BM);
+    int32_t *sel = moe_picks(T, K, E, E / 2);
+    if (T > 3) sel[3 * K] = -1; /* out of range: grouped with expert 0 */
+    int32_t *off = xmalloc(sizeof(int32_t) * (size_t)(E + 2)), *rt = xmalloc(sizeof(int32_t) * (size_t)(TK + S));
+    int32_t *sr = xmalloc(sizeof(int32_t) * (size_t)TK), *tl = xmalloc(sizeof(int32_t) * 3 * (size_t)mt);
+    const int nt = moe_group_cpu(sel, T, K, E, S, MOE_GEMM_BM, off, rt, sr, tl);
+    int32_t *dsel = dev_upload(sel, sizeof(int32_t) * (size_t)TK), *doff = dev_upload(NULL, sizeof(int32_t) * (size_t)(E + 2));
+    int32_t *drt = dev_upload(NULL, sizeof(int32_t) * (size_t)(TK + S)), *dsr = dev_upload(NULL, sizeof(int32_t) * (size_t)TK);
+    int32_t *dtl = dev_upload(NULL, sizeof(int32_t) * 3 * (size_t)mt), *dnt = dev_upload(NULL, sizeof(int32_t));
+    void *work = dev_upload(NULL, moe_group_cuda_workspace(TK, E));
+    moe_group_cuda(dsel, T, K, E, S, MOE_GEMM_BM, doff, drt, dsr, dtl, dnt, work, stream);
+    int32_t *goff = dev_get(doff, sizeof(int32_t) * (size_t)(E + 2)), *grt = dev_get(drt, sizeof(int32_t) * (size_t)(TK + S));
+    int32_t *gsr = dev_get(dsr, sizeof(int32_t) * (size_t)TK), *gnt = dev_get(dnt, sizeof(int32_t));
+    int32_t *gtl = dev_get(dtl, sizeof(int32_t) * 3 * (size_t)(nt > 0 ? nt : 1));
+    int bad = *gnt != nt;
+    bad += memcmp(goff, off, sizeof(int32_t) * (size_t)(E + 2)) != 0;
+    bad += memcmp(grt, rt, sizeof(int32_t) * (size_t)(TK + S)) != 0;
+    bad += memcmp(gsr, sr, sizeof(int32_t) * (size_t)TK) != 0;
+    bad += nt > 0 && memcmp(gtl, tl, sizeof(int32_t) * 3 * (size_t)nt) != 0;
+    printf("%s moe_group T=%d K=%d E=%d shared=%d: %d tiles (GPU %d), %d of 5 index arrays differ\n", bad ? "FAIL" : "ok",
+           T, K, E, shared, nt, *gnt, bad);
+    if (bad) failures++;
+    CHECK_CUDA(cudaFree(dsel)); CHECK_CUDA(cudaFree(doff)); CHECK_CUDA(cudaFree(drt)); CHECK_CUDA(cudaFree(dsr));
+    CHECK_CUDA(cudaFree(dtl)); CHECK_CUDA(cudaFree(dnt)); CHECK_CUDA(cudaFree(work));
+    free(sel), free(off), free(rt), free(sr), free(tl), free(goff), free(grt), free(gsr), free(gnt), free(gtl);
+}
+
+/* The grouped GEMMs on the device schedule of random picks (a strided, wider x; act and ys through their own
+ * row strides) against moe_gemm_*_cpu on the same bf16 values; the down GEMM takes the GPU's act (bf16) as input. */
+static void check_moe_gemm(int T, int K, int E, int H, int Im, int Is, int bn)
+{
+    moe_gemm_cuda_set_bn(bn);
+    const int TK = T * K, S = Is > 0 ? T : 0, R = TK + S, ldx = H + 16, W = Im > Is ? Im : Is, lda = W + 8;
+    const int ldy = H + 8, mt = moe_group_max_tiles(TK, E, S, MOE_GEMM_BM);
+    int32_t *sel = moe_picks(T, K, E, E - 1);
+    float *xf = xmalloc(sizeof(float) * (size_t)T * ldx), *wgu = xmalloc(sizeof(float) * (size_t)E * 2 * Im * H);
+    float *wd = xmalloc(sizeof(float) * (size_t)E * H * Im);
+    float *sgu = xmalloc(sizeof(float) * (size_t)(2 * Is * H + 1)), *sd = xmalloc(sizeof(float) * (size_t)(H * Is + 1));
+    const double aw = 1.0 / sqrt((double)H), ad = 1.0 / sqrt((double)W);
+    uint16_t *xh = rnd_bf16((size_t)T * ldx, 2.0, xf), *wguh = rnd_bf16((size_t)E * 2 * Im * H, aw, wgu);
+    uint16_t *wdh = rnd_bf16((size_t)E * H * Im, ad, wd), *sguh = rnd_bf16((size_t)2 * Is * H, aw, sgu);
+    uint16_t *sdh = rnd_bf16((size_t)H * Is, ad, sd);
+    int32_t *off = xmalloc(sizeof(int32_t) * (size_t)(E + 2)), *rt = xmalloc(sizeof(int32_t) * (size_t)R);
+    int32_t *sr = xmalloc(sizeof(int32_t) * (size_t)TK), *tl = xmalloc(sizeof(int32_t) * 3 * (size_t)mt);
+    moe_group_cpu(sel, T, K, E, S, MOE_GEMM_BM, off, rt, sr, tl);
+    float *act = xcalloc((size_t)R * lda, sizeof(float)), *ys = xcalloc((size_t)R * ldy, sizeof(float));
+    moe_gemm_gate_up_cpu(act, lda, xf, ldx, rt, off, E, H, Im, Is, wgu, Is ? sgu : NULL);
+    int32_t *dsel = dev_upload(sel, sizeof(int32_t) * (size_t)TK), *doff = dev_upload(NULL, sizeof(int32_t) * (size_t)(E + 2));
+    int32_t *drt = dev_upload(NULL, sizeof(int32_t) * (size_t)R), *dsr = dev_upload(NULL, sizeof(int32_t) * (size_t)TK);
+    int32_t *dtl = dev_upload(NULL, sizeof(int32_t) * 3 * (size_t)mt), *dnt = dev_upload(NULL, sizeof(int32_t));
+    void *work = dev_upload(NULL, moe_group_cuda_workspace(TK, E));
+    uint16_t *dx = dev_upload(xh, (size_t)T * ldx * 2), *dwgu = dev_upload(wguh, (size_t)E * 2 * Im * H * 2);
+    uint16_t *dwd = dev_upload(wdh, (size_t)E * H * Im * 2);
+    uint16_t *dsgu = Is ? dev_upload(sguh, (size_t)2 * Is * H * 2) : NULL, *dsd = Is ? dev_upload(sdh, (size_t)H * Is * 2) : NULL;
+    uint16_t *dact = dev_poisoned((size_t)R * lda), *dys = dev_poisoned((size_t)R * ldy);
+    moe_group_cuda(dsel, T, K, E, S, MOE_GEMM_BM, doff, drt, dsr, dtl, dnt, work, stream);
+    moe_gemm_gate_up_cuda(dact, lda, dx, ldx, drt, dtl, dnt, mt, E, H, Im, Is, dwgu, dsgu, stream);
+    moe_gemm_down_cuda(dys, ldy, dact, lda, dtl, dnt, mt, E, H, Im, Is, dwd, dsd, stream);
+    /* act: the columns each group writes (routed rows Im wide, shared rows Is wide); the rest stays poisoned */
+    uint16_t *gact = dev_get(dact, (size_t)R * lda * 2);
+    size_t n = 0;
+    uint16_t *ga = xmalloc(sizeof(uint16_t) * (size_t)R * W);
+    float *ra = xmalloc(sizeof(float) * (size_t)R * W), *gaf = xmalloc(sizeof(float) * (size_t)R * lda);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < (r < TK ? Im : Is); j++, n++) ga[n] = gact[(size_t)r * lda + j], ra[n] = act[(size_t)r * lda + j];
+    char name[160];
+    snprintf(name, sizeof name, "moe_gemm_gate_up T=%d K=%d E=%d H=%d Im=%d Is=%d tile=%d", T, K, E, H, Im, Is, bn);
+    compare_bf16(name, ga, ra, n, TOL, TOL);
+    for (size_t i = 0; i < (size_t)R * lda; i++) gaf[i] = bf16_to_f32(gact[i]);
+    moe_gemm_down_cpu(ys, ldy, gaf, lda, off, E, H, Im, Is, wd, Is ? sd : NULL);
+    uint16_t *gys = dev_get(dys, (size_t)R * ldy * 2), *gy = xmalloc(sizeof(uint16_t) * (size_t)R * H);
+    float *ry = xmalloc(sizeof(float) * (size_t)R * H);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < H; c++) gy[(size_t)r * H + c] = gys[(size_t)r * ldy + c], ry[(size_t)r * H + c] = ys[(size_t)r * ldy + c];
+    snprintf(name, sizeof name, "moe_gemm_down T=%d K=%d E=%d H=%d Im=%d Is=%d tile=%d", T, K, E, H, Im, Is, bn);
+    compare_bf16(name, gy, ry, (size_t)R * H, TOL, TOL);
+    /* deterministic: the same launches again give the same bits */
+    moe_gemm_gate_up_cuda(dact, lda, dx, ldx, drt, dtl, dnt, mt, E, H, Im, Is, dwgu, dsgu, stream);
+    moe_gemm_down_cuda(dys, ldy, dact, lda, dtl, dnt, mt, E, H, Im, Is, dwd, dsd, stream);
+    uint16_t *gys2 = dev_get(dys, (size_t)R * ldy * 2);
+    const int same = !memcmp(gys, gys2, (size_t)R * ldy * 2);
+    printf("%s moe_gemm repeat T=%d E=%d tile=%d: %s\n", same ? "ok" : "FAIL", T, E, bn,
+           same ? "bit-identical" : "differs");
+    moe_gemm_cuda_set_bn(128);
+    if (!same) failures++;
+    void *d[] = {dsel, doff, drt, dsr, dtl, dnt, work, dx, dwgu, dwd, dsgu, dsd, dact, dys};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) CHECK_CUDA(cudaFree(d[i]));
+    free(sel), free(xf), free(wgu), free(wd), free(sgu), free(sd), free(xh), free(wguh), free(wdh), free(sguh), free(sdh);
+    free(off), free(rt), free(sr), free(tl), free(act), free(ys), free(gact), free(ga), free(ra), free(gaf), free(gys);
+    free(gy), free(ry), free(gys2);
 }
 
 int main(int argc, char **argv)
@@ -245,6 +362,18 @@ int main(int argc, char **argv)
     check_router(50, 60, 4, 0);
     check_combine(20, 3, 72, 1);
     check_combine(33, 8, 64, 0);
+    check_combine(21, 2, 48, 2); /* shared expert without a gate */
+    check_combine(9, 2, 60, 1);  /* H not a multiple of 8: the scalar path */
+    check_group(1, 1, 4, 0);
+    check_group(300, 8, 256, 1);
+    check_group(19218, 8, 256, 1);
+    check_group(1000, 2, 1023, 0);
+    for (int bn = 128; bn <= 256; bn *= 2) { /* both tile widths */
+        check_moe_gemm(105, 2, 8, 64, 32, 48, bn);     /* the MoE golden's shape */
+        check_moe_gemm(700, 8, 16, 384, 64, 136, bn);  /* shared expert wider than the routed ones */
+    }
+    check_moe_gemm(700, 8, 16, 256, 64, 64, 128);
+    check_moe_gemm(300, 4, 12, 2048, 512, 0, 128); /* Qwen3.5-35B-A3B's widths, no shared expert */
     CHECK_CUDA(cudaStreamDestroy(stream));
     printf("test_hybrid_kernels_gpu: %d case(s) failed\n", failures);
     return failures ? 1 : 0;

@@ -1,9 +1,10 @@
 /* The host-side index logic of the CUDA hybrid target: fused-weight row maps (bijections onto the expected blocks,
- * hand-checked rows) and the MoE grouping (against a brute-force regrouping). */
+ * hand-checked rows) and the CUDA MoE block's grouping rule (moe_group_cpu, against a brute-force regrouping). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe_group.h"
 #include "target_hybrid_layout.h"
 #include "tests/test.h"
 
@@ -70,18 +71,20 @@ static void random_picks(int32_t *sel, int T, int K, int E)
         }
 }
 
-static void check_group(int pad)
+/* moe_group_cpu (the grouping rule of the CUDA MoE block, kernels/moe_group.c) against a brute force */
+static void check_group(int shared, int bm)
 {
     enum { T = 37, K = 3, E = 7 };
-    int32_t sel[T * K], off[E + 1], row_token[T * K + E * 63], slot_row[T * K];
+    int32_t sel[T * K], off[E + 2], row_token[T * K + T], slot_row[T * K], tiles[3 * 64];
     random_picks(sel, T, K, E);
     memset(row_token, 0xff, sizeof row_token);
-    int rows = target_hybrid_moe_group(sel, T, K, E, pad, off, row_token, slot_row);
-    REQUIRE(rows == off[E]);
-    EXPECT(off[0] == 0 && off[5] == off[6]); /* expert 5 empty: no rows, not even padding */
+    const int S = shared ? T : 0;
+    int nt = moe_group_cpu(sel, T, K, E, S, bm, off, row_token, slot_row, tiles);
+    REQUIRE(nt <= moe_group_max_tiles(T * K, E, S, bm) && nt <= 64);
+    EXPECT(off[0] == 0 && off[5] == off[6] && off[E] == T * K && off[E + 1] == T * K + S); /* expert 5 empty */
     int r = 0;
-    for (int e = 0; e < E; e++) { /* brute force: expert by expert, token order, then padding rows of token 0 */
-        EXPECT(off[e] == r && off[e] % pad == 0);
+    for (int e = 0; e < E; e++) { /* brute force: expert by expert, in token order */
+        EXPECT(off[e] == r);
         for (int t = 0; t < T; t++)
             for (int j = 0; j < K; j++)
                 if (sel[t * K + j] == e) {
@@ -89,17 +92,24 @@ static void check_group(int pad)
                     EXPECT(slot_row[t * K + j] == r);
                     r++;
                 }
-        for (; r < off[e + 1]; r++) EXPECT(row_token[r] == 0);
-        EXPECT(off[e + 1] - off[e] < ((off[e + 1] - off[e]) / pad) * pad + pad);
     }
-    EXPECT(r == rows && rows <= T * K + E * (pad - 1));
-    if (pad == 1) EXPECT(rows == T * K);
-    sel[4] = E;
-    EXPECT(target_hybrid_moe_group(sel, T, K, E, pad, off, row_token, slot_row) == -1);
+    for (int t = 0; t < S; t++) EXPECT(row_token[T * K + t] == t);
+    /* tiles: every group's rows in order, runs of at most bm, none empty */
+    int g = 0, next = 0;
+    for (int i = 0; i < nt; i++) {
+        const int tg = tiles[3 * i], a = tiles[3 * i + 1], b = tiles[3 * i + 2];
+        EXPECT(tg >= g && tg <= E && a == next && a >= off[tg] && b <= off[tg + 1] && b > a && b - a <= bm);
+        EXPECT(b - a == bm || b == off[tg + 1]);
+        g = tg, next = b;
+    }
+    EXPECT(next == T * K + S);
+    sel[4] = E; /* an id outside [0, E) goes with expert 0 */
+    nt = moe_group_cpu(sel, T, K, E, S, bm, off, row_token, slot_row, tiles);
+    EXPECT(off[1] > 0 && row_token[slot_row[4]] == 1 && slot_row[4] < off[1]);
 }
 
-TEST(moe_group) { check_group(1); }
+TEST(moe_group) { check_group(0, 128); check_group(0, 4); }
 
-TEST(moe_group_padded) { check_group(64); check_group(8); }
+TEST(moe_group_shared) { check_group(1, 128); check_group(1, 5); }
 
 TEST_MAIN
