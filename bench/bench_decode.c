@@ -158,6 +158,16 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaEventRecord(e1, st));
         CHECK_CUDA(cudaEventSynchronize(e1));
         step_ms = now_ms(e0, e1) / (nnew - 2);
+        /* one instrumented step (the cache's last free position): device time per kernel class */
+        double cls[TARGET_CUDA_NCLASS];
+        target_cuda_set_profiling(m, 1);
+        if (target_cuda_cache_forward(cache, B, seqs, n, h_next, NULL, 0, NULL, 0, logits, 1, &err)) {
+            fprintf(stderr, "bench_decode: profiled step: %s\n", err.msg);
+            return 1;
+        }
+        target_cuda_profile(m, cls);
+        target_cuda_set_profiling(m, 0);
+        CHECK_CUDA(cudaStreamSynchronize(st));
         int bad = 0;
         for (int i = 0; i < B; i++) bad += h_next[i] < 0 || h_next[i] >= V;
         double kv_bytes = (double)(layers - nlin) * 2 * kd * 2 * (prompt + nnew / 2.0) * B;
@@ -171,6 +181,9 @@ int main(int argc, char **argv)
         if (hybrid) snprintf(states, sizeof states, " + conv/delta states read and written %.2f", st_bytes / 1e9);
         printf("; weight-read bound at %.1f TB/s: %.2f ms (%.2f GB read a step: weights %.2f + KV %.2f%s) -> %.2fx\n",
                bw, bound_ours, read / 1e9, weights_read / 1e9, kv_bytes / 1e9, states, step_ms / bound_ours);
+        printf("  one step's device time by kernel class: GEMMs %.3f ms, attention %.3f ms, delta rule %.3f ms, "
+               "other %.3f ms, copies %.3f ms\n", cls[TARGET_CUDA_MATMUL], cls[TARGET_CUDA_ATTENTION],
+               cls[TARGET_CUDA_DELTA_RULE], cls[TARGET_CUDA_OTHER], cls[TARGET_CUDA_COPY]);
         if (bad) printf("FAIL batch %d: %d token ids out of range\n", B, bad);
         printf("cache: %.2f GiB for %d x %d positions\n", (double)target_cuda_cache_bytes(cache) / (1 << 30), B,
                max_len);
