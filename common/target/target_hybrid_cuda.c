@@ -19,7 +19,7 @@
  * Decoding (thc_cache below): the attention layers append their keys and values to the cache and attend to it
  * (flash-decoding) as the dense family does; the linear layers run the conv and the delta rule from each sequence's
  * carried history and fp32 state and store the new ones (causal_conv1d_silu_state_cuda,
- * gated_delta_rule_forward_state_cuda).
+ * gated_delta_chunk_forward_state_cuda: the tensor cores for a prefill, the fp32 kernel for steps of a few rows).
  * tests/hybrid_flow.h transcribes the loading and the forward with the kernels' CPU references (the unit test
  * test_target_hybrid_cuda_flow checks it against target_hybrid.c; test_target_gpu uses it as the GPU's bf16
  * reference): change the two together. */
@@ -486,9 +486,10 @@ static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, 
                           l->a_log, l->dt_bias, HV, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
     if (ca)
-        gated_delta_rule_forward_state_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C,
-                                            y->g, HV, y->beta, HV, rows->cu, rows->nseq, rows->max_seqlen, HK, HV, Dk,
-                                            Dv, ca->delta + (size_t)sl * 2 * ca->nseq * ca->delta_n, d_in, d_out, st);
+        gated_delta_chunk_forward_state_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C,
+                                             y->g, HV, y->beta, HV, rows->cu, rows->nseq, rows->max_seqlen, HK, HV,
+                                             Dk, Dv, ca->delta + (size_t)sl * 2 * ca->nseq * ca->delta_n, d_in, d_out,
+                                             st);
     else
         gated_delta_chunk_forward_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C, y->g,
                                        HV, y->beta, HV, rows->cu, rows->nseq, HK, HV, Dk, Dv, st);
