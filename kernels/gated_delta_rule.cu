@@ -11,8 +11,9 @@
 //   S   = e^{G_{L−1}} S0 + Σ_u e^{G_{L−1}−G_u} k_u ⊗ δ_u
 // Every exponent is <= 0 (u <= t), so nothing overflows however long the sequence or strong the decay; the state
 // crosses chunks in fp32. Same algebra as transformers' torch_chunk_gated_delta_rule. Decoding (the _state entry)
-// runs the same kernel from a carried state (a slot of a state array per sequence, or zeros) and stores the state
-// after the sequence's last row into another slot, with chunks as short as the step's longest sequence.
+// runs from a carried state (a slot of a state array per sequence, or zeros) and stores the state after the
+// sequence's last row into another slot: steps of at most GDR_SHORT rows a sequence (one token, a verified block) by
+// the plain recurrence below with the state in registers, longer ones by this kernel.
 #include <cuda_bf16.h>
 #include <cstdint>
 
@@ -136,6 +137,73 @@ static __global__ void gdr_chunk_kernel(__nv_bfloat16 *out, int ldo, const __nv_
     }
 }
 
+// Decoding steps of a few rows a sequence (the _state entry, at most GDR_SHORT rows): the plain recurrence, one
+// block per (sequence, value head, 32 value columns), 8 warps down the key rows: lane j holds column j of its warp's
+// dk/8 rows of the state in registers (loaded and stored as coalesced 128-byte rows), so the state crosses the
+// memory once each way and nothing else is kept; per row the partial sums Sᵀk and Sᵀq over a warp's rows meet in
+// shared memory (fixed order: deterministic).
+#define GDR_SHORT 16
+#define GDR_RW 8 /* warps of the recurrent kernel */
+template <int R> /* state rows a warp holds: dk / GDR_RW */
+static __global__ void __launch_bounds__(32 * GDR_RW)
+    gdr_recurrent_kernel(__nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k,
+                         int ldk, const __nv_bfloat16 *v, int ldv, const float *g, int ldg, const float *beta, int ldb,
+                         const int32_t *cu_seqlens, int rep, int dv, float *state, const int32_t *st_in,
+                         const int32_t *st_out)
+{
+    constexpr int DK = R * GDR_RW;
+    __shared__ float kq[2][DK], red[2][GDR_RW][32];
+    const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * 32, kh = h / rep;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, j = j0 + lane, r0 = w * R;
+    const bool col = j < dv;
+    const size_t hoff = (size_t)h * DK * dv, sstride = (size_t)gridDim.y * DK * dv;
+    const float *s0 = st_in[s] >= 0 ? state + (size_t)st_in[s] * sstride + hoff : nullptr;
+    float *s1 = state + (size_t)st_out[s] * sstride + hoff;
+    float S[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) S[r] = s0 && col ? s0[(size_t)(r0 + r) * dv + j] : 0.0f;
+    const int t0 = cu_seqlens[s], t1 = cu_seqlens[s + 1];
+    for (int t = t0; t < t1; t++) {
+        __syncthreads(); // the previous row's k, q and sums read
+        for (int i = tid; i < DK; i += blockDim.x) {
+            kq[0][i] = __bfloat162float(k[(size_t)t * ldk + (size_t)kh * DK + i]);
+            kq[1][i] = __bfloat162float(q[(size_t)t * ldq + (size_t)kh * DK + i]);
+        }
+        const float decay = __expf(g[(size_t)t * ldg + h]), b = beta[(size_t)t * ldb + h];
+        const float vt = col ? __bfloat162float(v[(size_t)t * ldv + (size_t)h * dv + j]) : 0.0f;
+        __syncthreads();
+        float part = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            S[r] *= decay;
+            part += S[r] * kq[0][r0 + r];
+        }
+        red[0][w][lane] = part;
+        __syncthreads();
+        float sk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < GDR_RW; i++) sk += red[0][i][lane];
+        const float delta = b * (vt - sk);
+        float po = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            S[r] += kq[0][r0 + r] * delta;
+            po += S[r] * kq[1][r0 + r];
+        }
+        red[1][w][lane] = po;
+        __syncthreads();
+        if (w == 0 && col) {
+            float o = 0.0f;
+#pragma unroll
+            for (int i = 0; i < GDR_RW; i++) o += red[1][i][lane];
+            out[(size_t)t * ldo + (size_t)h * dv + j] = __float2bfloat16_rn(o);
+        }
+    }
+    if (col)
+#pragma unroll
+        for (int r = 0; r < R; r++) s1[(size_t)(r0 + r) * dv + j] = S[r];
+}
+
 /* the kernel's shared memory: S (dk, dvt), Kc and Qc (C, dk + 1), D (C, dvt + 1), A and QK (C, C), G B EG EL (C) */
 static size_t gdr_smem_bytes(int dk, int dvt, int chunk)
 {
@@ -183,8 +251,29 @@ extern "C" void gated_delta_rule_forward_state_cuda(uint16_t *out, int ldo, cons
                                                     int hv, int dk, int dv, float *state, const int32_t *state_in,
                                                     const int32_t *state_out, void *stream)
 {
-    /* decoding steps are a few rows a sequence: a chunk as short as they are keeps the shared memory small (several
-     * blocks an SM while every block loads and stores its slice of the state) */
+    if (max_seqlen <= GDR_SHORT && (dk == 64 || dk == 128 || dk == 256) && nseq > 0 && hv > 0 && dv > 0 && hk > 0 &&
+        hv % hk == 0) { /* the plain recurrence, the state in registers */
+        dim3 grid((unsigned)nseq, (unsigned)hv, (unsigned)((dv + 31) / 32));
+        const __nv_bfloat16 *qb = (const __nv_bfloat16 *)q, *kb = (const __nv_bfloat16 *)k,
+                            *vb = (const __nv_bfloat16 *)v;
+        __nv_bfloat16 *ob = (__nv_bfloat16 *)out;
+        cudaStream_t st = (cudaStream_t)stream;
+        if (dk == 64)
+            gdr_recurrent_kernel<8><<<grid, 32 * GDR_RW, 0, st>>>(ob, ldo, qb, ldq, kb, ldk, vb, ldv, g, ldg, beta, ldb,
+                                                                  cu_seqlens, hv / hk, dv, state, state_in, state_out);
+        else if (dk == 128)
+            gdr_recurrent_kernel<16><<<grid, 32 * GDR_RW, 0, st>>>(ob, ldo, qb, ldq, kb, ldk, vb, ldv, g, ldg, beta,
+                                                                   ldb, cu_seqlens, hv / hk, dv, state, state_in,
+                                                                   state_out);
+        else
+            gdr_recurrent_kernel<32><<<grid, 32 * GDR_RW, 0, st>>>(ob, ldo, qb, ldq, kb, ldk, vb, ldv, g, ldg, beta,
+                                                                   ldb, cu_seqlens, hv / hk, dv, state, state_in,
+                                                                   state_out);
+        CHECK_CUDA_LAUNCH();
+        return;
+    }
+    /* longer steps (a prefill), other key dims: the chunked kernel from the carried state, with a chunk as short as
+     * the step's longest sequence where that is shorter than 64 (less shared memory: more blocks an SM) */
     int chunk = 16;
     while (chunk < max_seqlen && chunk < GDR_CHUNK) chunk *= 2;
     gdr_launch(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dk, dv, chunk, state,

@@ -6,7 +6,8 @@
  * 1, 63, 64, 65 and 200 tokens packed together (chunk boundaries, state crossing chunks), grouped value heads, value
  * dims that are not a multiple of the 32-column tile, the Qwen3.5 shapes (dk = dv = 128), dk = 256, a 3000-token
  * sequence without decay (g = 0: the delta rule keeps the state bounded) and a huge decay (g = -60: exp underflows
- * to 0, never overflows); and the decoding entry (state carried in and out through slots, steps of 1..70 rows).
+ * to 0, never overflows); and the decoding entry (state carried in and out through slots, steps of 1..70 rows:
+ * the recurrent kernel for steps of at most 16 rows, the chunked one otherwise).
  * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
 #include <math.h>
 #include <stdint.h>
@@ -213,6 +214,13 @@ int main(int argc, char **argv)
         check_state("decode_steps", lens, 4, in, out, 7, 2, 4, 16, 24);
         check_state("decode_qwen35_heads", lens, 4, in, out, 7, 2, 4, 128, 128);
         check_state("decode_dk256_odd_dv", lens, 4, in, out, 7, 1, 2, 256, 40);
+        /* steps of at most 16 rows a sequence (one token, verified blocks, an empty one): the recurrent kernel */
+        const int short_lens[5] = {1, 16, 3, 0, 9};
+        const int32_t sin[5] = {2, 0, 5, 9, -1}, sout[5] = {3, 1, 4, 6, 8};
+        check_state("decode_short_qwen35_heads", short_lens, 5, sin, sout, 10, 2, 4, 128, 128);
+        check_state("decode_short_dk256_odd_dv", short_lens, 5, sin, sout, 10, 1, 2, 256, 40);
+        check_state("decode_short_dk64_gva4", short_lens, 5, sin, sout, 10, 1, 4, 64, 24);
+        check_state("decode_short_dk16_chunked", short_lens, 5, sin, sout, 10, 2, 4, 16, 24);
     }
     CHECK_CUDA(cudaStreamDestroy(stream));
     printf("%s\n", failures ? "FAIL test_gated_delta_rule_gpu" : "ok test_gated_delta_rule_gpu");
