@@ -337,7 +337,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) ks[nt][e] = qs[nt][e] = 0.0f;
-        if (c > 0 && has_o) { /* S0 = 0 at the sequence start */
+        if ((c > 0 || s0) && has_o) { /* S0 = 0 at a sequence start (no carried state) */
 #pragma unroll 2
             for (int k0 = 0; k0 < DK; k0 += 16) {
                 uint32_t ak[4], aqf[4], b[4];

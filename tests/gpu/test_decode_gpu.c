@@ -5,7 +5,8 @@
  * prefill then blocks of 3 run in the same steps as the first sequence) give, row for row, the taps and logits of
  * the CPU forward over the whole text (target_model_forward), within the bf16 tolerances of test_target_gpu; the
  * hybrid goldens ($DFLASH_GOLDENS/{qwen35-tiny,qwen35moe-tiny}/target: conv histories and delta-rule states carried
- * across steps) the same way, held to the bf16 emulation's distance as test_target_gpu does. (3) Crops exactly on
+ * across steps) and a random hybrid checkpoint with dk = dv = 128 (the tensor-core prefill, the recurrent steps) the
+ * same way, held to the bf16 emulation's distance as test_target_gpu does. (3) Crops exactly on
  * the hybrid goldens: steps after a crop give the bits of a fresh sequence that ran the kept tokens
  * (check_crop_exact).
  * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
@@ -27,7 +28,7 @@
 #include "target_model.h"
 #include "target_model_cuda.h"
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function" /* this test runs only hflow_forward */
+#pragma GCC diagnostic ignored "-Wunused-function" /* this test runs hflow_forward and write_hybrid_ckpt only */
 #include "tests/hybrid_flow.h"
 #pragma GCC diagnostic pop
 #include "util.h"
@@ -376,6 +377,24 @@ int main(void)
         check_decode(cases[i], dir, i >= 2);
         if (i >= 2) check_crop_exact(cases[i], dir);
     }
+    /* a random hybrid checkpoint with the Qwen3.5 linear-attention heads (dk = dv = 128): its prefills run the
+     * tensor-core delta rule from carried states, its steps the recurrent kernel (the goldens' dk 16 runs neither) */
+    char tmp[] = "/tmp/dflash_decode_hybrid_XXXXXX";
+    const hybrid_spec sp = {.kinds = "lfl", .H = 256, .nh = 4, .nkv = 2, .hd = 64, .HK = 2, .HV = 4, .Dk = 128,
+                            .Dv = 128, .Kc = 4, .I = 512, .V = 1024};
+    if (!mkdtemp(tmp) || write_hybrid_ckpt(tmp, &sp)) {
+        printf("FAIL hybrid-dk128 checkpoint in %s\n", tmp);
+        failures++;
+    } else {
+        check_decode("hybrid-dk128(3 layers)", tmp, 1);
+        check_crop_exact("hybrid-dk128(3 layers)", tmp);
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    unlink(path);
+    rmdir(tmp);
     printf("%s test_decode_gpu: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }
