@@ -223,7 +223,7 @@ static void check_decode(const char *label, const char *dir, int hybrid)
             else t2 += ns[i];
         }
     }
-    /* sequence 1: prefill, a block of 16 of which 5 are kept (crop), then the rest in blocks of 16 */
+    /* sequence 1: prefill, a block of 16 of which 5 are kept (crop), then the rest in blocks of 20 */
     {
         int s1 = 1, n = P;
         STEP(1, &s1, &n, ids);
@@ -235,7 +235,7 @@ static void check_decode(const char *label, const char *dir, int hybrid)
         if (!rc) take_rows(got_aux[1], P, d_aux, 5, W), take_rows(got_logits[1], P, d_logits, 5, V);
         if (!rc) rc = target_cuda_cache_crop(cache, 1, P + 5, &err);
         for (int t = P + 5; !rc && t < L; t += n) {
-            n = L - t < 16 ? L - t : 16;
+            n = L - t < 20 ? L - t : 20; /* steps of more than 16 rows: a dk-128 hybrid's tensor-core delta rule */
             STEP(1, &s1, &n, ids + t);
             if (!rc) take_rows(got_aux[1], t, d_aux, n, W), take_rows(got_logits[1], t, d_logits, n, V);
         }
@@ -245,7 +245,7 @@ static void check_decode(const char *label, const char *dir, int hybrid)
         printf("FAIL %s decode: %s\n", label, err.msg);
         failures++;
     } else {
-        const char *how[NSEQ] = {"prefill+1/step", "prefill+block16 cropped to 5+blocks", "prefill+blocks of 3 beside seq 0"};
+        const char *how[NSEQ] = {"prefill+1/step", "prefill+block16 cropped to 5+blocks of 20", "prefill+blocks of 3 beside seq 0"};
         for (int s = 0; s < NSEQ; s++) {
             char name[256];
             const int from = 0;
