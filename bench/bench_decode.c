@@ -1,10 +1,11 @@
 /* bench_decode: greedy decoding with the KV cache (target_decode_cuda) on the Qwen3-8B shape with random bf16
- * weights. For each batch size: prompts of --prompt random tokens prefilled in packed steps, then --new greedy
+ * weights (--family qwen3_5: the Qwen3.5-9B-shaped hybrid target of bench/qwen35_9b.h, whose cache also carries each
+ * sequence's conv histories and fp32 delta-rule states: a step reads and writes those too). For each batch size: prompts of --prompt random tokens prefilled in packed steps, then --new greedy
  * steps, each one token per sequence: forward against the cache, logits of the new rows, argmax on the device, the
  * ids copied to the host (what the next step needs): the loop `dflash generate` runs. Prints ms per decode step,
  * tokens/s, and at batch 1 the step time against the bandwidth bound (every weight read once per step: the
  * issue's 16.4 GB figure, and the bytes this model actually reads: layers + lm_head + the KV cache).
- * usage: bench_decode [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s] */
+ * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 
 #include "argmax.h"
 #include "cuda_check.h"
+#include "qwen35_9b.h"
 #include "qwen3_8b.h"
 #include "target_decode_cuda.h"
 #include "target_model_cuda.h"
@@ -29,19 +31,28 @@ static double now_ms(cudaEvent_t a, cudaEvent_t b)
 
 int main(int argc, char **argv)
 {
-    int layers = 36, prompt = 512, nnew = 128, nbatch = 0, batches[8];
+    int layers = -1, prompt = 512, nnew = 128, nbatch = 0, batches[8], hybrid = 0;
     double bw = 4.3;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--family") && i + 1 < argc) {
+            const char *f = argv[++i];
+            hybrid = !strcmp(f, "qwen3_5");
+            if (!hybrid && strcmp(f, "qwen3")) {
+                fprintf(stderr, "bench_decode: --family %s: expected qwen3 or qwen3_5\n", f);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--new") && i + 1 < argc) nnew = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc && nbatch < 8) batches[nbatch++] = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... "
+                    "[--bw TB/s]\n", argv[0]);
             return 2;
         }
     }
+    if (layers < 0) layers = hybrid ? 32 : 36;
     if (!nbatch) batches[nbatch++] = 1, batches[nbatch++] = 64;
     int maxb = 0;
     for (int i = 0; i < nbatch; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
@@ -50,7 +61,8 @@ int main(int argc, char **argv)
         return 2;
     }
     hf_config cfg;
-    qwen3_8b_config(&cfg, layers);
+    if (hybrid) qwen35_9b_config(&cfg, layers, 0);
+    else qwen3_8b_config(&cfg, layers);
     const int V = cfg.vocab_size, max_len = prompt + nnew;
     /* prefill in packed steps of at most 4096 tokens (whole prompts) */
     int per_step = 4096 / prompt > 0 ? 4096 / prompt : 1;
@@ -75,13 +87,28 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
 
-    /* bytes a batch-1 step reads: every layer weight, the final norm, lm_head, one embedding row, the KV cache */
+    /* bytes a step reads: every layer weight, the final norm, lm_head, one embedding row, the KV cache of the
+     * attention layers; hybrid: per linear layer and sequence the conv history and the fp32 delta-rule state, read
+     * and written */
     double H = cfg.hidden_size, I = cfg.intermediate_size, hd = cfg.head_dim;
     double qd = cfg.num_heads * hd, kd = cfg.num_kv_heads * hd;
-    double layer_bytes = 2 * (qd * H + 2 * kd * H + H * qd + 3 * H * I + 2 * H + 2 * hd);
-    double weights_read = layers * layer_bytes + 2 * (H + (double)V * H + H);
-    printf("device: %s, %d SMs; Qwen3-8B shape, %d layers, random bf16 weights; prompts of %d tokens, %d new tokens\n",
-           prop.name, prop.multiProcessorCount, layers, prompt, nnew);
+    double attn_bytes = 2 * (qd * H + 2 * kd * H + H * qd + 3 * H * I + 2 * H + 2 * hd);
+    double lin_bytes = 0, state_bytes = 0; /* per linear layer; per linear layer and sequence */
+    int nlin = 0;
+    if (hybrid) {
+        attn_bytes += 2 * qd * H; /* the output gate's rows of q_proj */
+        double HV = cfg.linear_num_v_heads, C = 2.0 * cfg.linear_num_k_heads * cfg.linear_k_head_dim +
+                                                HV * cfg.linear_v_head_dim, VD = HV * cfg.linear_v_head_dim;
+        lin_bytes = 2 * ((C + VD + 2 * HV) * H + H * VD + C * cfg.linear_conv_kernel + 3 * H * I + 2 * H +
+                         cfg.linear_v_head_dim) + 8 * HV;
+        state_bytes = 2 * (4 * HV * cfg.linear_k_head_dim * cfg.linear_v_head_dim +
+                           2 * (cfg.linear_conv_kernel - 1) * C);
+        for (int i = 0; i < layers; i++) nlin += cfg.layer_linear[i];
+    }
+    double weights_read = (layers - nlin) * attn_bytes + nlin * lin_bytes + 2 * (H + (double)V * H + H);
+    printf("device: %s, %d SMs; %s shape, %d layers%s, random bf16 weights; prompts of %d tokens, %d new tokens\n",
+           prop.name, prop.multiProcessorCount, hybrid ? "Qwen3.5-9B" : "Qwen3-8B", layers,
+           hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", prompt, nnew);
 
     for (int bi = 0; bi < nbatch; bi++) {
         const int B = batches[bi];
@@ -131,18 +158,34 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaEventRecord(e1, st));
         CHECK_CUDA(cudaEventSynchronize(e1));
         step_ms = now_ms(e0, e1) / (nnew - 2);
+        /* one instrumented step (the cache's last free position): device time per kernel class */
+        double cls[TARGET_CUDA_NCLASS];
+        target_cuda_set_profiling(m, 1);
+        if (target_cuda_cache_forward(cache, B, seqs, n, h_next, NULL, 0, NULL, 0, logits, 1, &err)) {
+            fprintf(stderr, "bench_decode: profiled step: %s\n", err.msg);
+            return 1;
+        }
+        target_cuda_profile(m, cls);
+        target_cuda_set_profiling(m, 0);
+        CHECK_CUDA(cudaStreamSynchronize(st));
         int bad = 0;
         for (int i = 0; i < B; i++) bad += h_next[i] < 0 || h_next[i] >= V;
-        double kv_bytes = (double)layers * 2 * kd * 2 * (prompt + nnew / 2.0) * B;
-        double bound_issue = 16.4e9 / (bw * 1e12) * 1e3, bound_ours = (weights_read + kv_bytes) / (bw * 1e12) * 1e3;
+        double kv_bytes = (double)(layers - nlin) * 2 * kd * 2 * (prompt + nnew / 2.0) * B;
+        double st_bytes = (double)nlin * state_bytes * B, read = weights_read + kv_bytes + st_bytes;
+        double bound_issue = 16.4e9 / (bw * 1e12) * 1e3, bound_ours = read / (bw * 1e12) * 1e3;
         printf("batch %d: prefill %d x %d tokens %.1f ms (%.0f tok/s); decode %.3f ms/step, %.0f tokens/s",
                B, B, prompt, prefill_ms, B * prompt / (prefill_ms / 1e3), step_ms, B / (step_ms / 1e3));
-        printf("; bandwidth bound at %.1f TB/s: %.2f ms (16.4 GB) -> %.2fx of it; %.2f ms (%.2f GB read a step: "
-               "weights %.2f + KV %.2f) -> %.2fx\n",
-               bw, bound_issue, step_ms / bound_issue, bound_ours, (weights_read + kv_bytes) / 1e9, weights_read / 1e9,
-               kv_bytes / 1e9, step_ms / bound_ours);
+        if (!hybrid) printf("; bandwidth bound at %.1f TB/s: %.2f ms (16.4 GB) -> %.2fx of it", bw, bound_issue,
+                            step_ms / bound_issue);
+        char states[96] = "";
+        if (hybrid) snprintf(states, sizeof states, " + conv/delta states read and written %.2f", st_bytes / 1e9);
+        printf("; weight-read bound at %.1f TB/s: %.2f ms (%.2f GB read a step: weights %.2f + KV %.2f%s) -> %.2fx\n",
+               bw, bound_ours, read / 1e9, weights_read / 1e9, kv_bytes / 1e9, states, step_ms / bound_ours);
+        printf("  one step's device time by kernel class: GEMMs %.3f ms, attention %.3f ms, delta rule %.3f ms, "
+               "other %.3f ms, copies %.3f ms\n", cls[TARGET_CUDA_MATMUL], cls[TARGET_CUDA_ATTENTION],
+               cls[TARGET_CUDA_DELTA_RULE], cls[TARGET_CUDA_OTHER], cls[TARGET_CUDA_COPY]);
         if (bad) printf("FAIL batch %d: %d token ids out of range\n", B, bad);
-        printf("KV cache: %.2f GiB for %d x %d positions\n", (double)target_cuda_cache_bytes(cache) / (1 << 30), B,
+        printf("cache: %.2f GiB for %d x %d positions\n", (double)target_cuda_cache_bytes(cache) / (1 << 30), B,
                max_len);
         target_cuda_cache_destroy(&cache);
         free(ids), free(seqs), free(n);

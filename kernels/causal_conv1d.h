@@ -23,6 +23,13 @@ extern "C" {
  * stream is a cudaStream_t. */
 void causal_conv1d_silu_cuda(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int C, int K,
                              const int32_t *cu_seqlens, int nseq, int T, void *stream);
+/* CUDA, decoding: the same over packed sequences that each continue from a carried history. hist is an array of
+ * slots of (K-1, C) bf16 conv inputs (causal_conv1d_silu_state_cpu's layout); sequence s of the call reads slot
+ * hist_in[s] (-1: a sequence start, zeros) and leaves the last K-1 input rows of [history; its rows] in slot
+ * hist_out[s] (device arrays of nseq; a slot written is read by no sequence of the call). */
+void causal_conv1d_silu_state_cuda(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int C, int K,
+                                   const int32_t *cu_seqlens, int nseq, int T, uint16_t *hist,
+                                   const int32_t *hist_in, const int32_t *hist_out, void *stream);
 #ifdef __cplusplus
 }
 #endif

@@ -28,6 +28,9 @@
 // Precision (GATED_DELTA_CHUNK_EXACT): q, k, v are bf16 already; every fp32 operand of a product (S0, T, R, δ and
 // the gated Q·Kᵀ) is split into bf16 hi + lo and the product takes hi·hi + hi·lo + lo·hi: ~2^-16 relative per term,
 // accumulated in fp32. GATED_DELTA_CHUNK_BF16 takes hi·hi only (fla's precision).
+// Decoding (gated_delta_chunk_forward_state_cuda): the state registers start from a carried state (a slot per
+// sequence, or zeros) and are stored to another slot after the sequence's last chunk; steps of a few rows a sequence
+// go to gated_delta_rule's fp32 kernel instead.
 #include <cuda_bf16.h>
 #include <cstdint>
 #include <cstdio>
@@ -49,6 +52,9 @@ typedef __nv_bfloat16 bf16;
 #define GDC_LDC (GDC_C + 8)     /* fp32 (C, C) row stride: float2 fragment loads on distinct banks */
 #define GDC_FULL 0xffffffffu
 #define GDC_SORT_MAX GDC_THREADS /* packed batches of at most this many sequences run longest first */
+/* decoding steps of at most this many rows a sequence run gated_delta_rule's fp32 kernel in chunks of their size: a
+ * block of this kernel (one an SM) would spend a 64-row chunk's work and its whole state traffic on a few rows */
+#define GDC_STATE_SHORT 16
 
 /* shared memory of one block, in bytes from the start; bf16 row strides are 8 elements (16 bytes) past a multiple of
  * 128 bytes so that ldmatrix reads 8 rows on distinct banks */
@@ -163,7 +169,7 @@ template <int DK, int BV, bool AL, bool EXACT>
 static __global__ void __launch_bounds__(GDC_THREADS, 1)
     gdc_kernel(bf16 *out, int ldo, const bf16 *q, int ldq, const bf16 *k, int ldk, const bf16 *v, int ldv,
                const float *g, int ldg, const float *beta, int ldb, const int32_t *cu_seqlens, int nseq, int hv,
-               int rep, int dv)
+               int rep, int dv, float *state, const int32_t *st_in, const int32_t *st_out)
 {
     typedef gdc_layout<DK, BV> Lay;
     constexpr int C = GDC_C, LDK = Lay::LDK, LDV = Lay::LDV, LDC = GDC_LDC;
@@ -211,7 +217,17 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
     }
     const int kh = h / rep, nj = min(BV, dv - j0);
     const int t0 = cu_seqlens[s], t1 = cu_seqlens[s + 1];
-    if (t1 <= t0) return;
+    /* decoding: the state's (DK, nj) slice of this head starts from slot st_in[s] (-1: zeros) and ends in st_out[s] */
+    const size_t hoff = (size_t)h * DK * dv + (size_t)j0, sstride = (size_t)hv * DK * dv;
+    const float *s0 = state && st_in[s] >= 0 ? state + (size_t)st_in[s] * sstride + hoff : nullptr;
+    float *s1 = state ? state + (size_t)st_out[s] * sstride + hoff : nullptr;
+    if (t1 <= t0) {
+        for (int i = tid; s1 && i < DK * nj; i += GDC_THREADS) {
+            const int d = i / nj, j = i - d * nj;
+            s1[(size_t)d * dv + j] = s0 ? s0[(size_t)d * dv + j] : 0.0f;
+        }
+        return;
+    }
     const bf16 *qb = q + (size_t)kh * DK, *kb = k + (size_t)kh * DK, *vb = v + (size_t)h * dv + j0;
     bf16 *ob = out + (size_t)h * dv + j0;
     const float *gb = g + h, *bb = beta + h;
@@ -246,6 +262,24 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTS; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) sacc[mt][nt][e] = 0.0f;
+    if (s0) { /* the carried state into the accumulators and its hi + lo copy (after the zeroing above) */
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < MTS; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NTS; nt++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int d = d0 + mt * 16 + gq + hf * 8, j = sn0 + nt * 8 + 2 * qq;
+                    float *a = &sacc[mt][nt][2 * hf];
+                    a[0] = j < nj ? s0[(size_t)d * dv + j] : 0.0f;
+                    a[1] = j + 1 < nj ? s0[(size_t)d * dv + j + 1] : 0.0f;
+                    uint32_t hi, lo;
+                    split_bf16x2(a[0], a[1], hi, lo);
+                    *reinterpret_cast<uint32_t *>(Sh + d * LDV + j) = hi;
+                    *reinterpret_cast<uint32_t *>(Sl + d * LDV + j) = lo;
+                }
+    }
 
     for (int c = 0; c < nchunks; c++) {
         const int c0 = t0 + c * C, L = min(C, t1 - c0), buf = c & 1;
@@ -303,7 +337,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) ks[nt][e] = qs[nt][e] = 0.0f;
-        if (c > 0 && has_o) { /* S0 = 0 at the sequence start */
+        if ((c > 0 || s0) && has_o) { /* S0 = 0 at a sequence start (no carried state) */
 #pragma unroll 2
             for (int k0 = 0; k0 < DK; k0 += 16) {
                 uint32_t ak[4], aqf[4], b[4];
@@ -526,12 +560,24 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
                     *reinterpret_cast<uint32_t *>(Sl + d * LDV + j) = lo;
                 }
     }
+    if (s1) /* the state after the sequence's last row (each thread its own accumulators) */
+#pragma unroll
+        for (int mt = 0; mt < MTS; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NTS; nt++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int d = d0 + mt * 16 + gq + hf * 8, j = sn0 + nt * 8 + 2 * qq;
+                    if (j < nj) s1[(size_t)d * dv + j] = sacc[mt][nt][2 * hf];
+                    if (j + 1 < nj) s1[(size_t)d * dv + j + 1] = sacc[mt][nt][2 * hf + 1];
+                }
 }
 
 template <int DK, int BV, bool AL, bool EXACT>
 static void gdc_launch(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
                        const uint16_t *v, int ldv, const float *g, int ldg, const float *beta, int ldb,
-                       const int32_t *cu_seqlens, int nseq, int hk, int hv, int dv, cudaStream_t st)
+                       const int32_t *cu_seqlens, int nseq, int hk, int hv, int dv, float *state,
+                       const int32_t *st_in, const int32_t *st_out, cudaStream_t st)
 {
     const size_t smem = gdc_layout<DK, BV>::bytes;
     CHECK_CUDA(cudaFuncSetAttribute(gdc_kernel<DK, BV, AL, EXACT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -539,19 +585,37 @@ static void gdc_launch(uint16_t *out, int ldo, const uint16_t *q, int ldq, const
     const unsigned nblocks = (unsigned)nseq * (unsigned)hv * (unsigned)((dv + BV - 1) / BV);
     gdc_kernel<DK, BV, AL, EXACT><<<nblocks, GDC_THREADS, smem, st>>>(
         (bf16 *)out, ldo, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, g, ldg, beta, ldb,
-        cu_seqlens, nseq, hv, hv / hk, dv);
+        cu_seqlens, nseq, hv, hv / hk, dv, state, st_in, st_out);
     CHECK_CUDA_LAUNCH();
 }
 
 template <int DK, int BV>
 static void gdc_dispatch(bool al, bool exact, uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
                          int ldk, const uint16_t *v, int ldv, const float *g, int ldg, const float *beta, int ldb,
-                         const int32_t *cu, int nseq, int hk, int hv, int dv, cudaStream_t st)
+                         const int32_t *cu, int nseq, int hk, int hv, int dv, float *S, const int32_t *si,
+                         const int32_t *so, cudaStream_t st)
 {
-    if (al && exact) gdc_launch<DK, BV, true, true>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, st);
-    else if (al) gdc_launch<DK, BV, true, false>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, st);
-    else if (exact) gdc_launch<DK, BV, false, true>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, st);
-    else gdc_launch<DK, BV, false, false>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, st);
+    if (al && exact) gdc_launch<DK, BV, true, true>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, S, si, so, st);
+    else if (al) gdc_launch<DK, BV, true, false>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, S, si, so, st);
+    else if (exact) gdc_launch<DK, BV, false, true>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, S, si, so, st);
+    else gdc_launch<DK, BV, false, false>(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu, nseq, hk, hv, dv, S, si, so, st);
+}
+
+/* the tensor-core launch of both entries (dk 128 or 256, mode checked) */
+static void gdc_run(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
+                    int ldv, const float *g, int ldg, const float *beta, int ldb, const int32_t *cu_seqlens, int nseq,
+                    int hk, int hv, int dk, int dv, int mode, float *S, const int32_t *si, const int32_t *so,
+                    void *stream)
+{
+    /* 16-byte cp.async pieces where every row start is 16-byte aligned and the value tile ends on a piece */
+    const uintptr_t ptrs = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v;
+    const bool al = (ptrs & 15) == 0 && ldq % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && ldo % 8 == 0 && dv % 8 == 0;
+    const bool exact = mode == GATED_DELTA_CHUNK_EXACT;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (dk == 128)
+        gdc_dispatch<128, 64>(al, exact, out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dv, S, si, so, st);
+    else
+        gdc_dispatch<256, 32>(al, exact, out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dv, S, si, so, st);
 }
 
 extern "C" void gated_delta_chunk_forward_mode_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
@@ -572,15 +636,8 @@ extern "C" void gated_delta_chunk_forward_mode_cuda(uint16_t *out, int ldo, cons
                                       dk, dv, stream);
         return;
     }
-    /* 16-byte cp.async pieces where every row start is 16-byte aligned and the value tile ends on a piece */
-    const uintptr_t ptrs = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v;
-    const bool al = (ptrs & 15) == 0 && ldq % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && ldo % 8 == 0 && dv % 8 == 0;
-    const bool exact = mode == GATED_DELTA_CHUNK_EXACT;
-    cudaStream_t st = (cudaStream_t)stream;
-    if (dk == 128)
-        gdc_dispatch<128, 64>(al, exact, out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dv, st);
-    else
-        gdc_dispatch<256, 32>(al, exact, out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dv, st);
+    gdc_run(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dk, dv, mode, NULL, NULL,
+            NULL, stream);
 }
 
 extern "C" void gated_delta_chunk_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
@@ -590,4 +647,25 @@ extern "C" void gated_delta_chunk_forward_cuda(uint16_t *out, int ldo, const uin
 {
     gated_delta_chunk_forward_mode_cuda(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk,
                                         hv, dk, dv, GATED_DELTA_CHUNK_EXACT, stream);
+}
+
+extern "C" void gated_delta_chunk_forward_state_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
+                                                     const uint16_t *k, int ldk, const uint16_t *v, int ldv,
+                                                     const float *g, int ldg, const float *beta, int ldb,
+                                                     const int32_t *cu_seqlens, int nseq, int max_seqlen, int hk,
+                                                     int hv, int dk, int dv, float *state, const int32_t *state_in,
+                                                     const int32_t *state_out, void *stream)
+{
+    if (nseq <= 0 || hv <= 0 || dv <= 0) return;
+    if (hk <= 0 || hv % hk || dk <= 0 || dk > 256) {
+        fprintf(stderr, "gated_delta_chunk_forward_state_cuda: hk %d / hv %d / dk %d unsupported\n", hk, hv, dk);
+        exit(1);
+    }
+    if ((dk != 128 && dk != 256) || max_seqlen <= GDC_STATE_SHORT) { /* short steps, other heads: the fp32 kernel */
+        gated_delta_rule_forward_state_cuda(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq,
+                                            max_seqlen, hk, hv, dk, dv, state, state_in, state_out, stream);
+        return;
+    }
+    gdc_run(out, ldo, q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, cu_seqlens, nseq, hk, hv, dk, dv,
+            GATED_DELTA_CHUNK_EXACT, state, state_in, state_out, stream);
 }

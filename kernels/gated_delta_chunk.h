@@ -30,6 +30,15 @@ void gated_delta_chunk_forward_mode_cuda(uint16_t *out, int ldo, const uint16_t 
                                          int ldk, const uint16_t *v, int ldv, const float *g, int ldg,
                                          const float *beta, int ldb, const int32_t *cu_seqlens, int nseq, int hk,
                                          int hv, int dk, int dv, int mode, void *stream);
+/* Decoding: gated_delta_rule_forward_state_cuda's contract (sequences continuing from carried states in slots of
+ * (hv, dk, dv) fp32: state_in[s], -1 a start; the state after the last row to state_out[s]; device arrays), on the
+ * tensor cores in mode GATED_DELTA_CHUNK_EXACT when dk is 128 or 256 and some sequence has more than 16 rows
+ * (max_seqlen, host: a prefill); shorter steps and other dk run gated_delta_rule_forward_state_cuda. */
+void gated_delta_chunk_forward_state_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                          int ldk, const uint16_t *v, int ldv, const float *g, int ldg,
+                                          const float *beta, int ldb, const int32_t *cu_seqlens, int nseq,
+                                          int max_seqlen, int hk, int hv, int dk, int dv, float *state,
+                                          const int32_t *state_in, const int32_t *state_out, void *stream);
 #ifdef __cplusplus
 }
 #endif

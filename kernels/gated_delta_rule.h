@@ -31,6 +31,16 @@ void gated_delta_rule_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, in
                                    const uint16_t *v, int ldv, const float *g, int ldg, const float *beta, int ldb,
                                    const int32_t *cu_seqlens, int nseq, int hk, int hv, int dk, int dv,
                                    void *stream);
+/* CUDA, decoding: the same over packed sequences that each continue from a carried state. state is an array of
+ * slots of (hv, dk, dv) fp32 (gated_delta_rule_forward_state_cpu's layout); sequence s of the call starts from slot
+ * state_in[s] (-1: a sequence start, zeros) and leaves the state after its last row in slot state_out[s] (device
+ * arrays of nseq; a slot written is read by no sequence of the call). max_seqlen (host) bounds the rows of a
+ * sequence: steps of a few rows run in chunks as short as that. */
+void gated_delta_rule_forward_state_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                         int ldk, const uint16_t *v, int ldv, const float *g, int ldg,
+                                         const float *beta, int ldb, const int32_t *cu_seqlens, int nseq,
+                                         int max_seqlen, int hk, int hv, int dk, int dv, float *state,
+                                         const int32_t *state_in, const int32_t *state_out, void *stream);
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* target_decode_cuda: decoding on the CUDA target, generic part. What the cache holds per layer is the family's
- * (target_cuda_ops cache_new: the dense family's keys and values); whether a family decodes at all is its row's
- * can[TARGET_BACKEND_CUDA], checked first. Per step the host builds the rows' ids, absolute positions,
+ * (target_cuda_ops cache_new: the dense family's keys and values; the hybrid family's also the linear-attention
+ * states, whose crop re-runs the kept tokens of the last forward as on the CPU); whether a family decodes at all is
+ * its row's can[TARGET_BACKEND_CUDA], checked first. Per step the host builds the rows' ids, absolute positions,
  * sequence indices, cu_seqlens and the rows whose logits are wanted, uploads them through a pinned stage, and runs
  * the target's layer loop (target_cuda_run_layers) with the cache attached. Lengths live on the host. */
 #include "target_decode_cuda.h"
@@ -18,6 +19,7 @@ struct target_cuda_cache {
     target_cuda *m;
     int nseq, max_len, max_step;
     int *len;                    /* (nseq) host */
+    int *past;                   /* (nseq) host: a step's lengths before it, for the family's cache_begin */
     void *state;                 /* the family's part (cache_new) */
     size_t bytes;
     int32_t *d_stage, *h_stage;  /* ids | pos | seq | cu | logit rows */
@@ -46,6 +48,7 @@ int target_cuda_cache_create(target_cuda_cache **out, target_cuda *m, int nseq, 
         return rc;
     }
     k->len = xcalloc((size_t)nseq, sizeof *k->len);
+    k->past = xcalloc((size_t)nseq, sizeof *k->past);
     size_t nstage = 3 * (size_t)max_step_tokens + 2 * (size_t)nseq + 1;
     CHECK_CUDA(cudaMalloc((void **)&k->d_stage, nstage * sizeof(int32_t)));
     CHECK_CUDA(cudaMallocHost((void **)&k->h_stage, nstage * sizeof(int32_t)));
@@ -65,6 +68,7 @@ void target_cuda_cache_destroy(target_cuda_cache **kp)
     CHECK_CUDA(cudaFreeHost(k->h_stage));
     CHECK_CUDA(cudaEventDestroy(k->staged));
     free(k->len);
+    free(k->past);
     free(k);
     *kp = NULL;
 }
@@ -72,9 +76,10 @@ void target_cuda_cache_destroy(target_cuda_cache **kp)
 int target_cuda_cache_length(const target_cuda_cache *k, int seq) { return k->len[seq]; }
 size_t target_cuda_cache_bytes(const target_cuda_cache *k) { return k->bytes; }
 
-int target_cuda_cache_forward(target_cuda_cache *k, int nrun, const int *seqs, const int *n, const int32_t *ids,
-                              const int *taps, int ntaps, uint16_t *aux, int ld_aux, uint16_t *logits, int last_only,
-                              errbuf *err)
+/* target_cuda_cache_forward; keep as the family's cache_begin takes it (0: a crop re-runs tokens). */
+static int cache_step(target_cuda_cache *k, int nrun, const int *seqs, const int *n, const int32_t *ids,
+                      const int *taps, int ntaps, uint16_t *aux, int ld_aux, uint16_t *logits, int last_only, int keep,
+                      errbuf *err)
 {
     target_cuda *m = k->m;
     const hf_config *c = &m->cfg;
@@ -107,6 +112,7 @@ int target_cuda_cache_forward(target_cuda_cache *k, int nrun, const int *seqs, c
         return errbuf_set(err, EINVAL, "aux row stride %d is below %d taps x %d", ld_aux, ntaps, c->hidden_size);
     int deepest, rc = target_request_depth(c, m->nlayers, m->full, taps, ntaps, logits != NULL, &deepest, err);
     if (rc) return rc;
+    deepest = c->num_layers - 1; /* every layer, whatever the taps: the cache needs each layer's rows (or states) */
 
     CHECK_CUDA(cudaEventSynchronize(k->staged));
     int32_t *h = k->h_stage, *h_pos = h + T, *h_seq = h + 2 * T, *h_cu = h + 3 * T, *h_rows = h_cu + nrun + 1;
@@ -120,6 +126,11 @@ int target_cuda_cache_forward(target_cuda_cache *k, int nrun, const int *seqs, c
     size_t nstage = 3 * (size_t)T + 2 * (size_t)nrun + 1;
     CHECK_CUDA(cudaMemcpyAsync(k->d_stage, h, nstage * sizeof(int32_t), cudaMemcpyHostToDevice, m->stream));
     CHECK_CUDA(cudaEventRecord(k->staged, m->stream));
+    if (m->ops->cache_begin) {
+        int *past = k->past;
+        for (int i = 0; i < nrun; i++) past[i] = k->len[seqs[i]];
+        m->ops->cache_begin(k->state, nrun, seqs, past, n, ids, keep);
+    }
     const int32_t *d = k->d_stage;
     tc_rows rows = {.T = T, .nseq = nrun, .max_seqlen = max_n, .ids = d, .pos = d + T, .cu = d + 3 * T};
     tc_kv_cache kv = {.state = k->state, .seq = d + 2 * T, .pos = d + T, .max_pos = max_pos, .packed = all_empty};
@@ -131,15 +142,31 @@ int target_cuda_cache_forward(target_cuda_cache *k, int nrun, const int *seqs, c
     return 0;
 }
 
+int target_cuda_cache_forward(target_cuda_cache *k, int nrun, const int *seqs, const int *n, const int32_t *ids,
+                              const int *taps, int ntaps, uint16_t *aux, int ld_aux, uint16_t *logits, int last_only,
+                              errbuf *err)
+{
+    return cache_step(k, nrun, seqs, n, ids, taps, ntaps, aux, ld_aux, logits, last_only, 1, err);
+}
+
 int target_cuda_cache_crop(target_cuda_cache *k, int seq, int len, errbuf *err)
 {
     if (seq < 0 || seq >= k->nseq)
         return errbuf_set(err, EINVAL, "crop: sequence %d is outside the cache's %d", seq, k->nseq);
     if (len < 0 || len > k->len[seq])
         return errbuf_set(err, EINVAL, "crop: sequence %d holds %d positions, cannot keep %d", seq, k->len[seq], len);
-    if (k->m->ops->cache_crop) {
-        int rc = k->m->ops->cache_crop(k->state, seq, len, k->len[seq], err);
-        if (rc) return rc;
+    if (!k->m->ops->cache_crop) {
+        k->len[seq] = len;
+        return 0;
+    }
+    int from = len;
+    const int32_t *rerun = NULL;
+    int n = k->m->ops->cache_crop(k->state, seq, len, k->len[seq], &from, &rerun, err);
+    if (n < 0) return n;
+    k->len[seq] = from;
+    if (n > 0) { /* the family's states rebuilt from before the last forward: its first n tokens again */
+        int rc = cache_step(k, 1, &seq, &n, rerun, NULL, 0, NULL, 0, NULL, 0, 0, err);
+        DF_ASSERT(rc == 0); /* the same tokens it already ran, at the same positions */
     }
     k->len[seq] = len;
     return 0;

@@ -31,7 +31,10 @@ size_t target_cuda_cache_bytes(const target_cuda_cache *c);
 int target_cuda_cache_forward(target_cuda_cache *c, int nrun, const int *seqs, const int *n, const int32_t *ids,
                               const int *taps, int ntaps, uint16_t *aux, int ld_aux, uint16_t *logits, int last_only,
                               errbuf *err);
-/* Keep the first len positions of sequence seq (0 <= len <= its length). */
+/* Keep the first len positions of sequence seq (0 <= len <= its length). Hybrid targets, as on the CPU
+ * (target_decode.h): the linear-attention states are restored by re-running the kept tokens of the sequence's last
+ * step from the states before it (enqueued on the model's stream), so len must be 0 or at least the position where
+ * that step started; -EINVAL otherwise, nothing changed. */
 int target_cuda_cache_crop(target_cuda_cache *c, int seq, int len, errbuf *err);
 
 #endif

@@ -562,8 +562,8 @@ const target_family target_hybrid_family = {
     .name = "hybrid",
     .about = "the hybrid Qwen3.5 family of Gated DeltaNet targets (qwen3_5, qwen3_5_moe, qwen3_next)",
     .takes = hy_takes,
-    /* the GPU has no state-carrying kernels yet: the packed forward only */
-    .can = {[TARGET_BACKEND_CPU] = TARGET_CAN_FORWARD | TARGET_CAN_DECODE, [TARGET_BACKEND_CUDA] = TARGET_CAN_FORWARD},
+    .can = {[TARGET_BACKEND_CPU] = TARGET_CAN_FORWARD | TARGET_CAN_DECODE,
+            [TARGET_BACKEND_CUDA] = TARGET_CAN_FORWARD | TARGET_CAN_DECODE},
     .prefix = target_hybrid_prefix,
     .norm_add = 1.0f, /* zero-centred RMSNorm: the scale is 1 + w */
     .rope_dims = hy_rope_dims,

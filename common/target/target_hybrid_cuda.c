@@ -1,5 +1,5 @@
 /* target_hybrid_cuda: the hybrid family on CUDA (its operations target_hybrid_cuda, reached through the family
- * table), following target_hybrid.c (the CPU reference); the packed forward only (no decoding cache yet). Per layer:
+ * table), following target_hybrid.c (the CPU reference): the packed forward and decoding with a cache. Per layer:
  * zero-centred RMSNorm, then
  *  - Gated DeltaNet: one fused GEMM [q | k | v | z | b | a], causal depthwise conv1d + SiLU over q|k|v (history
  *    restarting at each sequence start), l2-norm of q (scaled) and k with beta = sigmoid(b) and
@@ -12,6 +12,10 @@
  * block (moe_block_cuda: routing, grouping by expert and the grouped expert GEMMs on the device, no host sync; the
  * shared expert with its sigmoid gate rides in the same launches). A layer's last kernel (down_proj GEMM or
  * moe_combine) writes the residual stream straight into the tap block / last buffer as the Qwen3 loop does.
+ * Decoding (thc_cache below): the attention layers append their keys and values to the cache and attend to it
+ * (flash-decoding) as the dense family does; the linear layers run the conv and the delta rule from each sequence's
+ * carried history and fp32 state and store the new ones (causal_conv1d_silu_state_cuda,
+ * gated_delta_chunk_forward_state_cuda: the tensor cores for a prefill, the fp32 kernel for steps of a few rows).
  * tests/hybrid_flow.h transcribes the loading and the forward with the kernels' CPU references (the unit test
  * test_target_hybrid_cuda_flow checks it against target_hybrid.c; test_target_gpu uses it as the GPU's bf16
  * reference): change the two together. */
@@ -31,6 +35,7 @@
 #include "gated_delta_prep.h"
 #include "gated_delta_rule.h"
 #include "gated_rmsnorm.h"
+#include "kv_attention.h"
 #include "matmul.h"
 #include "moe_block_cuda.h"
 #include "qk_norm_rope.h"
@@ -355,8 +360,38 @@ static void thc_init_random(target_cuda *m, uint64_t *seed, float a)
 
 /* ---- forward ---- */
 
-/* Gated DeltaNet over u (T, H); m->x = r + out_proj(...). */
-static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, const uint16_t *r, int ldr)
+/* ---- decoding: the family's part of a cache ----
+ * Attention layers: keys then values, each (nseq, max_len, kd) bf16 (the dense family's layout). Linear layers: two
+ * slots per sequence (slot 2*seq + parity) of the conv history (K-1, C) bf16 and of the delta-rule state
+ * (HV, Dk, Dv) fp32. A step reads each sequence's states from its current slot and writes the new ones to the other,
+ * which then becomes current: the slot left behind holds the states before the sequence's last step, and a crop
+ * inside that step goes back to them and re-runs its kept tokens (their ids are kept), as the CPU does
+ * (target_hybrid.c: there the states before are copies; here no copy is made). */
+typedef struct thc_cache {
+    target_cuda *m;
+    int nseq, max_len;
+    int *slot;                        /* (nlayers) index of layer li among the attention (or the linear) layers */
+    uint16_t *kv;                     /* attention layer a: keys at kv + 2a*per, values at kv + (2a+1)*per */
+    size_t seq_stride, per;           /* max_len*kd; nseq*seq_stride */
+    float *workspace;                 /* kv_attention's */
+    uint16_t *hist;                   /* linear layer l: (2 nseq, K-1, C) at hist + l*2*nseq*hist_n */
+    float *delta;                     /* linear layer l: (2 nseq, HV, Dk, Dv) at delta + l*2*nseq*delta_n */
+    size_t hist_n, delta_n;           /* elements of one slot */
+    /* per sequence (host) */
+    int *cur;                         /* the parity of the slots holding its states */
+    int *zero;                        /* its states are a sequence start's: no slot is read */
+    int *prev_zero;                   /* so were the states before its last step */
+    int *start;                       /* the position where its last step started; -1: none since empty */
+    int32_t *last_ids;                /* (nseq, max_len) that step's ids */
+    /* the step's slots, read (nrun) | written (nrun), on the device and in a pinned stage */
+    int32_t *d_io, *h_io;
+    cudaEvent_t staged;
+} thc_cache;
+
+/* Gated DeltaNet over u (T, H); m->x = r + out_proj(...). ca: NULL (packed forward), or the decoding cache whose
+ * linear layer sl the rows continue. */
+static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, const thc_cache *ca, int sl,
+                       const uint16_t *r, int ldr)
 {
     const hf_config *c = &m->cfg;
     struct target_hybrid_cuda *y = m->layers;
@@ -365,12 +400,24 @@ static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, 
     cudaStream_t st = m->stream;
     matmul_forward_cuda(m->mm, y->proj, W, NULL, 0, 0.0f, m->u, H, l->w_lin, T, W, H, st);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
-    causal_conv1d_silu_cuda(y->conv, C, y->proj, W, l->conv, C, c->linear_conv_kernel, rows->cu, rows->nseq, T, st);
+    const int32_t *d_in = ca ? ca->d_io : NULL, *d_out = ca ? ca->d_io + rows->nseq : NULL;
+    if (ca)
+        causal_conv1d_silu_state_cuda(y->conv, C, y->proj, W, l->conv, C, c->linear_conv_kernel, rows->cu, rows->nseq,
+                                      T, ca->hist + (size_t)sl * 2 * ca->nseq * ca->hist_n, d_in, d_out, st);
+    else
+        causal_conv1d_silu_cuda(y->conv, C, y->proj, W, l->conv, C, c->linear_conv_kernel, rows->cu, rows->nseq, T,
+                                st);
     gated_delta_prep_cuda(y->conv, C, T, HK, Dk, y->beta, y->g, HV, y->proj + C + VD, W, y->proj + C + VD + HV, W,
                           l->a_log, l->dt_bias, HV, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    gated_delta_chunk_forward_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C, y->g, HV,
-                                  y->beta, HV, rows->cu, rows->nseq, HK, HV, Dk, Dv, st);
+    if (ca)
+        gated_delta_chunk_forward_state_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C,
+                                             y->g, HV, y->beta, HV, rows->cu, rows->nseq, rows->max_seqlen, HK, HV,
+                                             Dk, Dv, ca->delta + (size_t)sl * 2 * ca->nseq * ca->delta_n, d_in, d_out,
+                                             st);
+    else
+        gated_delta_chunk_forward_cuda(y->core, VD, y->conv, C, y->conv + HK * Dk, C, y->conv + 2 * HK * Dk, C, y->g,
+                                       HV, y->beta, HV, rows->cu, rows->nseq, HK, HV, Dk, Dv, st);
     target_cuda_mark(m, TARGET_CUDA_DELTA_RULE);
     gated_rmsnorm_cuda(y->core, VD, y->core, VD, y->proj + C, W, l->gnorm, T, HV, Dv, (float)c->rms_eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
@@ -378,8 +425,10 @@ static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, 
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
 }
 
-/* Gated attention over u (T, H); m->x = r + o_proj(...). */
-static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, const uint16_t *r, int ldr)
+/* Gated attention over u (T, H); m->x = r + o_proj(...). kv: NULL (packed forward) or the decoding cache, whose
+ * attention layer sl the rows append to. */
+static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, const tc_kv_cache *kv, int sl,
+                     const uint16_t *r, int ldr)
 {
     const hf_config *c = &m->cfg;
     struct target_hybrid_cuda *y = m->layers;
@@ -392,8 +441,16 @@ static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, co
     qk_norm_rope_partial_cuda(q, W, k, W, T, nh, nkv, hd, c->rotary_dim, l->q_norm, l->k_norm, (float)c->rms_eps,
                               rows->pos, m->d_inv_freq, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    attention_causal_forward_cuda(y->core, qd, q, W, k, W, v, W, rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd,
-                                  1.0f / sqrtf((float)hd), st);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const thc_cache *ca = kv ? kv->state : NULL;
+    uint16_t *kc = ca ? ca->kv + (size_t)sl * 2 * ca->per : NULL, *vc = ca ? kc + ca->per : NULL;
+    if (kv) kv_cache_append_cuda(kc, vc, ca->seq_stride, k, W, v, W, kv->seq, kv->pos, T, kd, st);
+    if (!kv || kv->packed)
+        attention_causal_forward_cuda(y->core, qd, q, W, k, W, v, W, rows->cu, rows->nseq, rows->max_seqlen, nh, nkv,
+                                      hd, scale, st);
+    else
+        kv_attention_forward_cuda(y->core, qd, q, W, kc, vc, ca->seq_stride, kv->seq, kv->pos, T, kv->max_pos, nh,
+                                  nkv, hd, scale, ca->workspace, st);
     target_cuda_mark(m, TARGET_CUDA_ATTENTION);
     sigmoid_gate_cuda(y->core, qd, y->core, qd, gate, W, T, qd, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
@@ -405,7 +462,6 @@ static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, co
 static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const tc_kv_cache *kv, const uint16_t *r,
                               int ldr, uint16_t *dst, int ldd)
 {
-    DF_ASSERT(!kv); /* no decoding cache: the family's row says so, and target_cuda_cache_create checks it */
     const hf_config *c = &m->cfg;
     struct target_hybrid_cuda *y = m->layers;
     const int T = rows->T, H = c->hidden_size, I = c->intermediate_size;
@@ -414,8 +470,9 @@ static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const
     const thc_layer *l = &y->layers[li];
     rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    if (l->linear) thc_linear(m, l, rows, r, ldr);
-    else thc_attn(m, l, rows, r, ldr);
+    const int sl = kv ? ((const thc_cache *)kv->state)->slot[li] : 0;
+    if (l->linear) thc_linear(m, l, rows, kv ? kv->state : NULL, sl, r, ldr);
+    else thc_attn(m, l, rows, kv, sl, r, ldr);
     rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
     if (l->moe) {
@@ -430,7 +487,122 @@ static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const
     }
 }
 
+static int thc_cache_new(target_cuda *m, int nseq, int max_len, int max_step, void **state, size_t *bytes,
+                         errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    struct target_hybrid_cuda *y = m->layers;
+    thc_cache *k = xcalloc(1, sizeof *k);
+    k->m = m, k->nseq = nseq, k->max_len = max_len;
+    k->slot = xcalloc((size_t)m->nlayers, sizeof *k->slot);
+    int nlin = 0, nkvl = 0;
+    for (int li = 0; li < m->nlayers; li++) k->slot[li] = y->layers[li].linear ? nlin++ : nkvl++;
+    const size_t kd = (size_t)c->num_kv_heads * (size_t)c->head_dim;
+    k->seq_stride = (size_t)max_len * kd, k->per = (size_t)nseq * k->seq_stride;
+    k->hist_n = (size_t)(c->linear_conv_kernel - 1) * (size_t)y->C;
+    k->delta_n = (size_t)c->linear_num_v_heads * (size_t)c->linear_k_head_dim * (size_t)c->linear_v_head_dim;
+    const size_t kvb = (size_t)nkvl * 2 * k->per * 2, hb = (size_t)nlin * 2 * (size_t)nseq * k->hist_n * 2;
+    const size_t db = (size_t)nlin * 2 * (size_t)nseq * k->delta_n * sizeof(float);
+    const size_t ws = nkvl ? kv_attention_workspace_bytes(max_step, c->num_heads, c->head_dim, max_len - 1) : 0;
+    struct { void **p; size_t n; } a[] = {{(void **)&k->kv, kvb}, {(void **)&k->hist, hb}, {(void **)&k->delta, db},
+                                          {(void **)&k->workspace, ws}};
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
+        cudaError_t e = cudaMalloc(a[i].p, a[i].n ? a[i].n : 1);
+        if (e == cudaSuccess) continue;
+        for (size_t j = 0; j < i; j++) CHECK_CUDA(cudaFree(*a[j].p));
+        free(k->slot);
+        free(k);
+        return errbuf_set(err, ENOMEM, "hybrid decoding cache of %d sequences x %d positions: %.2f GiB of device "
+                          "memory (keys and values %.2f, conv histories %.2f, delta-rule states %.2f, twice each for "
+                          "a crop): %s", nseq, max_len, (double)(kvb + hb + db + ws) / (1 << 30),
+                          (double)kvb / (1 << 30), (double)hb / (1 << 30), (double)db / (1 << 30),
+                          cudaGetErrorString(e));
+    }
+    k->cur = xcalloc((size_t)nseq, sizeof *k->cur);
+    k->zero = xmalloc((size_t)nseq * sizeof *k->zero);
+    k->prev_zero = xmalloc((size_t)nseq * sizeof *k->prev_zero);
+    k->start = xmalloc((size_t)nseq * sizeof *k->start);
+    for (int s = 0; s < nseq; s++) k->zero[s] = k->prev_zero[s] = 1, k->start[s] = -1;
+    k->last_ids = xmalloc((size_t)nseq * (size_t)max_len * sizeof *k->last_ids);
+    CHECK_CUDA(cudaMalloc((void **)&k->d_io, sizeof(int32_t) * 2 * (size_t)nseq));
+    CHECK_CUDA(cudaMallocHost((void **)&k->h_io, sizeof(int32_t) * 2 * (size_t)nseq));
+    CHECK_CUDA(cudaEventCreateWithFlags(&k->staged, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventRecord(k->staged, m->stream));
+    *bytes += kvb + hb + db + ws;
+    *state = k;
+    return 0;
+}
+
+static void thc_cache_destroy(void *state)
+{
+    thc_cache *k = state;
+    CHECK_CUDA(cudaFree(k->kv));
+    CHECK_CUDA(cudaFree(k->hist));
+    CHECK_CUDA(cudaFree(k->delta));
+    CHECK_CUDA(cudaFree(k->workspace));
+    CHECK_CUDA(cudaFree(k->d_io));
+    CHECK_CUDA(cudaFreeHost(k->h_io));
+    CHECK_CUDA(cudaEventDestroy(k->staged));
+    free(k->slot), free(k->cur), free(k->zero), free(k->prev_zero), free(k->start), free(k->last_ids);
+    free(k);
+}
+
+/* The step's slots: a kept step reads the current ones and writes the others, which become current; a re-run
+ * (keep = 0, after a crop) reads the ones from before the last step and rewrites the current ones. */
+static void thc_cache_begin(void *state, int nrun, const int *seqs, const int *past, const int *n, const int32_t *ids,
+                            int keep)
+{
+    thc_cache *k = state;
+    CHECK_CUDA(cudaEventSynchronize(k->staged)); /* the previous step's upload from h_io has completed */
+    int32_t *in = k->h_io, *out = k->h_io + nrun;
+    for (int i = 0, t = 0; i < nrun; t += n[i], i++) {
+        const int s = seqs[i];
+        if (keep) {
+            in[i] = k->zero[s] ? -1 : 2 * s + k->cur[s];
+            out[i] = 2 * s + 1 - k->cur[s];
+            k->prev_zero[s] = k->zero[s];
+            k->cur[s] = 1 - k->cur[s];
+            k->start[s] = past[i];
+            memcpy(k->last_ids + (size_t)s * (size_t)k->max_len, ids + t, sizeof *ids * (size_t)n[i]);
+        } else {
+            in[i] = k->prev_zero[s] ? -1 : 2 * s + 1 - k->cur[s];
+            out[i] = 2 * s + k->cur[s];
+        }
+        k->zero[s] = 0;
+    }
+    CHECK_CUDA(cudaMemcpyAsync(k->d_io, k->h_io, sizeof(int32_t) * 2 * (size_t)nrun, cudaMemcpyHostToDevice,
+                               k->m->stream));
+    CHECK_CUDA(cudaEventRecord(k->staged, k->m->stream));
+}
+
+static int thc_cache_crop(void *state, int seq, int len, int held, int *rerun_from, const int32_t **rerun_ids,
+                          errbuf *err)
+{
+    thc_cache *k = state;
+    *rerun_from = len;
+    if (len == 0) { /* empty: the states of a sequence start */
+        k->zero[seq] = 1;
+        k->start[seq] = -1;
+        return 0;
+    }
+    if (len == held) return 0;
+    const int start = k->start[seq];
+    if (start < 0 || len < start)
+        return errbuf_set(err, EINVAL, "crop: sequence %d of a hybrid target (%s): cannot go back to %d positions, "
+                          "before the start (%d) of its last step: the linear-attention states are kept for that "
+                          "step only", seq, k->m->cfg.model_type, len, start < 0 ? held : start);
+    if (len == start) { /* the states before the last step: its slots become current again */
+        k->cur[seq] = 1 - k->cur[seq];
+        k->zero[seq] = k->prev_zero[seq];
+        return 0;
+    }
+    *rerun_from = start;
+    *rerun_ids = k->last_ids + (size_t)seq * (size_t)k->max_len;
+    return len - start;
+}
+
 const target_cuda_ops target_hybrid_cuda = {
     .create = thc_create, .destroy = thc_destroy, .load = thc_load, .init_random = thc_init_random,
-    .layer = thc_layer_forward, /* no cache operations: target_hybrid_family.can[TARGET_BACKEND_CUDA] */
+    .layer = thc_layer_forward, .cache_new = thc_cache_new, .cache_destroy = thc_cache_destroy,
+    .cache_begin = thc_cache_begin, .cache_crop = thc_cache_crop,
 };

@@ -1,5 +1,5 @@
 /* target_model_cuda: the frozen target LLM on one CUDA device, its layers its family's (target_family.h: dense Qwen3 /
- * Llama in target_dense_cuda.c; the hybrid Qwen3.5 family in target_hybrid_cuda.c, packed forward only), bf16 weights and activations
+ * Llama in target_dense_cuda.c; the hybrid Qwen3.5 family in target_hybrid_cuda.c), bf16 weights and activations
  * with fp32 accumulation; the same forward as target_model.c. Every workspace is allocated once for the largest batch
  * (max_tokens, max_seqs), so forwards allocate nothing. A forward is enqueued on the model's stream and returns
  * without waiting: the caller records an event after it to publish what it wrote. Tap i of token t is written by

@@ -88,8 +88,17 @@ struct target_cuda_ops {
      * its device bytes added to *bytes. -ENOMEM naming the size when the device is full. */
     int (*cache_new)(target_cuda *m, int nseq, int max_len, int max_step, void **state, size_t *bytes, errbuf *err);
     void (*cache_destroy)(void *state);
-    /* Sequence seq keeps len of its held positions (NULL: the lengths say it all). */
-    int (*cache_crop)(void *state, int seq, int len, int held, errbuf *err);
+    /* Before a step's forward (NULL: nothing to do): sequence seqs[i] (i < nrun) gets n[i] rows from position
+     * past[i], ids concatenated (host). keep: the family records what a later crop into this forward needs (0 while
+     * a crop re-runs tokens, target_decode_cuda.c). Enqueues on m->stream what the step's layers read. */
+    void (*cache_begin)(void *state, int nrun, const int *seqs, const int *past, const int *n, const int32_t *ids,
+                        int keep);
+    /* Sequence seq holding `held` positions keeps len (0 <= len <= held): returns how many tokens the caller must
+     * run again (keep = 0) from position *rerun_from, ids *rerun_ids, to rebuild the states (0: none; the caller
+     * sets the length to *rerun_from first), or -EINVAL with nothing changed (target_cpu_ops' cache_crop
+     * contract). NULL: the lengths say it all. */
+    int (*cache_crop)(void *state, int seq, int len, int held, int *rerun_from, const int32_t **rerun_ids,
+                      errbuf *err);
 };
 
 /* The CUDA operations of family f (target_family_cuda.c: the rows of target_families.def). */

@@ -52,6 +52,7 @@ echo "$pass passed, $fail failed" | tee -a "$log"
 fi
 [ "${1:-}" = quick ] && exit $((fail > 0))
 { "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; "$BUILD/bench/bench_decode"
+  "$BUILD/bench/bench_decode" --family qwen3_5 # decoding the hybrid target: batch 1 and 64 against the weight-read bound
   # the hybrid (Qwen3.5-9B-shaped) target and transformers' model on the same batch
   "$BUILD/bench/bench_target" --family qwen3_5; python3 bench/torch_hybrid_anchor.py
   # the Qwen3.5-35B-A3B-shaped MoE target and transformers + flash-linear-attention on the same batch

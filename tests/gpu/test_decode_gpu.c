@@ -3,7 +3,12 @@
  * ($DFLASH_GOLDENS/{tiny,tiny-bf16}/target, default tests/goldens): three sequences of one text decoded three ways
  * (a prefill then one token a step; a prefill, a verified block cropped to a shorter prefix, then the rest; a
  * prefill then blocks of 3 run in the same steps as the first sequence) give, row for row, the taps and logits of
- * the CPU forward over the whole text (target_model_forward), within the bf16 tolerances of test_target_gpu.
+ * the CPU forward over the whole text (target_model_forward), within the bf16 tolerances of test_target_gpu; the
+ * hybrid goldens ($DFLASH_GOLDENS/{qwen35-tiny,qwen35moe-tiny}/target: conv histories and delta-rule states carried
+ * across steps) and a random hybrid checkpoint with dk = dv = 128 (the tensor-core prefill, the recurrent steps) the
+ * same way, held to the bf16 emulation's distance as test_target_gpu does. (3) Crops exactly on
+ * the hybrid goldens: steps after a crop give the bits of a fresh sequence that ran the kept tokens
+ * (check_crop_exact).
  * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
 #include <errno.h>
 #include <math.h>
@@ -22,14 +27,38 @@
 #include "target_decode_cuda.h"
 #include "target_model.h"
 #include "target_model_cuda.h"
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function" /* this test runs hflow_forward and write_hybrid_ckpt only */
+#include "tests/hybrid_flow.h"
+#pragma GCC diagnostic pop
 #include "util.h"
 
 #define TOL_NORM_REL 3e-2
 #define TOL_MAX_REL 6e-2
 
+/* Hybrid targets: the bf16 emulation of the CUDA forward (tests/hybrid_flow.h) of the same text, or NULL. A bf16
+ * hybrid forward lands ~0.1 (qwen35-tiny) to ~0.4 (qwen35moe-tiny, routing flips) norm_rel from fp32 after a few
+ * layers, and as far under any 1e-6 difference before its roundings (test_target_gpu.c says how this was measured);
+ * so a hybrid output is held, as there, to the larger of the plain tolerances and the emulation's own distance from
+ * fp32 (x1.5 + 5e-3). What decoding must get exactly right is checked bit for bit by check_crop_exact. */
+static const float *bf16_ref;
+
 static void compare(const char *name, const uint16_t *got, const float *ref, size_t n, double tol_norm)
 {
-    compare_bf16(name, got, ref, n, tol_norm, TOL_MAX_REL);
+    if (!bf16_ref) {
+        compare_bf16(name, got, ref, n, tol_norm, TOL_MAX_REL);
+        return;
+    }
+    double se = 0, sr = 0, e = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)bf16_ref[i] - ref[i];
+        se += d * d, sr += (double)ref[i] * ref[i];
+        e = fmax(e, fabs(d)), mx = fmax(mx, fabs(ref[i]));
+    }
+    const double en = sr > 0 ? sqrt(se / sr) : sqrt(se), em = e / fmax(1.0, mx);
+    char nm[400];
+    snprintf(nm, sizeof nm, "%s (bf16 emulation's own error %.3g / %.3g)", name, en, em);
+    compare_bf16(nm, got, ref, n, fmax(tol_norm, 1.5 * en + 5e-3), fmax(TOL_MAX_REL, 1.5 * em + 5e-3));
 }
 
 #define upload dev_upload
@@ -114,7 +143,7 @@ static void take_rows(uint16_t *dst, int row0, const uint16_t *d_src, int n, int
 }
 
 /* (2) one golden target, three decoding schedules of one text against the CPU forward over the whole text. */
-static void check_decode(const char *label, const char *dir)
+static void check_decode(const char *label, const char *dir, int hybrid)
 {
     errbuf err = {{0}};
     target_model *cpu = NULL;
@@ -136,11 +165,16 @@ static void check_decode(const char *label, const char *dir)
     int32_t ids[L], pos[L], cu[2] = {0, L};
     for (int t = 0; t < L; t++) ids[t] = (int32_t)((rnd_uniform() + 1.0) * 0.5 * V) % V, pos[t] = t;
     target_batch b = {.ntok = L, .nseq = 1, .input_ids = ids, .positions = pos, .cu_seqlens = cu};
-    float *aux = xmalloc((size_t)L * W * 4), *logits = xmalloc((size_t)L * V * 4);
+    float *aux = xmalloc((size_t)L * W * 4), *logits = xmalloc((size_t)L * V * 4), *baux = NULL, *blogits = NULL;
     if (target_model_forward(cpu, &b, taps, 3, aux, NULL, logits, &err)) {
         printf("FAIL %s cpu forward: %s\n", label, err.msg);
         failures++;
         goto out;
+    }
+    if (hybrid) {
+        baux = xmalloc((size_t)L * W * 4), blogits = xmalloc((size_t)L * V * 4);
+        hflow f = {.bf16 = 1};
+        hflow_forward(&f, dir, &b, taps, 3, baux, NULL, blogits);
     }
     uint16_t *d_aux = NULL, *d_logits = NULL;
     CHECK_CUDA(cudaMalloc((void **)&d_aux, (size_t)64 * W * 2));
@@ -189,7 +223,7 @@ static void check_decode(const char *label, const char *dir)
             else t2 += ns[i];
         }
     }
-    /* sequence 1: prefill, a block of 16 of which 5 are kept (crop), then the rest in blocks of 16 */
+    /* sequence 1: prefill, a block of 16 of which 5 are kept (crop), then the rest in blocks of 20 */
     {
         int s1 = 1, n = P;
         STEP(1, &s1, &n, ids);
@@ -201,7 +235,7 @@ static void check_decode(const char *label, const char *dir)
         if (!rc) take_rows(got_aux[1], P, d_aux, 5, W), take_rows(got_logits[1], P, d_logits, 5, V);
         if (!rc) rc = target_cuda_cache_crop(cache, 1, P + 5, &err);
         for (int t = P + 5; !rc && t < L; t += n) {
-            n = L - t < 16 ? L - t : 16;
+            n = L - t < 20 ? L - t : 20; /* steps of more than 16 rows: a dk-128 hybrid's tensor-core delta rule */
             STEP(1, &s1, &n, ids + t);
             if (!rc) take_rows(got_aux[1], t, d_aux, n, W), take_rows(got_logits[1], t, d_logits, n, V);
         }
@@ -211,15 +245,18 @@ static void check_decode(const char *label, const char *dir)
         printf("FAIL %s decode: %s\n", label, err.msg);
         failures++;
     } else {
-        const char *how[NSEQ] = {"prefill+1/step", "prefill+block16 cropped to 5+blocks", "prefill+blocks of 3 beside seq 0"};
+        const char *how[NSEQ] = {"prefill+1/step", "prefill+block16 cropped to 5+blocks of 20", "prefill+blocks of 3 beside seq 0"};
         for (int s = 0; s < NSEQ; s++) {
             char name[256];
             const int from = 0;
             snprintf(name, sizeof name, "%s seq%d %s taps rows %d..%d", label, s, how[s], from, L);
+            bf16_ref = baux ? baux + (size_t)from * W : NULL;
             compare(name, got_aux[s] + (size_t)from * W, aux + (size_t)from * W, (size_t)(L - from) * W, TOL_NORM_REL);
             snprintf(name, sizeof name, "%s seq%d %s logits rows %d..%d", label, s, how[s], from, L);
+            bf16_ref = blogits ? blogits + (size_t)from * V : NULL;
             compare(name, got_logits[s] + (size_t)from * V, logits + (size_t)from * V, (size_t)(L - from) * V,
                     TOL_NORM_REL);
+            bf16_ref = NULL;
         }
         int n = 11, s0 = 0;
         int32_t more[11] = {0};
@@ -233,10 +270,98 @@ static void check_decode(const char *label, const char *dir)
     CHECK_CUDA(cudaFree(d_aux));
     CHECK_CUDA(cudaFree(d_logits));
 out:
-    free(aux), free(logits);
+    free(aux), free(logits), free(baux), free(blogits);
     target_cuda_cache_destroy(&cache);
     target_cuda_destroy(&gpu);
     target_model_destroy(&cpu);
+}
+
+/* (3) A crop on a hybrid target, exactly: the same steps give the same bits. Sequence 0: prefill P, a verified block of 16 of which 5
+ * are kept (crop: on a hybrid target the states go back to before the block and its 5 kept tokens run again), a
+ * block cropped to its start (nothing kept: the states before it, no re-run), then a block of 8. Sequence 1, fresh:
+ * prefill P, the 5 tokens as one step, then the same block of 8. The block's logits and taps must be identical bit
+ * for bit (same kernels on the same shapes from the same states), and so must a block re-run after the crop to its
+ * start be to its first run (the dense family keeps the block's key rows as they were computed, in a step of
+ * another shape, so there only the tolerances of (2) apply). A crop before the last step's start is refused
+ * (nothing changed). */
+static void check_crop_exact(const char *label, const char *dir)
+{
+    errbuf err = {{0}};
+    target_cuda *gpu = NULL;
+    target_cuda_cache *cache = NULL;
+    enum { P = 23, NB = 8 };
+    if (target_cuda_load(&gpu, dir, -1, 64, 4, NULL, &err) || target_cuda_cache_create(&cache, gpu, 2, 96, 32, &err)) {
+        printf("FAIL %s crop_exact load: %s\n", label, err.msg);
+        failures++;
+        target_cuda_destroy(&gpu);
+        return;
+    }
+    const hf_config *c = target_cuda_config(gpu);
+    const int H = c->hidden_size, V = c->vocab_size, nl = c->num_layers, W = 2 * H;
+    int taps[2] = {0, nl - 1};
+    int32_t ids[P + 16 + NB], wrong[16];
+    for (int t = 0; t < P + 16 + NB; t++) ids[t] = (int32_t)((rnd_uniform() + 1.0) * 0.5 * V) % V;
+    for (int i = 0; i < 16; i++) wrong[i] = i < 5 ? ids[P + i] : (ids[P + i] + 7) % V;
+    uint16_t *d_aux = NULL, *d_logits = NULL;
+    CHECK_CUDA(cudaMalloc((void **)&d_aux, (size_t)32 * W * 2));
+    CHECK_CUDA(cudaMalloc((void **)&d_logits, (size_t)32 * V * 2));
+    const size_t na = (size_t)NB * W, nlg = (size_t)NB * V;
+    uint16_t *a0 = xmalloc(na * 2), *l0 = xmalloc(nlg * 2), *a1 = xmalloc(na * 2), *l1 = xmalloc(nlg * 2);
+    uint16_t *r0 = xmalloc((size_t)16 * V * 2), *r1 = xmalloc((size_t)16 * V * 2);
+    cudaStream_t st = (cudaStream_t)target_cuda_stream(gpu);
+    int rc = 0, s0 = 0, s1 = 1, n;
+#define RUN(seq, cnt, idp)                                                                                          \
+    do {                                                                                                            \
+        n = (cnt);                                                                                                  \
+        if (!rc) rc = target_cuda_cache_forward(cache, 1, &(seq), &n, idp, taps, 2, d_aux, W, d_logits, 0, &err);  \
+        if (!rc) CHECK_CUDA(cudaStreamSynchronize(st));                                                             \
+    } while (0)
+    RUN(s0, P, ids);
+    RUN(s0, 16, wrong);
+    if (!rc) rc = target_cuda_cache_crop(cache, 0, P + 5, &err);
+    RUN(s0, 16, wrong + 5); /* a block rejected whole: cropped to its start */
+    if (!rc) CHECK_CUDA(cudaMemcpy(r0, d_logits, (size_t)16 * V * 2, cudaMemcpyDeviceToHost));
+    if (!rc) rc = target_cuda_cache_crop(cache, 0, P + 5, &err);
+    RUN(s0, 16, wrong + 5); /* the same block again from the same states: the same bits */
+    if (!rc) CHECK_CUDA(cudaMemcpy(r1, d_logits, (size_t)16 * V * 2, cudaMemcpyDeviceToHost));
+    if (!rc) rc = target_cuda_cache_crop(cache, 0, P + 5, &err);
+    RUN(s0, NB, ids + P + 5);
+    if (!rc) take_rows(a0, 0, d_aux, NB, W), take_rows(l0, 0, d_logits, NB, V);
+    RUN(s1, P, ids);
+    n = 5; /* as the crop's re-run: no taps, no logits */
+    if (!rc) rc = target_cuda_cache_forward(cache, 1, &s1, &n, ids + P, NULL, 0, NULL, 0, NULL, 0, &err);
+    RUN(s1, NB, ids + P + 5);
+    if (!rc) take_rows(a1, 0, d_aux, NB, W), take_rows(l1, 0, d_logits, NB, V);
+#undef RUN
+    if (rc) {
+        printf("FAIL %s crop_exact: %s\n", label, err.msg);
+        failures++;
+    } else {
+        size_t da = 0, dl = 0, dr = 0;
+        for (size_t i = 0; i < na; i++) da += a0[i] != a1[i];
+        for (size_t i = 0; i < nlg; i++) dl += l0[i] != l1[i];
+        for (size_t i = 0; i < (size_t)16 * V; i++) dr += r0[i] != r1[i];
+        int ok = !da && !dl && !dr;
+        printf("%s %s crop_exact: after a block cropped to 5 kept and one cropped to its start, a block of %d gives "
+               "the taps and logits of a fresh sequence bit for bit (%zu of %zu taps, %zu of %zu logits differ); "
+               "a block re-run after a crop to its start: %zu of %d logits differ\n", ok ? "ok" : "FAIL", label, NB,
+               da, na, dl, nlg, dr, 16 * V);
+        if (!ok) failures++;
+        { /* sequence 0 holds P+5+NB, its last step started at P+5: back to P+4 is refused */
+            int before = target_cuda_cache_length(cache, 0);
+            int r = target_cuda_cache_crop(cache, 0, P + 4, &err);
+            int kept = target_cuda_cache_length(cache, 0);
+            int ok2 = r == -EINVAL && kept == before && strstr(err.msg, "last step");
+            printf("%s %s crop before the last step's start refused, nothing changed (rc=%d, length %d: %s)\n",
+                   ok2 ? "ok" : "FAIL", label, r, kept, err.msg);
+            if (!ok2) failures++;
+        }
+    }
+    CHECK_CUDA(cudaFree(d_aux));
+    CHECK_CUDA(cudaFree(d_logits));
+    free(a0), free(l0), free(a1), free(l1), free(r0), free(r1);
+    target_cuda_cache_destroy(&cache);
+    target_cuda_destroy(&gpu);
 }
 
 int main(void)
@@ -246,11 +371,30 @@ int main(void)
     check_argmax();
     const char *g = getenv("DFLASH_GOLDENS");
     char dir[1024];
-    const char *cases[] = {"tiny", "tiny-bf16"};
-    for (int i = 0; i < 2; i++) {
+    const char *cases[] = {"tiny", "tiny-bf16", "qwen35-tiny", "qwen35moe-tiny"};
+    for (int i = 0; i < 4; i++) {
         snprintf(dir, sizeof dir, "%s/%s/target", g && *g ? g : "tests/goldens", cases[i]);
-        check_decode(cases[i], dir);
+        check_decode(cases[i], dir, i >= 2);
+        if (i >= 2) check_crop_exact(cases[i], dir);
     }
+    /* a random hybrid checkpoint with the Qwen3.5 linear-attention heads (dk = dv = 128): its prefills run the
+     * tensor-core delta rule from carried states, its steps the recurrent kernel (the goldens' dk 16 runs neither) */
+    char tmp[] = "/tmp/dflash_decode_hybrid_XXXXXX";
+    const hybrid_spec sp = {.kinds = "lfl", .H = 256, .nh = 4, .nkv = 2, .hd = 64, .HK = 2, .HV = 4, .Dk = 128,
+                            .Dv = 128, .Kc = 4, .I = 512, .V = 1024};
+    if (!mkdtemp(tmp) || write_hybrid_ckpt(tmp, &sp)) {
+        printf("FAIL hybrid-dk128 checkpoint in %s\n", tmp);
+        failures++;
+    } else {
+        check_decode("hybrid-dk128(3 layers)", tmp, 1);
+        check_crop_exact("hybrid-dk128(3 layers)", tmp);
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    unlink(path);
+    rmdir(tmp);
     printf("%s test_decode_gpu: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }

@@ -6,7 +6,9 @@
  * 1, 63, 64, 65 and 200 tokens packed together (chunk boundaries, state crossing chunks), grouped value heads, value
  * dims that are not a multiple of the 32-column tile, the Qwen3.5 shapes (dk = dv = 128), dk = 256, a 3000-token
  * sequence without decay (g = 0: the delta rule keeps the state bounded) and a huge decay (g = -60: exp underflows
- * to 0, never overflows). Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
+ * to 0, never overflows); and the decoding entry (state carried in and out through slots, steps of 1..70 rows:
+ * the recurrent kernel for steps of at most 16 rows, the chunked one otherwise).
+ * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -115,6 +117,82 @@ static void check(const char *name, const int *lens, int nseq, int hk, int hv, i
     free(cu); free(qf); free(kf); free(vf); free(qh); free(kh); free(vh); free(g); free(beta); free(ref); free(out);
 }
 
+/* Decoding (gated_delta_rule_forward_state_cuda): sequences of lens rows continuing from random states in slots
+ * (-1: a sequence start), the states after them written to other slots; outputs and states against
+ * gated_delta_rule_forward_state_cpu per sequence. Tolerances as above (the states: fp32 against fp32, 1e-3 of the
+ * largest value: the chunked order's rounding only). */
+static void check_state(const char *name, const int *lens, int nseq, const int32_t *in, const int32_t *out,
+                        int nslots, int hk, int hv, int dk, int dv)
+{
+    int32_t *cu = xmalloc(sizeof(int32_t) * (size_t)(nseq + 1));
+    cu[0] = 0;
+    int maxlen = 0;
+    for (int s = 0; s < nseq; s++) cu[s + 1] = cu[s] + lens[s], maxlen = lens[s] > maxlen ? lens[s] : maxlen;
+    const int T = cu[nseq], ldq = hk * dk, ldv = hv * dv, ldo = hv * dv, ldg = hv;
+    const size_t sn = (size_t)hv * dk * dv;
+    float *qf = xcalloc((size_t)T * ldq, sizeof(float)), *kf = xcalloc((size_t)T * ldq, sizeof(float));
+    float *vf = xcalloc((size_t)T * ldv, sizeof(float));
+    uint16_t *qh = rnd_unit_rows(T, ldq, hk, dk, 1.0f / sqrtf((float)dk), qf);
+    uint16_t *kh = rnd_unit_rows(T, ldq, hk, dk, 1.0f, kf);
+    uint16_t *vh = xcalloc((size_t)T * ldv, sizeof *vh);
+    for (size_t i = 0; i < (size_t)T * ldv; i++) vh[i] = f32_to_bf16((float)(2.0 * rnd_uniform())), vf[i] = bf16_to_f32(vh[i]);
+    float *g = xmalloc(sizeof(float) * (size_t)T * hv), *beta = xmalloc(sizeof(float) * (size_t)T * hv);
+    for (size_t i = 0; i < (size_t)T * hv; i++) {
+        g[i] = (float)(-0.01 - 0.2 * (rnd_uniform() + 1.0));
+        beta[i] = (float)(0.5 * (rnd_uniform() + 1.0));
+    }
+    float *states = xmalloc(sizeof(float) * sn * (size_t)nslots), *want = xmalloc(sizeof(float) * sn * (size_t)nslots);
+    for (size_t i = 0; i < sn * (size_t)nslots; i++) states[i] = (float)(0.5 * rnd_uniform());
+    memcpy(want, states, sizeof(float) * sn * (size_t)nslots);
+    float *ref = xmalloc(sizeof(float) * (size_t)T * ldo), *S = xmalloc(sizeof(float) * sn);
+    for (int s = 0; s < nseq; s++) {
+        if (in[s] >= 0) memcpy(S, states + (size_t)in[s] * sn, sizeof(float) * sn);
+        else memset(S, 0, sizeof(float) * sn);
+        const size_t t0 = (size_t)cu[s];
+        gated_delta_rule_forward_state_cpu(ref + t0 * ldo, ldo, qf + t0 * ldq, ldq, kf + t0 * ldq, ldq, vf + t0 * ldv,
+                                           ldv, g + t0 * ldg, ldg, beta + t0 * ldg, ldg, lens[s], hk, hv, dk, dv, S);
+        memcpy(want + (size_t)out[s] * sn, S, sizeof(float) * sn);
+    }
+    uint16_t *d_q = dev_upload(qh, sizeof *qh * (size_t)T * ldq), *d_k = dev_upload(kh, sizeof *kh * (size_t)T * ldq);
+    uint16_t *d_v = dev_upload(vh, sizeof *vh * (size_t)T * ldv), *d_out = NULL;
+    float *d_g = dev_upload(g, sizeof *g * (size_t)T * hv), *d_b = dev_upload(beta, sizeof *beta * (size_t)T * hv);
+    float *d_s = dev_upload(states, sizeof(float) * sn * (size_t)nslots);
+    int32_t *d_cu = dev_upload(cu, sizeof *cu * (size_t)(nseq + 1));
+    int32_t *d_in = dev_upload(in, sizeof *in * (size_t)nseq), *d_o = dev_upload(out, sizeof *out * (size_t)nseq);
+    CHECK_CUDA(cudaMalloc((void **)&d_out, sizeof *d_out * (size_t)T * ldo));
+    gated_delta_rule_forward_state_cuda(d_out, ldo, d_q, ldq, d_k, ldq, d_v, ldv, d_g, ldg, d_b, ldg, d_cu, nseq, maxlen,
+                                        hk, hv, dk, dv, d_s, d_in, d_o, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    uint16_t *o = xmalloc(sizeof *o * (size_t)T * ldo);
+    float *got = xmalloc(sizeof(float) * sn * (size_t)nslots);
+    CHECK_CUDA(cudaMemcpy(o, d_out, sizeof *o * (size_t)T * ldo, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(got, d_s, sizeof(float) * sn * (size_t)nslots, cudaMemcpyDeviceToHost));
+    double err = 0, mx = 0, serr = 0, smx = 0;
+    int finite = 1;
+    for (size_t i = 0; i < (size_t)T * ldo; i++) {
+        float x = bf16_to_f32(o[i]);
+        if (!isfinite(x)) finite = 0;
+        err = fmax(err, fabs((double)x - ref[i]));
+        mx = fmax(mx, fabs(ref[i]));
+    }
+    for (size_t i = 0; i < sn * (size_t)nslots; i++) {
+        if (!isfinite(got[i])) finite = 0;
+        serr = fmax(serr, fabs((double)got[i] - want[i]));
+        smx = fmax(smx, fabs(want[i]));
+    }
+    double tol = 0x1p-7 * mx + 1e-6, stol = 1e-3 * smx + 1e-6;
+    int ok = finite && err <= tol && serr <= stol;
+    printf("%s gated_delta_rule_forward_state_cuda %s T=%d hk=%d hv=%d dk=%d dv=%d max_err=%.3g tol=%.3g; "
+           "states (untouched slots included) max_err=%.3g tol=%.3g%s\n", ok ? "ok" : "FAIL", name, T, hk, hv, dk, dv,
+           err, tol, serr, stol, finite ? "" : " (non-finite)");
+    fflush(stdout);
+    if (!ok) failures++;
+    void *dev[] = {d_q, d_k, d_v, d_out, d_g, d_b, d_s, d_cu, d_in, d_o};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CHECK_CUDA(cudaFree(dev[i]));
+    free(cu); free(qf); free(kf); free(vf); free(qh); free(kh); free(vh); free(g); free(beta); free(states);
+    free(want); free(ref); free(S); free(o); free(got);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -130,6 +208,20 @@ int main(int argc, char **argv)
     check("dk256", mixed, 5, 1, 1, 256, 32, 0);
     check("no_decay_long", one_long, 1, 1, 2, 128, 128, 1);
     check("huge_decay", mixed, 5, 2, 2, 64, 64, 2);
+    {   /* decoding: one token, a block of 16, 3, and a 70-row prefill from a start (two chunks) in one call */
+        const int lens[4] = {1, 16, 3, 70};
+        const int32_t in[4] = {2, 0, 5, -1}, out[4] = {3, 1, 4, 6};
+        check_state("decode_steps", lens, 4, in, out, 7, 2, 4, 16, 24);
+        check_state("decode_qwen35_heads", lens, 4, in, out, 7, 2, 4, 128, 128);
+        check_state("decode_dk256_odd_dv", lens, 4, in, out, 7, 1, 2, 256, 40);
+        /* steps of at most 16 rows a sequence (one token, verified blocks, an empty one): the recurrent kernel */
+        const int short_lens[5] = {1, 16, 3, 0, 9};
+        const int32_t sin[5] = {2, 0, 5, 9, -1}, sout[5] = {3, 1, 4, 6, 8};
+        check_state("decode_short_qwen35_heads", short_lens, 5, sin, sout, 10, 2, 4, 128, 128);
+        check_state("decode_short_dk256_odd_dv", short_lens, 5, sin, sout, 10, 1, 2, 256, 40);
+        check_state("decode_short_dk64_gva4", short_lens, 5, sin, sout, 10, 1, 4, 64, 24);
+        check_state("decode_short_dk16_chunked", short_lens, 5, sin, sout, 10, 2, 4, 16, 24);
+    }
     CHECK_CUDA(cudaStreamDestroy(stream));
     printf("%s\n", failures ? "FAIL test_gated_delta_rule_gpu" : "ok test_gated_delta_rule_gpu");
     return failures ? 1 : 0;

@@ -1,5 +1,5 @@
 /* The CUDA kernels of the hybrid target (Qwen3.5 family) against their CPU references on the same bf16-exact
- * inputs: causal_conv1d (packed sequences, strided input), gated_delta_prep, gated_rmsnorm, sigmoid_gate,
+ * inputs: causal_conv1d (packed sequences, strided input; and continuing carried histories, decoding), gated_delta_prep, gated_rmsnorm, sigmoid_gate,
  * qk_norm_rope_partial (head_dim 32 / rotary 8 as the goldens, 256 / 64 as Qwen3.5-9B, and rotary = head_dim
  * against qk_norm_rope_cuda), moe_router (expert ids exactly, weights to fp32 rounding), moe_group (every index
  * exactly), moe_gemm (the grouped gate|up + SwiGLU and down GEMMs on moe_group's schedule) and moe_combine. The GPU
@@ -78,6 +78,46 @@ static void check_conv(void)
     cmp_dev("causal_conv1d_silu seqs=[1,3,70,5] C=40 K=4 ldx=48", dy, ref, (size_t)T * C);
     CHECK_CUDA(cudaFree(dx)); CHECK_CUDA(cudaFree(dw)); CHECK_CUDA(cudaFree(dy)); CHECK_CUDA(cudaFree(dcu));
     free(cu), free(xf), free(wf), free(ref), free(xh), free(wh);
+}
+
+/* Decoding: 4 sequences continuing from carried histories (slots of (K-1, C)): one from a sequence start (slot -1),
+ * the others from random histories, with 1, 2 (< K-1: part of the old history stays), 3 and 9 new rows; outputs and
+ * the new histories (exact bf16 copies of inputs) against causal_conv1d_silu_state_cpu per sequence. */
+static void check_conv_state(void)
+{
+    enum { NS = 4 };
+    const int lens[NS] = {1, 2, 9, 3}, C = 40, K = 4, ldx = C + 8, H1 = (K - 1) * C;
+    const int32_t in[NS] = {3, -1, 0, 5}, out[NS] = {1, 2, 7, 4}; /* slots: 8; written ones are read by none */
+    int T;
+    int32_t *cu = cu_of(lens, NS, &T);
+    float *xf = xmalloc(sizeof(float) * (size_t)T * ldx), *wf = xmalloc(sizeof(float) * (size_t)C * K);
+    float *hf = xmalloc(sizeof(float) * 8 * H1), *ref = xmalloc(sizeof(float) * (size_t)T * C);
+    uint16_t *xh = rnd_bf16((size_t)T * ldx, 2.0, xf), *wh = rnd_bf16((size_t)C * K, 0.5, wf);
+    uint16_t *hh = rnd_bf16((size_t)8 * H1, 2.0, hf);
+    float *want = xmalloc(sizeof(float) * 8 * H1); /* the slots after the call */
+    memcpy(want, hf, sizeof(float) * 8 * H1);
+    float *st = xmalloc(sizeof(float) * H1);
+    for (int s = 0; s < NS; s++) {
+        if (in[s] >= 0) memcpy(st, hf + (size_t)in[s] * H1, sizeof(float) * H1);
+        else memset(st, 0, sizeof(float) * H1);
+        causal_conv1d_silu_state_cpu(ref + (size_t)cu[s] * C, C, xf + (size_t)cu[s] * ldx, ldx, wf, C, K, lens[s], st);
+        memcpy(want + (size_t)out[s] * H1, st, sizeof(float) * H1);
+    }
+    uint16_t *dx = dev_upload(xh, (size_t)T * ldx * 2), *dw = dev_upload(wh, (size_t)C * K * 2);
+    uint16_t *dh = dev_upload(hh, (size_t)8 * H1 * 2), *dy = dev_poisoned((size_t)T * C);
+    int32_t *dcu = dev_upload(cu, sizeof(int32_t) * (NS + 1)), *din = dev_upload(in, sizeof in);
+    int32_t *dout = dev_upload(out, sizeof out);
+    causal_conv1d_silu_state_cuda(dy, C, dx, ldx, dw, C, K, dcu, NS, T, dh, din, dout, stream);
+    cmp_dev("causal_conv1d_silu_state seqs=[1,2,9,3] from slots [3,-1,0,5] C=40 K=4 ldx=48", dy, ref, (size_t)T * C);
+    uint16_t *got = dev_get(dh, (size_t)8 * H1 * 2);
+    size_t wrong = 0;
+    for (size_t i = 0; i < (size_t)8 * H1; i++) wrong += bf16_to_f32(got[i]) != want[i];
+    printf("%s causal_conv1d_silu_state new histories in slots [1,2,7,4], the other slots untouched: %zu of %d "
+           "values differ\n", wrong ? "FAIL" : "ok", wrong, 8 * H1);
+    if (wrong) failures++;
+    void *dev[] = {dx, dw, dh, dy, dcu, din, dout};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CHECK_CUDA(cudaFree(dev[i]));
+    free(cu), free(xf), free(wf), free(hf), free(ref), free(xh), free(wh), free(hh), free(want), free(st), free(got);
 }
 
 static void check_prep(int T, int hk, int dk, int hv)
@@ -349,6 +389,7 @@ int main(int argc, char **argv)
     }
     CHECK_CUDA(cudaStreamCreate(&stream));
     check_conv();
+    check_conv_state();
     check_prep(50, 2, 16, 4);
     check_prep(70, 16, 128, 32);
     check_gated_rmsnorm(33, 4, 24);

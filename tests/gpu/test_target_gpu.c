@@ -3,8 +3,8 @@
  * Qwen3-8B shape written to a temporary folder; then the hybrid (Qwen3.5) family: the goldens qwen35-tiny and
  * qwen35moe-tiny (also rewritten as a Qwen3-Next checkpoint: fused projections, language_model. prefix, squeezed
  * conv), random checkpoints of the Qwen3.5-9B layer shape (3 layers: 2 Gated DeltaNet, 1 gated attention; vocab
- * 32768) and of a Qwen3.5-MoE shape (64 experts, top 8, shared expert; 2 layers), and the refusal of KV-cache
- * decoding for a hybrid target. Hybrid outputs are compared with the bf16 emulation of the CUDA data flow
+ * 32768) and of a Qwen3.5-MoE shape (64 experts, top 8, shared expert; 2 layers) (decoding them with a cache:
+ * test_decode_gpu). Hybrid outputs are compared with the bf16 emulation of the CUDA data flow
  * (tests/hybrid_flow.h) and with the fp32 CPU forward (see bf16_ref). usage: test_target_gpu [qwen3|hybrid]. Compares taps (one tapped
  * twice, one the last layer), the last hidden state and the logits; a second pass loads only the layers the taps need. The GPU runs bf16 weights and
  * activations with fp32 accumulation, the CPU fp32 throughout: errors are bf16-sized and grow with depth.
@@ -349,26 +349,6 @@ static void check_hybrid_layouts(const char *shared)
 }
 
 /* KV-cache decoding refuses a hybrid target (its linear-attention layers keep a recurrent state, not a KV cache). */
-static void check_hybrid_decode_refused(const char *shared)
-{
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/qwen35-tiny/target", shared);
-    errbuf err = {{0}};
-    target_cuda *gpu = NULL;
-    target_cuda_cache *kc = NULL;
-    if (target_cuda_load(&gpu, dir, -1, 64, 2, NULL, &err)) {
-        printf("FAIL golden/qwen35-tiny decode refusal: load: %s\n", err.msg);
-        failures++;
-        return;
-    }
-    int rc = target_cuda_cache_create(&kc, gpu, 2, 128, 64, &err);
-    int ok = rc == -ENOTSUP && strstr(err.msg, "qwen3_5");
-    printf("%s golden/qwen35-tiny KV-cache decoding refused (rc=%d: %s)\n", ok ? "ok" : "FAIL", rc, err.msg);
-    if (!ok) failures++;
-    target_cuda_cache_destroy(&kc);
-    target_cuda_destroy(&gpu);
-}
-
 /* Random hybrid checkpoints of real layer shapes, 3 packed sequences (37, 5, 170 tokens: 170 crosses the delta
  * rule's 64-token chunks twice). */
 static void check_hybrid_shape(const char *label, const hybrid_spec *sp)
@@ -428,7 +408,6 @@ int main(int argc, char **argv)
         /* the hybrid family: goldens made by transformers' Qwen3.5 code (fp32), then real layer shapes */
         check_golden(shared, "qwen35-tiny");
         check_golden(shared, "qwen35moe-tiny");
-        check_hybrid_decode_refused(shared);
         check_hybrid_layouts(shared);
         const hybrid_spec q35_9b = {.kinds = "llf", .H = 4096, .nh = 16, .nkv = 4, .hd = 256, .HK = 16, .HV = 32,
                                     .Dk = 128, .Dv = 128, .Kc = 4, .I = 12288, .V = 32768};
