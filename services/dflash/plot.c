@@ -92,6 +92,9 @@ static int line_number(json_t *o, const char *key, const char *path, int line, d
 static int metrics_line(plot_data *d, json_t *o, const char *path, int line, errbuf *err)
 {
     double step, x;
+    /* dflashd's copy of an evaluation ({"step", "decoded_tau", ...}: no training figures) is not a step: the decoded
+     * tau is drawn from eval.jsonl */
+    if (json_object_get(o, "decoded_tau")) return 0;
     int rc = line_step(o, path, line, &step, err);
     if (rc) return rc;
     if ((rc = line_number(o, "loss", path, line, &x, err)) < 0) return rc;

@@ -14,6 +14,8 @@ run_job job || { fail plot_job "$(tail -3 "$T/job.out")"; exit 1; }
 R=$T/job
 printf '{"step": 0, "tau": 1.02, "prompts": 4}\n{"step": 10, "tau": 1.4}\n{"step": 20, "tau": 1.9}\n{"step": 29, "tau": 2.2}\n' \
     >"$R/eval.jsonl"
+# dflashd copies each evaluation into metrics.jsonl as {"step", "decoded_tau", ...}: not a training step
+printf '{"step": 10, "decoded_tau": 1.4, "decoded_prompts": 4, "eval_seconds": 0.5}\n' >>"$R/metrics.jsonl"
 
 "${PLOT[@]}" "$R" -o "$T/p.png" >"$T/png.out" 2>&1 && "${PLOT[@]}" "$R" -o "$T/p.svg" >"$T/svg.out" 2>&1 ||
     { fail plot_writes "$(cat "$T/png.out" "$T/svg.out")"; exit 1; }
