@@ -1,7 +1,165 @@
-/* target_qwen3_moe_cuda: the qwen3_moe family's row of the CUDA operations (target_family_cuda.c). It has none yet:
- * its family row says so (can[TARGET_BACKEND_CUDA] = 0), so target_family_require refuses a CUDA job or command on a
- * qwen3_moe target when it starts, naming the family, and no operation here is ever looked up. The CUDA forward
- * will take the dense family's attention pieces and the shared CUDA MoE block (moe_block_cuda) when that lands. */
+/* target_qwen3_moe_cuda: the qwen3_moe family on one CUDA device (its row of the CUDA operations), following
+ * target_qwen3_moe.c (the CPU reference). Per layer: the Qwen3 attention sub-layer (attn_block_cuda, as the dense
+ * family's), RMSNorm, then the sparse MoE block (moe_block_cuda: router GEMM in fp32, softmax + top-k with
+ * norm_topk_prob, the rows grouped by expert on the device, grouped gate|up and down GEMMs, the weighted combine
+ * adding the residual; no shared expert) or, on the layers hf_config's layer_moe leaves dense, one gate|up GEMM,
+ * SwiGLU and down_proj adding the residual. A layer's last kernel writes the residual stream straight into the tap
+ * block / last buffer. Its part of a decoding cache is attn_block_cuda's (every layer's keys and values). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+#include "attn_block_cuda.h"
+#include "matmul.h"
+#include "moe_block_cuda.h"
+#include "rand_fill.h"
+#include "rmsnorm.h"
+#include "swiglu.h"
 #include "target_model_cuda_impl.h"
 
-const target_cuda_ops target_qwen3_moe_cuda = {0};
+typedef struct qmc_layer {
+    attn_cuda_layer attn;
+    uint16_t *post_norm;              /* (H) */
+    int moe;
+    moe_cuda_layer mw;                /* the sparse block */
+    uint16_t *w_gu, *w_down;          /* dense MLP: (2 I, H) gate | up rows; (H, I) */
+} qmc_layer;
+
+typedef struct qmoe_cuda {
+    qmc_layer *l;                     /* (nlayers) */
+    attn_cuda aw;                     /* workspaces for max_tokens rows */
+    uint16_t *gu, *act;               /* dense MLP: (T, 2I), (T, I); NULL without dense layers */
+    moe_cuda_shape ms;
+    moe_cuda *moe;                    /* NULL without MoE layers */
+} qmoe_cuda;
+
+static int qmc_create(target_cuda *m, errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    const moe_cuda_shape ms = moe_cuda_shape_of(c);
+    if (moe_cuda_check(&ms, err)) return -EINVAL;
+    const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size, t = (size_t)m->max_tokens;
+    qmoe_cuda *d = xcalloc(1, sizeof *d);
+    m->layers = d;
+    d->ms = ms;
+    d->l = xcalloc((size_t)m->nlayers, sizeof *d->l);
+    int any_dense = 0, any_moe = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        qmc_layer *l = &d->l[i];
+        l->moe = c->layer_moe[i];
+        any_dense |= !l->moe, any_moe |= l->moe;
+        attn_cuda_layer_alloc(m, &l->attn);
+        l->post_norm = target_cuda_alloc(m, H * 2);
+        if (l->moe) {
+            moe_cuda_layer_alloc(m, &ms, &l->mw);
+        } else {
+            l->w_gu = target_cuda_alloc(m, 2 * I * H * 2);
+            l->w_down = target_cuda_alloc(m, H * I * 2);
+        }
+    }
+    attn_cuda_alloc(m, &d->aw);
+    if (any_dense) {
+        d->gu = target_cuda_alloc(m, t * 2 * I * 2);
+        d->act = target_cuda_alloc(m, t * I * 2);
+    }
+    if (any_moe) d->moe = moe_cuda_create(m, &ms, m->max_tokens);
+    return 0;
+}
+
+static void qmc_destroy(target_cuda *m)
+{
+    qmoe_cuda *d = m->layers;
+    if (!d) return;
+    for (int i = 0; d->l && i < m->nlayers; i++) {
+        qmc_layer *l = &d->l[i];
+        attn_cuda_layer_free(&l->attn);
+        moe_cuda_layer_free(&l->mw);
+        void *p[] = {&l->post_norm, &l->w_gu, &l->w_down};
+        for (size_t j = 0; j < sizeof p / sizeof p[0]; j++) target_cuda_free(p[j]);
+    }
+    free(d->l);
+    attn_cuda_free(&d->aw);
+    void *b[] = {&d->gu, &d->act};
+    for (size_t j = 0; j < sizeof b / sizeof b[0]; j++) target_cuda_free(b[j]);
+    moe_cuda_destroy(&d->moe);
+    free(d);
+    m->layers = NULL;
+}
+
+static int qmc_load(target_cuda *m, const st_file *st, const char *prefix, errbuf *err)
+{
+    const hf_config *c = &m->cfg;
+    qmoe_cuda *d = m->layers;
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    char n[192];
+    int rc = 0;
+    for (int i = 0; !rc && i < m->nlayers; i++) {
+        qmc_layer *l = &d->l[i];
+        rc = attn_cuda_layer_load(m, &l->attn, st, prefix, i, err);
+#define UP(dst, suffix, a, b)                                           \
+    if (rc == 0) {                                                       \
+        snprintf(n, sizeof n, "%slayers.%d.%s", prefix, i, suffix);     \
+        rc = target_cuda_upload_tensor(st, n, dst, a, b, err);           \
+    }
+        UP(l->post_norm, "post_attention_layernorm.weight", H, 0);
+        if (l->moe) {
+            snprintf(n, sizeof n, "%slayers.%d.mlp.", prefix, i);
+            if (!rc) rc = moe_cuda_layer_load(&d->ms, &l->mw, st, n, err);
+        } else {
+            UP(l->w_gu, "mlp.gate_proj.weight", I, H);
+            UP(l->w_gu + I * H, "mlp.up_proj.weight", I, H);
+            UP(l->w_down, "mlp.down_proj.weight", H, I);
+        }
+#undef UP
+    }
+    return rc;
+}
+
+static void qmc_init_random(target_cuda *m, uint64_t *seed, float a)
+{
+    const hf_config *c = &m->cfg;
+    qmoe_cuda *d = m->layers;
+    const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    for (int i = 0; i < m->nlayers; i++) {
+        qmc_layer *l = &d->l[i];
+        attn_cuda_layer_init_random(m, &l->attn, seed, a);
+        rand_fill_bf16_cuda(l->post_norm, H, (*seed)++, 0.0f, 1.0f, m->stream);
+        if (l->moe) {
+            moe_cuda_layer_init_random(m, &d->ms, &l->mw, seed, a);
+        } else {
+            rand_fill_bf16_cuda(l->w_gu, 2 * I * H, (*seed)++, a, 0.0f, m->stream);
+            rand_fill_bf16_cuda(l->w_down, H * I, (*seed)++, a, 0.0f, m->stream);
+        }
+    }
+}
+
+static void qmc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const tc_kv_cache *kv, const uint16_t *r,
+                              int ldr, uint16_t *dst, int ldd)
+{
+    const hf_config *c = &m->cfg;
+    qmoe_cuda *d = m->layers;
+    const qmc_layer *l = &d->l[li];
+    const int T = rows->T, H = c->hidden_size, I = c->intermediate_size;
+    cudaStream_t st = m->stream;
+    attn_cuda_forward(m, &d->aw, &l->attn, li, rows, kv, r, ldr);
+    rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, (float)c->rms_eps, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    if (l->moe) {
+        moe_cuda_forward(m, d->moe, &l->mw, T, m->u, H, m->x, H, dst, ldd);
+        return;
+    }
+    matmul_forward_cuda(m->mm, d->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    swiglu_forward_cuda(d->act, I, d->gu, 2 * I, T, I, st);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, d->act, I, l->w_down, T, H, I, st);
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+}
+
+const target_cuda_ops target_qwen3_moe_cuda = {
+    .create = qmc_create, .destroy = qmc_destroy, .load = qmc_load, .init_random = qmc_init_random,
+    .layer = qmc_layer_forward, .cache_new = attn_cuda_cache_new, .cache_destroy = attn_cuda_cache_destroy,
+    .cache_crop = NULL,
+};

@@ -38,10 +38,12 @@ done
 # the target forward, one process per family (the hybrid one also writes checkpoints and runs CPU references)
 one test_target_gpu timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
 one test_target_gpu_hybrid timeout 480 "$BUILD/gpu/test_target_gpu" hybrid
+one test_target_gpu_qwen3_moe timeout 300 "$BUILD/gpu/test_target_gpu" qwen3_moe
 [ -n "${GOLDENS:-}" ] && one test_drafter_gpu timeout 180 "$BUILD/gpu/test_drafter_gpu" "$GOLDENS"
 one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
 one gpu_keep_weights env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_keep_weights.sh
 one gpu_hybrid_train env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_hybrid_train.sh
+one gpu_qwen3_moe_train env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_qwen3_moe_train.sh
 one generate_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/generate_gpu.sh
 one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
 one swa_eval_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/swa_eval_gpu.sh

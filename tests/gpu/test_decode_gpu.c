@@ -1,6 +1,7 @@
 /* Decoding on the GPU against the CPU. (1) kv_attention and argmax kernels against their CPU references on random
  * data (several sequences, positions across many key chunks, ties). (2) target_decode_cuda on the golden targets
- * ($DFLASH_GOLDENS/{tiny,tiny-bf16}/target, default tests/goldens): three sequences of one text decoded three ways
+ * ($DFLASH_GOLDENS/{tiny,tiny-bf16}/target, default tests/goldens; and the qwen3_moe goldens qwen3moe-tiny(-bf16)
+ * with every expert routed, moe_all_experts.h): three sequences of one text decoded three ways
  * (a prefill then one token a step; a prefill, a verified block cropped to a shorter prefix, then the rest; a
  * prefill then blocks of 3 run in the same steps as the first sequence) give, row for row, the taps and logits of
  * the CPU forward over the whole text (target_model_forward), within the bf16 tolerances of test_target_gpu; the
@@ -24,6 +25,7 @@
 #include "cuda_check.h"
 #include "gpu_test.h"
 #include "kv_attention.h"
+#include "moe_all_experts.h"
 #include "target_decode_cuda.h"
 #include "target_model.h"
 #include "target_model_cuda.h"
@@ -395,6 +397,19 @@ int main(void)
     snprintf(path, sizeof path, "%s/config.json", tmp);
     unlink(path);
     rmdir(tmp);
+    /* the qwen3_moe family (its goldens with every expert routed: a bf16 top-k pick cannot flip) */
+    const char *moe_cases[] = {"qwen3moe-tiny", "qwen3moe-tiny-bf16"};
+    for (int i = 0; i < 2; i++) {
+        char variant[] = "/tmp/dflash_decode_qwen3moe_XXXXXX", label[96];
+        snprintf(dir, sizeof dir, "%s/%s/target", g && *g ? g : "tests/goldens", moe_cases[i]);
+        if (moe_all_experts_make(dir, variant)) {
+            failures++;
+            continue;
+        }
+        snprintf(label, sizeof label, "%s (every expert routed)", moe_cases[i]);
+        check_decode(label, variant, 0);
+        moe_all_experts_remove(variant);
+    }
     printf("%s test_decode_gpu: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }

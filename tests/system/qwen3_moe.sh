@@ -3,8 +3,8 @@
 # dense MLP on the others) trains end to end on the CPU on the target's own greedy text: every step commits once, the
 # checkpoint's drafter config follows the target (hidden size, vocabulary, its 6 layers, the target's dense MLP width,
 # no MoE field), and dflash eval of the drafter (speculative decoding over the target's KV cache, crops inside
-# verified blocks) commits the target's greedy tokens and agrees with the walk over its greedy text. A cuda job on
-# that target is refused when it starts, naming the target family, before any worker started.
+# verified blocks) commits the target's greedy tokens and agrees with the walk over its greedy text. Its GPU twin is
+# tests/gpu/gpu_qwen3_moe_train.sh.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
@@ -64,14 +64,4 @@ EOP
 same=$?
 [ $rc -eq 0 ] && [ $same -eq 0 ] && ok "qwen3_moe_eval_decode_equals_walk ($msg)" || fail qwen3_moe_eval_decode_equals_walk "exit $rc: $msg $(tail -2 "$T/eval.err")"
 
-# a cuda job (in a build with the CUDA workers): refused at start (dflashd loads the plan first), naming the family;
-# no target worker started
-if [ -x "$BIN/dflash-target-cuda" ]; then
-    write_config cuda 4
-    run_job cuda --set job.backend=cuda; rc=$?
-    want="the target forward on the cuda backend: this target (qwen3_moe) is of the target family qwen3_moe"
-    if [ $rc -eq 1 ] && grep -qF "$want" "$T/cuda.out" && ! ls "$T/cuda/logs/" 2>/dev/null | grep -q target; then
-        ok "qwen3_moe_cuda_job_refused_at_start ($want)"
-    else fail qwen3_moe_cuda_job_refused_at_start "exit $rc: $(grep ERROR "$T/cuda.out" | tail -1); logs: $(ls "$T/cuda/logs/" 2>&1)"; fi
-fi
 exit $FAILED
