@@ -1332,21 +1332,38 @@ void jinja_destroy(jinja_template **t)
 
 /* ---------------------------------------------------------------- values and the renderer */
 
-/* A value: a JSON value (owned reference), a macro, or undefined (neither; what names what was missing). */
+/* A for loop's state, what loop.* reads (made only when asked). */
+struct loopinfo { json_t *items; size_t i, len; };
+
+/* A value: a JSON value (owned reference), a macro, a loop, or undefined (none; what names what was missing). */
 typedef struct val {
     json_t *j;
     const node *mac;
     const char *what;
+    const struct loopinfo *loop;
 } val;
 
-static const val UNDEF = {NULL, NULL, NULL};
-static val V(json_t *j) { return (val){j, NULL, NULL}; }         /* takes the reference */
-static val VREF(json_t *j) { return (val){json_incref(j), NULL, NULL}; }
-static val undef(const char *what) { return (val){NULL, NULL, what}; }
-static bool is_undef(val v) { return !v.j && !v.mac; }
+static const val UNDEF = {NULL, NULL, NULL, NULL};
+static val V(json_t *j) { return (val){j, NULL, NULL, NULL}; }         /* takes the reference */
+static val VREF(json_t *j) { return (val){json_incref(j), NULL, NULL, NULL}; }
+static val undef(const char *what) { return (val){NULL, NULL, what, NULL}; }
+static bool is_undef(val v) { return !v.j && !v.mac && !v.loop; }
 static void vfree(val v) { json_decref(v.j); }
 
-struct scope { json_t *vars; const json_t *ro; struct scope *up; };
+/* A scope's variables: a few, in a small array (names point into the AST); ro: the caller's variables. */
+struct var { const char *name; json_t *v; };
+struct scope {
+    struct var *vars; size_t n, cap;
+    const json_t *ro;
+    const struct loopinfo *loop;
+    struct scope *up;
+};
+
+static void scope_free(struct scope *s)
+{
+    for (size_t i = 0; i < s->n; i++) json_decref(s->vars[i].v);
+    free(s->vars);
+}
 
 struct macro_def { const char *name; const node *n; };
 
@@ -1379,6 +1396,7 @@ static val rfail(struct rctx *c, int line, const char *fmt, ...)
 static const char *type_name(val v)
 {
     if (v.mac) return "macro";
+    if (v.loop) return "LoopContext";
     if (!v.j) return "Undefined";
     switch (json_typeof(v.j)) {
     case JSON_NULL: return "NoneType";
@@ -1398,7 +1416,7 @@ static val undefined_error(struct rctx *c, int line, val v)
 
 static bool truthy(val v)
 {
-    if (!v.j) return v.mac != NULL;
+    if (!v.j) return v.mac || v.loop;
     switch (json_typeof(v.j)) {
     case JSON_NULL: case JSON_FALSE: return false;
     case JSON_TRUE: return true;
@@ -1450,7 +1468,7 @@ static bool jeq(const json_t *a, const json_t *b)
 static bool veq(val a, val b)
 {
     if (is_undef(a) || is_undef(b)) return is_undef(a) && is_undef(b);
-    if (a.mac || b.mac) return a.mac == b.mac;
+    if (a.mac || b.mac || a.loop || b.loop) return a.mac == b.mac && a.loop == b.loop;
     return jeq(a.j, b.j);
 }
 
@@ -1492,6 +1510,7 @@ static void vstr(struct buf *b, val v)
 {
     if (v.j) py_str(b, v.j);
     else if (v.mac) bprintf(b, "<macro %s>", v.mac->name);
+    else if (v.loop) bputs(b, "<LoopContext>");
 }
 
 static val vstring(val v)
@@ -1507,21 +1526,29 @@ static val vstring(val v)
 static val lookup(struct rctx *c, const char *name)
 {
     for (struct scope *s = c->sc; s; s = s->up) {
-        json_t *v = s->vars ? json_object_get(s->vars, name) : NULL;
-        if (!v && s->ro) v = json_object_get(s->ro, name);
+        for (size_t i = s->n; i-- > 0;)
+            if (!strcmp(s->vars[i].name, name)) return VREF(s->vars[i].v);
+        if (s->loop && !strcmp(name, "loop")) return (val){NULL, NULL, NULL, s->loop};
+        json_t *v = s->ro ? json_object_get(s->ro, name) : NULL;
         if (v) return VREF(v);
     }
     for (size_t i = c->nmacros; i-- > 0;)
-        if (!strcmp(c->macros[i].name, name)) return (val){NULL, c->macros[i].n, NULL};
+        if (!strcmp(c->macros[i].name, name)) return (val){NULL, c->macros[i].n, NULL, NULL};
     return undef(name);
 }
 
 static void assign(struct rctx *c, const char *name, val v)
 {
-    if (!c->sc->vars) c->sc->vars = json_object();
-    if (v.j) json_object_set(c->sc->vars, name, v.j);
-    else {
-        json_object_del(c->sc->vars, name);
+    struct scope *s = c->sc;
+    size_t i = 0;
+    while (i < s->n && strcmp(s->vars[i].name, name)) i++;
+    if (v.j) {
+        json_incref(v.j);
+        if (i < s->n) { json_decref(s->vars[i].v); s->vars[i].v = v.j; return; }
+        if (s->n == s->cap) { s->cap = s->cap ? 2 * s->cap : 4; s->vars = xrealloc(s->vars, s->cap * sizeof *s->vars); }
+        s->vars[s->n++] = (struct var){name, v.j};
+    } else {
+        if (i < s->n) { json_decref(s->vars[i].v); s->vars[i] = s->vars[--s->n]; }
         if (v.mac) {
             c->macros = xrealloc(c->macros, (c->nmacros + 1) * sizeof *c->macros);
             c->macros[c->nmacros++] = (struct macro_def){name, v.mac};
@@ -1573,9 +1600,27 @@ static val getitem(struct rctx *c, int line, val o, val k)
     return undef("item");
 }
 
+static val loop_attr(const struct loopinfo *l, const char *name)
+{
+    json_int_t i = (json_int_t)l->i, n = (json_int_t)l->len;
+    if (!strcmp(name, "index")) return V(json_integer(i + 1));
+    if (!strcmp(name, "index0")) return V(json_integer(i));
+    if (!strcmp(name, "revindex")) return V(json_integer(n - i));
+    if (!strcmp(name, "revindex0")) return V(json_integer(n - i - 1));
+    if (!strcmp(name, "first")) return V(json_boolean(i == 0));
+    if (!strcmp(name, "last")) return V(json_boolean(i + 1 == n));
+    if (!strcmp(name, "length")) return V(json_integer(n));
+    if (!strcmp(name, "depth")) return V(json_integer(1));
+    if (!strcmp(name, "depth0")) return V(json_integer(0));
+    if (!strcmp(name, "previtem") && i > 0) return VREF(json_array_get(l->items, (size_t)i - 1));
+    if (!strcmp(name, "nextitem") && i + 1 < n) return VREF(json_array_get(l->items, (size_t)i + 1));
+    return undef(name);
+}
+
 static val getattr_(struct rctx *c, int line, val o, const char *name)
 {
     if (is_undef(o)) return undefined_error(c, line, o);
+    if (o.loop) return loop_attr(o.loop, name);
     if (o.j && json_is_object(o.j)) {
         json_t *v = json_object_get(o.j, name);
         if (v) return VREF(v);
@@ -1684,7 +1729,7 @@ static void args_free(struct args *A)
 /* kid[first..] of n evaluated */
 static bool eval_args(struct rctx *c, const node *n, size_t first, struct args *A)
 {
-    memset(A, 0, sizeof *A);
+    A->n = A->nkw = 0;
     for (size_t i = first; i < n->nkid; i++) {
         const char *kw = n->argn ? n->argn[i - 1] : NULL;
         if ((kw ? A->nkw : A->n) >= 16) { rfail(c, n->line, "too many arguments"); return false; }
@@ -1719,7 +1764,7 @@ static val call_macro(struct rctx *c, const node *m, const node *call, struct ar
 {
     if (A->n > m->ntgt) return rfail(c, call->line, "macro '%s' takes %zu arguments, %zu given", m->name, m->ntgt, A->n);
     if (++c->depth > 200) return rfail(c, call->line, "macro recursion too deep");
-    struct scope s = {.vars = json_object(), .up = c->global};
+    struct scope s = {.up = c->global};
     struct scope *saved = c->sc;
     struct buf saved_out = c->out;
     memset(&c->out, 0, sizeof c->out);
@@ -1737,7 +1782,7 @@ static val call_macro(struct rctx *c, const node *m, const node *call, struct ar
     }
     if (!c->failed) exec_body(c, m->kid[0]);
     c->sc = saved;
-    json_decref(s.vars);
+    scope_free(&s);
     struct buf r = c->out;
     c->out = saved_out;
     c->depth--;
@@ -1987,20 +2032,21 @@ static val call_method(struct rctx *c, const node *n, val o, const char *m, stru
             val d = arg(A, 1, "default");
             return d.j ? VREF(d.j) : V(json_null());
         }
-        if (!strcmp(m, "cycle") && json_object_get(o.j, "index0") && json_object_get(o.j, "revindex0")) {
-            if (!A->n) return rfail(c, line, "loop.cycle needs at least one argument");
-            val v = A->a[json_integer_value(json_object_get(o.j, "index0")) % (json_int_t)A->n];
-            return v.j ? VREF(v.j) : UNDEF;
-        }
+    }
+    if (o.loop && !strcmp(m, "cycle")) {
+        if (!A->n) return rfail(c, line, "loop.cycle needs at least one argument");
+        val v = A->a[o.loop->i % A->n];
+        return v.j ? VREF(v.j) : UNDEF;
     }
     *handled = false;
     return UNDEF;
 }
 
 static val apply_filter(struct rctx *c, const node *n, val x, struct args *A);
+static val ev_filter_test(struct rctx *c, const node *n);
 static bool apply_test(struct rctx *c, const node *n, int id, val x, struct args *A);
 
-static val ev_call(struct rctx *c, const node *n)
+static __attribute__((noinline)) val ev_call(struct rctx *c, const node *n)
 {
     const node *f = n->kid[0];
     struct args A;
@@ -2123,7 +2169,7 @@ static bool contains(struct rctx *c, int line, val item, val seq)
     return false;
 }
 
-static val ev_bin(struct rctx *c, const node *n)
+static __attribute__((noinline)) val ev_bin(struct rctx *c, const node *n)
 {
     val a = ev(c, n->kid[0]);
     if (c->failed) return UNDEF;
@@ -2160,6 +2206,23 @@ static val ev_bin(struct rctx *c, const node *n)
     return r;
 }
 
+/* x | filter(args), x is test(args): apart from ev, whose stack frame stays small */
+static __attribute__((noinline)) val ev_filter_test(struct rctx *c, const node *n)
+{
+    val x = ev(c, n->kid[0]);
+    struct args A;
+    if (c->failed || !eval_args(c, n, 1, &A)) { vfree(x); return UNDEF; }
+    val r;
+    if (n->kind == N_FILTER) r = apply_filter(c, n, x, &A);
+    else {
+        bool t = apply_test(c, n, n->op, x, &A);
+        r = c->failed ? UNDEF : V(json_boolean(t != n->flag));
+    }
+    vfree(x);
+    args_free(&A);
+    return r;
+}
+
 static val ev(struct rctx *c, const node *n)
 {
     if (c->failed) return UNDEF;
@@ -2189,24 +2252,7 @@ static val ev(struct rctx *c, const node *n)
         return r;
     }
     case N_CALL: return ev_call(c, n);
-    case N_FILTER: {
-        val x = ev(c, n->kid[0]);
-        struct args A;
-        if (c->failed || !eval_args(c, n, 1, &A)) { vfree(x); return UNDEF; }
-        val r = apply_filter(c, n, x, &A);
-        vfree(x);
-        args_free(&A);
-        return r;
-    }
-    case N_TEST: {
-        val x = ev(c, n->kid[0]);
-        struct args A;
-        if (c->failed || !eval_args(c, n, 1, &A)) { vfree(x); return UNDEF; }
-        bool t = apply_test(c, n, n->op, x, &A);
-        vfree(x);
-        args_free(&A);
-        return c->failed ? UNDEF : V(json_boolean(t != n->flag));
-    }
+    case N_FILTER: case N_TEST: return ev_filter_test(c, n);
     case N_NEG: {
         val x = ev(c, n->kid[0]);
         if (c->failed) return UNDEF;
@@ -2475,7 +2521,7 @@ static val apply_filter(struct rctx *c, const node *n, val x, struct args *A)
         for (size_t i = 0; i < json_array_size(items) && !c->failed; i++) {
             json_t *it = json_array_get(items, i);
             json_t *subj = at.j && json_is_string(at.j) ? attr_path(it, json_string_value(at.j)) : it;
-            val sv = subj ? (val){subj, NULL, NULL} : undef("attribute");
+            val sv = subj ? (val){subj, NULL, NULL, NULL} : undef("attribute");
             if (id == F_MAP) {
                 if (tid >= 0) {
                     node fake = *n;
@@ -2559,7 +2605,7 @@ static val apply_filter(struct rctx *c, const node *n, val x, struct args *A)
         for (size_t i = 0; i < json_array_size(items) && !c->failed; i++) {
             json_t *it = json_array_get(items, i);
             if (at.j && json_is_string(at.j)) it = attr_path(it, json_string_value(at.j));
-            val s = arith(c, line, OP_ADD, acc, it ? (val){it, NULL, NULL} : undef("attribute"));
+            val s = arith(c, line, OP_ADD, acc, it ? (val){it, NULL, NULL, NULL} : undef("attribute"));
             vfree(acc);
             acc = s;
         }
@@ -2644,7 +2690,7 @@ static void assign_targets(struct rctx *c, const node *n, char **tgt, size_t ntg
     for (size_t i = 0; i < ntgt; i++) assign(c, tgt[i], V(json_array_get(items, i)));
 }
 
-static void exec_for(struct rctx *c, const node *n)
+static __attribute__((noinline)) void exec_for(struct rctx *c, const node *n)
 {
     val it = ev(c, n->kid[0]);
     if (c->failed) return;
@@ -2662,32 +2708,20 @@ static void exec_for(struct rctx *c, const node *n)
             if (truthy(k)) json_array_append(kept, json_array_get(items, i));
             vfree(k);
             c->sc = outer;
-            json_decref(s.vars);
+            scope_free(&s);
         }
         json_decref(items);
         items = kept;
     }
     size_t len = json_array_size(items);
     for (size_t i = 0; i < len && !c->failed; i++) {
-        struct scope s = {.vars = json_object(), .up = outer};
+        struct loopinfo li = {items, i, len};
+        struct scope s = {.loop = &li, .up = outer};
         c->sc = &s;
-        json_t *loop = json_object();
-        json_object_set_new(loop, "index", json_integer((json_int_t)i + 1));
-        json_object_set_new(loop, "index0", json_integer((json_int_t)i));
-        json_object_set_new(loop, "revindex", json_integer((json_int_t)(len - i)));
-        json_object_set_new(loop, "revindex0", json_integer((json_int_t)(len - i - 1)));
-        json_object_set_new(loop, "first", json_boolean(i == 0));
-        json_object_set_new(loop, "last", json_boolean(i + 1 == len));
-        json_object_set_new(loop, "length", json_integer((json_int_t)len));
-        json_object_set_new(loop, "depth", json_integer(1));
-        json_object_set_new(loop, "depth0", json_integer(0));
-        if (i > 0) json_object_set(loop, "previtem", json_array_get(items, i - 1));
-        if (i + 1 < len) json_object_set(loop, "nextitem", json_array_get(items, i + 1));
-        json_object_set_new(s.vars, "loop", loop);
         assign_targets(c, n, n->tgt, n->ntgt, V(json_array_get(items, i)));
         if (!c->failed) exec_body(c, n->kid[1]);
         c->sc = outer;
-        json_decref(s.vars);
+        scope_free(&s);
         int ctl = c->ctl;
         c->ctl = 0;
         if (ctl == 1) break;
@@ -2696,11 +2730,35 @@ static void exec_for(struct rctx *c, const node *n)
     if (!len && n->kid[2] && !c->failed) exec_body(c, n->kid[2]);
 }
 
+/* {{ a + b + c }} with only strings: appended as they come, without the intermediate strings (else false: the
+ * caller evaluates it). */
+static __attribute__((noinline)) bool emit_concat(struct rctx *c, const node *n)
+{
+    const node *leaf[32];
+    size_t k = 0;
+    const node *x = n;
+    while (x->kind == N_BIN && x->op == OP_ADD && k < 31) { leaf[k++] = x->kid[1]; x = x->kid[0]; }
+    if (k == 0 || (x->kind == N_BIN && x->op == OP_ADD)) return false;
+    leaf[k++] = x;
+    val v[32];
+    size_t i;
+    for (i = 0; i < k; i++) {
+        v[i] = ev(c, leaf[k - 1 - i]);
+        if (c->failed || !v[i].j || !json_is_string(v[i].j)) { i++; break; }
+    }
+    bool all = i == k && !c->failed && v[k - 1].j && json_is_string(v[k - 1].j);
+    if (all)
+        for (size_t j = 0; j < k; j++) bput(&c->out, json_string_value(v[j].j), json_string_length(v[j].j));
+    for (size_t j = 0; j < i; j++) vfree(v[j]);
+    return all || c->failed;
+}
+
 static void exec_stmt(struct rctx *c, const node *n)
 {
     switch (n->kind) {
     case N_TEXT: bput(&c->out, n->name, n->len); return;
     case N_OUT: {
+        if (emit_concat(c, n->kid[0])) return;
         val v = ev(c, n->kid[0]);
         if (!c->failed) vstr(&c->out, v);
         vfree(v);
@@ -2746,7 +2804,7 @@ static void exec_stmt(struct rctx *c, const node *n)
         vfree(v);
         return;
     }
-    case N_MACRO: assign(c, n->name, (val){NULL, n, NULL}); return;
+    case N_MACRO: assign(c, n->name, (val){NULL, n, NULL, NULL}); return;
     case N_BREAK: c->ctl = 1; return;
     case N_CONTINUE: c->ctl = 2; return;
     default: rfail(c, n->line, "not a statement"); return;
@@ -2762,11 +2820,11 @@ int jinja_render(const jinja_template *t, const json_t *vars, char **out, size_t
 {
     *out = NULL;
     if (len) *len = 0;
-    struct scope caller = {.ro = vars}, global = {.vars = json_object(), .up = &caller};
+    struct scope caller = {.ro = vars}, global = {.up = &caller};
     struct rctx c = {.t = t, .err = err, .global = &global, .sc = &global};
     bputs(&c.out, "");
     exec_body(&c, t->root);
-    json_decref(global.vars);
+    scope_free(&global);
     for (size_t i = 0; i < c.nns; i++) json_decref(c.ns[i]);
     free(c.ns);
     free(c.macros);
