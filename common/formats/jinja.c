@@ -1104,7 +1104,7 @@ static bool p_targets(struct parser *P, node *n)
     return !paren || expect_op(P, ")");
 }
 
-static node *p_body(struct parser *P, const char *const *stops, const char **which);
+static node *p_body(struct parser *P, const char *const *stops, const char **which, int open_line);
 
 /* Move to the next chunk; when it is a block, P->t is its tokens. */
 static void next_chunk(struct parser *P)
@@ -1116,8 +1116,9 @@ static void next_chunk(struct parser *P)
 /* The statements after the current (fully read) tag, up to one of stops. */
 static node *p_sub(struct parser *P, const char *const *stops, const char **which)
 {
+    int open_line = P->ch[P->ci].line;
     next_chunk(P);
-    return p_body(P, stops, which);
+    return p_body(P, stops, which, open_line);
 }
 
 /* One statement from its opening tag (current); returns with its last tag current and read. */
@@ -1240,11 +1241,10 @@ static node *p_block(struct parser *P)
 }
 
 /* Statements up to a block whose keyword is in stops (NULL: to the end); *which is that keyword, the tokens
- * after it current. */
-static node *p_body(struct parser *P, const char *const *stops, const char **which)
+ * after it current. open_line: the line of the tag that opened them (for "'endif' expected"). */
+static node *p_body(struct parser *P, const char *const *stops, const char **which, int open_line)
 {
-    int line = P->ci < P->nch ? P->ch[P->ci].line : 0;
-    node *body = node_new(N_BODY, line);
+    node *body = node_new(N_BODY, open_line);
     while (P->ci < P->nch) {
         struct chunk *c = &P->ch[P->ci];
         if (c->kind == C_TEXT) {
@@ -1269,7 +1269,9 @@ static node *p_body(struct parser *P, const char *const *stops, const char **whi
             for (int i = 0; stops[i]; i++)
                 if (!strcmp(cur(P)->s, stops[i])) { *which = stops[i]; adv(P); return body; }
         if (cur(P)->type == T_NAME && (!strncmp(cur(P)->s, "end", 3) || !strcmp(cur(P)->s, "elif") || !strcmp(cur(P)->s, "else"))) {
-            perr(P, c->line, "unexpected '%s'%s%s", cur(P)->s, stops ? ", expected " : "", stops ? stops[0] : "");
+            int last = 0;
+            while (stops && stops[last + 1]) last++;
+            perr(P, c->line, "unexpected '%s'%s%s", cur(P)->s, stops ? ", expected " : "", stops ? stops[last] : "");
             node_free(body);
             return NULL;
         }
@@ -1279,7 +1281,9 @@ static node *p_body(struct parser *P, const char *const *stops, const char **whi
         next_chunk(P);
     }
     if (stops) {
-        perr(P, line, "'%s' expected: the template ends first", stops[0]);
+        int last = 0;
+        while (stops[last + 1]) last++;
+        perr(P, open_line, "'%s' expected: the template ends before this tag is closed", stops[last]);
         node_free(body);
         return NULL;
     }
@@ -1304,7 +1308,7 @@ int jinja_parse(jinja_template **out, const char *src, size_t len, const char *n
     if (!ret) {
         struct parser P = {.ch = L.ch, .nch = L.nch, .name = name, .err = err};
         if (P.nch) { P.t = P.ch[0].toks; P.ti = 0; }
-        root = p_body(&P, NULL, NULL);
+        root = p_body(&P, NULL, NULL, 1);
         if (!root) ret = -EINVAL;
     }
     for (size_t i = 0; i < L.nch; i++) {
@@ -1341,13 +1345,14 @@ typedef struct val {
     const node *mac;
     const char *what;
     const struct loopinfo *loop;
+    const char *fn; /* a global function: range, namespace, dict, raise_exception, strftime_now */
 } val;
 
-static const val UNDEF = {NULL, NULL, NULL, NULL};
-static val V(json_t *j) { return (val){j, NULL, NULL, NULL}; }         /* takes the reference */
-static val VREF(json_t *j) { return (val){json_incref(j), NULL, NULL, NULL}; }
-static val undef(const char *what) { return (val){NULL, NULL, what, NULL}; }
-static bool is_undef(val v) { return !v.j && !v.mac && !v.loop; }
+static const val UNDEF = {NULL, NULL, NULL, NULL, NULL};
+static val V(json_t *j) { return (val){j, NULL, NULL, NULL, NULL}; }         /* takes the reference */
+static val VREF(json_t *j) { return (val){json_incref(j), NULL, NULL, NULL, NULL}; }
+static val undef(const char *what) { return (val){NULL, NULL, what, NULL, NULL}; }
+static bool is_undef(val v) { return !v.j && !v.mac && !v.loop && !v.fn; }
 static void vfree(val v) { json_decref(v.j); }
 
 /* A scope's variables: a few, in a small array (names point into the AST); ro: the caller's variables. */
@@ -1397,6 +1402,7 @@ static const char *type_name(val v)
 {
     if (v.mac) return "macro";
     if (v.loop) return "LoopContext";
+    if (v.fn) return "builtin_function_or_method";
     if (!v.j) return "Undefined";
     switch (json_typeof(v.j)) {
     case JSON_NULL: return "NoneType";
@@ -1416,7 +1422,7 @@ static val undefined_error(struct rctx *c, int line, val v)
 
 static bool truthy(val v)
 {
-    if (!v.j) return v.mac || v.loop;
+    if (!v.j) return v.mac || v.loop || v.fn;
     switch (json_typeof(v.j)) {
     case JSON_NULL: case JSON_FALSE: return false;
     case JSON_TRUE: return true;
@@ -1468,7 +1474,7 @@ static bool jeq(const json_t *a, const json_t *b)
 static bool veq(val a, val b)
 {
     if (is_undef(a) || is_undef(b)) return is_undef(a) && is_undef(b);
-    if (a.mac || b.mac || a.loop || b.loop) return a.mac == b.mac && a.loop == b.loop;
+    if (!a.j || !b.j) return a.mac == b.mac && a.loop == b.loop && a.fn == b.fn;
     return jeq(a.j, b.j);
 }
 
@@ -1511,6 +1517,7 @@ static void vstr(struct buf *b, val v)
     if (v.j) py_str(b, v.j);
     else if (v.mac) bprintf(b, "<macro %s>", v.mac->name);
     else if (v.loop) bputs(b, "<LoopContext>");
+    else if (v.fn) bprintf(b, "<built-in function %s>", v.fn);
 }
 
 static val vstring(val v)
@@ -1528,12 +1535,15 @@ static val lookup(struct rctx *c, const char *name)
     for (struct scope *s = c->sc; s; s = s->up) {
         for (size_t i = s->n; i-- > 0;)
             if (!strcmp(s->vars[i].name, name)) return VREF(s->vars[i].v);
-        if (s->loop && !strcmp(name, "loop")) return (val){NULL, NULL, NULL, s->loop};
+        if (s->loop && !strcmp(name, "loop")) return (val){NULL, NULL, NULL, s->loop, NULL};
         json_t *v = s->ro ? json_object_get(s->ro, name) : NULL;
         if (v) return VREF(v);
     }
     for (size_t i = c->nmacros; i-- > 0;)
-        if (!strcmp(c->macros[i].name, name)) return (val){NULL, c->macros[i].n, NULL, NULL};
+        if (!strcmp(c->macros[i].name, name)) return (val){NULL, c->macros[i].n, NULL, NULL, NULL};
+    static const char *const globals[] = {"range", "namespace", "dict", "raise_exception", "strftime_now", NULL};
+    for (int i = 0; globals[i]; i++)
+        if (!strcmp(globals[i], name)) return (val){NULL, NULL, NULL, NULL, globals[i]};
     return undef(name);
 }
 
@@ -2072,12 +2082,14 @@ static __attribute__((noinline)) val ev_call(struct rctx *c, const node *n)
     if (f->kind == N_NAME) {
         val m = lookup(c, f->name);
         if (m.mac) r = call_macro(c, m.mac, n, &A);
-        else if (m.j) r = rfail(c, n->line, "'%s' (%s) is not callable", f->name, type_name(m));
-        else r = call_global(c, n, f->name, &A);
+        else if (m.fn) r = call_global(c, n, m.fn, &A);
+        else if (is_undef(m)) r = rfail(c, n->line, "'%s' is undefined", f->name);
+        else r = rfail(c, n->line, "'%s' (%s) is not callable", f->name, type_name(m));
         vfree(m);
     } else {
         val m = ev(c, f);
-        r = m.mac ? call_macro(c, m.mac, n, &A) : c->failed ? UNDEF : rfail(c, n->line, "'%s' object is not callable", type_name(m));
+        r = m.mac ? call_macro(c, m.mac, n, &A) : m.fn ? call_global(c, n, m.fn, &A) : c->failed ? UNDEF
+            : rfail(c, n->line, "'%s' object is not callable", type_name(m));
         vfree(m);
     }
     args_free(&A);
@@ -2479,7 +2491,7 @@ static val apply_filter(struct rctx *c, const node *n, val x, struct args *A)
         val pr = arg(A, 0, "precision"), me = arg(A, 1, "method");
         double p = pow(10, pr.j && is_intlike(pr.j) ? (double)ival(pr.j) : 0), v = num(x.j) * p;
         const char *m = me.j && json_is_string(me.j) ? json_string_value(me.j) : "common";
-        v = !strcmp(m, "floor") ? floor(v) : !strcmp(m, "ceil") ? ceil(v) : round(v);
+        v = !strcmp(m, "floor") ? floor(v) : !strcmp(m, "ceil") ? ceil(v) : nearbyint(v); /* Python: half to even */
         return V(json_real(v / p));
     }
     case F_INDENT: {
@@ -2521,7 +2533,7 @@ static val apply_filter(struct rctx *c, const node *n, val x, struct args *A)
         for (size_t i = 0; i < json_array_size(items) && !c->failed; i++) {
             json_t *it = json_array_get(items, i);
             json_t *subj = at.j && json_is_string(at.j) ? attr_path(it, json_string_value(at.j)) : it;
-            val sv = subj ? (val){subj, NULL, NULL, NULL} : undef("attribute");
+            val sv = subj ? (val){subj, NULL, NULL, NULL, NULL} : undef("attribute");
             if (id == F_MAP) {
                 if (tid >= 0) {
                     node fake = *n;
@@ -2605,7 +2617,7 @@ static val apply_filter(struct rctx *c, const node *n, val x, struct args *A)
         for (size_t i = 0; i < json_array_size(items) && !c->failed; i++) {
             json_t *it = json_array_get(items, i);
             if (at.j && json_is_string(at.j)) it = attr_path(it, json_string_value(at.j));
-            val s = arith(c, line, OP_ADD, acc, it ? (val){it, NULL, NULL, NULL} : undef("attribute"));
+            val s = arith(c, line, OP_ADD, acc, it ? (val){it, NULL, NULL, NULL, NULL} : undef("attribute"));
             vfree(acc);
             acc = s;
         }
@@ -2647,7 +2659,7 @@ static bool apply_test(struct rctx *c, const node *n, int id, val x, struct args
     case X_BOOLEAN: return j && json_is_boolean(j);
     case X_TRUE: return j && json_is_true(j);
     case X_FALSE: return j && json_is_false(j);
-    case X_CALLABLE: return x.mac != NULL;
+    case X_CALLABLE: return x.mac || x.fn;
     case X_EQ: return veq(x, a);
     case X_NE: return !veq(x, a);
     case X_LT: case X_LE: case X_GT: case X_GE: {
@@ -2804,7 +2816,7 @@ static void exec_stmt(struct rctx *c, const node *n)
         vfree(v);
         return;
     }
-    case N_MACRO: assign(c, n->name, (val){NULL, n, NULL, NULL}); return;
+    case N_MACRO: assign(c, n->name, (val){NULL, n, NULL, NULL, NULL}); return;
     case N_BREAK: c->ctl = 1; return;
     case N_CONTINUE: c->ctl = 2; return;
     default: rfail(c, n->line, "not a statement"); return;

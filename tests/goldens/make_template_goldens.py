@@ -19,8 +19,8 @@ usage: python3 make_template_goldens.py NAME=DIR [NAME=DIR ...]     (needs trans
 import copy, json, random, sys
 from transformers import AutoTokenizer
 
-EOT = {"qwen3": "<|im_end|>", "llama3": "<|eot_id|>", "llama3_1": "<|eot_id|>", "gemma3": "<end_of_turn>",
-       "deepseek_v3": "<\uff5cend\u2581of\u2581sentence\uff5c>"}
+EOT = {"qwen3": "<|im_end|>", "qwen2_5": "<|im_end|>", "llama3": "<|eot_id|>", "llama3_1": "<|eot_id|>",
+       "llama3_2": "<|eot_id|>", "gemma3": "<end_of_turn>", "deepseek_v3": "<\uff5cend\u2581of\u2581sentence\uff5c>"}
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city, «now»",
           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "名前"},
@@ -79,6 +79,8 @@ def chats(name, rng):
     """(messages, tools, args) cases for one template."""
     qwen = name.startswith("qwen")
     think_args = [{"enable_thinking": False}, {"enable_thinking": True}, {}] if qwen else [{}]
+    if name == "llama3_2":  # its system block prints today's date unless given one
+        think_args = [{"date_string": "26 Jul 2024"}]
     out = []
     fixed = [
         [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there!"}],
@@ -112,6 +114,14 @@ def chats(name, rng):
             out.append((tool_conv, TOOLS, a))
             out.append((tool_conv[1:3] + [dict(tool_conv[3])] + [tool_conv[5]], TOOLS, a))
             out.append(([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], TOOLS, a))
+    if name == "llama3_2":  # one tool call per message; tools in the first user message, or in the system one
+        conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+                {"role": "tool", "content": "{\"temp\": -3}"}, {"role": "assistant", "content": "It is -3 °C."}]
+        for a in ({"date_string": "26 Jul 2024"}, {"date_string": "1 Jan 2025", "tools_in_user_message": False}):
+            out.append((conv, TOOLS, a))
+            out.append((conv[:2] + [{"role": "assistant", "content": "No tool needed."}], TOOLS, a))
     if name == "deepseek_v3":
         out.append(([{"role": "system", "content": "Be exact."}, {"role": "user", "content": "2+3 and weather?"},
                      {"role": "assistant", "content": None, "tool_calls": [
