@@ -64,7 +64,7 @@ done
 [ $? -eq 2 ] && ok chat_needs_tokenizer || fail chat_needs_tokenizer "exit not 2"
 # without --tokenizer, -c JOB.ini takes the job's target folder: the same shards
 # the chat-template goldens: every chat's ids and mask, grouped by template arguments (one prepare run per group)
-for name in qwen3 llama3 llama3_1; do
+for name in qwen3 qwen2_5 llama3 llama3_1 llama3_2; do
     golden=$GOLDENS/tokenizer/template-$name.json
     [ -f "$golden" ] && [ -f $TOKS/$name/tokenizer.json ] || { echo "no $golden or $TOKS/$name (make tokenizers)"; continue; }
     groups=$(python3 - "$golden" "$tmp/tpl-$name" <<'PY'
@@ -79,13 +79,15 @@ for g, (args, idx) in enumerate(sorted(groups.items())):
             if "tools" in c: line["tools"] = c["tools"]
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
     json.dump(idx, open("%s-%d.idx" % (sys.argv[2], g), "w"))
-    print(g, " ".join("--template-arg %s=%s" % (k, json.dumps(v)) for k, v in json.loads(args).items()))
+    with open("%s-%d.args" % (sys.argv[2], g), "w") as f:  # one argument a line (values may hold spaces)
+        for k, v in json.loads(args).items(): f.write("--template-arg\n%s=%s\n" % (k, json.dumps(v)))
+    print(g, " ".join("%s=%s" % (k, json.dumps(v)) for k, v in json.loads(args).items()))
 PY
 )
-    while read -r g targs; do
-        label="chat_template_${name}_$g${targs:+ ($targs)}"
-        # shellcheck disable=SC2086
-        "$PREP" --chat --tokenizer $TOKS/$name $targs --threads 2 -o "$tmp/tpl-out-$name-$g" "$tmp/tpl-$name-$g.jsonl" \
+    while read -r g shown; do
+        label="chat_template_${name}_$g${shown:+ ($shown)}"
+        mapfile -t targs <"$tmp/tpl-$name-$g.args"
+        "$PREP" --chat --tokenizer $TOKS/$name "${targs[@]}" --threads 2 -o "$tmp/tpl-out-$name-$g" "$tmp/tpl-$name-$g.jsonl" \
             >"$tmp/stdout" 2>"$tmp/stderr" || { fail "$label" "exit $?: $(tail -3 "$tmp/stderr")"; continue; }
         why=$(python3 - "$golden" "$tmp/tpl-out-$name-$g/shard-00000.shard" "$tmp/tpl-$name-$g.idx" <<'PY'
 import json, struct, sys
