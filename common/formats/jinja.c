@@ -42,7 +42,8 @@ static void bprintf(struct buf *b, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- Python string helpers */
 
-bool jinja_py_space(int32_t c)
+/* Python's str.isspace for one code point (what strip(), split() and trim use). */
+static bool jinja_py_space(int32_t c)
 {
     if ((c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85) return true;
     if (c < 0x80) return false;

@@ -33,7 +33,4 @@ void jinja_destroy(jinja_template **t);
  * *len), NULL on error; 0 or -EINVAL. */
 int jinja_render(const jinja_template *t, const json_t *vars, char **out, size_t *len, errbuf *err);
 
-/* Python's str.isspace for one code point (what strip(), split() and trim use). */
-bool jinja_py_space(int32_t c);
-
 #endif
