@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -399,22 +400,24 @@ static int lex_tag(struct lexer *L, struct chunk *c, bool block, int open_line, 
             L->pos += k;
         } else if (*p >= '0' && *p <= '9') {
             size_t k = 0;
-            char num[64]; size_t nn = 0;
             bool flt = false;
-            while (k < left && ((p[k] >= '0' && p[k] <= '9') || p[k] == '_')) { if (p[k] != '_' && nn < 63) num[nn++] = p[k]; k++; }
+            while (k < left && ((p[k] >= '0' && p[k] <= '9') || p[k] == '_')) k++;
             if (k + 1 < left && p[k] == '.' && p[k + 1] >= '0' && p[k + 1] <= '9') {
-                flt = true; num[nn++] = p[k++];
-                while (k < left && ((p[k] >= '0' && p[k] <= '9') || p[k] == '_')) { if (p[k] != '_' && nn < 63) num[nn++] = p[k]; k++; }
+                flt = true;
+                for (k++; k < left && ((p[k] >= '0' && p[k] <= '9') || p[k] == '_'); k++) {}
             }
             if (k < left && (p[k] == 'e' || p[k] == 'E')) {
                 size_t e = k + 1;
                 if (e < left && (p[e] == '+' || p[e] == '-')) e++;
                 if (e < left && p[e] >= '0' && p[e] <= '9') {
                     flt = true;
-                    while (k < e && nn < 63) num[nn++] = p[k++];
-                    while (k < left && p[k] >= '0' && p[k] <= '9') { if (nn < 63) num[nn++] = p[k]; k++; }
+                    for (k = e; k < left && p[k] >= '0' && p[k] <= '9'; k++) {}
                 }
             }
+            char num[64];
+            size_t nn = 0;
+            if (k >= sizeof num) return errbuf_set(L->err, EINVAL, "%s:%d: number too long", L->name, L->line);
+            for (size_t i = 0; i < k; i++) if (p[i] != '_') num[nn++] = p[i];
             num[nn] = 0;
             if (flt) { t->type = T_FLOAT; t->f = strtod(num, NULL); }
             else { t->type = T_INT; t->i = (json_int_t)strtoll(num, NULL, 10); }
@@ -651,7 +654,10 @@ struct parser {
     const char *name;
     errbuf *err;
     int failed;
+    int depth;                  /* nesting of expressions and statements (bounded: the C stack) */
 };
+
+#define MAX_NESTING 128
 
 static struct tok *cur(struct parser *P) { return &P->t[P->ti]; }
 static bool is_op(struct parser *P, const char *op) { return cur(P)->type == T_OP && !strcmp(cur(P)->s, op); }
@@ -760,9 +766,8 @@ static node *p_filter_expr(struct parser *P, node *n)
                         is_op(P, "[") || is_op(P, "{")) &&
                        !is_name(P, "else") && !is_name(P, "or") && !is_name(P, "and") && !is_name(P, "if")) {
                 node *a = p_primary(P);
-                CHECK(a);
-                a = p_postfix(P, a);
-                CHECK(a);
+                if (a && !P->failed) a = p_postfix(P, a);
+                if (!a || P->failed) { node_free(a); node_free(t); return NULL; }
                 node_add(t, a);
             }
             if (!t->argn) t->argn = xcalloc(t->nkid, sizeof *t->argn);
@@ -905,7 +910,9 @@ static node *p_unary(struct parser *P, bool with_filter)
     if (is_op(P, "-") || is_op(P, "+")) {
         bool neg = is_op(P, "-");
         adv(P);
+        if (++P->depth > MAX_NESTING) return perr(P, line, "expression nested too deeply");
         node *x = p_unary(P, false);
+        P->depth--;
         CHECK(x);
         if (neg) { n = node_new(N_NEG, line); node_add(n, x); }
         else n = x;
@@ -1008,9 +1015,11 @@ static node *p_compare(struct parser *P)
 static node *p_not(struct parser *P)
 {
     if (is_name(P, "not")) {
+        if (++P->depth > MAX_NESTING) return perr(P, cur(P)->line, "expression nested too deeply");
         node *n = node_new(N_NOT, cur(P)->line);
         adv(P);
         node *x = p_not(P);
+        P->depth--;
         if (!x) { node_free(n); return NULL; }
         node_add(n, x);
         return n;
@@ -1046,7 +1055,16 @@ static node *p_or(struct parser *P)
     return a;
 }
 
+static node *p_expr1(struct parser *P);
 static node *p_expr(struct parser *P)
+{
+    if (++P->depth > MAX_NESTING) { P->depth--; return perr(P, cur(P)->line, "expression nested too deeply"); }
+    node *n = p_expr1(P);
+    P->depth--;
+    return n;
+}
+
+static node *p_expr1(struct parser *P)
 {
     node *a = p_or(P);
     while (a && !P->failed && is_name(P, "if")) {
@@ -1118,8 +1136,11 @@ static void next_chunk(struct parser *P)
 static node *p_sub(struct parser *P, const char *const *stops, const char **which)
 {
     int open_line = P->ch[P->ci].line;
+    if (++P->depth > MAX_NESTING) return perr(P, open_line, "statements nested too deeply");
     next_chunk(P);
-    return p_body(P, stops, which, open_line);
+    node *n = p_body(P, stops, which, open_line);
+    P->depth--;
+    return n;
 }
 
 /* One statement from its opening tag (current); returns with its last tag current and read. */
@@ -1380,6 +1401,7 @@ struct rctx {
     bool failed;
     int ctl;                   /* 1 break, 2 continue: pending loop control */
     int depth;
+    unsigned long steps;       /* statements run: a template that never ends is an error, not a hang */
     struct scope *global, *sc;
     struct macro_def *macros; size_t nmacros;
     json_t **ns; size_t nns;   /* namespace() objects: the only ones `set x.attr` may change */
@@ -1560,9 +1582,11 @@ static void assign(struct rctx *c, const char *name, val v)
         s->vars[s->n++] = (struct var){name, v.j};
     } else {
         if (i < s->n) { json_decref(s->vars[i].v); s->vars[i] = s->vars[--s->n]; }
-        if (v.mac) {
-            c->macros = xrealloc(c->macros, (c->nmacros + 1) * sizeof *c->macros);
-            c->macros[c->nmacros++] = (struct macro_def){name, v.mac};
+        if (v.mac) { /* one entry per name: a macro defined in a loop is defined again, not added again */
+            size_t k = 0;
+            while (k < c->nmacros && strcmp(c->macros[k].name, name)) k++;
+            if (k == c->nmacros) c->macros = xrealloc(c->macros, ++c->nmacros * sizeof *c->macros);
+            c->macros[k] = (struct macro_def){name, v.mac};
         }
     }
 }
@@ -1588,7 +1612,7 @@ static val getitem(struct rctx *c, int line, val o, val k)
     if (json_is_object(o.j)) {
         if (!json_is_string(k.j)) return undef("item");
         json_t *v = json_object_get(o.j, json_string_value(k.j));
-        return v ? VREF(v) : undef(json_string_value(k.j));
+        return v ? VREF(v) : undef("item"); /* (the key's text may not outlive k: ev names literal ones) */
     }
     if (!is_intlike(k.j)) return undef("item");
     json_int_t i = ival(k.j);
@@ -1819,7 +1843,7 @@ static val call_global(struct rctx *c, const node *n, const char *name, struct a
         }
         if (A->n == 1) { p[1] = p[0]; p[0] = 0; }
         if (A->n == 0 || p[2] == 0) return rfail(c, n->line, "range() needs 1 to 3 integer arguments, step not 0");
-        if ((p[1] - p[0]) / p[2] > 1000000) return rfail(c, n->line, "range() too long");
+        if (((double)p[1] - (double)p[0]) / (double)p[2] > 1e6) return rfail(c, n->line, "range() too long");
         return V(mk_range(p[0], p[1], p[2]));
     }
     if (!strcmp(name, "namespace") || !strcmp(name, "dict")) {
@@ -2130,20 +2154,29 @@ static val arith(struct rctx *c, int line, int op, val a, val b)
     }
     if (!is_num(x) || !is_num(y)) goto bad;
     if (is_intlike(x) && is_intlike(y) && op != OP_DIV) {
-        json_int_t p = ival(x), q = ival(y);
+        json_int_t p = ival(x), q = ival(y), r;
+        /* Python's ints do not overflow; past 64 bits these become floats */
         switch (op) {
-        case OP_ADD: return V(json_integer(p + q));
-        case OP_SUB: return V(json_integer(p - q));
-        case OP_MUL: return V(json_integer(p * q));
+        case OP_ADD: if (!__builtin_add_overflow(p, q, &r)) return V(json_integer(r)); break;
+        case OP_SUB: if (!__builtin_sub_overflow(p, q, &r)) return V(json_integer(r)); break;
+        case OP_MUL: if (!__builtin_mul_overflow(p, q, &r)) return V(json_integer(r)); break;
         case OP_FLOORDIV: case OP_MOD: {
             if (q == 0) return rfail(c, line, "integer division or modulo by zero");
+            if (q == -1) { if (op == OP_MOD) return V(json_integer(0)); if (p != INT64_MIN) return V(json_integer(-p)); break; }
             json_int_t d = p / q, m = p % q;
             if (m && ((m < 0) != (q < 0))) { d--; m += q; }
             return V(json_integer(op == OP_MOD ? m : d));
         }
-        case OP_POW:
-            if (q >= 0) { json_int_t r = 1; for (json_int_t i = 0; i < q && i < 64; i++) r *= p; return V(json_integer(r)); }
-            return V(json_real(pow((double)p, (double)q)));
+        case OP_POW: {
+            if (q < 0) break;
+            if (p == 0 || p == 1) return V(json_integer(q == 0 ? 1 : p));
+            if (p == -1) return V(json_integer(q % 2 ? -1 : 1));
+            bool over = false; /* |p| >= 2 overflows within 63 steps */
+            r = 1;
+            for (json_int_t i = 0; i < q && !over; i++) over = __builtin_mul_overflow(r, p, &r);
+            if (!over) return V(json_integer(r));
+            break;
+        }
         }
     }
     double p = num(x), q = num(y);
@@ -2236,9 +2269,19 @@ static __attribute__((noinline)) val ev_filter_test(struct rctx *c, const node *
     return r;
 }
 
+static val ev1(struct rctx *c, const node *n);
+
+/* The value of expression n; UNDEF (owning nothing) once rendering failed. */
 static val ev(struct rctx *c, const node *n)
 {
     if (c->failed) return UNDEF;
+    val r = ev1(c, n);
+    if (c->failed) { vfree(r); return UNDEF; }
+    return r;
+}
+
+static val ev1(struct rctx *c, const node *n)
+{
     switch (n->kind) {
     case N_LIT: return VREF(n->lit);
     case N_NAME: return lookup(c, n->name);
@@ -2252,6 +2295,7 @@ static val ev(struct rctx *c, const node *n)
     case N_ITEM: {
         val o = ev(c, n->kid[0]), k = ev(c, n->kid[1]);
         val r = c->failed ? UNDEF : getitem(c, n->line, o, k);
+        if (is_undef(r) && n->kid[1]->kind == N_LIT && json_is_string(n->kid[1]->lit)) r.what = json_string_value(n->kid[1]->lit);
         vfree(o); vfree(k);
         return r;
     }
@@ -2270,7 +2314,7 @@ static val ev(struct rctx *c, const node *n)
         val x = ev(c, n->kid[0]);
         if (c->failed) return UNDEF;
         val r = !x.j || !is_num(x.j) ? rfail(c, n->line, "bad operand type for unary -: '%s'", type_name(x))
-                : is_intlike(x.j) ? V(json_integer(-ival(x.j))) : V(json_real(-num(x.j)));
+                : is_intlike(x.j) && ival(x.j) != INT64_MIN ? V(json_integer(-ival(x.j))) : V(json_real(-num(x.j)));
         vfree(x);
         return r;
     }
@@ -2486,7 +2530,7 @@ static val apply_filter(struct rctx *c, const node *n, val x, struct args *A)
     }
     case F_ABS:
         if (!is_num(x.j)) return rfail(c, line, "bad operand type for abs(): '%s'", type_name(x));
-        return is_intlike(x.j) ? V(json_integer(llabs((long long)ival(x.j)))) : V(json_real(fabs(num(x.j))));
+        return is_intlike(x.j) && ival(x.j) != INT64_MIN ? V(json_integer(llabs((long long)ival(x.j)))) : V(json_real(fabs(num(x.j))));
     case F_ROUND: {
         if (!is_num(x.j)) return rfail(c, line, "round: '%s' is not a number", type_name(x));
         val pr = arg(A, 0, "precision"), me = arg(A, 1, "method");
@@ -2692,6 +2736,20 @@ static bool apply_test(struct rctx *c, const node *n, int id, val x, struct args
 
 /* ---- statements */
 
+#define MAX_STEPS 10000000ul
+#define MAX_OUTPUT (1ul << 30)
+
+/* Does v hold x (or is it x)? Namespaces are the only mutable values: storing one in itself would be a cycle. */
+static bool holds(const json_t *v, const json_t *x, int depth)
+{
+    if (v == x) return true;
+    if (depth > 64) return true; /* deeper than any template data: refuse */
+    size_t i; const char *k; json_t *e;
+    if (json_is_array(v)) json_array_foreach(v, i, e) if (holds(e, x, depth + 1)) return true;
+    if (json_is_object(v)) json_object_foreach((json_t *)v, k, e) if (holds(e, x, depth + 1)) return true;
+    return false;
+}
+
 static void assign_targets(struct rctx *c, const node *n, char **tgt, size_t ntgt, val v)
 {
     if (ntgt == 1) { assign(c, tgt[0], v); return; }
@@ -2728,6 +2786,7 @@ static __attribute__((noinline)) void exec_for(struct rctx *c, const node *n)
     }
     size_t len = json_array_size(items);
     for (size_t i = 0; i < len && !c->failed; i++) {
+        if (++c->steps > MAX_STEPS) { rfail(c, n->line, "the template runs too long (over %lu statements)", MAX_STEPS); break; }
         struct loopinfo li = {items, i, len};
         struct scope s = {.loop = &li, .up = outer};
         c->sc = &s;
@@ -2768,6 +2827,10 @@ static __attribute__((noinline)) bool emit_concat(struct rctx *c, const node *n)
 
 static void exec_stmt(struct rctx *c, const node *n)
 {
+    if (++c->steps > MAX_STEPS || c->out.n > MAX_OUTPUT) {
+        rfail(c, n->line, "the template runs too long (over %lu statements or %lu bytes of output)", MAX_STEPS, MAX_OUTPUT);
+        return;
+    }
     switch (n->kind) {
     case N_TEXT: bput(&c->out, n->name, n->len); return;
     case N_OUT: {
@@ -2797,6 +2860,7 @@ static void exec_stmt(struct rctx *c, const node *n)
             bool ok = false;
             for (size_t i = 0; o.j && i < c->nns; i++) ok |= c->ns[i] == o.j;
             if (!ok) rfail(c, n->line, "cannot assign attribute on non-namespace object '%s'", n->tgt[0]);
+            else if (v.j && holds(v.j, o.j, 0)) rfail(c, n->line, "cannot store namespace '%s' inside itself", n->tgt[0]);
             else json_object_set(o.j, n->name, v.j ? v.j : json_null());
             vfree(o);
         } else {
