@@ -481,7 +481,7 @@ static int lex(struct lexer *L)
         } else if (sign != '+' && L->o->lstrip_blocks && kind != '{') {
             size_t lp = dn;
             while (lp > 0 && s[d0 + lp - 1] != '\n') lp--;
-            bool nl = lp > 0 || (d0 > 0 && s[d0 - 1] == '\n' && false);
+            bool nl = lp > 0; /* a newline in the text before the tag */
             if ((nl || line_starting) && lp < dn) {
                 size_t k = lp;
                 while (k < dn && is_ws(s[d0 + k])) k++;
@@ -2637,7 +2637,7 @@ static val apply_filter(struct rctx *c, const node *n, val x, struct args *A)
             json_t *o = json_array();
             for (size_t i = 0; i < k; i++) {
                 bool seen = false;
-                for (size_t j = 0; j < json_array_size(o) && !seen; j++) seen = sort_cmp(&v[i], &(json_t *){json_array_get(o, j)}) == 0 && (sort_ctx_.cs || 1);
+                for (size_t j = 0; j < json_array_size(o) && !seen; j++) seen = sort_cmp(&v[i], &(json_t *){json_array_get(o, j)}) == 0;
                 if (!seen) json_array_append(o, v[i]);
             }
             r = V(o);
