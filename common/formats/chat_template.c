@@ -1,191 +1,242 @@
-/* chat_template: Qwen3 and Llama-3 chat templates as code (see chat_template.h). Each function follows the reference
- * Jinja template of the model's tokenizer_config.json line for line (no tools). */
+/* chat_template: the model's Jinja chat template rendered through jinja.c, and the trained spans found from
+ * prefix renderings (see chat_template.h). */
 #include "chat_template.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
-#include <utf8proc.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "jinja.h"
 #include "json_util.h"
 
-static void put(chat_text *t, const char *s, size_t n)
-{
-    if (t->len + n + 1 > t->cap) { t->cap = (t->len + n + 1) * 2; t->text = xrealloc(t->text, t->cap); }
-    memcpy(t->text + t->len, s, n);
-    t->len += n;
-    t->text[t->len] = 0;
-}
-static void puts_(chat_text *t, const char *s) { put(t, s, strlen(s)); }
+struct chat_template {
+    jinja_template *tpl, *tool_tpl; /* tool_tpl: the "tool_use" template of a named list, used with tools */
+    json_t *vars;                   /* special tokens and --template-arg values */
+    char source[4096 + 64];
+    char eot[64];
+};
 
-static void span(chat_text *t, size_t start)
+static const char *const SPECIAL_TOKENS[] = {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token",
+                                             "cls_token", "mask_token", NULL};
+
+static int read_file(const char *path, char **out, size_t *len, errbuf *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return errbuf_set(err, errno, "%s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *b = xmalloc(cap);
+    size_t k;
+    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += k;
+        if (n + 1 == cap) b = xrealloc(b, cap *= 2);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(b); return errbuf_set(err, EIO, "%s: read error", path); }
+    b[n] = 0;
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+static int parse_into(jinja_template **out, const char *src, size_t len, const char *name, errbuf *err)
+{
+    return jinja_parse(out, src, len, name, &jinja_hf_opts, err);
+}
+
+/* Render the probe [user, assistant PROBE] and take the special token (<...>) after the assistant content. */
+static int find_eot(chat_template *t, errbuf *err)
+{
+    static const char *const probes[] = {
+        "[{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"DFLASHPROBE\"}]",
+        "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"}, "
+        "{\"role\": \"assistant\", \"content\": \"DFLASHPROBE\"}]",
+    };
+    errbuf perr = {{0}};
+    for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
+        json_t *vars = json_deep_copy(t->vars);
+        json_object_set_new(vars, "messages", json_loads(probes[i], 0, NULL));
+        json_object_set_new(vars, "tools", json_null());
+        json_object_set_new(vars, "documents", json_null());
+        json_object_set_new(vars, "add_generation_prompt", json_false());
+        char *text = NULL;
+        size_t len;
+        int ret = jinja_render(t->tpl, vars, &text, &len, &perr);
+        json_decref(vars);
+        if (ret) continue;
+        const char *p = NULL;
+        for (const char *q = text; (q = strstr(q, "DFLASHPROBE")); q++) p = q + strlen("DFLASHPROBE");
+        while (p && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+        const char *e = p && *p == '<' ? strchr(p, '>') : NULL;
+        if (e && (size_t)(e + 1 - p) < sizeof t->eot) {
+            memcpy(t->eot, p, (size_t)(e + 1 - p));
+            t->eot[e + 1 - p] = 0;
+            free(text);
+            return 0;
+        }
+        free(text);
+        return errbuf_set(err, EINVAL, "%s: no end-of-turn token (<...>) follows an assistant message's content",
+                          t->source);
+    }
+    return errbuf_set(err, EINVAL, "%s: rendering a probe conversation (user, assistant): %s", t->source, perr.msg);
+}
+
+int chat_template_load(chat_template **out, const char *dir, const char *template_file, errbuf *err)
+{
+    *out = NULL;
+    chat_template *t = xcalloc(1, sizeof *t);
+    t->vars = json_object();
+    json_t *cfg = NULL;
+    char *src = NULL, path[4096 + 32];
+    size_t len = 0;
+    int ret = 0;
+    if (dir) {
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+        struct stat st;
+        if (stat(path, &st) == 0 && (ret = json_file_load(&cfg, path, JSON_DECODE_INT_AS_REAL, err)) != 0) goto fail;
+    }
+    for (int i = 0; cfg && SPECIAL_TOKENS[i]; i++) { /* a string, or an AddedToken {"content": ...} */
+        json_t *v = json_object_get(cfg, SPECIAL_TOKENS[i]);
+        if (json_is_object(v)) v = json_object_get(v, "content");
+        if (json_is_string(v)) json_object_set(t->vars, SPECIAL_TOKENS[i], v);
+    }
+    char jpath[4096 + 32];
+    snprintf(jpath, sizeof jpath, "%s/chat_template.jinja", dir ? dir : ".");
+    if (template_file || (dir && access(jpath, R_OK) == 0)) {
+        const char *f = template_file ? template_file : jpath;
+        if ((ret = read_file(f, &src, &len, err)) != 0) goto fail;
+        snprintf(t->source, sizeof t->source, "%s", f);
+        if ((ret = parse_into(&t->tpl, src, len, t->source, err)) != 0) goto fail;
+    } else {
+        json_t *ct = cfg ? json_object_get(cfg, "chat_template") : NULL;
+        snprintf(t->source, sizeof t->source, "%s chat_template", path);
+        if (json_is_array(ct)) { /* [{"name": "default", "template": ...}, {"name": "tool_use", ...}] */
+            size_t i; json_t *e;
+            json_array_foreach(ct, i, e) {
+                const char *nm = json_string_value(json_object_get(e, "name"));
+                json_t *body = json_object_get(e, "template");
+                if (!nm || !json_is_string(body) || (strcmp(nm, "default") && strcmp(nm, "tool_use"))) continue;
+                char name[sizeof t->source + 40];
+                snprintf(name, sizeof name, "%s \"%s\"", t->source, nm);
+                jinja_template **dst = nm[0] == 'd' ? &t->tpl : &t->tool_tpl;
+                if (*dst) continue;
+                if ((ret = parse_into(dst, json_string_value(body), json_string_length(body), name, err)) != 0) goto fail;
+            }
+            if (!t->tpl) { t->tpl = t->tool_tpl; t->tool_tpl = NULL; }
+            if (!t->tpl) { ret = errbuf_set(err, EINVAL, "%s: no \"default\" template in the list", t->source); goto fail; }
+        } else if (json_is_string(ct)) {
+            if ((ret = parse_into(&t->tpl, json_string_value(ct), json_string_length(ct), t->source, err)) != 0) goto fail;
+        } else {
+            ret = errbuf_set(err, ENOENT, "%s: no chat template (neither %s nor a \"chat_template\" in "
+                             "tokenizer_config.json; give --template FILE.jinja)", dir ? dir : "?", jpath);
+            goto fail;
+        }
+    }
+    if ((ret = find_eot(t, err)) != 0) goto fail;
+    json_decref(cfg);
+    free(src);
+    *out = t;
+    return 0;
+fail:
+    json_decref(cfg);
+    free(src);
+    chat_template_destroy(&t);
+    return ret;
+}
+
+void chat_template_destroy(chat_template **t)
+{
+    if (!*t) return;
+    jinja_destroy(&(*t)->tpl);
+    jinja_destroy(&(*t)->tool_tpl);
+    json_decref((*t)->vars);
+    XFREE(*t);
+}
+
+const char *chat_template_source(const chat_template *t) { return t->source; }
+const char *chat_template_eot(const chat_template *t) { return t->eot; }
+
+int chat_template_set_arg(chat_template *t, const char *kv, errbuf *err)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv) return errbuf_set(err, EINVAL, "template argument '%s' is not key=value", kv);
+    char key[128];
+    if ((size_t)(eq - kv) >= sizeof key) return errbuf_set(err, EINVAL, "template argument '%.40s...': key too long", kv);
+    memcpy(key, kv, (size_t)(eq - kv));
+    key[eq - kv] = 0;
+    json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    if (!v) v = json_string(eq + 1);
+    if (!v) return errbuf_set(err, EINVAL, "template argument %s: the value is not valid UTF-8", key);
+    json_object_set_new(t->vars, key, v);
+    return find_eot(t, err);
+}
+
+static char *render(const chat_template *t, const json_t *messages, const json_t *tools, bool gen, size_t *len,
+                    errbuf *err)
+{
+    json_t *vars = json_object();
+    json_object_update(vars, t->vars);
+    json_object_set(vars, "messages", (json_t *)messages);
+    json_object_set_new(vars, "tools", tools ? json_incref((json_t *)tools) : json_null());
+    json_object_set_new(vars, "documents", json_null());
+    json_object_set_new(vars, "add_generation_prompt", json_boolean(gen));
+    char *text = NULL;
+    int ret = jinja_render(tools && t->tool_tpl ? t->tool_tpl : t->tpl, vars, &text, len, err);
+    json_decref(vars);
+    return ret ? NULL : text;
+}
+
+static void span_add(chat_text *t, size_t start, size_t end)
 {
     if (t->n_spans == t->spans_cap) {
         t->spans_cap = t->spans_cap ? 2 * t->spans_cap : 16;
         t->spans = xrealloc(t->spans, t->spans_cap * sizeof *t->spans);
     }
-    t->spans[t->n_spans++] = (struct chat_span){start, t->len};
+    t->spans[t->n_spans++] = (struct chat_span){start, end};
+}
+
+int chat_template_render(const chat_template *t, const json_t *messages, const json_t *tools, chat_text *out,
+                         errbuf *err)
+{
+    free(out->text);
+    out->text = NULL;
+    out->len = 0;
+    out->n_spans = 0;
+    if (!json_is_array(messages) || !json_array_size(messages)) return errbuf_set(err, EINVAL, "empty conversation");
+    if (tools && json_is_null(tools)) tools = NULL;
+    if (!(out->text = render(t, messages, tools, false, &out->len, err))) return -EINVAL;
+    size_t eot_len = strlen(t->eot), prev_end = 0;
+    for (size_t i = 0; i < json_array_size(messages); i++) {
+        const char *role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
+        if (!role || strcmp(role, "assistant")) continue;
+        json_t *prefix = json_array();
+        for (size_t k = 0; k < i; k++) json_array_append(prefix, json_array_get(messages, k));
+        size_t plen;
+        errbuf perr;
+        char *prompt = render(t, prefix, tools, true, &plen, &perr);
+        json_decref(prefix);
+        if (!prompt) return errbuf_set(err, EINVAL, "message %zu: the prompt before it: %s", i, perr.msg);
+        size_t s = 0;
+        while (s < plen && s < out->len && prompt[s] == out->text[s]) s++;
+        while (s > 0 && s < out->len && ((unsigned char)out->text[s] & 0xc0) == 0x80) s--; /* a character boundary */
+        free(prompt);
+        const char *e = memmem(out->text + s, out->len - s, t->eot, eot_len);
+        if (!e) return errbuf_set(err, EINVAL, "message %zu: no end-of-turn %s after the assistant's turn", i, t->eot);
+        if (s < prev_end) return errbuf_set(err, EINVAL, "message %zu: its turn starts inside the previous one's", i);
+        prev_end = (size_t)(e - out->text) + eot_len;
+        span_add(out, s, prev_end);
+    }
+    return 0;
 }
 
 void chat_text_free(chat_text *t)
 {
-    free(t->text); free(t->spans);
+    free(t->text);
+    free(t->spans);
     memset(t, 0, sizeof *t);
-}
-
-int chat_template_parse(const char *name, enum chat_template_kind *out)
-{
-    if (!strcmp(name, "qwen3")) { *out = CHAT_TEMPLATE_QWEN3; return 0; }
-    if (!strcmp(name, "llama3")) { *out = CHAT_TEMPLATE_LLAMA3; return 0; }
-    return -EINVAL;
-}
-
-int chat_template_detect(const char *path, enum chat_template_kind *out, errbuf *err)
-{
-    json_t *root;
-    int ret = json_file_load(&root, path, JSON_DECODE_INT_AS_REAL, err); /* model_max_length may exceed int64 */
-    if (ret) return ret;
-    const char *tpl = json_string_value(json_object_get(root, "chat_template"));
-    if (tpl && strstr(tpl, "<|im_start|>")) *out = CHAT_TEMPLATE_QWEN3;
-    else if (tpl && strstr(tpl, "<|start_header_id|>")) *out = CHAT_TEMPLATE_LLAMA3;
-    else ret = errbuf_set(err, ENOENT, "%s: chat_template not recognised (pass --template qwen3|llama3)", path);
-    json_decref(root);
-    return ret;
-}
-
-/* Python's str.isspace for one code point (Jinja's trim is str.strip()). */
-static bool py_space(utf8proc_int32_t c)
-{
-    if ((c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85) return true;
-    utf8proc_category_t k = utf8proc_category(c);
-    return k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP;
-}
-
-static void py_strip(const char **s, size_t *n)
-{
-    const char *p = *s, *e = *s + *n;
-    while (p < e) {
-        utf8proc_int32_t c; utf8proc_ssize_t m = utf8proc_iterate((const utf8proc_uint8_t *)p, e - p, &c);
-        if (m <= 0 || !py_space(c)) break;
-        p += m;
-    }
-    while (e > p) { /* step back one code point */
-        const char *q = e - 1;
-        while (q > p && ((unsigned char)*q & 0xc0) == 0x80) q--;
-        utf8proc_int32_t c; utf8proc_ssize_t m = utf8proc_iterate((const utf8proc_uint8_t *)q, e - q, &c);
-        if (m <= 0 || !py_space(c)) break;
-        e = q;
-    }
-    *s = p; *n = (size_t)(e - p);
-}
-
-static void strip_nl(const char **s, size_t *n, bool left, bool right)
-{
-    while (left && *n && **s == '\n') { (*s)++; (*n)--; }
-    while (right && *n && (*s)[*n - 1] == '\n') (*n)--;
-}
-
-static const char *rfind(const char *s, size_t n, const char *needle)
-{
-    size_t k = strlen(needle);
-    for (size_t i = n >= k ? n - k + 1 : 0; i-- > 0;) if (!memcmp(s + i, needle, k)) return s + i;
-    return NULL;
-}
-
-static const char *find(const char *s, size_t n, const char *needle)
-{
-    size_t k = strlen(needle);
-    for (size_t i = 0; i + k <= n; i++) if (!memcmp(s + i, needle, k)) return s + i;
-    return NULL;
-}
-
-static bool has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
-static bool has_suffix(const char *s, const char *p)
-{
-    size_t n = strlen(s), k = strlen(p);
-    return n >= k && !strcmp(s + n - k, p);
-}
-
-static int render_qwen3(const struct chat_msg *m, size_t n, chat_text *t, errbuf *err)
-{
-    if (!strcmp(m[0].role, "system")) { puts_(t, "<|im_start|>system\n"); puts_(t, m[0].content); puts_(t, "<|im_end|>\n"); }
-    size_t last_query = n - 1;
-    for (size_t k = n; k-- > 0;) {
-        if (!strcmp(m[k].role, "user") &&
-            !(has_prefix(m[k].content, "<tool_response>") && has_suffix(m[k].content, "</tool_response>"))) {
-            last_query = k; break;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        const char *role = m[i].role, *c = m[i].content;
-        if (!strcmp(role, "user") || (!strcmp(role, "system") && i > 0)) {
-            puts_(t, "<|im_start|>"); puts_(t, role); puts_(t, "\n"); puts_(t, c); puts_(t, "<|im_end|>\n");
-        } else if (!strcmp(role, "system")) {
-            continue;
-        } else if (!strcmp(role, "assistant")) {
-            const char *content = c, *reason = ""; size_t cl = strlen(c), rl = 0;
-            const char *close = find(c, cl, "</think>");
-            if (close) {
-                const char *last_close = rfind(c, cl, "</think>");
-                content = last_close + 8; cl = strlen(content); strip_nl(&content, &cl, true, false);
-                reason = c; rl = (size_t)(close - c); strip_nl(&reason, &rl, false, true);
-                const char *open = rfind(reason, rl, "<think>");
-                if (open) { rl -= (size_t)(open + 7 - reason); reason = open + 7; }
-                strip_nl(&reason, &rl, true, false);
-            }
-            puts_(t, "<|im_start|>assistant\n");
-            size_t start = t->len;
-            if (i > last_query && (i == n - 1 || rl)) {
-                strip_nl(&reason, &rl, true, true);
-                puts_(t, "<think>\n"); put(t, reason, rl); puts_(t, "\n</think>\n\n");
-                if (!rl) start = t->len; /* the empty think block is not trained (as the goldens' mask) */
-                strip_nl(&content, &cl, true, false);
-            }
-            put(t, content, cl);
-            puts_(t, "<|im_end|>");
-            span(t, start);
-            puts_(t, "\n");
-        } else if (!strcmp(role, "tool")) {
-            if (i == 0 || strcmp(m[i - 1].role, "tool")) puts_(t, "<|im_start|>user");
-            puts_(t, "\n<tool_response>\n"); puts_(t, c); puts_(t, "\n</tool_response>");
-            if (i == n - 1 || strcmp(m[i + 1].role, "tool")) puts_(t, "<|im_end|>\n");
-        } else {
-            return errbuf_set(err, EINVAL, "message %zu: unknown role \"%s\"", i, role);
-        }
-    }
-    return 0;
-}
-
-static int render_llama3(const struct chat_msg *m, size_t n, chat_text *t, errbuf *err)
-{
-    for (size_t i = 0; i < n; i++) {
-        const char *role = m[i].role;
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "ipython") &&
-            strcmp(role, "tool"))
-            return errbuf_set(err, EINVAL, "message %zu: unknown role \"%s\"", i, role);
-        if (i == 0) puts_(t, "<|begin_of_text|>");
-        puts_(t, "<|start_header_id|>"); puts_(t, role); puts_(t, "<|end_header_id|>\n\n");
-        size_t start = t->len;
-        const char *c = m[i].content; size_t cl = strlen(c);
-        py_strip(&c, &cl);
-        put(t, c, cl);
-        puts_(t, "<|eot_id|>");
-        if (!strcmp(role, "assistant")) span(t, start);
-    }
-    puts_(t, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    return 0;
-}
-
-int chat_template_render(enum chat_template_kind kind, const struct chat_msg *msgs, size_t n, chat_text *out,
-                         errbuf *err)
-{
-    out->len = 0; out->n_spans = 0;
-    put(out, "", 0);
-    if (!n) return errbuf_set(err, EINVAL, "empty conversation");
-    for (size_t i = 0; i < n; i++)
-        if (!msgs[i].role || !msgs[i].content) return errbuf_set(err, EINVAL, "message %zu: no role or content", i);
-    return kind == CHAT_TEMPLATE_QWEN3 ? render_qwen3(msgs, n, out, err) : render_llama3(msgs, n, out, err);
 }
 
 void chat_text_mask(const chat_text *t, const uint32_t *start, const uint32_t *end, size_t n, uint8_t *mask)

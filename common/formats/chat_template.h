@@ -1,35 +1,51 @@
-/* chat_template: a conversation -> the text a model family's reference chat template renders (Qwen3 with thinking
- * off, Llama-3), with the byte spans the loss mask trains: each assistant message's content and its end-of-turn
- * token. Templates are written as code here (no Jinja), one function per family. No state; the caller owns the
- * output (chat_text_free). Errors: 0 / -EINVAL with a message naming the message index and role. */
+/* chat_template: a conversation -> the text the model's own chat template renders (Jinja2, through jinja.h, as
+ * transformers' apply_chat_template(messages, tools=, add_generation_prompt=False, **args) does), with the byte
+ * spans the loss mask trains. The template comes from the model folder: chat_template.jinja, else
+ * tokenizer_config.json "chat_template" (a string, or a list of named templates: "default", and "tool_use" when
+ * a conversation has tools), with the special tokens of tokenizer_config.json (bos_token, eos_token, ...).
+ *
+ * The spans, whatever the template: an assistant message i's span is what the model generates for it. It starts
+ * where the rendering leaves the prompt the model is served with before that message, i.e. at the longest common
+ * prefix of the rendering and render(messages[:i], add_generation_prompt=True) (all of that prompt when the
+ * rendering continues it: after Qwen3's empty think block with thinking off, before its think block with thinking
+ * on), and ends after the template's end-of-turn marker, the first one from there. The marker is found once by
+ * rendering a probe conversation: the special token (<...>) that follows the assistant content. So the span holds
+ * the reasoning when rendered, the content, tool calls, and the end-of-turn token; one extra rendering per
+ * assistant message. tests/goldens/make_template_goldens.py computes the same spans with Hugging Face.
+ *
+ * A loaded template is read-only (chat_template_set_arg before sharing it): render from any number of threads.
+ * Errors: 0 / -errno with a message naming the file, the template line or the message index. */
 #ifndef DFLASH_CHAT_TEMPLATE_H
 #define DFLASH_CHAT_TEMPLATE_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "util.h"
 
-enum chat_template_kind { CHAT_TEMPLATE_QWEN3, CHAT_TEMPLATE_LLAMA3 };
-
-struct chat_msg {
-    const char *role;    /* system, user, assistant (qwen3 also: tool) */
-    const char *content; /* UTF-8, NUL-terminated */
-};
+typedef struct chat_template chat_template;
 
 struct chat_span { size_t start, end; }; /* [start, end) bytes of chat_text.text */
 
 typedef struct chat_text {
-    char *text; size_t len, cap;
+    char *text; size_t len;
     struct chat_span *spans; size_t n_spans, spans_cap;
 } chat_text;
 
-/* "qwen3" / "llama3" -> kind; 0 or -EINVAL. */
-int chat_template_parse(const char *name, enum chat_template_kind *out);
-/* The kind named by a model's tokenizer_config.json chat_template (or its name); 0 or -ENOENT if not recognised. */
-int chat_template_detect(const char *tokenizer_config_path, enum chat_template_kind *out, errbuf *err);
-/* Render msgs[0..n) into out (cleared first); 0 or -EINVAL (unknown role, empty conversation). */
-int chat_template_render(enum chat_template_kind kind, const struct chat_msg *msgs, size_t n, chat_text *out,
+/* The template of model folder dir, or of template_file (a .jinja file) when given; 0 or -errno. */
+int chat_template_load(chat_template **out, const char *dir, const char *template_file, errbuf *err);
+void chat_template_destroy(chat_template **t);
+/* Where the template came from (for messages). */
+const char *chat_template_source(const chat_template *t);
+/* Pass "key=value" to every rendering as a Jinja variable (value: JSON when it parses, else a string), as
+ * apply_chat_template(**kwargs) does; then the end-of-turn marker is found again. 0 or -EINVAL. */
+int chat_template_set_arg(chat_template *t, const char *key_value, errbuf *err);
+/* The end-of-turn marker the spans end at (e.g. "<|im_end|>"). */
+const char *chat_template_eot(const chat_template *t);
+/* Render messages (a JSON array of message objects) with tools (NULL or a JSON array) into out (cleared first),
+ * with one span per assistant message; 0 or -EINVAL (a template error, "message I: ..." for a span). */
+int chat_template_render(const chat_template *t, const json_t *messages, const json_t *tools, chat_text *out,
                          errbuf *err);
 void chat_text_free(chat_text *t);
 /* mask[i] = 1 where token i's byte range [start[i], end[i]) is non-empty and inside one of t's spans, else 0. */

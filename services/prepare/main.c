@@ -45,6 +45,7 @@ enum skip_reason {
     SKIP_UNKNOWN_ROLE,
     SKIP_EMPTY_CONV,
     SKIP_NO_ASSISTANT,
+    SKIP_TEMPLATE,
     SKIP_COUNT
 };
 
@@ -66,6 +67,7 @@ static const char *const skip_reason_name[SKIP_COUNT] = {
     [SKIP_UNKNOWN_ROLE] = "unknown role",
     [SKIP_EMPTY_CONV] = "empty conversation",
     [SKIP_NO_ASSISTANT] = "no assistant turn",
+    [SKIP_TEMPLATE] = "chat template error",
 };
 
 struct prepare_opts {
@@ -76,7 +78,9 @@ struct prepare_opts {
     bool strict, force, inspect;
     bool chat, truncate;            /* --chat: conversations in; --truncate: cut at --max-len instead of skipping */
     const char *tokenizer_dir;      /* --tokenizer (tokenizer.json, tokenizer_config.json) */
-    const char *template_name;      /* --template, else detected from tokenizer_config.json */
+    const char *template_file;      /* --template FILE.jinja, else the model folder's chat template */
+    const char **template_args;     /* --template-arg key=value (Jinja variables), n_template_args of them */
+    int n_template_args;
     uint64_t threads;               /* --threads: --chat tokenizes on this many threads (default: online CPUs) */
     const char *outdir;
     const char *job_config;         /* -c JOB.ini: its data.max_batch_tokens is checked against the samples */
@@ -98,14 +102,14 @@ struct prepare {
     char detail[256]; /* why the current line was skipped */
     /* --chat */
     tokenizer *tk;
-    enum chat_template_kind kind;
+    chat_template *tpl;
     struct chat_worker *workers;
 };
 
 /* One --chat tokenizing thread: its own buffers (the tokenizer is shared, read-only), and its share of a batch. */
 struct chat_worker {
     const tokenizer *tk;
-    enum chat_template_kind kind;
+    const chat_template *tpl;
     const struct prepare_opts *opt;
     tok_buf tb;
     chat_text ct;
@@ -139,16 +143,23 @@ static void usage(FILE *f)
             "  --vocab V                   skip samples with a token id >= V (with --inspect: check it)\n"
             "  --strict                    the first bad line is a fatal error (exit 1)\n"
             "  --force                     remove *.shard files already in OUTDIR instead of refusing\n"
-            "  --chat                      lines are conversations: {\"messages\": [{\"role\", \"content\"}...]} or\n"
-            "                              ShareGPT {\"conversations\": [{\"from\": human|gpt|system, \"value\"}...]};\n"
-            "                              rendered with the chat template, trained on assistant content + end of turn\n"
+            "  --chat                      lines are conversations: {\"messages\": [{\"role\", \"content\"}...],\n"
+            "                              \"tools\": [...]} (messages as the template takes them: reasoning_content,\n"
+            "                              tool_calls...) or ShareGPT {\"conversations\": [{\"from\": human|gpt|system,\n"
+            "                              \"value\"}...]}; rendered with the model's own Jinja chat template, trained on\n"
+            "                              what each assistant turn generates: reasoning when rendered, content, tool\n"
+            "                              calls, end-of-turn token\n"
             "  --tokenizer DIR             (--chat) the model folder holding tokenizer.json and tokenizer_config.json\n"
             "  -c, --config JOB.ini        the job config: samples longer than its data.max_batch_tokens (which\n"
             "                              training cuts to that) are counted in the summary and warned about;\n"
             "                              with --chat and no --tokenizer, its target.model folder is the tokenizer;\n"
             "                              without --vocab, samples with an id outside target.model's vocabulary\n"
             "                              are skipped (the job would refuse them)\n"
-            "  --template qwen3|llama3     (--chat) the chat template (default: detected from tokenizer_config.json)\n"
+            "  --template FILE.jinja       (--chat) this Jinja chat template instead of the model folder's\n"
+            "                              (chat_template.jinja, else tokenizer_config.json \"chat_template\")\n"
+            "  --template-arg KEY=VALUE    (--chat) a variable for the template, as apply_chat_template(KEY=VALUE):\n"
+            "                              e.g. enable_thinking=true; VALUE is JSON when it parses, else a string;\n"
+            "                              repeatable\n"
             "  --threads N                 (--chat) tokenizing threads (default: the online CPUs)\n"
             "  --truncate                  cut samples longer than --max-len instead of skipping them\n"
             "  --inspect                   validate the given shards or shard folders and print their counts;\n"
@@ -280,6 +291,46 @@ static const char *sharegpt_role(const char *from)
     return NULL;
 }
 
+/* Roles a conversation may hold (the template decides how each renders; another name is most likely a typo). */
+static bool chat_role_known(const char *r)
+{
+    static const char *const roles[] = {"system", "user", "assistant", "tool", "ipython", "developer", NULL};
+    for (int i = 0; roles[i]; i++) if (!strcmp(r, roles[i])) return true;
+    return false;
+}
+
+/* A copy of v with every string in it normalized by the tokenizer (NFC): encode's offsets are exact on
+ * normalized text, and the spans are found in the rendering of these. */
+static json_t *chat_normalized(const tokenizer *tk, json_t *v)
+{
+    size_t i, nl;
+    const char *k;
+    json_t *x, *r;
+    switch (json_typeof(v)) {
+    case JSON_STRING: {
+        const unsigned char *u = (const unsigned char *)json_string_value(v);
+        size_t n = json_string_length(v), k = 0;
+        while (k < n && u[k] < 0x80) k++;
+        if (k == n) return json_incref(v); /* ASCII: normalization leaves it as is */
+        char *s = tokenizer_normalize(tk, json_string_value(v), n, &nl);
+        if (!s) return json_incref(v);
+        r = json_stringn_nocheck(s, nl);
+        free(s);
+        return r;
+    }
+    case JSON_ARRAY:
+        r = json_array();
+        json_array_foreach(v, i, x) json_array_append_new(r, chat_normalized(tk, x));
+        return r;
+    case JSON_OBJECT:
+        r = json_object();
+        json_object_foreach(v, k, x) json_object_set_new(r, k, chat_normalized(tk, x));
+        return r;
+    default:
+        return json_incref(v);
+    }
+}
+
 /* Fill p->tok/p->mask from one conversation line; returns the sample length, or -1 - reason with p->detail set. */
 static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_t len)
 {
@@ -287,8 +338,7 @@ static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_
     json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return -1 - SKIP(SKIP_JSON, "invalid JSON: %s (column %d)", jerr.text, jerr.column);
     int64_t ret;
-    struct chat_msg *msgs = NULL;
-    char **norm = NULL;
+    json_t *msgs = json_array(), *tools = NULL;
     size_t n = 0;
     if (!json_is_object(root)) { ret = -1 - SKIP(SKIP_NOT_OBJECT, "not a JSON object"); goto done; }
     json_t *arr = json_object_get(root, "messages");
@@ -300,8 +350,6 @@ static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_
     }
     n = json_array_size(arr);
     if (n == 0) { ret = -1 - SKIP(SKIP_EMPTY_CONV, "empty conversation"); goto done; }
-    msgs = xcalloc(n, sizeof *msgs);
-    norm = xcalloc(n, sizeof *norm);
     const char *rk = sharegpt ? "from" : "role", *ck = sharegpt ? "value" : "content";
     const char *arrname = sharegpt ? "conversations" : "messages";
     bool assistant = false;
@@ -309,24 +357,29 @@ static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_
         json_t *m = json_array_get(arr, i);
         const char *role = json_string_value(json_object_get(m, rk));
         json_t *cv = json_object_get(m, ck);
-        if (!role || !json_is_string(cv)) {
+        /* a message's content is a string; a messages-format one may also be null or a list of parts */
+        if (!role || (sharegpt ? !json_is_string(cv) : cv && !json_is_string(cv) && !json_is_null(cv) && !json_is_array(cv))) {
             ret = -1 - SKIP(SKIP_BAD_MESSAGE, "bad message: %s[%zu] needs string \"%s\" and \"%s\"", arrname, i, rk, ck);
             goto done;
         }
         const char *r = sharegpt ? sharegpt_role(role) : role;
-        if (!r || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))) {
+        if (!r || !chat_role_known(r)) {
             ret = -1 - SKIP(SKIP_UNKNOWN_ROLE, "unknown role: %s[%zu] %s \"%.40s\"", arrname, i, rk, role);
             goto done;
         }
         assistant |= !strcmp(r, "assistant");
-        size_t nl;
-        norm[i] = tokenizer_normalize(p->tk, json_string_value(cv), json_string_length(cv), &nl);
-        msgs[i] = (struct chat_msg){r, norm[i] ? norm[i] : json_string_value(cv)};
+        if (sharegpt) json_array_append_new(msgs, json_pack("{ssso}", "role", r, "content", chat_normalized(p->tk, cv)));
+        else json_array_append_new(msgs, chat_normalized(p->tk, m));
     }
     if (!assistant) { ret = -1 - SKIP(SKIP_NO_ASSISTANT, "no assistant turn in %zu messages", n); goto done; }
+    json_t *tv = json_object_get(root, "tools");
+    if (tv && !json_is_null(tv)) {
+        if (!json_is_array(tv)) { ret = -1 - SKIP(SKIP_BAD_MESSAGE, "bad message: \"tools\" is not an array"); goto done; }
+        tools = chat_normalized(p->tk, tv);
+    }
     errbuf err;
-    if (chat_template_render(p->kind, msgs, n, &p->ct, &err) != 0) {
-        ret = -1 - SKIP(SKIP_UNKNOWN_ROLE, "unknown role: %.200s", err.msg);
+    if (chat_template_render(p->tpl, msgs, tools, &p->ct, &err) != 0) {
+        ret = -1 - SKIP(SKIP_TEMPLATE, "chat template error: %.200s", err.msg);
         goto done;
     }
     tok_buf_clear(&p->tb);
@@ -360,9 +413,8 @@ static int64_t prepare_parse_chat(struct chat_worker *p, const char *line, size_
     }
     ret = (int64_t)nt;
 done:
-    for (size_t i = 0; norm && i < n; i++) free(norm[i]);
-    free(norm);
-    free(msgs);
+    json_decref(msgs);
+    json_decref(tools);
     json_decref(root);
     return ret;
 }
@@ -713,22 +765,20 @@ static int prepare_run(const struct prepare_opts *opt, char **inputs, int ninput
             fprintf(stderr, PROG ": error: %s\n", terr.msg);
             goto out;
         }
-        if (opt->template_name) {
-            if (chat_template_parse(opt->template_name, &p.kind) != 0) {
-                fprintf(stderr, PROG ": --template: '%s' is not qwen3 or llama3\n", opt->template_name);
-                goto out;
-            }
-        } else {
-            char cfg[4096];
-            snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", opt->tokenizer_dir);
-            if (chat_template_detect(cfg, &p.kind, &terr) != 0) {
-                fprintf(stderr, PROG ": error: %s\n", terr.msg);
-                goto out;
-            }
+        if (chat_template_load(&p.tpl, opt->tokenizer_dir, opt->template_file, &terr) != 0) {
+            fprintf(stderr, PROG ": error: %s\n", terr.msg);
+            goto out;
         }
+        for (int i = 0; i < opt->n_template_args; i++)
+            if (chat_template_set_arg(p.tpl, opt->template_args[i], &terr) != 0) {
+                fprintf(stderr, PROG ": error: --template-arg: %s\n", terr.msg);
+                goto out;
+            }
+        fprintf(stderr, PROG ": chat template %s (end of turn %s)\n", chat_template_source(p.tpl),
+                chat_template_eot(p.tpl));
         p.workers = xcalloc(opt->threads, sizeof *p.workers);
         for (uint64_t t = 0; t < opt->threads; t++)
-            p.workers[t] = (struct chat_worker){.tk = p.tk, .kind = p.kind, .opt = &p.opt};
+            p.workers[t] = (struct chat_worker){.tk = p.tk, .tpl = p.tpl, .opt = &p.opt};
     }
     if (prepare_outdir(opt) != 0) goto out;
     double t_start = now_seconds();
@@ -775,6 +825,7 @@ out:
     }
     free(p.workers);
     tokenizer_destroy(&p.tk);
+    chat_template_destroy(&p.tpl);
     return status;
 }
 
@@ -879,7 +930,7 @@ static int inspect_run(const struct prepare_opts *opt, char **paths, int npaths)
 int main(int argc, char **argv)
 {
     enum { OPT_MAX_TOKENS = 256, OPT_MAX_LEN, OPT_VOCAB, OPT_STRICT, OPT_FORCE, OPT_INSPECT, OPT_CHAT, OPT_TOKENIZER,
-           OPT_TEMPLATE, OPT_TRUNCATE, OPT_THREADS, OPT_CONFIG };
+           OPT_TEMPLATE, OPT_TEMPLATE_ARG, OPT_TRUNCATE, OPT_THREADS, OPT_CONFIG };
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},
         {"max-tokens-per-shard", required_argument, NULL, OPT_MAX_TOKENS},
@@ -891,6 +942,7 @@ int main(int argc, char **argv)
         {"chat", no_argument, NULL, OPT_CHAT},
         {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
         {"template", required_argument, NULL, OPT_TEMPLATE},
+        {"template-arg", required_argument, NULL, OPT_TEMPLATE_ARG},
         {"truncate", no_argument, NULL, OPT_TRUNCATE},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"config", required_argument, NULL, OPT_CONFIG},
@@ -919,7 +971,11 @@ int main(int argc, char **argv)
         case OPT_INSPECT: opt.inspect = true; break;
         case OPT_CHAT: opt.chat = true; break;
         case OPT_TOKENIZER: opt.tokenizer_dir = optarg; break;
-        case OPT_TEMPLATE: opt.template_name = optarg; break;
+        case OPT_TEMPLATE: opt.template_file = optarg; break;
+        case OPT_TEMPLATE_ARG:
+            opt.template_args = xrealloc(opt.template_args, (size_t)(opt.n_template_args + 1) * sizeof *opt.template_args);
+            opt.template_args[opt.n_template_args++] = optarg;
+            break;
         case OPT_TRUNCATE: opt.truncate = true; break;
         case OPT_THREADS:
             if (parse_u64("--threads", optarg, 1, 256, &opt.threads)) return 2;
@@ -982,8 +1038,8 @@ int main(int argc, char **argv)
                         "(its target.model)\n");
         return 2;
     }
-    if (!opt.chat && (opt.tokenizer_dir || opt.template_name)) {
-        fprintf(stderr, PROG ": --tokenizer and --template go with --chat\n");
+    if (!opt.chat && (opt.tokenizer_dir || opt.template_file || opt.n_template_args)) {
+        fprintf(stderr, PROG ": --tokenizer, --template and --template-arg go with --chat\n");
         return 2;
     }
     if (!opt.threads) {

