@@ -9,6 +9,8 @@ importing) and, when flash-linear-attention imports, on its kernels too: each pa
 Prints tokens/s for the forward alone and for the whole target step. Compare with
 `bench_target --family qwen3_5` run in the same command.
 usage: python3 torch_hybrid_anchor.py [--path both|torch|fla] [--iters 3] [--layers 32] [--vocab 248320]
+       [--lengths 773,1876,...]   (the batch's sequence lengths; default the benchmark batch; e2e_hybrid_gpu.sh
+                                   gives one ~3000-token sample, the batch of bench/e2e.sh)
 """
 import argparse, os, subprocess, sys
 
@@ -21,13 +23,15 @@ ap.add_argument("--tflops", type=float, default=790.0)
 ap.add_argument("--iters", type=int, default=3)
 ap.add_argument("--layers", type=int, default=32)
 ap.add_argument("--vocab", type=int, default=248320)
+ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
 a = ap.parse_args()
+LENGTHS = [int(x) for x in a.lengths.split(",")]
 
 if a.path == "both":   # one process per path: blocking an import must happen before transformers binds its kernels
     rc = 0
     for p in ("torch", "fla"):
         argv = [sys.executable, os.path.abspath(__file__), "--path", p, "--tflops", str(a.tflops), "--iters",
-                str(a.iters), "--layers", str(a.layers), "--vocab", str(a.vocab)]
+                str(a.iters), "--layers", str(a.layers), "--vocab", str(a.vocab), "--lengths", a.lengths]
         rc |= subprocess.call(argv)
     sys.exit(rc)
 
