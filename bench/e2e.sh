@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
 # End to end on one GPU (GPU machine): dflashd + prefetch + dflash-target-cuda + dflash-drafter-cuda sharing the GPU,
-# a Qwen3-8B-shaped target with random weights (bench/e2e_fixture.py) and ~3000-token samples, one sample per batch,
-# the Qwen3-8B drafter (5 layers, block 16, 512 anchors). Prints samples/s and tokens/s over the run's steady part
-# (the ledger), and how busy each GPU process kept the GPU (nvidia-smi pmon).
-# usage: BUILD=build OUT=/tmp/out STEPS=200 bench/e2e.sh
+# a target with random weights (bench/e2e_fixture.py: FAMILY=qwen3, the default, the Qwen3-8B shape; FAMILY=qwen3_5
+# the Qwen3.5-9B hybrid shape) and ~3000-token samples, one sample per batch, the drafter the job derives from the
+# target (5 layers, its hidden size, block 16, 512 anchors, the spec's 5 default taps). Prints samples/s and tokens/s
+# over the run's steady part (the ledger), and how busy each GPU process kept the GPU (nvidia-smi pmon).
+# usage: BUILD=build OUT=/tmp/out STEPS=200 [FAMILY=qwen3|qwen3_5] [LAYERS=N] bench/e2e.sh
+# WORK=DIR: the work folder (default a new /tmp/dflash-e2e-XXXXXX, left in place); a WORK that already holds
+# target/config.json and data.jsonl is used as it is (no fixture made). RUN_TIMEOUT=S ends the run after S seconds
+# (the steady figure is then read off the steps committed by then). BACKEND=cpu runs the job on the CPU workers
+# (e2e.sh's own test, tests/system/e2e_ini.sh, on a tiny hybrid target).
 cd "$(dirname "$0")/.." || exit 1
 BIN=${BUILD:-build}/bin
 OUT=${OUT:-/tmp/dflash-e2e}
 STEPS=${STEPS:-200}
-W=$(mktemp -d /tmp/dflash-e2e-XXXXXX)
-mkdir -p "$OUT"
-python3 bench/e2e_fixture.py "$W" --samples $((STEPS + 50)) --layers ${LAYERS:-36} || exit 1
+W=${WORK:-$(mktemp -d /tmp/dflash-e2e-XXXXXX)}
+mkdir -p "$OUT" "$W"
+if [ -f "$W/target/config.json" ] && [ -f "$W/data.jsonl" ]; then
+    echo "e2e: the target and data already in $W are used as they are"
+else
+    python3 bench/e2e_fixture.py "$W" --family "${FAMILY:-qwen3}" --samples $((STEPS + 50)) ${LAYERS:+--layers $LAYERS} ||
+        exit 1
+fi
 "$BIN/dflash-prepare" -o "$W/data" "$W/data.jsonl" | tail -1 || exit 1
 cat >"$W/e2e.ini" <<EOC
 [job]
 name = e2e
 run_dir = $W/run
 seed = 1
-backend = cuda
+backend = ${BACKEND:-cuda}
 [data]
 path = $W/data
 max_batch_tokens = 3072
@@ -45,7 +55,8 @@ EOC
 # pmon's lines and the ledger's growth, each with the time it was seen: the steady part is read off them below
 stamp='import sys, time
 for l in sys.stdin: print("%.3f %s" % (time.time(), l.rstrip()), flush=True)'
-nvidia-smi pmon -s u -d 1 2>&1 | python3 -u -c "$stamp" >"$W/pmon.log" &
+: >"$W/pmon.log"
+command -v nvidia-smi >/dev/null && { nvidia-smi pmon -s u -d 1 2>&1 | python3 -u -c "$stamp" >"$W/pmon.log" & }
 python3 - "$W/run/ledger.jsonl" >"$W/ledger.poll" <<'EOP' &
 import os, sys, time
 last = -1
@@ -57,7 +68,7 @@ while True:
 EOP
 poller=$!
 t0=$(date +%s.%N)
-"$BIN/dflash" run -c "$W/e2e.ini" >"$W/run.out" 2>&1
+${RUN_TIMEOUT:+timeout -k 15 $RUN_TIMEOUT} "$BIN/dflash" run -c "$W/e2e.ini" >"$W/run.out" 2>&1
 rc=$?
 kill $poller 2>/dev/null
 pkill -f "nvidia-smi pmon" 2>/dev/null
@@ -66,7 +77,9 @@ cp "$W/run/ledger.jsonl" "$OUT/e2e_ledger.jsonl" 2>/dev/null
 python3 - "$W" "$t0" <<'EOP'
 import json, sys, os, collections
 w, t0 = sys.argv[1], float(sys.argv[2])
-lines = [json.loads(l) for l in open(os.path.join(w, "run/ledger.jsonl"))]
+try: lines = [json.loads(l) for l in open(os.path.join(w, "run/ledger.jsonl"))]
+except OSError: lines = []
+if not lines: sys.exit("e2e: no step committed (see %s/run.out and %s/run/logs)" % (w, w))
 toks = sum(l["tokens"] for l in lines)
 print("e2e: %d steps (%d samples, %d tokens), loss %.3f -> %.3f" % (len(lines), len(lines), toks, lines[0]["loss"], lines[-1]["loss"]))
 # the steady part: from the 10th committed step to the last, timed by the poller

@@ -1,23 +1,65 @@
-"""End-to-end fixture (GPU machine): a Qwen3-8B-shaped target with random bf16 weights (transformers' own Qwen3,
-initialised on the GPU, written as a sharded safetensors checkpoint) and a data set of random ~3000-token samples
+"""End-to-end fixture (GPU machine): a target with random bf16 weights (transformers' own model class, initialised on
+the GPU, written by save_pretrained as a sharded safetensors checkpoint) and a data set of random ~3000-token samples
 (prompt tokens loss_mask 0, answer tokens 1) as the JSONL that dflash-prepare reads.
-usage: python3 bench/e2e_fixture.py OUT_DIR [--samples 400] [--layers 36]"""
-import argparse, json, os, random, time, torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+--family picks the target, one row of FAMILIES:
+  qwen3    the Qwen3-8B shape (36 layers, H 4096, 32/8 heads of 128, FFN 12288, V 151936): Qwen3ForCausalLM
+  qwen3_5  the Qwen3.5-9B hybrid shape of bench/qwen35_9b.h (32 layers, every 4th gated attention with 16/4 heads of
+           256 and partial RoPE, the others Gated DeltaNet with 16 q/k x 32 v heads of 128, FFN 12288, V 248320):
+           Qwen3_5ForCausalLM, config.json model_type "qwen3_5_text", weights under "model." (as the qwen35-tiny
+           golden's target, which transformers wrote the same way)
+--print-config prints the config class and its arguments as JSON and writes nothing (needs no torch: the CPU test
+of e2e.sh checks them against the golden's config.json with dflash's own parser).
+usage: python3 bench/e2e_fixture.py OUT_DIR [--family qwen3|qwen3_5] [--samples 400] [--layers N] [--print-config]"""
+import argparse, json, os, random, sys, time
+
+
+def qwen3(layers):
+    return "Qwen3Config", "Qwen3ForCausalLM", dict(
+        hidden_size=4096, intermediate_size=12288, num_hidden_layers=layers, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, rope_theta=1e6, rms_norm_eps=1e-6,
+        max_position_embeddings=40960, tie_word_embeddings=False)
+
+
+def qwen3_5(layers):   # the arguments of bench/torch_hybrid_anchor.py
+    return "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(
+        hidden_size=4096, intermediate_size=12288, num_hidden_layers=layers,
+        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+        num_attention_heads=16, num_key_value_heads=4, head_dim=256, linear_num_key_heads=16,
+        linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        vocab_size=248320, rms_norm_eps=1e-6, max_position_embeddings=262144, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [11, 11, 10], "mrope_interleaved": True})
+
+
+FAMILIES = {"qwen3": (qwen3, 36), "qwen3_5": (qwen3_5, 32)}   # family: (config, default layers)
 
 ap = argparse.ArgumentParser()
-ap.add_argument("out"); ap.add_argument("--samples", type=int, default=400); ap.add_argument("--layers", type=int, default=36)
+ap.add_argument("out"); ap.add_argument("--samples", type=int, default=400)
+ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3")
+ap.add_argument("--layers", type=int, default=0, help="default: the family's full depth")
+ap.add_argument("--print-config", action="store_true")
 a = ap.parse_args()
+make_config, full_depth = FAMILIES[a.family]
+cfg_class, model_class, kw = make_config(a.layers or full_depth)
+if a.print_config:
+    print(json.dumps({"config": cfg_class, "model": model_class, "kwargs": kw}))
+    sys.exit(0)
+
+import torch, transformers
 t0 = time.time()
-cfg = Qwen3Config(hidden_size=4096, intermediate_size=12288, num_hidden_layers=a.layers, num_attention_heads=32,
-                  num_key_value_heads=8, head_dim=128, vocab_size=151936, rope_theta=1e6, rms_norm_eps=1e-6,
-                  max_position_embeddings=40960, tie_word_embeddings=False)
+if not hasattr(transformers, cfg_class) or not hasattr(transformers, model_class):
+    sys.exit("e2e_fixture: transformers %s has no %s / %s (family %s)" % (transformers.__version__, cfg_class,
+                                                                         model_class, a.family))
+cfg = getattr(transformers, cfg_class)(**kw)
 torch.manual_seed(0)
 torch.set_default_dtype(torch.bfloat16)
 with torch.device("cuda"):
-    model = Qwen3ForCausalLM(cfg)
+    model = getattr(transformers, model_class)(cfg)
 model.save_pretrained(os.path.join(a.out, "target"), safe_serialization=True, max_shard_size="4GB")
-print("target: %.1f B parameters written in %.1f s" % (sum(p.numel() for p in model.parameters()) / 1e9, time.time() - t0), flush=True)
+print("target: %s, %d layers, %.1f B parameters written in %.1f s" % (a.family, kw["num_hidden_layers"],
+      sum(p.numel() for p in model.parameters()) / 1e9, time.time() - t0), flush=True)
+del model
+torch.cuda.empty_cache()
 rng = random.Random(7)
 with open(os.path.join(a.out, "data.jsonl"), "w") as f:
     for _ in range(a.samples):

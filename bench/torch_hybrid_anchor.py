@@ -15,6 +15,8 @@ parameters (the routed experts a token does not use left out), as bench_target d
 `bench_target --family qwen3_5_moe`.
 usage: python3 torch_hybrid_anchor.py [--family qwen3_5|qwen3_5_moe] [--path both|torch|fla] [--iters 3]
        [--layers 32|40] [--vocab 248320]
+       [--lengths 773,1876,...]   (the batch's sequence lengths; default the benchmark batch; e2e_hybrid_gpu.sh
+                                   gives one ~3000-token sample, the batch of bench/e2e.sh)
 """
 import argparse, os, subprocess, sys
 
@@ -28,15 +30,17 @@ ap.add_argument("--tflops", type=float, default=790.0)
 ap.add_argument("--iters", type=int, default=3)
 ap.add_argument("--layers", type=int, default=0)   # 0: the shape's (32 dense, 40 MoE)
 ap.add_argument("--vocab", type=int, default=248320)
+ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
 a = ap.parse_args()
 moe = a.family == "qwen3_5_moe"
 a.layers = a.layers or (40 if moe else 32)
+LENGTHS = [int(x) for x in a.lengths.split(",")]
 
 if a.path == "both":   # one process per path: blocking an import must happen before transformers binds its kernels
     rc = 0
     for p in ("torch", "fla"):
         argv = [sys.executable, os.path.abspath(__file__), "--family", a.family, "--path", p, "--tflops", str(a.tflops), "--iters",
-                str(a.iters), "--layers", str(a.layers), "--vocab", str(a.vocab)]
+                str(a.iters), "--layers", str(a.layers), "--vocab", str(a.vocab), "--lengths", a.lengths]
         rc |= subprocess.call(argv)
     sys.exit(rc)
 

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# bench/e2e.sh's hybrid switch on the CPU (the GPU run of FAMILY=qwen3_5 is blind): (1) the config.json that
+# bench/e2e_fixture.py --family qwen3_5 has transformers write (its arguments over the key set of the qwen35-tiny
+# golden's config.json, which transformers wrote from the same class) is accepted by dflash's parser at the full
+# Qwen3.5-9B shape, every argument being a key transformers writes; (2) e2e.sh's job config runs to the end under
+# `dflash run` (BACKEND=cpu) on a tiny hybrid target laid out as the fixture's (its layer_types rule, 8 layers, weights
+# under "model." as save_pretrained writes them), the drafter taking the spec's default taps of the target's layers.
+cd "$(dirname "$0")/../.." || exit 1
+. tests/system/lib.bash
+GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
+G=$GOLDENS/qwen35-tiny/target
+if [ ! -f "$G/model.safetensors" ]; then
+    echo "skipped: no hybrid golden target at $G"
+    exit 77
+fi
+
+# (1) the full-shape config.json, read by dflash (a target folder with no weights: the parser's verdict comes first)
+mkdir -p "$T/t9b"
+msg=$(python3 - "$G/config.json" "$T/t9b/config.json" 2>&1 <<'EOP'
+import json, subprocess, sys
+g = json.load(open(sys.argv[1]))
+f = json.loads(subprocess.check_output([sys.executable, "bench/e2e_fixture.py", "-", "--family", "qwen3_5",
+                                        "--print-config"]))
+unknown = sorted(set(f["kwargs"]) - set(g))
+if f["model"] != g["architectures"][0] or unknown:
+    sys.exit("fixture %s / %s, golden %s; arguments not among the golden's keys: %s" % (f["config"], f["model"],
+             g["architectures"], unknown))
+g.update(f["kwargs"]); g["dtype"] = "bfloat16"
+json.dump(g, open(sys.argv[2], "w"), indent=2)
+print("%d layers (%d full attention), model_type %s" % (g["num_hidden_layers"],
+      g["layer_types"].count("full_attention"), g["model_type"]))
+EOP
+) || { fail e2e_bench_fixture_config "$msg"; exit 1; }
+echo '{"input_ids": [1, 2, 3]}' >"$T/p.jsonl"
+out=$("$BIN/dflash" generate --target "$T/t9b" --prompts "$T/p.jsonl" -o "$T/g.jsonl" 2>&1)
+if grep -q "no model.safetensors" <<<"$out" && ! grep -q "config.json" <<<"$out"; then
+    ok "e2e_bench_fixture_config_parsed ($msg)"
+else fail e2e_bench_fixture_config_parsed "$(tail -2 <<<"$out")"; fi
+
+# (2) a tiny hybrid target with the fixture's layer pattern: the golden's tensors, a linear-attention layer's for
+# each linear layer and a full-attention layer's for each full one; data from a Qwen3 demo target of its vocabulary
+W=$T/w
+mkdir -p "$W"
+"$BIN/dflash-demo" make-target "$T/datagen" --seed 11 --hidden 32 --layers 2 --heads 4 --kv-heads 2 --head-dim 8 \
+    --intermediate 64 --vocab 512 >/dev/null 2>"$T/fixture.log" &&
+"$BIN/dflash-demo" make-data -q --target "$T/datagen" -o "$W/data.jsonl" --samples 40 --answer-len 24 --seed 5 \
+    >/dev/null 2>>"$T/fixture.log" || { fail e2e_bench_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+msg=$(python3 - "$G" "$W/target" 8 2>&1 <<'EOP'
+import json, os, struct, subprocess, sys
+g, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+f = json.loads(subprocess.check_output([sys.executable, "bench/e2e_fixture.py", "-", "--family", "qwen3_5",
+                                        "--layers", str(n), "--print-config"]))
+lt = f["kwargs"]["layer_types"]
+cfg = json.load(open(os.path.join(g, "config.json")))
+src = open(os.path.join(g, "model.safetensors"), "rb").read()
+hn = struct.unpack("<Q", src[:8])[0]
+hdr = json.loads(src[8:8 + hn]); meta = hdr.pop("__metadata__", None)
+like = {t: cfg["layer_types"].index(t) for t in set(lt)}     # a golden layer of each kind
+names = [k for k in hdr if not k.startswith("model.layers.")]
+src_of = {k: k for k in names}
+for i, t in enumerate(lt):
+    pre = "model.layers.%d." % like[t]
+    for k in hdr:
+        if k.startswith(pre):
+            src_of["model.layers.%d.%s" % (i, k[len(pre):])] = k
+new, blobs, off = {}, [], 0
+for k, s in src_of.items():
+    e = hdr[s]; a, b = e["data_offsets"]
+    blobs.append(src[8 + hn + a:8 + hn + b])
+    new[k] = {"dtype": e["dtype"], "shape": e["shape"], "data_offsets": [off, off + b - a]}; off += b - a
+if meta: new["__metadata__"] = meta
+h = json.dumps(new).encode(); h += b" " * (-len(h) % 8)
+os.makedirs(out, exist_ok=True)
+with open(os.path.join(out, "model.safetensors"), "wb") as w:
+    w.write(struct.pack("<Q", len(h))); w.write(h); [w.write(b) for b in blobs]
+cfg["num_hidden_layers"], cfg["layer_types"] = n, lt
+json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=2)
+print(",".join("full" if t == "full_attention" else "linear" for t in lt))
+EOP
+) || { fail e2e_bench_tiny_target "$msg"; exit 1; }
+
+out=$(WORK=$W OUT=$T/out BACKEND=cpu STEPS=6 RUN_TIMEOUT=120 bash bench/e2e.sh 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^e2e: 6 steps" <<<"$out"; then ok "e2e_bench_hybrid_runs (layers $msg)"
+else fail e2e_bench_hybrid_runs "rc $rc: $(tail -5 <<<"$out")"; fi
+check=$(python3 - "$W/run/ckpt/latest/config.json" 2>&1 <<'EOP'
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = {"num_hidden_layers": 5, "num_target_layers": 8, "block_size": 16, "hidden_size": 64, "vocab_size": 512,
+        "model_type": "qwen3"}
+errs = ["%s = %r, want %r" % (k, c.get(k), v) for k, v in want.items() if c.get(k) != v]
+taps = c.get("dflash_config", {}).get("target_layer_ids")
+if taps != [1, 2, 3, 4, 5]: errs.append("taps %r, want the spec's [1, 2, 3, 4, 5] of 8 layers" % taps)
+print("; ".join(errs) if errs else "5 layers, taps %s of 8 target layers" % taps)
+sys.exit(1 if errs else 0)
+EOP
+) && ok "e2e_bench_drafter_follows ($check)" || fail e2e_bench_drafter_follows "$check"
+exit $FAILED
