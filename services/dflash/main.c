@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -13,7 +14,6 @@
 #include "generate.h"
 #include "job_config.h"
 #include "log.h"
-#include "plot.h"
 #include "summary.h"
 #include "supervisor.h"
 #include "util.h"
@@ -86,6 +86,21 @@ static int self_dir(char *out, size_t n)
     *slash = '\0';
     if (out[0] == '\0') snprintf(out, n, "/");
     return 0;
+}
+
+/* `dflash plot ...` is dflash-plot beside this binary (its own program: only it links Cairo, so the supervisor and
+ * the CUDA build start on a GPU node without Cairo's libraries). argv[0] is "plot". */
+static int cmd_plot(char **argv)
+{
+    char path[4200];
+    if (self_dir(path, sizeof path - 16) != 0) {
+        fprintf(stderr, PROG " plot: cannot find my own folder (/proc/self/exe) to run dflash-plot from\n");
+        return 1;
+    }
+    strcat(path, "/dflash-plot");
+    execv(path, argv);
+    fprintf(stderr, PROG " plot: cannot run %s: %s\n", path, strerror(errno));
+    return 1;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -183,7 +198,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 1, argv + 1);
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 1, argv + 1);
     if (strcmp(argv[1], "generate") == 0) return generate_main(argc - 1, argv + 1);
-    if (strcmp(argv[1], "plot") == 0) return cmd_plot(argc - 1, argv + 1);
+    if (strcmp(argv[1], "plot") == 0) return cmd_plot(argv + 1);
     fprintf(stderr, PROG ": unknown command \"%s\"\n", argv[1]);
     usage_main(stderr);
     return 2;
