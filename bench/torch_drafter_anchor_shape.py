@@ -46,4 +46,8 @@ print(f"torch drafter anchor at the shape of {src_of_shape}: {line}; {' '.join(a
 if dry:
     sys.exit(0)
 sys.argv = argv
-exec(compile(src, anchor, "exec"), {"__name__": "__main__", "__file__": anchor})
+# run in the real __main__ module's namespace: torch.compile's guards look globals up through sys.modules["__main__"]
+# (a fresh dict here made dynamo fail with "module '__main__' has no attribute 'B'")
+main = sys.modules["__main__"].__dict__
+main["__file__"] = anchor
+exec(compile(src, anchor, "exec"), main)
