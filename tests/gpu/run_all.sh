@@ -39,6 +39,8 @@ done
 one test_target_gpu timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
 one test_target_gpu_hybrid timeout 480 "$BUILD/gpu/test_target_gpu" hybrid
 one test_target_gpu_qwen3_moe timeout 300 "$BUILD/gpu/test_target_gpu" qwen3_moe
+one test_target_gpu_gpt_oss timeout 300 "$BUILD/gpu/test_target_gpu" gpt_oss
+[ -x "$BUILD/gpu/test_gptoss_kernels_gpu" ] && one test_gptoss_kernels_gpu timeout 300 "$BUILD/gpu/test_gptoss_kernels_gpu"
 [ -n "${GOLDENS:-}" ] && one test_drafter_gpu timeout 180 "$BUILD/gpu/test_drafter_gpu" "$GOLDENS"
 one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
 one gpu_keep_weights env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_keep_weights.sh

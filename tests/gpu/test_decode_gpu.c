@@ -397,9 +397,10 @@ int main(void)
     snprintf(path, sizeof path, "%s/config.json", tmp);
     unlink(path);
     rmdir(tmp);
-    /* the qwen3_moe family (its goldens with every expert routed: a bf16 top-k pick cannot flip) */
-    const char *moe_cases[] = {"qwen3moe-tiny", "qwen3moe-tiny-bf16"};
-    for (int i = 0; i < 2; i++) {
+    /* the qwen3_moe and gpt_oss families (their goldens with every expert routed: a bf16 top-k pick cannot flip;
+     * gpt_oss's sliding layers read a window of 6 cached positions) */
+    const char *moe_cases[] = {"qwen3moe-tiny", "qwen3moe-tiny-bf16", "gptoss-tiny", "gptoss-mxfp4"};
+    for (int i = 0; i < 4; i++) {
         char variant[] = "/tmp/dflash_decode_qwen3moe_XXXXXX", label[96];
         snprintf(dir, sizeof dir, "%s/%s/target", g && *g ? g : "tests/goldens", moe_cases[i]);
         if (moe_all_experts_make(dir, variant)) {

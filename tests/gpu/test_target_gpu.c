@@ -237,10 +237,9 @@ static void check_golden(const char *shared, const char *name) { check_golden_at
  * as it is, top-k, where bf16 activations may flip a near-tied pick (make_qwen3moe_golden.py records margins down
  * to 2e-4 in probability) and move that token's row: held to 0.1 / 0.3, which a wrong expert, weight or layer kind
  * exceeds by far. */
-static void check_qwen3_moe(const char *shared)
+static void check_moe_goldens(const char *shared, const char *const *cases, int ncases)
 {
-    const char *cases[] = {"qwen3moe-tiny", "qwen3moe-tiny-bf16"};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < ncases; i++) {
         char src[1024], dst[] = "/tmp/dflash_qwen3moe_all_XXXXXX", label[160];
         snprintf(src, sizeof src, "%s/%s/target", shared, cases[i]);
         if (moe_all_experts_make(src, dst)) {
@@ -255,6 +254,20 @@ static void check_qwen3_moe(const char *shared)
         check_golden_at(shared, cases[i], NULL, label);
         tol_norm_floor = 0, tol_max_rel = TOL_MAX_REL;
     }
+}
+
+static void check_qwen3_moe(const char *shared)
+{
+    const char *cases[] = {"qwen3moe-tiny", "qwen3moe-tiny-bf16"};
+    check_moe_goldens(shared, cases, 2);
+}
+
+/* The gpt_oss family the same way: its goldens (fp32, bf16, MXFP4 experts; sinks, sliding windows shorter than the
+ * sequences, biases, the clamped SwiGLU, YaRN) with every expert routed, then top-k. */
+static void check_gpt_oss(const char *shared)
+{
+    const char *cases[] = {"gptoss-tiny", "gptoss-tiny-bf16", "gptoss-mxfp4"};
+    check_moe_goldens(shared, cases, 3);
 }
 
 /* A tensor of rand_fill values as f32 for st_write (which stores bf16: the same values exactly). */
@@ -417,8 +430,9 @@ static void check_hybrid_shape(const char *label, const hybrid_spec *sp)
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
-    if (*only && strcmp(only, "qwen3") && strcmp(only, "hybrid") && strcmp(only, "qwen3_moe")) {
-        printf("usage: test_target_gpu [qwen3|hybrid|qwen3_moe]\nCompares the CUDA target forward with the CPU one "
+    if (*only && strcmp(only, "qwen3") && strcmp(only, "hybrid") && strcmp(only, "qwen3_moe") &&
+        strcmp(only, "gpt_oss")) {
+        printf("usage: test_target_gpu [qwen3|hybrid|qwen3_moe|gpt_oss]\nCompares the CUDA target forward with the CPU one "
                "(every family, or the one named); goldens from $DFLASH_GOLDENS (default tests/goldens).\n");
         return strcmp(only, "--help") && strcmp(only, "-h") ? 2 : 0;
     }
@@ -432,6 +446,7 @@ int main(int argc, char **argv)
     const char *shared = getenv("DFLASH_GOLDENS");
     if (!shared || !*shared) shared = "tests/goldens";
     if (!*only || !strcmp(only, "qwen3_moe")) check_qwen3_moe(shared);
+    if (!*only || !strcmp(only, "gpt_oss")) check_gpt_oss(shared);
     if (!*only || !strcmp(only, "qwen3")) {
         check_golden(shared, "tiny");
         check_golden(shared, "tiny-bf16");
