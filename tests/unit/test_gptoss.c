@@ -126,7 +126,8 @@ TEST(yarn_table)
     EXPECT_NEAR(inv[13], 1.0 / pow(150000.0, 26.0 / 64) * (0.5 + 0.5 / 32), 1e-15);
 }
 
-/* The goldens' YaRN configs: hf_config + rope_inv_freq against transformers' inv_freq buffer (float32 there). */
+/* The goldens' configs: the gpt_oss row, their windows; hf_config + rope_inv_freq against transformers' inv_freq
+ * buffer (float32 there; bf16-rounded for the bf16 checkpoints, as target_model_load rounds it). */
 TEST(yarn_table_matches_transformers)
 {
     const char *cases[] = {"gptoss-tiny", "gptoss-tiny-bf16", "gptoss-mxfp4"};
@@ -138,6 +139,9 @@ TEST(yarn_table_matches_transformers)
         errbuf err = {{0}};
         REQUIRE(hf_config_load(&c, dir, &err) == 0);
         REQUIRE(c.rope_yarn && c.rope_factor == 32);
+        const target_family *f = target_family_of(&c);
+        EXPECT(f && !strcmp(f->name, "gpt_oss") && c.experts_mxfp4 == (k == 2) && c.attention_bias && c.attn_sinks);
+        EXPECT(hf_layer_window(&c, 0) == 6 && hf_layer_window(&c, 1) == 0 && hf_layer_window(&c, 2) == 6);
         st_file *st = NULL;
         REQUIRE(st_open(&st, cs, &err) == 0);
         float *ref = NULL;
