@@ -61,6 +61,8 @@ fi
   "$BUILD/bench/bench_target" --family qwen3_5; python3 bench/torch_hybrid_anchor.py
   # the Qwen3.5-35B-A3B-shaped MoE target and transformers + flash-linear-attention on the same batch
   "$BUILD/bench/bench_target" --family qwen3_5_moe; python3 bench/torch_hybrid_anchor.py --family qwen3_5_moe --path fla
+  # the gpt-oss-20b-shaped target and transformers' GptOssModel on the same batch
+  "$BUILD/bench/bench_target" --family gpt_oss; python3 bench/torch_gptoss_anchor.py
   "$BUILD/bench/bench_moe"   # one of its MoE layers kernel by kernel
   # the delta rule alone: today's kernel and the tensor-core chunked one on the same batch
   [ -x "$BUILD/bench/bench_gdn" ] && "$BUILD/bench/bench_gdn"; } >"$OUT/bench.log" 2>&1
