@@ -92,11 +92,12 @@ static float *transpose3(const float *a, int64_t E, int64_t rows, int64_t cols)
     return t;
 }
 
-/* An fp32/bf16 tensor of shape (E, a, b) or, transposed, (E, b, a): into (E, a, b). */
+/* An fp32/bf16 tensor in transformers' (E, in = b, out = a) layout, or else (E, a, b) (a != b): into (E, a, b). A
+ * square one (gpt-oss's down_proj: I = H) is transformers'. */
 static int load_either(const st_file *st, const char *name, int64_t E, int64_t a, int64_t b, float **out, errbuf *err)
 {
     const st_tensor *t = st_find(st, name);
-    if (t && t->ndim == 3 && t->shape[0] == E && t->shape[1] == b && t->shape[2] == a && a != b) {
+    if (t && t->ndim == 3 && t->shape[0] == E && t->shape[1] == b && t->shape[2] == a) {
         const int64_t shape[3] = {E, b, a};
         float *f;
         int rc = st_load_f32(st, name, &f, 3, shape, NULL, err);

@@ -277,24 +277,22 @@ TEST(mxfp4_dequant_codes)
     EXPECT(signbit(out[16]) && out[16] == 0.0f); /* code 8: -0 */
 }
 
-/* An HF-layout checkpoint of one layer's experts (E 2, H 4, I 3): gate_up_proj (E, H, 2I) with gate in the even
- * columns; the reader gives per expert the gate rows then the up rows, (E, 2I, H), and down (E, H, I). */
-TEST(experts_reader_layouts)
+/* An HF-layout checkpoint of one layer's experts (E 2, H 4, I 3; and H = I = 3, square as gpt-oss-20b's down_proj):
+ * gate_up_proj (E, H, 2I) with gate in the even columns, down_proj (E, I, H); the reader gives per expert the gate
+ * rows then the up rows, (E, 2I, H), and down (E, H, I). */
+static void write_hf_experts(const char *path, int E, int H, int I)
 {
-    hf_config c = {0};
-    c.hidden_size = 4, c.num_experts = 2, c.moe_intermediate_size = 3;
-    enum { E = 2, H = 4, I = 3 };
-    float gu[E][H][2 * I], gub[E][2 * I], dn[E][I][H], dnb[E][H];
+    float *gu = xmalloc(sizeof(float) * E * H * 2 * I), *gub = xmalloc(sizeof(float) * E * 2 * I);
+    float *dn = xmalloc(sizeof(float) * E * I * H), *dnb = xmalloc(sizeof(float) * E * H);
     for (int e = 0; e < E; e++) {
         for (int h = 0; h < H; h++)
-            for (int j = 0; j < 2 * I; j++) gu[e][h][j] = (float)(1000 * e + 100 * (j % 2) + 10 * (j / 2) + h);
-        for (int j = 0; j < 2 * I; j++) gub[e][j] = (float)(1000 * e + 100 * (j % 2) + j / 2);
+            for (int j = 0; j < 2 * I; j++)
+                gu[(e * H + h) * 2 * I + j] = (float)(1000 * e + 100 * (j % 2) + 10 * (j / 2) + h);
+        for (int j = 0; j < 2 * I; j++) gub[e * 2 * I + j] = (float)(1000 * e + 100 * (j % 2) + j / 2);
         for (int i = 0; i < I; i++)
-            for (int h = 0; h < H; h++) dn[e][i][h] = (float)(1000 * e + 10 * h + i);
-        for (int h = 0; h < H; h++) dnb[e][h] = (float)(e * 10 + h);
+            for (int h = 0; h < H; h++) dn[(e * I + i) * H + h] = (float)(1000 * e + 10 * h + i);
+        for (int h = 0; h < H; h++) dnb[e * H + h] = (float)(e * 10 + h);
     }
-    char *dir = test_tmpdir(), path[300];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_write_tensor w[] = {
         {"model.layers.0.mlp.experts.gate_up_proj", ST_F32, 3, {E, H, 2 * I}, gu},
         {"model.layers.0.mlp.experts.gate_up_proj_bias", ST_F32, 2, {E, 2 * I}, gub},
@@ -303,20 +301,39 @@ TEST(experts_reader_layouts)
     };
     errbuf err = {{0}};
     REQUIRE(st_write(path, w, 4, NULL, &err) == 0);
+    free(gu), free(gub), free(dn), free(dnb);
+}
+
+TEST(experts_reader_layouts)
+{
+    hf_config c = {0};
+    char *dir = test_tmpdir(), path[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    errbuf err = {{0}};
     st_file *st = NULL;
-    REQUIRE(st_open(&st, path, &err) == 0);
     gptoss_experts x;
-    REQUIRE(gptoss_experts_load(&x, st, &c, "model.", 0, &err) == 0);
-    for (int e = 0; e < E; e++) {
-        for (int r = 0; r < 2 * I; r++) { /* row r: gate (r < I) or up unit r % I */
-            const int up = r >= I, unit = r % I;
-            for (int h = 0; h < H; h++) EXPECT(x.gate_up[(e * 2 * I + r) * H + h] == 1000 * e + 100 * up + 10 * unit + h);
-            EXPECT(x.gate_up_b[e * 2 * I + r] == 1000 * e + 100 * up + unit);
+    const int shapes[2][2] = {{4, 3}, {3, 3}};
+    const int E = 2;
+    for (int k = 0; k < 2; k++) {
+        const int H = shapes[k][0], I = shapes[k][1];
+        write_hf_experts(path, E, H, I);
+        c.hidden_size = H, c.num_experts = E, c.moe_intermediate_size = I;
+        REQUIRE(st_open(&st, path, &err) == 0);
+        REQUIRE(gptoss_experts_load(&x, st, &c, "model.", 0, &err) == 0);
+        for (int e = 0; e < E; e++) {
+            for (int r = 0; r < 2 * I; r++) { /* row r: gate (r < I) or up unit r % I */
+                const int up = r >= I, unit = r % I;
+                for (int h = 0; h < H; h++)
+                    EXPECT(x.gate_up[(e * 2 * I + r) * H + h] == 1000 * e + 100 * up + 10 * unit + h);
+                EXPECT(x.gate_up_b[e * 2 * I + r] == 1000 * e + 100 * up + unit);
+            }
+            for (int h = 0; h < H; h++) {
+                for (int i = 0; i < I; i++) EXPECT(x.down[(e * H + h) * I + i] == 1000 * e + 10 * h + i);
+                EXPECT(x.down_b[e * H + h] == e * 10 + h);
+            }
         }
-        for (int h = 0; h < H; h++) {
-            for (int i = 0; i < I; i++) EXPECT(x.down[(e * H + h) * I + i] == 1000 * e + 10 * h + i);
-            EXPECT(x.down_b[e * H + h] == e * 10 + h);
-        }
+        gptoss_experts_free(&x);
+        if (k < 1) st_close(&st); /* the last one stays open for the MXFP4 checks below */
     }
     gptoss_experts_free(&x);
     /* the config says MXFP4: the blocks are missing, by name */
