@@ -19,6 +19,9 @@ each), and the checkpoint stores them as published gpt-oss checkpoints do: mlp.e
 +127), the biases and every other weight bf16, config.json with quantization_config {quant_method: mxfp4}. The
 expected values are the forward of the model transformers loads from that checkpoint (Mxfp4Config(dequantize=True));
 its dequantised experts are checked equal to the rounding made here.
+
+The committed cases were made by tests/gpu/gptoss_goldens.sh on the GPU machine (transformers 5.17, torch 2.11, CPU
+tensors), which prints each case into the run's log as tar | xz | base64 with a checksum.
 """
 import inspect, json, math, os, sys
 import torch
