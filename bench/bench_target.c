@@ -8,7 +8,10 @@
  * gated attention), taps [1, 9, 17, 25] (those below the layer count), the split adding the delta rule's time.
  * --family qwen3_5_moe: the Qwen3.5-35B-A3B-shaped hybrid MoE target (bench/qwen35_a3b.h: 40 layers, 256 experts,
  * 8 routed + 1 shared); useful FLOPs count the active parameters (router, 8 routed and the shared expert).
- * usage: bench_target [--family qwen3|qwen3_5|qwen3_5_moe] [--iters N] [--layers L] [--vocab V] [--tflops R] */
+ * --family gpt_oss: the gpt-oss-20b shape (bench/gpt_oss_20b.h, read by hf_config_parse: 24 layers alternating
+ * sliding-window 128 and full attention with sinks and biases, 32 experts of 2880, top 4, clamped SwiGLU, YaRN);
+ * useful FLOPs count the active parameters (router, 4 experts, biases) and each layer's attended keys.
+ * usage: bench_target [--family qwen3|qwen3_5|qwen3_5_moe|gpt_oss] [--iters N] [--layers L] [--vocab V] [--tflops R] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "gpt_oss_20b.h"
 #include "qwen35_9b.h"
 #include "qwen35_a3b.h"
 #include "qwen3_8b.h"
@@ -29,15 +33,16 @@ static const int kTaps[] = {1, 9, 17, 25, 33};
 
 int main(int argc, char **argv)
 {
-    int iters = 10, layers = -1, vocab = 0, hybrid = 0, moe = 0;
+    int iters = 10, layers = -1, vocab = 0, hybrid = 0, moe = 0, goss = 0;
     double tflops = 790.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--family") && i + 1 < argc) {
             const char *f = argv[++i];
             if (!strcmp(f, "qwen3_5")) hybrid = 1;
             else if (!strcmp(f, "qwen3_5_moe")) hybrid = moe = 1;
+            else if (!strcmp(f, "gpt_oss")) goss = 1;
             else if (strcmp(f, "qwen3")) {
-                fprintf(stderr, "bench_target: --family %s: expected qwen3, qwen3_5 or qwen3_5_moe\n", f);
+                fprintf(stderr, "bench_target: --family %s: expected qwen3, qwen3_5, qwen3_5_moe or gpt_oss\n", f);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
@@ -45,18 +50,29 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5|qwen3_5_moe] [--iters N] [--layers L] [--vocab V] [--tflops R]\n",
+            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5|qwen3_5_moe|gpt_oss] [--iters N] [--layers L] [--vocab V] [--tflops R]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (layers < 0) layers = moe ? 40 : hybrid ? 32 : 36;
+    if (layers < 0) layers = goss ? 24 : moe ? 40 : hybrid ? 32 : 36;
     if (iters < 1 || layers < 2) {
         fprintf(stderr, "bench_target: --iters must be >= 1 and --layers >= 2\n");
         return 2;
     }
     hf_config cfg;
-    if (moe) qwen35_a3b_config(&cfg, layers, vocab);
+    errbuf perr = {{0}};
+    if (goss) {
+        if (hf_config_parse(&cfg, GPT_OSS_20B_CONFIG_JSON, "gpt_oss_20b.h", &perr)) {
+            fprintf(stderr, "bench_target: %s\n", perr.msg);
+            return 1;
+        }
+        if (layers > cfg.num_layers) {
+            fprintf(stderr, "bench_target: --layers %d: gpt-oss-20b has %d\n", layers, cfg.num_layers);
+            return 2;
+        }
+        cfg.num_layers = layers;
+    } else if (moe) qwen35_a3b_config(&cfg, layers, vocab);
     else if (hybrid) qwen35_9b_config(&cfg, layers, vocab);
     else qwen3_8b_config(&cfg, layers);
     if (vocab > 0) cfg.vocab_size = vocab;
@@ -180,6 +196,22 @@ int main(int argc, char **argv)
     double sumsq = 0;
     for (int s = 0; s < nseq; s++) sumsq += (double)kLengths[s] * kLengths[s] / 2;
     double attn = 4.0 * nfull * cfg.num_heads * hd * sumsq / T; /* softmax attention layers only */
+    if (goss) { /* q/k/v/o with biases, sinks, router with bias, K experts (gate|up, down, biases); windowed keys */
+        const double E = cfg.num_experts, Ke = cfg.num_experts_per_tok, Ie = cfg.moe_intermediate_size;
+        double layer = qd * Hd + 2 * kd * Hd + Hd * qd + qd + 2 * kd + Hd + cfg.num_heads + E * Hd + E +
+                       Ke * (3 * Hd * Ie + 2 * Ie + Hd) + 2 * Hd;
+        nonembed = layer * layers + Hd;
+        attn = 0;
+        for (int l = 0; l < layers; l++) {
+            const int W = hf_layer_window(&cfg, l);
+            double keys = 0; /* keys attended, summed over the batch's tokens */
+            for (int s = 0; s < nseq; s++) {
+                const double n = kLengths[s];
+                keys += W > 0 && n > W ? (double)W * (W + 1) / 2 + (n - W) * W : n * (n + 1) / 2;
+            }
+            attn += 4.0 * cfg.num_heads * hd * keys / T;
+        }
+    }
     double flops_tok = 2 * nonembed + attn;
 
     double step_s = ms_steps / 1e3 / iters, fwd_s = ms_fwd / 1e3 / iters;
@@ -189,7 +221,8 @@ int main(int argc, char **argv)
     double publish_ms = (step_s - fwd_s) * 1e3;
     printf("device: %s, %d SMs; batch: %d sequences, %d tokens; %s target, %d layers%s, vocab %d, taps", prop.name,
            prop.multiProcessorCount, nseq, T,
-           moe ? "qwen3_5_moe (hybrid MoE, Qwen3.5-35B-A3B shape: 256 experts, 8 routed + 1 shared)"
+           goss ? "gpt_oss (gpt-oss-20b shape: 32 experts, top 4; sliding 128 / full; sinks, biases, YaRN)"
+           : moe ? "qwen3_5_moe (hybrid MoE, Qwen3.5-35B-A3B shape: 256 experts, 8 routed + 1 shared)"
            : hybrid ? "qwen3_5 (hybrid, Qwen3.5-9B shape)" : "qwen3 (Qwen3-8B shape)",
            layers, hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", cfg.vocab_size);
     for (int i = 0; i < ntaps; i++) printf(" %d", taps[i]);

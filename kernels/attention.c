@@ -12,7 +12,13 @@
 void attention_row_cpu(float *oh, const float *qh, const float *kh, const float *vh, int nk, size_t ldkv, int hd,
                        float scale, float *p)
 {
-    float mx = -INFINITY;
+    attention_row_sink_cpu(oh, qh, kh, vh, nk, ldkv, hd, scale, -INFINITY, p);
+}
+
+void attention_row_sink_cpu(float *oh, const float *qh, const float *kh, const float *vh, int nk, size_t ldkv, int hd,
+                            float scale, float sink, float *p)
+{
+    float mx = sink;
     for (int j = 0; j < nk; j++) {
         const float *kj = kh + (size_t)j * ldkv;
         float d = 0.0f;
@@ -20,7 +26,7 @@ void attention_row_cpu(float *oh, const float *qh, const float *kh, const float 
         p[j] = d * scale;
         if (p[j] > mx) mx = p[j];
     }
-    float sum = 0.0f;
+    float sum = sink == -INFINITY ? 0.0f : expf(sink - mx);
     for (int j = 0; j < nk; j++) {
         p[j] = expf(p[j] - mx);
         sum += p[j];
@@ -39,6 +45,15 @@ void attention_row_cpu(float *oh, const float *qh, const float *kh, const float 
 void attention_causal_forward_cpu(float *out, const float *q, const float *k, const float *v,
                                   const int32_t *cu_seqlens, int nseq, int nh, int nkv, int hd, float scale)
 {
+    attention_causal_opts_forward_cpu(out, q, k, v, cu_seqlens, nseq, nh, nkv, hd, scale, NULL);
+}
+
+void attention_causal_opts_forward_cpu(float *out, const float *q, const float *k, const float *v,
+                                       const int32_t *cu_seqlens, int nseq, int nh, int nkv, int hd, float scale,
+                                       const attention_opts *o)
+{
+    const int window = o ? o->window : 0;
+    const float *sinks = o ? o->sinks : NULL;
     DF_ASSERT(nseq >= 0 && nh > 0 && nkv > 0 && nh % nkv == 0 && hd > 0 && cu_seqlens[0] == 0);
     int group = nh / nkv;
     size_t ldq = (size_t)nh * hd, ldkv = (size_t)nkv * hd;
@@ -52,12 +67,14 @@ void attention_causal_forward_cpu(float *out, const float *q, const float *k, co
     for (int s = 0; s < nseq; s++) {
         int start = cu_seqlens[s], end = cu_seqlens[s + 1];
         for (int t = start; t < end; t++) {
-            int nk = t - start + 1; /* keys start..t */
+            int k0 = window > 0 && t - window + 1 > start ? t - window + 1 : start;
+            int nk = t - k0 + 1; /* keys k0..t */
             for (int h = 0; h < nh; h++) {
                 const float *qh = q + (size_t)t * ldq + (size_t)h * hd;
-                const float *kh = k + (size_t)start * ldkv + (size_t)(h / group) * hd;
-                const float *vh = v + (size_t)start * ldkv + (size_t)(h / group) * hd;
-                attention_row_cpu(out + (size_t)t * ldq + (size_t)h * hd, qh, kh, vh, nk, ldkv, hd, scale, p);
+                const float *kh = k + (size_t)k0 * ldkv + (size_t)(h / group) * hd;
+                const float *vh = v + (size_t)k0 * ldkv + (size_t)(h / group) * hd;
+                attention_row_sink_cpu(out + (size_t)t * ldq + (size_t)h * hd, qh, kh, vh, nk, ldkv, hd, scale,
+                                       sinks ? sinks[h] : -INFINITY, p);
             }
         }
     }

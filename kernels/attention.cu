@@ -10,6 +10,10 @@
 // warp's rows are skipped); P is rounded to bf16 only as the A operand of P·V. The score matrix never leaves registers.
 // Grid: x = query heads, y = sequences, z = query blocks in reverse (the longest causal rows start first).
 // Scalar path (any head_dim, unaligned strides): one warp per (query, head), online softmax over keys.
+// gpt-oss's options (attention_causal_opts_forward_cuda): a sliding window (query t sees keys t-window+1 .. t: key
+// tiles wholly before a warp's windows are skipped, the tiles crossing a window's start masked; a row with no key yet
+// keeps a running max of -inf, its tile's exponentials taken against 0) and a sink logit per head (fp32, device),
+// added to the softmax's denominator at the end: o / (l + 2^(sink·log2e − m)), with m raised to the sink first.
 #include <cuda_bf16.h>
 #include <cstdint>
 
@@ -62,7 +66,8 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile, const __nv_bfloat
 template <int HD>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     flash_fwd_kernel(__nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk,
-                     const __nv_bfloat16 *v, int ldv, const int32_t *cu_seqlens, int group, float scale_log2)
+                     const __nv_bfloat16 *v, int ldv, const int32_t *cu_seqlens, int group, float scale_log2,
+                     int window, const float *sinks)
 {
     constexpr int MT = flash_shape<HD>::MT, kBlockN = flash_shape<HD>::BN;
     constexpr int kBlockM = flash_shape<HD>::kBlockM, kRowsPerWarp = flash_shape<HD>::kRowsPerWarp;
@@ -89,13 +94,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const int g = lane >> 2, tig = lane & 3;
     const int wrow0 = q0 + warp * kRowsPerWarp; // first query row of this warp (local to the sequence)
 
-    // keys needed: [0, min(len, q0 + kBlockM))
+    // keys needed: [0, min(len, q0 + kBlockM)), from the first window's start
     const int kv_end = min(len, q0 + kBlockM);
     const int nkb = (kv_end + kBlockN - 1) / kBlockN;
+    const int jb = window > 0 ? max(0, q0 - window + 1) / kBlockN : 0;
 
     load_tile<HD, kBlockM>(sq, qbase, ldq, q0, len);
-    load_tile<HD, kBlockN>(sk, kbase, ldk, 0, len);
-    load_tile<HD, kBlockN>(sv, vbase, ldv, 0, len);
+    load_tile<HD, kBlockN>(sk, kbase, ldk, jb * kBlockN, len);
+    load_tile<HD, kBlockN>(sv, vbase, ldv, jb * kBlockN, len);
     cp_async_commit();
 
     float o[MT][HD / 8][4];
@@ -110,8 +116,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     for (int r = 0; r < 2 * MT; r++) m_run[r] = -INFINITY, l_run[r] = 0.0f;
     const __nv_bfloat16 *sq_w = sq + (warp * kRowsPerWarp + (lane & 15)) * kStride + (lane >> 4) * 8;
 
-    for (int j = 0; j < nkb; j++) {
-        const int stage = j & 1;
+    for (int j = jb; j < nkb; j++) {
+        const int stage = (j - jb) & 1;
         if (j + 1 < nkb) {
             load_tile<HD, kBlockN>(sk + (stage ^ 1) * kTile, kbase, ldk, (j + 1) * kBlockN, len);
             load_tile<HD, kBlockN>(sv + (stage ^ 1) * kTile, vbase, ldv, (j + 1) * kBlockN, len);
@@ -123,9 +129,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         __syncthreads();
         const __nv_bfloat16 *tk = sk + stage * kTile, *tv = sv + stage * kTile;
         const int k0 = j * kBlockN;
-        // a tile wholly above this warp's rows (causal) contributes nothing: skip it (warp-uniform; the block-wide
-        // barriers below are still reached)
-        if (k0 <= wrow0 + kRowsPerWarp - 1) {
+        // a tile wholly above this warp's rows (causal), or wholly before their windows, contributes nothing: skip
+        // it (warp-uniform; the block-wide barriers below are still reached)
+        if (k0 <= wrow0 + kRowsPerWarp - 1 && (window <= 0 || k0 + kBlockN - 1 >= wrow0 - window + 1)) {
 
         // S = Q Kᵀ : 32 rows (two m-tiles) x 64 keys per warp; each K fragment serves both m-tiles
         float s[MT][kNT][4];
@@ -155,7 +161,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
         // causal mask (only where a key of the tile can pass a row of the warp; keys >= len are then past every
         // stored row too), online softmax in log2 units: p = 2^(s·scale_log2 − m), one FFMA and one EX2 per score
-        const bool need_mask = k0 + kBlockN - 1 > wrow0;
+        const bool need_mask = k0 + kBlockN - 1 > wrow0 ||
+                               (window > 0 && k0 < wrow0 + kRowsPerWarp - 1 - window + 1);
         float mx[2 * MT];
 #pragma unroll
         for (int r = 0; r < 2 * MT; r++) mx[r] = -INFINITY;
@@ -168,7 +175,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                     if (need_mask) {
                         int key = k0 + t * 8 + tig * 2 + (e & 1);
                         int row = wrow0 + m * 16 + g + (e >> 1) * 8;
-                        if (key > row) s[m][t][e] = -INFINITY;
+                        if (key > row || (window > 0 && key <= row - window)) s[m][t][e] = -INFINITY;
                     }
                     mx[m * 2 + (e >> 1)] = fmaxf(mx[m * 2 + (e >> 1)], s[m][t][e]);
                 }
@@ -179,10 +186,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         for (int r = 0; r < 2 * MT; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float m_new = fmaxf(m_run[r], mx[r] * scale_log2); // finite: see m_run above
-            corr[r] = fast_exp2(m_run[r] - m_new);
+            float m_new = fmaxf(m_run[r], mx[r] * scale_log2); // finite without a window: see m_run above
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a windowed row with no key yet: o, l stay 0
+            corr[r] = fast_exp2(m_run[r] - m_use);
             m_run[r] = m_new;
-            neg_m[r] = -m_new;
+            neg_m[r] = -m_use;
         }
         uint32_t pf[MT][kBlockN / 16][4];
 #pragma unroll
@@ -234,6 +242,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
     }
+    if (sinks) { // the sink's weight joins the denominator: rescale o and l to max(m, sink)
+        const float sl = sinks[head] * 1.4426950408889634f;
+#pragma unroll
+        for (int r = 0; r < 2 * MT; r++) {
+            const float m_new = fmaxf(m_run[r], sl), c = fast_exp2(m_run[r] - m_new);
+            l_run[r] = l_run[r] * c + fast_exp2(sl - m_new);
+#pragma unroll
+            for (int i = 0; i < HD / 8; i++) o[r / 2][i][(r & 1) * 2] *= c, o[r / 2][i][(r & 1) * 2 + 1] *= c;
+        }
+    }
     __nv_bfloat16 *obase = out + (size_t)start * ldo + (size_t)head * HD;
 #pragma unroll
     for (int m = 0; m < MT; m++) {
@@ -256,7 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 __global__ void attention_scalar_kernel(__nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq,
                                         const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v, int ldv,
                                         const int32_t *cu_seqlens, int nseq, int T, int nh, int group, int hd,
-                                        float scale)
+                                        float scale, int window, const float *sinks)
 {
     extern __shared__ float sh[]; // per warp: hd floats of q, hd floats of the accumulator
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wpb = blockDim.x / 32;
@@ -268,7 +286,7 @@ __global__ void attention_scalar_kernel(__nv_bfloat16 *out, int ldo, const __nv_
         int mid = (lo + hi) / 2;
         if (cu_seqlens[mid] <= t) lo = mid; else hi = mid;
     }
-    const int start = cu_seqlens[lo];
+    const int start = window > 0 ? max(cu_seqlens[lo], t - window + 1) : cu_seqlens[lo];
     float *qs = sh + (size_t)warp * 2 * hd, *acc = qs + hd;
     for (int d = lane; d < hd; d += 32) qs[d] = __bfloat162float(q[(size_t)t * ldq + (size_t)h * hd + d]);
     __syncwarp();
@@ -304,6 +322,11 @@ __global__ void attention_scalar_kernel(__nv_bfloat16 *out, int ldo, const __nv_
         }
         __syncwarp();
     }
+    if (sinks) {
+        const float m_new = fmaxf(m, sinks[h]), c = expf(m - m_new);
+        l = l * c + expf(sinks[h] - m_new);
+        for (int d = lane; d < hd; d += 32) acc[d] *= c;
+    }
     for (int d = lane; d < hd; d += 32)
         out[(size_t)t * ldo + (size_t)h * hd + d] = __float2bfloat16_rn(acc[d] / l);
 }
@@ -311,7 +334,7 @@ __global__ void attention_scalar_kernel(__nv_bfloat16 *out, int ldo, const __nv_
 template <int HD>
 void launch_flash(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
                   int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int group, float scale,
-                  cudaStream_t st)
+                  int window, const float *sinks, cudaStream_t st)
 {
     constexpr int kBlockM = flash_shape<HD>::kBlockM, kBlockN = flash_shape<HD>::BN;
     const size_t smem = (size_t)(kBlockM + 4 * kBlockN) * (HD + 8) * sizeof(__nv_bfloat16);
@@ -323,7 +346,7 @@ void launch_flash(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint
     dim3 grid((unsigned)nh, (unsigned)nseq, (unsigned)((max_seqlen + kBlockM - 1) / kBlockM));
     flash_fwd_kernel<HD><<<grid, kWarps * 32, smem, st>>>(
         (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k, ldk,
-        (const __nv_bfloat16 *)v, ldv, cu_seqlens, group, scale * 1.4426950408889634f);
+        (const __nv_bfloat16 *)v, ldv, cu_seqlens, group, scale * 1.4426950408889634f, window, sinks);
     CHECK_CUDA_LAUNCH();
 }
 
@@ -333,6 +356,16 @@ extern "C" void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint
                                               int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens,
                                               int nseq, int max_seqlen, int nh, int nkv, int hd, float scale,
                                               void *stream)
+{
+    attention_causal_opts_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
+                                       scale, 0, NULL, stream);
+}
+
+extern "C" void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
+                                                   const uint16_t *k, int ldk, const uint16_t *v, int ldv,
+                                                   const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh,
+                                                   int nkv, int hd, float scale, int window, const float *sinks,
+                                                   void *stream)
 {
     if (nseq <= 0 || max_seqlen <= 0 || nh <= 0) return;
     if (nkv <= 0 || nh % nkv != 0) {
@@ -345,11 +378,11 @@ extern "C" void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint
                    (uintptr_t)q % 16 == 0 && (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
     if (aligned) {
         switch (hd) {
-        case 16: launch_flash<16>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
-        case 32: launch_flash<32>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
-        case 64: launch_flash<64>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
-        case 128: launch_flash<128>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
-        case 256: launch_flash<256>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, st); return;
+        case 16: launch_flash<16>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, window, sinks, st); return;
+        case 32: launch_flash<32>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, window, sinks, st); return;
+        case 64: launch_flash<64>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, window, sinks, st); return;
+        case 128: launch_flash<128>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, window, sinks, st); return;
+        case 256: launch_flash<256>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, window, sinks, st); return;
         default: break;
         }
     }
@@ -362,6 +395,6 @@ extern "C" void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint
     unsigned grid = (unsigned)((items + wpb - 1) / wpb);
     attention_scalar_kernel<<<grid, wpb * 32, (size_t)wpb * 2 * hd * sizeof(float), st>>>(
         (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k, ldk,
-        (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, T, nh, group, hd, scale);
+        (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, T, nh, group, hd, scale, window, sinks);
     CHECK_CUDA_LAUNCH();
 }

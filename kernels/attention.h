@@ -17,6 +17,23 @@ void attention_causal_forward_cpu(float *out, const float *q, const float *k, co
 void attention_row_cpu(float *oh, const float *qh, const float *kh, const float *vh, int nk, size_t ldkv, int hd,
                        float scale, float *p);
 
+/* The attention variants of gpt-oss (transformers' modeling_gpt_oss.py eager_attention_forward): a sliding window
+ * and a learned sink logit per head. */
+typedef struct attention_opts {
+    int window;                          /* > 0: query t sees keys t-window+1 .. t only (transformers' sliding
+                                          * window: kv > q - window); 0: every earlier key */
+    const float *sinks;                  /* (nh) or NULL: head h's softmax has one more logit, sinks[h], in its
+                                          * denominator (weighting no value) */
+} attention_opts;
+
+/* As attention_row_cpu, with the sink logit `sink` in the softmax (-INFINITY: none). */
+void attention_row_sink_cpu(float *oh, const float *qh, const float *kh, const float *vh, int nk, size_t ldkv, int hd,
+                            float scale, float sink, float *p);
+/* As attention_causal_forward_cpu, with o's window and sinks (o NULL: none). */
+void attention_causal_opts_forward_cpu(float *out, const float *q, const float *k, const float *v,
+                                       const int32_t *cu_seqlens, int nseq, int nh, int nkv, int hd, float scale,
+                                       const attention_opts *o);
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,6 +43,11 @@ extern "C" {
 void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
                                    const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen,
                                    int nh, int nkv, int hd, float scale, void *stream);
+/* As attention_causal_forward_cuda, with attention_opts' window (> 0) and sinks (nh fp32 on the device, or NULL). */
+void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                                        const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                        int max_seqlen, int nh, int nkv, int hd, float scale, int window,
+                                        const float *sinks, void *stream);
 #ifdef __cplusplus
 }
 #endif

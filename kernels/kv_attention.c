@@ -23,6 +23,15 @@ void kv_attention_forward_cpu(float *out, int ldo, const float *q, int ldq, cons
                               size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv, int hd,
                               float scale)
 {
+    kv_attention_opts_forward_cpu(out, ldo, q, ldq, kc, vc, seq_stride, seq, pos, T, nh, nkv, hd, scale, NULL);
+}
+
+void kv_attention_opts_forward_cpu(float *out, int ldo, const float *q, int ldq, const float *kc, const float *vc,
+                                   size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv,
+                                   int hd, float scale, const attention_opts *o)
+{
+    const int window = o ? o->window : 0;
+    const float *sinks = o ? o->sinks : NULL;
     DF_ASSERT(nh > 0 && nkv > 0 && nh % nkv == 0 && hd > 0);
     const int group = nh / nkv;
     const size_t kd = (size_t)nkv * (size_t)hd;
@@ -31,13 +40,15 @@ void kv_attention_forward_cpu(float *out, int ldo, const float *q, int ldq, cons
         if (pos[t] + 1 > maxk) maxk = pos[t] + 1;
     float *p = xmalloc(sizeof(float) * (size_t)maxk);
     for (int t = 0; t < T; t++) {
-        const int nk = pos[t] + 1;
-        const float *ks = kc + (size_t)seq[t] * seq_stride, *vs = vc + (size_t)seq[t] * seq_stride;
+        const int k0 = window > 0 && pos[t] - window + 1 > 0 ? pos[t] - window + 1 : 0;
+        const int nk = pos[t] + 1 - k0;
+        const float *ks = kc + (size_t)seq[t] * seq_stride + (size_t)k0 * kd;
+        const float *vs = vc + (size_t)seq[t] * seq_stride + (size_t)k0 * kd;
         for (int h = 0; h < nh; h++) {
             const float *qh = q + (size_t)t * (size_t)ldq + (size_t)h * (size_t)hd;
             const size_t off = (size_t)(h / group) * (size_t)hd;
-            attention_row_cpu(out + (size_t)t * (size_t)ldo + (size_t)h * (size_t)hd, qh, ks + off, vs + off, nk, kd,
-                              hd, scale, p);
+            attention_row_sink_cpu(out + (size_t)t * (size_t)ldo + (size_t)h * (size_t)hd, qh, ks + off, vs + off, nk,
+                                   kd, hd, scale, sinks ? sinks[h] : -INFINITY, p);
         }
     }
     free(p);

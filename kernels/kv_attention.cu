@@ -3,6 +3,8 @@
 // head_dim, warp sums), takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
 // (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0. Pass 2: a CTA per (query head, row) rescales
 // the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read once per group.
+// gpt-oss's options (kv_attention_opts_forward_cuda): a window (keys pos-window+1 .. pos: the chunks before it write
+// empty partials and are not combined) and a sink logit per head, one more term of the total (fp32, device).
 #include <cuda_bf16.h>
 #include <cstdint>
 #include <math.h>
@@ -31,16 +33,17 @@ __global__ void append_kernel(__nv_bfloat16 *kc, __nv_bfloat16 *vc, size_t seq_s
 __global__ void __launch_bounds__(kThreads)
     partial_kernel(float *ws_acc, float *ws_ml, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *kc,
                    const __nv_bfloat16 *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos, int nh,
-                   int nkv, int hd, float scale, int nchunks)
+                   int nkv, int hd, float scale, int nchunks, int window)
 {
     __shared__ float qs[kMaxGroup * kMaxHd];
     __shared__ float sc[kMaxGroup][kChunk];
     __shared__ float mx[kMaxGroup], sm[kMaxGroup];
     const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, group = nh / nkv;
-    const int p = pos[t], j0 = c * kChunk, j1 = min(j0 + kChunk, p + 1);
+    const int p = pos[t], j1 = min(c * kChunk + kChunk, p + 1);
+    const int j0 = window > 0 ? max(c * kChunk, p - window + 1) : c * kChunk;
     const size_t kd = (size_t)nkv * hd;
     float *ml = ws_ml + ((size_t)t * nh + (size_t)kvh * group) * nchunks * 2;
-    if (j0 > p) { // past the causal end: an empty partial per head
+    if (j0 >= j1) { // past the causal end or before the window: an empty partial per head
         if (threadIdx.x < group) {
             ml[((size_t)threadIdx.x * nchunks + c) * 2] = -INFINITY;
             ml[((size_t)threadIdx.x * nchunks + c) * 2 + 1] = 0.0f;
@@ -96,16 +99,16 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc, const float *ws_ml,
-                               const int32_t *pos, int nh, int hd, int nchunks)
+                               const int32_t *pos, int nh, int hd, int nchunks, int window, const float *sinks)
 {
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
-    const int used = pos[t] / kChunk + 1;
+    const int used = pos[t] / kChunk + 1, first = window > 0 ? max(0, pos[t] - window + 1) / kChunk : 0;
     const float *ml = ws_ml + ((size_t)t * nh + h) * nchunks * 2;
-    float M = -INFINITY;
-    for (int c = 0; c < used; c++) M = fmaxf(M, ml[2 * c]);
-    float L = 0.0f, a = 0.0f;
+    float M = sinks ? sinks[h] : -INFINITY;
+    for (int c = first; c < used; c++) M = fmaxf(M, ml[2 * c]);
+    float L = sinks ? expf(sinks[h] - M) : 0.0f, a = 0.0f;
     const float *acc = ws_acc + ((size_t)t * nh + h) * nchunks * hd;
-    for (int c = 0; c < used; c++) {
+    for (int c = first; c < used; c++) {
         float w = expf(ml[2 * c] - M);
         L += ml[2 * c + 1] * w;
         if (d < hd) a += acc[(size_t)c * hd + d] * w;
@@ -137,6 +140,16 @@ extern "C" void kv_attention_forward_cuda(uint16_t *out, int ldo, const uint16_t
                                               const int32_t *pos, int T, int max_pos, int nh, int nkv, int hd,
                                               float scale, float *workspace, void *stream)
 {
+    kv_attention_opts_forward_cuda(out, ldo, q, ldq, kc, vc, seq_stride, seq, pos, T, max_pos, nh, nkv, hd, scale, 0,
+                                   NULL, workspace, stream);
+}
+
+extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *kc,
+                                               const uint16_t *vc, size_t seq_stride, const int32_t *seq,
+                                               const int32_t *pos, int T, int max_pos, int nh, int nkv, int hd,
+                                               float scale, int window, const float *sinks, float *workspace,
+                                               void *stream)
+{
     if (T <= 0) return;
     if (hd > kMaxHd || nh % nkv || nh / nkv > kMaxGroup) {
         fprintf(stderr, "kv_attention_forward_cuda: head_dim %d (max %d), heads %d / kv heads %d (group max %d)\n",
@@ -148,9 +161,10 @@ extern "C" void kv_attention_forward_cuda(uint16_t *out, int ldo, const uint16_t
     cudaStream_t st = (cudaStream_t)stream;
     partial_kernel<<<dim3(nchunks, nkv, T), kThreads, 0, st>>>(ws_acc, ws_ml, (const __nv_bfloat16 *)q, ldq,
                                                                (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
-                                                               seq_stride, seq, pos, nh, nkv, hd, scale, nchunks);
+                                                               seq_stride, seq, pos, nh, nkv, hd, scale, nchunks,
+                                                               window);
     CHECK_CUDA_LAUNCH();
     combine_kernel<<<dim3(nh, T), (hd + 31) / 32 * 32, 0, st>>>((__nv_bfloat16 *)out, ldo, ws_acc, ws_ml, pos, nh,
-                                                                 hd, nchunks);
+                                                                 hd, nchunks, window, sinks);
     CHECK_CUDA_LAUNCH();
 }

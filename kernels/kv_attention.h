@@ -16,6 +16,11 @@ void kv_cache_append_cpu(float *kc, float *vc, size_t seq_stride, const float *k
 void kv_attention_forward_cpu(float *out, int ldo, const float *q, int ldq, const float *kc, const float *vc,
                               size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv, int hd,
                               float scale);
+/* As kv_attention_forward_cpu, with attention.h's window (keys pos[t]-window+1 .. pos[t]) and sinks; o NULL: none. */
+struct attention_opts;
+void kv_attention_opts_forward_cpu(float *out, int ldo, const float *q, int ldq, const float *kc, const float *vc,
+                                   size_t seq_stride, const int32_t *seq, const int32_t *pos, int T, int nh, int nkv,
+                                   int hd, float scale, const struct attention_opts *o);
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +37,11 @@ void kv_attention_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ld
                                const uint16_t *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos,
                                    int T, int max_pos, int nh, int nkv, int hd, float scale, float *workspace,
                                    void *stream);
+/* As kv_attention_forward_cuda, with attention.h's window (> 0) and sinks (nh fp32 on the device, or NULL). */
+void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *kc,
+                                    const uint16_t *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos,
+                                    int T, int max_pos, int nh, int nkv, int hd, float scale, int window,
+                                    const float *sinks, float *workspace, void *stream);
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,8 @@
 // layer, 264 TFLOP/s gate|up, 231 down, against 223 / 207 for 128 x 256 with one block per SM); 128 x 256 x 32
 // selectable for comparison (moe_gemm_cuda_set_bn). The gate|up kernel gathers its A rows through row_token, and
 // loads its B tile interleaved (tile column 2j: gate row j, 2j+1: up row j) so that each thread's accumulator pair is
-// (gate, up) of one act column: SwiGLU is its epilogue and the (R, 2 I) intermediate never exists.
+// (gate, up) of one act column: SwiGLU is its epilogue and the (R, 2 I) intermediate never exists. The epilogues
+// also add gpt-oss's expert biases and take its clamped SwiGLU (moe_gemm_opts).
 #include <cuda_bf16.h>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +36,8 @@ struct mgm_params {
     const int32_t *row_token, *tiles, *ntiles;
     const bf16 *w, *ws;
     int E, H, Im, Is;
+    const float *bias;   // moe_gemm_opts (routed groups only)
+    float alpha, limit;
 };
 
 // BN 256: warp tiles 64 x 64, one block per SM; BN 128: 64 x 32, two blocks per SM. (BK, STAGES) = (32, 4): rows
@@ -151,10 +154,21 @@ static __global__ void __launch_bounds__(MGM_THREADS, MGM_BN == 128 ? 2 : 1) moe
                 const float x0 = acc[mi][ni][2 * h], x1 = acc[mi][ni][2 * h + 1];
                 if (GU) {
                     const int j = c0 + (col >> 1);
-                    if (j < I) o[j] = __float2bfloat16_rn(x0 / (1.0f + __expf(-x0)) * x1);
+                    if (j >= I) continue;
+                    float a = x0, b = x1;
+                    if (p.bias && !sh) a += p.bias[(size_t)g * 2 * p.Im + j], b += p.bias[(size_t)g * 2 * p.Im + p.Im + j];
+                    if (p.limit > 0.0f) {
+                        a = fminf(a, p.limit), b = fmaxf(fminf(b, p.limit), -p.limit);
+                        o[j] = __float2bfloat16_rn((b + 1.0f) * (a / (1.0f + __expf(-p.alpha * a))));
+                    } else {
+                        o[j] = __float2bfloat16_rn(a / (1.0f + __expf(-a)) * b);
+                    }
                 } else {
                     const int n = c0 + col;
-                    if (n < p.H) *reinterpret_cast<__nv_bfloat162 *>(o + n) = __floats2bfloat162_rn(x0, x1);
+                    if (n >= p.H) continue;
+                    float a = x0, b = x1;
+                    if (p.bias && !sh) a += p.bias[(size_t)g * p.H + n], b += p.bias[(size_t)g * p.H + n + 1];
+                    *reinterpret_cast<__nv_bfloat162 *>(o + n) = __floats2bfloat162_rn(a, b);
                 }
             }
         }
@@ -203,10 +217,20 @@ extern "C" void moe_gemm_gate_up_cuda(uint16_t *act, int ldact, const uint16_t *
                                       const int32_t *tiles, const int32_t *ntiles, int max_tiles, int E, int H, int Im,
                                       int Is, const uint16_t *w_gu, const uint16_t *ws_gu, void *stream)
 {
+    moe_gemm_gate_up_opts_cuda(act, ldact, x, ldx, row_token, tiles, ntiles, max_tiles, E, H, Im, Is, w_gu, ws_gu,
+                               NULL, stream);
+}
+
+extern "C" void moe_gemm_gate_up_opts_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx,
+                                           const int32_t *row_token, const int32_t *tiles, const int32_t *ntiles,
+                                           int max_tiles, int E, int H, int Im, int Is, const uint16_t *w_gu,
+                                           const uint16_t *ws_gu, const moe_gemm_opts *o, void *stream)
+{
     if (max_tiles <= 0) return;
     mgm_check("moe_gemm_gate_up_cuda", ldact, ldx, H, Im, Is, max_tiles);
     mgm_params p = {(bf16 *)act, ldact, (const bf16 *)x, ldx, row_token, tiles, ntiles, (const bf16 *)w_gu,
-                    (const bf16 *)ws_gu, E, H, Im, Is};
+                    (const bf16 *)ws_gu, E, H, Im, Is, o ? o->bias : NULL, o ? o->alpha : 0.0f,
+                    o ? o->limit : 0.0f};
     mgm_launch<true>(p, max_tiles, Im > Is ? Im : Is, (cudaStream_t)stream);
 }
 
@@ -214,9 +238,17 @@ extern "C" void moe_gemm_down_cuda(uint16_t *y, int ldy, const uint16_t *act, in
                                    const int32_t *ntiles, int max_tiles, int E, int H, int Im, int Is,
                                    const uint16_t *w_down, const uint16_t *ws_down, void *stream)
 {
+    moe_gemm_down_opts_cuda(y, ldy, act, ldact, tiles, ntiles, max_tiles, E, H, Im, Is, w_down, ws_down, NULL, stream);
+}
+
+extern "C" void moe_gemm_down_opts_cuda(uint16_t *y, int ldy, const uint16_t *act, int ldact, const int32_t *tiles,
+                                        const int32_t *ntiles, int max_tiles, int E, int H, int Im, int Is,
+                                        const uint16_t *w_down, const uint16_t *ws_down, const moe_gemm_opts *o,
+                                        void *stream)
+{
     if (max_tiles <= 0) return;
     mgm_check("moe_gemm_down_cuda", ldy, ldact, H, Im, Is, max_tiles);
     mgm_params p = {(bf16 *)y, ldy, (const bf16 *)act, ldact, NULL, tiles, ntiles, (const bf16 *)w_down,
-                    (const bf16 *)ws_down, E, H, Im, Is};
+                    (const bf16 *)ws_down, E, H, Im, Is, o ? o->bias : NULL, 0.0f, 0.0f};
     mgm_launch<false>(p, max_tiles, H, (cudaStream_t)stream);
 }

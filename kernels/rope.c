@@ -1,16 +1,42 @@
 /* rope: rotate-half rotary embedding (CPU reference) and the inverse-frequency table with Llama-3 scaling
- * (transformers _compute_llama3_parameters). */
+ * (transformers _compute_llama3_parameters) or YaRN (_compute_yarn_parameters). */
 #include "rope.h"
 
 #include <math.h>
 
 #include "util.h"
 
+/* The dimension (of head_dim) that turns `rotations` times over max_pos positions. */
+static double yarn_correction_dim(double rotations, int head_dim, double theta, int max_pos)
+{
+    return head_dim * log(max_pos / (rotations * 2.0 * M_PI)) / (2.0 * log(theta));
+}
+
+static void yarn_blend(double *inv_freq, int head_dim, const rope_params *p)
+{
+    DF_ASSERT(p->factor > 0 && p->original_max_position > 0 && p->beta_fast > p->beta_slow);
+    double low = yarn_correction_dim(p->beta_fast, head_dim, p->theta, p->original_max_position);
+    double high = yarn_correction_dim(p->beta_slow, head_dim, p->theta, p->original_max_position);
+    if (p->truncate) low = floor(low), high = ceil(high);
+    if (low < 0) low = 0;
+    if (high > head_dim - 1) high = head_dim - 1;
+    if (low == high) high += 0.001;
+    for (int i = 0; i < head_dim / 2; i++) {
+        double ramp = (i - low) / (high - low); /* 0: extrapolate (keep), 1: interpolate (divide by factor) */
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        inv_freq[i] = inv_freq[i] / p->factor * ramp + inv_freq[i] * (1.0 - ramp);
+    }
+}
+
 void rope_inv_freq(double *inv_freq, int head_dim, const rope_params *p)
 {
     DF_ASSERT(head_dim > 0 && head_dim % 2 == 0 && p->theta > 0);
     int half = head_dim / 2;
     for (int i = 0; i < half; i++) inv_freq[i] = 1.0 / pow(p->theta, (double)(2 * i) / head_dim);
+    if (p->yarn) {
+        yarn_blend(inv_freq, head_dim, p);
+        return;
+    }
     if (!p->llama3) return;
     DF_ASSERT(p->factor > 0 && p->low_freq_factor > 0 && p->high_freq_factor > p->low_freq_factor &&
               p->original_max_position > 0);

@@ -21,3 +21,11 @@ void swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const floa
         dup[i] = d * g * s;
     }
 }
+
+void swiglu_clamped_forward_cpu(float *out, const float *gate, const float *up, size_t n, float alpha, float limit)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = fminf(gate[i], limit), u = fmaxf(fminf(up[i], limit), -limit);
+        out[i] = (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
+    }
+}

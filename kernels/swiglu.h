@@ -8,6 +8,9 @@
 void swiglu_forward_cpu(float *out, const float *gate, const float *up, size_t n);
 /* dgate[i], dup[i] from dout and the forward inputs (overwritten, not accumulated). */
 void swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+/* gpt-oss's clamped variant (transformers' GptOssExperts): g = min(gate, limit), u = clamp(up, -limit, limit),
+ * out[i] = (u + 1) * g * sigmoid(alpha * g); out may alias gate or up. */
+void swiglu_clamped_forward_cpu(float *out, const float *gate, const float *up, size_t n, float alpha, float limit);
 
 
 #include <stdint.h>

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,40 @@ static int get_str(const json_t *obj, const char *file, const char *prefix, cons
     return 0;
 }
 
-/* Rope scaling: rope_scaling when present, else rope_parameters; only "default" and "llama3" are supported. */
+/* YaRN (hf_config.h: rope_yarn), as transformers' _compute_yarn_parameters reads rope_scaling / rope_parameters. */
+static double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
+
+static int parse_yarn(hf_config *cfg, const json_t *rs, const char *file, const char *prefix, errbuf *err)
+{
+    int ret, orig = 0;
+    double mscale = 0, mscale_all = 0, af = 0;
+    cfg->rope_yarn = 1;
+    cfg->rope_beta_fast = 32, cfg->rope_beta_slow = 1;
+    if ((ret = get_positive(rs, file, prefix, "factor", 1, &cfg->rope_factor, err)) ||
+        (ret = get_positive(rs, file, prefix, "beta_fast", 0, &cfg->rope_beta_fast, err)) ||
+        (ret = get_positive(rs, file, prefix, "beta_slow", 0, &cfg->rope_beta_slow, err)) ||
+        (ret = get_positive(rs, file, prefix, "mscale", 0, &mscale, err)) ||
+        (ret = get_positive(rs, file, prefix, "mscale_all_dim", 0, &mscale_all, err)) ||
+        (ret = get_positive(rs, file, prefix, "attention_factor", 0, &af, err)) ||
+        (ret = get_bool(rs, file, "truncate", 1, &cfg->rope_truncate, err)) ||
+        (ret = get_int(rs, file, prefix, "original_max_position_embeddings", 0, 0, 1, INT_MAX, &orig, err)))
+        return ret;
+    if (orig && cfg->max_position > 0) cfg->rope_factor = (double)cfg->max_position / orig;
+    cfg->rope_original_max_position = orig ? orig : cfg->max_position;
+    if (cfg->rope_original_max_position <= 0)
+        return errbuf_set(err, EINVAL, "%s: field %soriginal_max_position_embeddings: needed by rope_type yarn (or "
+                          "max_position_embeddings)", file, prefix);
+    if (!(cfg->rope_beta_fast > cfg->rope_beta_slow))
+        return errbuf_set(err, EINVAL, "%s: field %sbeta_fast: %g must be greater than beta_slow %g", file, prefix,
+                          cfg->rope_beta_fast, cfg->rope_beta_slow);
+    if (af > 0) cfg->rope_yarn_attention = af;
+    else if (mscale > 0 && mscale_all > 0)
+        cfg->rope_yarn_attention = yarn_mscale(cfg->rope_factor, mscale) / yarn_mscale(cfg->rope_factor, mscale_all);
+    else cfg->rope_yarn_attention = yarn_mscale(cfg->rope_factor, 1.0);
+    return 0;
+}
+
+/* Rope scaling: rope_scaling when present, else rope_parameters; "default", "llama3" and "yarn" are supported. */
 static int parse_rope(hf_config *cfg, const json_t *root, const char *file, const char *tp, errbuf *err)
 {
     char pre_params[48], pre_scaling[48];
@@ -123,9 +157,10 @@ static int parse_rope(hf_config *cfg, const json_t *root, const char *file, cons
     ret = get_str(rs, file, prefix, tkey, type, sizeof type, 0, err);
     if (ret) return ret;
     if (type[0] == '\0' || strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "yarn") == 0) return parse_yarn(cfg, rs, file, prefix, err);
     if (strcmp(type, "llama3") != 0)
-        return errbuf_set(err, EINVAL, "%s: field %s%s: unsupported value \"%s\" (expected default or llama3)", file,
-                          prefix, tkey, type);
+        return errbuf_set(err, EINVAL, "%s: field %s%s: unsupported value \"%s\" (expected default, llama3 or yarn)",
+                          file, prefix, tkey, type);
     cfg->rope_llama3 = 1;
     if ((ret = get_positive(rs, file, prefix, "factor", 1, &cfg->rope_factor, err)) ||
         (ret = get_positive(rs, file, prefix, "low_freq_factor", 1, &cfg->rope_low_freq_factor, err)) ||
@@ -351,6 +386,61 @@ static int parse_hybrid(hf_config *cfg, const json_t *tc, const char *file, cons
     return 0;
 }
 
+/* gpt_oss (hf_config.h): experts on every layer, biases, sinks, sliding layers, the clamped SwiGLU, MXFP4. */
+static int parse_gpt_oss(hf_config *cfg, const json_t *tc, const char *file, errbuf *err)
+{
+    int ret;
+    if (cfg->num_layers > HF_MAX_LAYERS)
+        return errbuf_set(err, EINVAL, "%s: field num_hidden_layers: %d layers, at most %d supported for gpt_oss",
+                          file, cfg->num_layers, HF_MAX_LAYERS);
+    cfg->swiglu_alpha = 1.702, cfg->swiglu_limit = 7.0;
+    if ((ret = get_int(tc, file, "", "num_local_experts", 1, 0, 1, 1 << 20, &cfg->num_experts, err)) ||
+        (ret = get_int(tc, file, "", "num_experts_per_tok", 1, 0, 1, cfg->num_experts, &cfg->num_experts_per_tok,
+                       err)) ||
+        (ret = get_bool(tc, file, "attention_bias", 1, &cfg->attention_bias, err)) ||
+        (ret = get_positive(tc, file, "", "swiglu_alpha", 0, &cfg->swiglu_alpha, err)) ||
+        (ret = get_positive(tc, file, "", "swiglu_limit", 0, &cfg->swiglu_limit, err)) ||
+        (ret = get_int(tc, file, "", "sliding_window", 0, 128, 1, INT_MAX, &cfg->sliding_window, err)))
+        return ret;
+    if (!field_get(tc, "sliding_window") && json_is_null(json_object_get(tc, "sliding_window")))
+        cfg->sliding_window = 0; /* null: the sliding layers see everything */
+    cfg->moe_intermediate_size = cfg->intermediate_size;
+    cfg->norm_topk_prob = 1; /* softmax over the top k logits = the top k of the softmax, renormalised */
+    cfg->attn_sinks = cfg->moe_bias = 1;
+    memset(cfg->layer_moe, 1, (size_t)cfg->num_layers);
+    const json_t *lt = field_get(tc, "layer_types");
+    if (lt && !json_is_array(lt)) return wrong_type(file, "", "layer_types", "array", lt, err);
+    if (lt && json_array_size(lt) != (size_t)cfg->num_layers)
+        return errbuf_set(err, EINVAL, "%s: field layer_types: %zu entries, num_hidden_layers is %d", file,
+                          json_array_size(lt), cfg->num_layers);
+    for (int i = 0; i < cfg->num_layers; i++) {
+        if (!lt) {
+            cfg->layer_sliding[i] = (i + 1) % 2 != 0;
+            continue;
+        }
+        const json_t *v = json_array_get(lt, (size_t)i);
+        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+        if (s && !strcmp(s, "sliding_attention")) cfg->layer_sliding[i] = 1;
+        else if (!s || strcmp(s, "full_attention"))
+            return errbuf_set(err, EINVAL, "%s: field layer_types[%d]: expected \"full_attention\" or "
+                              "\"sliding_attention\", got %s%s%s", file, i, s ? "\"" : "", s ? s : json_type_name(v),
+                              s ? "\"" : "");
+    }
+    const json_t *q = field_get(tc, "quantization_config");
+    if (q) {
+        if (!json_is_object(q)) return wrong_type(file, "", "quantization_config", "object", q, err);
+        char method[32];
+        if ((ret = get_str(q, file, "quantization_config.", "quant_method", method, sizeof method, 1, err)))
+            return ret;
+        if (strcmp(method, "mxfp4"))
+            return errbuf_set(err, EINVAL, "%s: field quantization_config.quant_method: unsupported value \"%s\" "
+                              "(dflash reads gpt_oss checkpoints unquantised or with MXFP4 experts, quant_method "
+                              "mxfp4)", file, method);
+        cfg->experts_mxfp4 = 1;
+    }
+    return 0;
+}
+
 static int parse_root(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
 {
     if (!json_is_object(root))
@@ -369,6 +459,9 @@ static int parse_root(hf_config *cfg, const json_t *root, const char *file, errb
     } else if (strcmp(mt, "qwen3_moe") == 0) {
         cfg->arch = HF_ARCH_QWEN3_MOE;
         cfg->has_qk_norm = 1;
+    } else if (strcmp(mt, "gpt_oss") == 0) {
+        cfg->arch = HF_ARCH_GPT_OSS;
+        cfg->has_qk_norm = 0;
     } else if (!strcmp(mt, "qwen3_5") || !strcmp(mt, "qwen3_5_moe") || !strcmp(mt, "qwen3_5_text") ||
                !strcmp(mt, "qwen3_5_moe_text") || !strcmp(mt, "qwen3_next")) {
         cfg->arch = strcmp(mt, "qwen3_next") ? HF_ARCH_QWEN3_5 : HF_ARCH_QWEN3_NEXT;
@@ -383,7 +476,8 @@ static int parse_root(hf_config *cfg, const json_t *root, const char *file, errb
         }
     } else {
         return errbuf_set(err, EINVAL, "%s: field model_type: unsupported value \"%s\" (expected qwen3, llama, "
-                          "qwen3_moe, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text or qwen3_next)", file, mt);
+                          "qwen3_moe, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, qwen3_next or gpt_oss)", file,
+                          mt);
     }
     int hybrid = cfg->arch == HF_ARCH_QWEN3_5 || cfg->arch == HF_ARCH_QWEN3_NEXT;
     if (cfg->arch == HF_ARCH_QWEN3_NEXT &&
@@ -436,6 +530,7 @@ static int parse_root(hf_config *cfg, const json_t *root, const char *file, errb
             (ret = parse_moe(cfg, tc, file, tp, 0, err)))
             return ret;
     }
+    if (cfg->arch == HF_ARCH_GPT_OSS && (ret = parse_gpt_oss(cfg, tc, file, err))) return ret;
     if ((ret = parse_architectures(cfg, root, file, err))) return ret;
     if (cfg->is_dflash) return parse_dflash(cfg, root, file, err);
     return 0;
@@ -468,6 +563,12 @@ void hf_config_as_qwen3(hf_config *cfg)
     cfg->rotary_dim = cfg->head_dim;
     cfg->num_experts = cfg->num_experts_per_tok = cfg->moe_intermediate_size = 0;
     cfg->shared_expert_intermediate_size = cfg->norm_topk_prob = 0;
+    cfg->rope_yarn = cfg->rope_truncate = 0;
+    cfg->rope_beta_fast = cfg->rope_beta_slow = cfg->rope_yarn_attention = 0;
+    cfg->attention_bias = cfg->attn_sinks = cfg->experts_mxfp4 = cfg->moe_bias = 0;
+    cfg->swiglu_alpha = cfg->swiglu_limit = 0;
+    memset(cfg->layer_sliding, 0, sizeof cfg->layer_sliding);
+    cfg->sliding_window = 0;
 }
 
 /* Read a whole (small) text file into *out (xmalloc'd, NUL-terminated). */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "attention.h"
+#include "bias_add.h"
 #include "kv_attention.h"
 #include "matmul.h"
 #include "rmsnorm.h"
@@ -34,13 +35,22 @@ int attn_block_load(attn_block *a, const st_file *st, const hf_config *c, const 
         LOAD(q_norm, "self_attn.q_norm.weight", hd, 0);
         LOAD(k_norm, "self_attn.k_norm.weight", hd, 0);
     }
+    if (c->attention_bias) {
+        LOAD(bq, "self_attn.q_proj.bias", qd, 0);
+        LOAD(bk, "self_attn.k_proj.bias", kd, 0);
+        LOAD(bv, "self_attn.v_proj.bias", kd, 0);
+        LOAD(bo, "self_attn.o_proj.bias", H, 0);
+    }
+    if (c->attn_sinks) LOAD(sinks, "self_attn.sinks", c->num_heads, 0);
 #undef LOAD
+    a->window = hf_layer_window(c, layer);
     return rc;
 }
 
 void attn_block_free(attn_block *a)
 {
-    float **p[] = {&a->input_norm, &a->q_norm, &a->k_norm, &a->wq, &a->wk, &a->wv, &a->wo};
+    float **p[] = {&a->input_norm, &a->q_norm, &a->k_norm, &a->wq, &a->wk, &a->wv, &a->wo, &a->bq, &a->bk, &a->bv,
+                   &a->bo, &a->sinks};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
 }
 
@@ -72,23 +82,28 @@ void attn_block_forward_cpu(const attn_block *w, const hf_config *c, const doubl
 {
     const int H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
     const int qd = nh * hd, kd = nkv * hd;
-    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    const float eps = (float)c->rms_eps, scale = hf_attn_scale(c);
     rmsnorm_forward_cpu(a->u, H, x, H, w->input_norm, T, H, eps);
     matmul_forward_cpu(a->q, qd, a->u, H, w->wq, T, qd, H, 0);
     matmul_forward_cpu(a->k, kd, a->u, H, w->wk, T, kd, H, 0);
     matmul_forward_cpu(a->v, kd, a->u, H, w->wv, T, kd, H, 0);
+    bias_add_cpu(a->q, qd, T, qd, w->bq);
+    bias_add_cpu(a->k, kd, T, kd, w->bk);
+    bias_add_cpu(a->v, kd, T, kd, w->bv);
     if (c->has_qk_norm) {
         rmsnorm_forward_cpu(a->q, hd, a->q, hd, w->q_norm, T * nh, hd, eps);
         rmsnorm_forward_cpu(a->k, hd, a->k, hd, w->k_norm, T * nkv, hd, eps);
     }
     rope_apply_cpu(a->q, qd, T, nh, hd, pos, inv_freq, 0);
     rope_apply_cpu(a->k, kd, T, nkv, hd, pos, inv_freq, 0);
+    const attention_opts o = {.window = w->window, .sinks = w->sinks};
     if (kv)
-        kv_attention_forward_cpu(a->attn, qd, a->q, qd, kv->kc, kv->vc, kv->seq_stride, kv->seq, pos, T, nh, nkv, hd,
-                                 scale);
+        kv_attention_opts_forward_cpu(a->attn, qd, a->q, qd, kv->kc, kv->vc, kv->seq_stride, kv->seq, pos, T, nh, nkv,
+                                      hd, scale, &o);
     else
-        attention_causal_forward_cpu(a->attn, a->q, a->k, a->v, cu_seqlens, nseq, nh, nkv, hd, scale);
+        attention_causal_opts_forward_cpu(a->attn, a->q, a->k, a->v, cu_seqlens, nseq, nh, nkv, hd, scale, &o);
     matmul_forward_cpu(x, H, a->attn, qd, w->wo, T, H, qd, 1);
+    bias_add_cpu(x, H, T, H, w->bo);
 }
 
 void attn_kv_cache_init(attn_kv_cache *k, const hf_config *c, int nseq, int max_len)

@@ -1,6 +1,7 @@
-/* attn_block: the attention sub-layer of the Qwen3 / Llama decoder layer on the CPU (fp32), shared by the dense and
- * qwen3_moe families: input RMSNorm, q/k/v projections, optional q/k RMSNorm per head (Qwen3), full RoPE, causal GQA
- * attention within the packed sequences or against a KV cache, o_proj added to the residual stream; its weights;
+/* attn_block: the attention sub-layer of the Qwen3 / Llama decoder layer on the CPU (fp32), shared by the dense,
+ * qwen3_moe and gpt_oss families: input RMSNorm, q/k/v projections (with biases: gpt_oss), optional q/k RMSNorm per
+ * head (Qwen3), full RoPE (YaRN's attention factor in the logit scale, hf_attn_scale), causal GQA attention (with a
+ * sliding window and sink logits: gpt_oss) within the packed sequences or against a KV cache, o_proj added to the residual stream; its weights;
  * and the decoding cache of every layer's keys and values. A block owns its weights, the activations are the
  * caller's (one call at a time per attn_acts). Errors name the checkpoint tensor. */
 #ifndef DFLASH_ATTN_BLOCK_H
@@ -17,6 +18,11 @@ typedef struct attn_block {
     float *input_norm;                   /* (H) */
     float *q_norm, *k_norm;              /* (hd), when c->has_qk_norm */
     float *wq, *wk, *wv, *wo;            /* (nh*hd, H), (nkv*hd, H) x2, (H, nh*hd) */
+    /* gpt_oss's options: biases (c->attention_bias; NULL: none) of q, k, v (nh*hd, nkv*hd x2) and o (H); a sink
+     * logit per head (c->attn_sinks: self_attn.sinks (nh)); the layer's window (hf_layer_window; 0: none) */
+    float *bq, *bk, *bv, *bo;
+    float *sinks;
+    int window;
 } attn_block;
 
 /* The block's activations over T rows: u (T, H) the normed rows (the caller may reuse it for its MLP), q and attn
@@ -36,7 +42,7 @@ typedef struct attn_kv_view {
 } attn_kv_view;
 
 /* The attention weights of layer `layer` of c from st, under "<prefix>layers.<layer>.": input_layernorm and
- * self_attn.{q,k,v,o}_proj (and q_norm / k_norm). On failure a holds what was loaded (attn_block_free frees it). */
+ * self_attn.{q,k,v,o}_proj (and q_norm / k_norm; the projections' .bias, self_attn.sinks). On failure a holds what was loaded (attn_block_free frees it). */
 int attn_block_load(attn_block *a, const st_file *st, const hf_config *c, const char *prefix, int layer, errbuf *err);
 void attn_block_free(attn_block *a);
 

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "attention.h"
+#include "bias_add.h"
 #include "cuda_check.h"
 #include "kv_attention.h"
 #include "matmul.h"
@@ -30,12 +31,27 @@ void attn_cuda_layer_alloc(target_cuda *m, attn_cuda_layer *l)
     }
     l->w_qkv = target_cuda_alloc(m, (qd + 2 * kd) * H * 2);
     l->w_o = target_cuda_alloc(m, H * qd * 2);
+    if (c->attention_bias) {
+        l->b_qkv = target_cuda_alloc(m, (qd + 2 * kd) * sizeof(float));
+        l->b_o = target_cuda_alloc(m, H * sizeof(float));
+    }
+    if (c->attn_sinks) l->sinks = target_cuda_alloc(m, (size_t)c->num_heads * sizeof(float));
 }
 
 void attn_cuda_layer_free(attn_cuda_layer *l)
 {
-    void *p[] = {&l->input_norm, &l->q_norm, &l->k_norm, &l->w_qkv, &l->w_o};
+    void *p[] = {&l->input_norm, &l->q_norm, &l->k_norm, &l->w_qkv, &l->w_o, &l->b_qkv, &l->b_o, &l->sinks};
     for (size_t j = 0; j < sizeof p / sizeof p[0]; j++) target_cuda_free(p[j]);
+}
+
+/* A 1-d tensor of len values into fp32 device memory. */
+static int upload_f32(const st_file *st, const char *name, float *dst, int64_t len, errbuf *err)
+{
+    float *f = NULL;
+    int rc = st_load_f32(st, name, &f, 1, &len, NULL, err);
+    if (!rc) CHECK_CUDA(cudaMemcpy(dst, f, sizeof(float) * (size_t)len, cudaMemcpyHostToDevice));
+    free(f);
+    return rc;
 }
 
 int attn_cuda_layer_load(target_cuda *m, attn_cuda_layer *l, const st_file *st, const char *prefix, int layer,
@@ -61,6 +77,19 @@ int attn_cuda_layer_load(target_cuda *m, attn_cuda_layer *l, const st_file *st, 
     UP(l->w_qkv + (qd + kd) * H, "self_attn.v_proj.weight", kd, H);
     UP(l->w_o, "self_attn.o_proj.weight", H, qd);
 #undef UP
+#define UPF(dst, suffix, len)                                             \
+    if (rc == 0) {                                                         \
+        snprintf(n, sizeof n, "%slayers.%d.%s", prefix, layer, suffix);   \
+        rc = upload_f32(st, n, dst, len, err);                             \
+    }
+    if (c->attention_bias) {
+        UPF(l->b_qkv, "self_attn.q_proj.bias", qd);
+        UPF(l->b_qkv + qd, "self_attn.k_proj.bias", kd);
+        UPF(l->b_qkv + qd + kd, "self_attn.v_proj.bias", kd);
+        UPF(l->b_o, "self_attn.o_proj.bias", H);
+    }
+    if (c->attn_sinks) UPF(l->sinks, "self_attn.sinks", c->num_heads);
+#undef UPF
     return rc;
 }
 
@@ -75,6 +104,9 @@ void attn_cuda_layer_init_random(target_cuda *m, attn_cuda_layer *l, uint64_t *s
     if (l->k_norm) rand_fill_bf16_cuda(l->k_norm, hd, s++, 0.0f, 1.0f, m->stream);
     rand_fill_bf16_cuda(l->w_qkv, (qd + 2 * kd) * H, s++, a, 0.0f, m->stream);
     rand_fill_bf16_cuda(l->w_o, H * qd, s++, a, 0.0f, m->stream);
+    if (l->b_qkv) CHECK_CUDA(cudaMemsetAsync(l->b_qkv, 0, (qd + 2 * kd) * sizeof(float), m->stream));
+    if (l->b_o) CHECK_CUDA(cudaMemsetAsync(l->b_o, 0, H * sizeof(float), m->stream));
+    if (l->sinks) CHECK_CUDA(cudaMemsetAsync(l->sinks, 0, (size_t)c->num_heads * sizeof(float), m->stream));
     *seed = s;
 }
 
@@ -107,13 +139,14 @@ void attn_cuda_forward(target_cuda *m, const attn_cuda *w, const attn_cuda_layer
     const hf_config *c = &m->cfg;
     const int T = rows->T, H = c->hidden_size, hd = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
     const int qd = nh * hd, kd = nkv * hd, qkvw = qd + 2 * kd;
-    const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    const float eps = (float)c->rms_eps, scale = hf_attn_scale(c);
     cudaStream_t st = m->stream;
     const attn_cuda_cache *ca = kv ? kv->state : NULL;
     rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
     matmul_forward_cuda(m->mm, w->qkv, qkvw, NULL, 0, 0.0f, m->u, H, l->w_qkv, T, qkvw, H, st);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    bias_add_bf16_cuda(w->qkv, qkvw, T, qkvw, l->b_qkv, st);
     qk_norm_rope_cuda(w->qkv, qkvw, w->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
                       m->d_inv_freq, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
@@ -121,14 +154,17 @@ void attn_cuda_forward(target_cuda *m, const attn_cuda *w, const attn_cuda_layer
         kv_cache_append_cuda(ca->kc[li], ca->vc[li], ca->seq_stride, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw,
                              kv->seq, kv->pos, T, kd, st);
     if (!kv || kv->packed)
-        attention_causal_forward_cuda(w->attn, qd, w->qkv, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw, rows->cu,
-                                      rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, st);
+        attention_causal_opts_forward_cuda(w->attn, qd, w->qkv, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw,
+                                           rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, l->window,
+                                           l->sinks, st);
     else
-        kv_attention_forward_cuda(w->attn, qd, w->qkv, qkvw, ca->kc[li], ca->vc[li], ca->seq_stride, kv->seq,
-                                  kv->pos, T, kv->max_pos, nh, nkv, hd, scale, ca->workspace, st);
+        kv_attention_opts_forward_cuda(w->attn, qd, w->qkv, qkvw, ca->kc[li], ca->vc[li], ca->seq_stride, kv->seq,
+                                       kv->pos, T, kv->max_pos, nh, nkv, hd, scale, l->window, l->sinks,
+                                       ca->workspace, st);
     target_cuda_mark(m, TARGET_CUDA_ATTENTION);
     matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, w->attn, qd, l->w_o, T, H, qd, st);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    bias_add_bf16_cuda(m->x, H, T, H, l->b_o, st);
 }
 
 int attn_cuda_cache_new(target_cuda *m, int nseq, int max_len, int max_step, void **state, size_t *bytes,

@@ -1,5 +1,5 @@
-/* attn_block_cuda: the attention sub-layer of the Qwen3 / Llama decoder layer on CUDA, shared by the dense and
- * qwen3_moe families (the CUDA twin of attn_block.h): RMSNorm, one fused q|k|v GEMM, per-head q/k norm + RoPE, flash
+/* attn_block_cuda: the attention sub-layer of the Qwen3 / Llama decoder layer on CUDA, shared by the dense,
+ * qwen3_moe and gpt_oss families (the CUDA twin of attn_block.h, with its gpt_oss options): RMSNorm, one fused q|k|v GEMM, per-head q/k norm + RoPE, flash
  * attention over the packed sequences (or, decoding, the rows' keys and values appended to the cache and
  * flash-decoding against it), o_proj GEMM whose epilogue adds the residual; its device weights, workspaces and the
  * decoding cache of every layer's keys and values (one allocation, per layer keys then values, each
@@ -17,6 +17,10 @@ typedef struct attn_cuda_layer {
     uint16_t *q_norm, *k_norm;        /* (hd), Qwen3 only */
     uint16_t *w_qkv;                  /* (qd + 2 kd, H): q_proj | k_proj | v_proj rows */
     uint16_t *w_o;                    /* (H, qd) */
+    /* gpt_oss's options (attn_block.h): fp32 biases of q|k|v (qd + 2 kd) and o (H), sink logits (nh); NULL: none;
+     * the layer's window (0, as alloc leaves it: none; the family sets it: hf_layer_window) */
+    float *b_qkv, *b_o, *sinks;
+    int window;
 } attn_cuda_layer;
 
 /* Workspaces for m->max_tokens rows. */

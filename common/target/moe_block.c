@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bias_add.h"
 #include "matmul.h"
 #include "moe_router.h"
 #include "swiglu.h"
@@ -82,7 +83,8 @@ int moe_block_load(moe_block *b, const st_file *st, const hf_config *c, const ch
 
 void moe_block_free(moe_block *b)
 {
-    float **p[] = {&b->router, &b->e_gate_up, &b->e_down, &b->s_gate, &b->s_up, &b->s_down, &b->s_gate_w};
+    float **p[] = {&b->router, &b->e_gate_up, &b->e_down, &b->s_gate, &b->s_up, &b->s_down, &b->s_gate_w,
+                   &b->router_b, &b->e_gate_up_b, &b->e_down_b};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
 }
 
@@ -101,6 +103,7 @@ void moe_block_forward_cpu(const moe_block *b, const hf_config *c, moe_scratch *
     const int Is = c->shared_expert_intermediate_size;
     float *probs = scratch(s, MB_PROBS, (size_t)T * E);
     matmul_forward_cpu(probs, E, u, H, b->router, T, E, H, 0);
+    bias_add_cpu(probs, E, T, E, b->router_b);
     size_t need = (size_t)T * K;
     if (s->idx_cap < need) {
         free(s->idx);
@@ -129,13 +132,25 @@ void moe_block_forward_cpu(const moe_block *b, const hf_config *c, moe_scratch *
         if (!n) continue;
         const float *wgu = b->e_gate_up + (size_t)e * 2 * Im * H, *wd = b->e_down + (size_t)e * H * Im;
         matmul_forward_cpu(gu, 2 * Im, xs, H, wgu, n, 2 * Im, H, 0);
-        for (int r = 0; r < n; r++) swiglu_forward_cpu(act + (size_t)r * Im, gu + (size_t)r * 2 * Im,
-                                                       gu + (size_t)r * 2 * Im + Im, (size_t)Im);
+        const float *bgu = b->e_gate_up_b ? b->e_gate_up_b + (size_t)e * 2 * Im : NULL;
+        const float *bd = b->e_down_b ? b->e_down_b + (size_t)e * H : NULL;
+        for (int r = 0; r < n; r++) {
+            float *g = gu + (size_t)r * 2 * Im;
+            for (int i = 0; bgu && i < 2 * Im; i++) g[i] += bgu[i];
+            if (c->swiglu_limit > 0)
+                swiglu_clamped_forward_cpu(act + (size_t)r * Im, g, g + Im, (size_t)Im, (float)c->swiglu_alpha,
+                                           (float)c->swiglu_limit);
+            else
+                swiglu_forward_cpu(act + (size_t)r * Im, g, g + Im, (size_t)Im);
+        }
         matmul_forward_cpu(ys, H, act, Im, wd, n, H, Im, 0);
         for (int r = 0; r < n; r++) {
             float *xt = x + (size_t)s->idx[r] * H;
             const float *yr = ys + (size_t)r * H, w = s->wts[r];
-            for (int i = 0; i < H; i++) xt[i] += yr[i] * w;
+            if (bd)
+                for (int i = 0; i < H; i++) xt[i] += (yr[i] + bd[i]) * w;
+            else
+                for (int i = 0; i < H; i++) xt[i] += yr[i] * w;
         }
     }
     if (Is > 0) {

@@ -1,5 +1,6 @@
 /* moe_block: the sparse MoE MLP block on the CPU (fp32), shared by the target families that have one (hybrid:
- * Qwen3.5-MoE, Qwen3-Next; qwen3_moe): softmax router (fp32), top-k (renormalised when norm_topk_prob), SwiGLU
+ * Qwen3.5-MoE, Qwen3-Next; qwen3_moe; gpt_oss, whose biases and clamped SwiGLU are options of the block and whose
+ * loader is its family's): softmax router (fp32), top-k (renormalised when norm_topk_prob), SwiGLU
  * experts of moe_intermediate_size weighted by their routing weight, and the shared expert scaled by
  * sigmoid(shared_expert_gate · u) when shared_expert_intermediate_size > 0; following transformers'
  * modeling_qwen3_5_moe.py, modeling_qwen3_next.py and modeling_qwen3_moe.py. A block owns its weights; the scratch
@@ -20,6 +21,9 @@ typedef struct moe_block {
     float *e_down;                          /* (E, H, Im) */
     float *s_gate, *s_up, *s_down;          /* shared expert (Is, H) x2, (H, Is); NULL when Is = 0 */
     float *s_gate_w;                        /* (1, H) */
+    /* gpt_oss's biases (NULL: none): the router's (E), the experts' gate|up (E, 2*Im) in e_gate_up's row order and
+     * down (E, H) */
+    float *router_b, *e_gate_up_b, *e_down_b;
 } moe_block;
 
 /* Working memory of moe_block_forward_cpu, grown on demand; zero-initialised is empty. */
@@ -39,7 +43,9 @@ typedef struct moe_scratch {
  * loaded (moe_block_free frees it). */
 int moe_block_load(moe_block *b, const st_file *st, const hf_config *c, const char *prefix, int layer, errbuf *err);
 void moe_block_free(moe_block *b);
-/* x (T, H) += the block applied to u (T, H) (the post-attention-normed rows). */
+/* x (T, H) += the block applied to u (T, H) (the post-attention-normed rows). The biases b has are added (router
+ * logits, gate|up, down before the routing weight); c->swiglu_limit > 0 makes the experts' activation gpt-oss's
+ * clamped SwiGLU (swiglu_clamped_forward_cpu with c->swiglu_alpha). */
 void moe_block_forward_cpu(const moe_block *b, const hf_config *c, moe_scratch *s, float *x, const float *u, int T);
 void moe_scratch_free(moe_scratch *s);
 

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bias_add.h"
 #include "cuda_check.h"
 #include "matmul.h"
 #include "moe_combine.h"
@@ -35,7 +36,8 @@ moe_cuda_shape moe_cuda_shape_of(const hf_config *c)
 {
     moe_cuda_shape s = {.H = c->hidden_size, .E = c->num_experts, .K = c->num_experts_per_tok,
                         .Im = c->moe_intermediate_size, .Is = c->shared_expert_intermediate_size,
-                        .shared_gate = c->shared_expert_intermediate_size > 0, .norm_topk = c->norm_topk_prob};
+                        .shared_gate = c->shared_expert_intermediate_size > 0, .norm_topk = c->norm_topk_prob,
+                        .bias = c->moe_bias, .alpha = (float)c->swiglu_alpha, .limit = (float)c->swiglu_limit};
     return s;
 }
 
@@ -98,6 +100,12 @@ void moe_cuda_layer_alloc(target_cuda *m, const moe_cuda_shape *s, moe_cuda_laye
     l->e_gu = target_cuda_alloc(m, E * 2 * Im * H * 2);
     l->e_down = target_cuda_alloc(m, E * H * Im * 2);
     l->s_gu = l->s_down = NULL;
+    l->router_b = l->e_gu_b = l->e_down_b = NULL;
+    if (s->bias) {
+        l->router_b = target_cuda_alloc(m, E * sizeof(float));
+        l->e_gu_b = target_cuda_alloc(m, E * 2 * Im * sizeof(float));
+        l->e_down_b = target_cuda_alloc(m, E * H * sizeof(float));
+    }
     if (Is > 0) {
         l->s_gu = target_cuda_alloc(m, 2 * Is * H * 2);
         l->s_down = target_cuda_alloc(m, H * Is * 2);
@@ -106,7 +114,7 @@ void moe_cuda_layer_alloc(target_cuda *m, const moe_cuda_shape *s, moe_cuda_laye
 
 void moe_cuda_layer_free(moe_cuda_layer *l)
 {
-    void *p[] = {&l->router, &l->e_gu, &l->e_down, &l->s_gu, &l->s_down};
+    void *p[] = {&l->router, &l->e_gu, &l->e_down, &l->s_gu, &l->s_down, &l->router_b, &l->e_gu_b, &l->e_down_b};
     for (size_t j = 0; j < sizeof p / sizeof p[0]; j++) target_cuda_free(p[j]);
 }
 
@@ -164,6 +172,11 @@ void moe_cuda_layer_init_random(target_cuda *m, const moe_cuda_shape *s, moe_cud
     rand_fill_bf16_cuda(l->router, (E + (size_t)s->shared_gate) * H, r++, a, 0.0f, st);
     rand_fill_bf16_cuda(l->e_gu, E * 2 * Im * H, r++, a, 0.0f, st);
     rand_fill_bf16_cuda(l->e_down, E * H * Im, r++, a, 0.0f, st);
+    if (s->bias) {
+        CHECK_CUDA(cudaMemsetAsync(l->router_b, 0, E * sizeof(float), st));
+        CHECK_CUDA(cudaMemsetAsync(l->e_gu_b, 0, E * 2 * Im * sizeof(float), st));
+        CHECK_CUDA(cudaMemsetAsync(l->e_down_b, 0, E * H * sizeof(float), st));
+    }
     if (Is > 0) {
         rand_fill_bf16_cuda(l->s_gu, 2 * Is * H, r++, a, 0.0f, st);
         rand_fill_bf16_cuda(l->s_down, H * Is, r++, a, 0.0f, st);
@@ -181,15 +194,18 @@ void moe_cuda_forward(target_cuda *m, moe_cuda *b, const moe_cuda_layer *l, int 
     cudaStream_t st = m->stream;
     matmul_forward_f32_cuda(m->mm, b->logits, b->ldl, 0.0f, u, ldu, l->router, T, b->ldl, H, st);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    bias_add_f32_cuda(b->logits, b->ldl, T, E, l->router_b, st);
     moe_router_topk_cuda(b->sel, b->selw, b->logits, b->ldl, T, E, K, s->norm_topk, st);
     moe_group_cuda(b->sel, T, K, E, shared, MOE_GEMM_BM, b->off, b->row_token, b->slot_row, b->tiles, b->ntiles,
                    b->work, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
     const int tiles = moe_group_max_tiles(TK, E, shared, MOE_GEMM_BM);
-    moe_gemm_gate_up_cuda(b->act, b->lda, u, ldu, b->row_token, b->tiles, b->ntiles, tiles, E, H, s->Im, s->Is,
-                          l->e_gu, l->s_gu, st);
-    moe_gemm_down_cuda(b->ys, H, b->act, b->lda, b->tiles, b->ntiles, tiles, E, H, s->Im, s->Is, l->e_down,
-                       l->s_down, st);
+    const moe_gemm_opts ogu = {.bias = l->e_gu_b, .alpha = s->alpha, .limit = s->limit};
+    const moe_gemm_opts odn = {.bias = l->e_down_b};
+    moe_gemm_gate_up_opts_cuda(b->act, b->lda, u, ldu, b->row_token, b->tiles, b->ntiles, tiles, E, H, s->Im, s->Is,
+                               l->e_gu, l->s_gu, &ogu, st);
+    moe_gemm_down_opts_cuda(b->ys, H, b->act, b->lda, b->tiles, b->ntiles, tiles, E, H, s->Im, s->Is, l->e_down,
+                            l->s_down, &odn, st);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     moe_combine_cuda(dst, ldd, resid, ldr, b->ys, H, b->slot_row, b->selw, T, K, H,
                      shared ? b->ys + (size_t)TK * H : NULL, H, s->shared_gate ? b->logits + E : NULL, b->ldl, st);

@@ -29,17 +29,20 @@ typedef struct moe_cuda_shape {
     int H, E, K, Im, Is;  /* hidden, experts, picks per token, expert width, shared-expert width (0: none) */
     int shared_gate;      /* the shared expert's output is scaled by sigmoid(shared_expert_gate · u) */
     int norm_topk;        /* top-K weights divided by their sum */
+    int bias;             /* gpt_oss: router and experts have biases (moe_cuda_layer's *_b) */
+    float alpha, limit;   /* limit > 0: gpt_oss's clamped SwiGLU (moe_gemm_opts) */
 } moe_cuda_shape;
 
 typedef struct moe_cuda_layer {
     uint16_t *router;       /* (E + shared_gate, H): router rows, then the shared expert's gate row (then zero rows) */
     uint16_t *e_gu, *e_down; /* (E, 2 Im, H): per expert Im gate rows then Im up rows; (E, H, Im) */
     uint16_t *s_gu, *s_down; /* (2 Is, H), (H, Is); NULL when Is = 0 */
+    float *router_b, *e_gu_b, *e_down_b; /* with bias: fp32 (E), (E, 2 Im) as e_gu's rows, (E, H); else NULL */
 } moe_cuda_layer;
 
 typedef struct moe_cuda moe_cuda;
 
-/* The shape of a hybrid (Qwen3.5-MoE / Qwen3-Next) config's MoE layers: shared expert gated when it has one. */
+/* The shape of a config's MoE layers: shared expert gated when it has one; gpt_oss's biases and clamped SwiGLU. */
 moe_cuda_shape moe_cuda_shape_of(const hf_config *c);
 /* Refuses a shape the kernels do not take (naming it): 0 or -EINVAL. */
 int moe_cuda_check(const moe_cuda_shape *s, errbuf *err);
@@ -49,7 +52,8 @@ void moe_cuda_destroy(moe_cuda **b);
 /* Device weights of one layer (uninitialised). */
 void moe_cuda_layer_alloc(target_cuda *m, const moe_cuda_shape *s, moe_cuda_layer *l);
 void moe_cuda_layer_free(moe_cuda_layer *l);
-/* Upload one layer's weights from st, names under prefix (e.g. "model.layers.3.mlp."). */
+/* Upload one layer's weights from st, names under prefix (e.g. "model.layers.3.mlp."), as the Qwen families name
+ * them (gpt_oss's family uploads its own: gptoss_experts.h). */
 int moe_cuda_layer_load(const moe_cuda_shape *s, moe_cuda_layer *l, const st_file *st, const char *prefix,
                         errbuf *err);
 /* Random weights from *seed (advanced), uniform with half-width a, on m->stream. */

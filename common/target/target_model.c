@@ -61,7 +61,8 @@ int target_model_load(target_model **out, const char *dir, int max_layer, errbuf
     m->inv_freq = xmalloc(sizeof(double) * (size_t)(rd / 2));
     rope_params rp = {.theta = c->rope_theta, .llama3 = c->rope_llama3, .factor = c->rope_factor,
                       .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
-                      .original_max_position = c->rope_original_max_position};
+                      .original_max_position = c->rope_original_max_position, .yarn = c->rope_yarn,
+                      .beta_fast = c->rope_beta_fast, .beta_slow = c->rope_beta_slow, .truncate = c->rope_truncate};
     rope_inv_freq(m->inv_freq, rd, &rp);
     /* transformers keeps inv_freq as a float buffer that follows the model's dtype when the model is cast
      * (model.to(torch.bfloat16)): a bf16 checkpoint's reference forward rotates with bf16-rounded frequencies. */

@@ -142,7 +142,8 @@ static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int f
     double *inv = xmalloc(sizeof(double) * rd / 2);
     rope_params rp = {.theta = c->rope_theta, .llama3 = c->rope_llama3, .factor = c->rope_factor,
                       .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
-                      .original_max_position = c->rope_original_max_position};
+                      .original_max_position = c->rope_original_max_position, .yarn = c->rope_yarn,
+                      .beta_fast = c->rope_beta_fast, .beta_slow = c->rope_beta_slow, .truncate = c->rope_truncate};
     rope_inv_freq(inv, (int)rd, &rp);
     /* as target_model.c: a bf16 checkpoint's reference rotates with bf16-rounded frequencies */
     if (!strcmp(c->torch_dtype, "bfloat16"))

@@ -39,6 +39,8 @@ done
 one test_target_gpu timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
 one test_target_gpu_hybrid timeout 480 "$BUILD/gpu/test_target_gpu" hybrid
 one test_target_gpu_qwen3_moe timeout 300 "$BUILD/gpu/test_target_gpu" qwen3_moe
+one test_target_gpu_gpt_oss timeout 300 "$BUILD/gpu/test_target_gpu" gpt_oss
+[ -x "$BUILD/gpu/test_gptoss_kernels_gpu" ] && one test_gptoss_kernels_gpu timeout 300 "$BUILD/gpu/test_gptoss_kernels_gpu"
 [ -n "${GOLDENS:-}" ] && one test_drafter_gpu timeout 180 "$BUILD/gpu/test_drafter_gpu" "$GOLDENS"
 one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
 one gpu_keep_weights env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_keep_weights.sh
@@ -59,6 +61,8 @@ fi
   "$BUILD/bench/bench_target" --family qwen3_5; python3 bench/torch_hybrid_anchor.py
   # the Qwen3.5-35B-A3B-shaped MoE target and transformers + flash-linear-attention on the same batch
   "$BUILD/bench/bench_target" --family qwen3_5_moe; python3 bench/torch_hybrid_anchor.py --family qwen3_5_moe --path fla
+  # the gpt-oss-20b-shaped target and transformers' GptOssModel on the same batch
+  "$BUILD/bench/bench_target" --family gpt_oss; python3 bench/torch_gptoss_anchor.py
   "$BUILD/bench/bench_moe"   # one of its MoE layers kernel by kernel
   # the delta rule alone: today's kernel and the tensor-core chunked one on the same batch
   [ -x "$BUILD/bench/bench_gdn" ] && "$BUILD/bench/bench_gdn"; } >"$OUT/bench.log" 2>&1

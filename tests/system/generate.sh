@@ -251,8 +251,9 @@ rc=$?
     || fail generate_cpu_build_refuses_cuda "$(cat "$T/cuda.err")"
 # hybrid Qwen3.5 targets (the goldens, when present; dense and MoE): decoding with their linear-attention states
 # gives make-data's greedy continuations (the full forward) token for token
-# (and the qwen3_moe goldens: their KV cache with the MoE block on the new rows)
-for c in qwen35-tiny qwen35moe-tiny qwen3moe-tiny qwen3moe-tiny-bf16; do
+# (and the qwen3_moe goldens: their KV cache with the MoE block on the new rows; the gpt_oss ones: sliding layers
+# reading a window of their cache, sinks, MXFP4 experts)
+for c in qwen35-tiny qwen35moe-tiny qwen3moe-tiny qwen3moe-tiny-bf16 gptoss-tiny gptoss-mxfp4; do
     HYB=${DFLASH_GOLDENS:-tests/goldens}/$c/target
     [ -f "$HYB/config.json" ] || continue
     "$BIN/dflash-demo" make-data -q --target "$HYB" -o "$T/$c.ref.jsonl" --samples 8 --answer-len 20 --seed 7 \
@@ -262,7 +263,7 @@ for c in qwen35-tiny qwen35moe-tiny qwen3moe-tiny qwen3moe-tiny-bf16; do
         >/dev/null 2>>"$T/$c.err"
     rc=$?
     d=$(python3 "$T/same.py" "$T/$c.ref.jsonl" "$T/$c.out" 2>&1)
-    kind=hybrid; [ "${c#qwen3moe}" != "$c" ] && kind=qwen3_moe
+    kind=hybrid; [ "${c#qwen3moe}" != "$c" ] && kind=qwen3_moe; [ "${c#gptoss}" != "$c" ] && kind=gpt_oss
     [ $rc -eq 0 ] && [ -z "$d" ] && ok "generate_${kind}_equals_full_forward_greedy ($c)" \
         || fail "generate_${kind}_equals_full_forward_greedy ($c)" "exit $rc: $d $(tail -2 "$T/$c.err")"
 done

@@ -246,9 +246,9 @@ TEST(rope_variants)
     EXPECT(parse_json(&c, j, &err) == -EINVAL);
     EXPECT_CONTAINS(err.msg, "test.json: missing required field rope_scaling.low_freq_factor");
     /* unsupported type, old "type" key */
-    json_object_set_new(j, "rope_scaling", json_pack("{s:s, s:f}", "type", "yarn", "factor", 4.0));
+    json_object_set_new(j, "rope_scaling", json_pack("{s:s, s:f}", "type", "dynamic", "factor", 4.0));
     EXPECT(parse_json(&c, j, &err) == -EINVAL);
-    EXPECT_CONTAINS(err.msg, "test.json: field rope_scaling.type: unsupported value \"yarn\"");
+    EXPECT_CONTAINS(err.msg, "test.json: field rope_scaling.type: unsupported value \"dynamic\"");
     /* rope_scaling: null falls back to rope_parameters */
     json_object_set_new(j, "rope_scaling", json_null());
     json_object_set_new(j, "rope_parameters",

@@ -174,6 +174,14 @@ TEST(qwen3moe_decode_prefill_step_block_crop_match_full_forward)
     decode_matches_full(test_golden("qwen3moe-tiny-bf16/target"));
 }
 
+/* gpt_oss: the same attention cache, read through each sliding layer's window (6, shorter than the texts), sinks,
+ * biases; MXFP4 experts */
+TEST(gptoss_decode_prefill_step_block_crop_match_full_forward)
+{
+    decode_matches_full(test_golden("gptoss-tiny/target"));
+    decode_matches_full(test_golden("gptoss-mxfp4/target"));
+}
+
 /* The same weights read as a Llama target (no q/k norm, the extra tensors ignored): the cache follows the family. */
 TEST(llama_decode_matches_full_forward)
 {
