@@ -10,6 +10,8 @@
 //
 // Query rows are taken per kv head in the order (block j, group head g, slot i), so the B*G rows of one block that
 // share one K/V (64 for B = 16 and 4 query heads per kv head) are neighbours.
+// Tile sizes per head_dim come from one table (tiles<HD> below; head_dim 256 takes half the query rows per warp and
+// per CTA, 32-key forward tiles, and dK, dV in CTAs of their own). The figures here are those up to head_dim 128.
 // Forward (flash-2): a CTA of 4 warps owns 128 query rows, 32 per warp (two m16 tiles share every K/V fragment);
 // 64-key K/V tiles stream through shared memory (cp.async, two stages, rows padded by 16 bytes so ldmatrix is
 // conflict-free); S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16 with fp32 accumulators; online softmax in log2
@@ -21,7 +23,7 @@
 //    time: Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ - lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ(dPᵀ - D), dK += dSᵀ·Q.
 //  - dq CTA: the forward's 128 query rows over 32-key tiles: S, P, dP = dO·Vᵀ, dS, dQ += dS·K.
 //  D = rowsum(dout * out) comes from a small kernel first (into the caller's delta buffer).
-// Scalar path (head_dim not 16/32/64/128, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
+// Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
 #include <cuda_bf16.h>
 #include <climits>
