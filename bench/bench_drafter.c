@@ -1,12 +1,14 @@
 /* bench_drafter: the CUDA drafter backend's forward_backward on the Qwen3-8B drafter shape of
  * ../shared/bench/torch_drafter_anchor.py (5 layers, H 4096, 32/8 heads, head_dim 128, I 12288, V 151936, K = 5
- * taps; one sequence of 3072 tokens, 512 anchors x block 16), random bf16 weights, taps and frozen tables made on
+ * taps; one sequence of 3072 tokens, 512 anchors x block 16), or with --family qwen3_5 the drafter a job derives
+ * from the Qwen3.5-9B-shaped target of qwen35_9b.h (job_plan's derive_drafter: hf_config_as_qwen3, 16/4 heads of
+ * 256, V 248320, theta 1e7, taps [1, 8, 15, 22, 29] of its 32 layers, mask token V - 1), random bf16 weights, taps and frozen tables made on
  * the GPU (rand_fill, nothing downloaded). Warm-up at the shape, then --iters timed steps (each the backend op:
  * anchors on the host, upload, forward, loss, backward, metrics back, one host wait at its end) between CUDA events;
  * then one instrumented step for the split by kernel group; then the optimizer the reducer runs after it
  * (grad_sq_sum_cuda + adamw_apply_cuda over the flat fp32 state), timed alone. Useful FLOPs are counted exactly as
  * torch_drafter_anchor.py counts them (its anchors term with this run's anchors).
- * usage: bench_drafter [--iters N] [--layers L] [--tflops R] */
+ * usage: bench_drafter [--family qwen3|qwen3_5] [--iters N] [--layers L] [--tflops R] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,19 +22,27 @@
 #include "cuda_check.h"
 #include "drafter_cuda.h"
 #include "drafter_layout.h"
+#include "qwen35_9b.h"
 #include "rand_fill.h"
 #include "util.h"
 
 int main(int argc, char **argv)
 {
-    int iters = 5, layers = 5;
+    int iters = 5, layers = 5, hybrid = 0;
     double tflops = 790.0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--family") && i + 1 < argc) {
+            const char *f = argv[++i];
+            if (strcmp(f, "qwen3") && strcmp(f, "qwen3_5")) {
+                fprintf(stderr, "bench_drafter: --family %s: expected qwen3 or qwen3_5\n", f);
+                return 2;
+            }
+            hybrid = !strcmp(f, "qwen3_5");
+        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--iters N] [--layers L] [--tflops R]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5] [--iters N] [--layers L] [--tflops R]\n", argv[0]);
             return 2;
         }
     }
@@ -42,15 +52,24 @@ int main(int argc, char **argv)
     }
     const int S = 3072, NANCH = 512, B = 16, K = 5;
     hf_config cfg = {0};
-    cfg.arch = HF_ARCH_QWEN3;
-    snprintf(cfg.model_type, sizeof cfg.model_type, "qwen3");
-    cfg.hidden_size = 4096, cfg.num_layers = layers, cfg.num_heads = 32, cfg.num_kv_heads = 8, cfg.head_dim = 128;
-    cfg.intermediate_size = 12288, cfg.vocab_size = 151936, cfg.rms_eps = 1e-6, cfg.rope_theta = 1e6;
-    cfg.has_qk_norm = 1, cfg.max_position = 40960, cfg.is_dflash = 1, cfg.block_size = B, cfg.num_target_layers = 36;
-    cfg.mask_token_id = 151669, cfg.num_taps = K;
-    const int taps[5] = {1, 9, 17, 25, 33};
-    for (int i = 0; i < K; i++) cfg.taps[i] = taps[i];
-    snprintf(cfg.torch_dtype, sizeof cfg.torch_dtype, "bfloat16");
+    if (hybrid) { /* as job_plan's derive_drafter on the 32-layer target */
+        const int taps[5] = {1, 8, 15, 22, 29};
+        qwen35_9b_config(&cfg, 32, 0);
+        cfg.is_dflash = 1, cfg.num_layers = layers, cfg.block_size = B, cfg.num_target_layers = 32;
+        cfg.mask_token_id = cfg.vocab_size - 1, cfg.num_taps = K;
+        for (int i = 0; i < K; i++) cfg.taps[i] = taps[i];
+        hf_config_as_qwen3(&cfg);
+    } else {
+        const int taps[5] = {1, 9, 17, 25, 33};
+        cfg.arch = HF_ARCH_QWEN3;
+        snprintf(cfg.model_type, sizeof cfg.model_type, "qwen3");
+        cfg.hidden_size = 4096, cfg.num_layers = layers, cfg.num_heads = 32, cfg.num_kv_heads = 8, cfg.head_dim = 128;
+        cfg.intermediate_size = 12288, cfg.vocab_size = 151936, cfg.rms_eps = 1e-6, cfg.rope_theta = 1e6;
+        cfg.has_qk_norm = 1, cfg.max_position = 40960, cfg.is_dflash = 1, cfg.block_size = B;
+        cfg.num_target_layers = 36, cfg.mask_token_id = 151669, cfg.num_taps = K;
+        for (int i = 0; i < K; i++) cfg.taps[i] = taps[i];
+        snprintf(cfg.torch_dtype, sizeof cfg.torch_dtype, "bfloat16");
+    }
     const int H = cfg.hidden_size, V = cfg.vocab_size, I = cfg.intermediate_size;
     const int NH = cfg.num_heads, NKV = cfg.num_kv_heads, HD = cfg.head_dim;
 

@@ -10,6 +10,8 @@
 //
 // Query rows are taken per kv head in the order (block j, group head g, slot i), so the B*G rows of one block that
 // share one K/V (64 for B = 16 and 4 query heads per kv head) are neighbours.
+// Tile sizes per head_dim come from one table (tiles<HD> below; head_dim 256 takes half the query rows per warp and
+// per CTA, 32-key forward tiles, and dK, dV in CTAs of their own). The figures here are those up to head_dim 128.
 // Forward (flash-2): a CTA of 4 warps owns 128 query rows, 32 per warp (two m16 tiles share every K/V fragment);
 // 64-key K/V tiles stream through shared memory (cp.async, two stages, rows padded by 16 bytes so ldmatrix is
 // conflict-free); S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16 with fp32 accumulators; online softmax in log2
@@ -21,7 +23,7 @@
 //    time: Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ - lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ(dPᵀ - D), dK += dSᵀ·Q.
 //  - dq CTA: the forward's 128 query rows over 32-key tiles: S, P, dP = dO·Vᵀ, dS, dQ += dS·K.
 //  D = rowsum(dout * out) comes from a small kernel first (into the caller's delta buffer).
-// Scalar path (head_dim not 16/32/64/128, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
+// Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
 #include <cuda_bf16.h>
 #include <climits>
@@ -38,11 +40,23 @@ namespace {
 typedef __nv_bfloat16 bf16;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
-constexpr int kQRows = 128;   // forward / dq: query rows per CTA, 32 per warp
-constexpr int kFwdKeys = 64;  // forward: keys per K/V tile
-constexpr int kDqKeys = 32;   // dq: keys per K/V tile (the dP accumulators take the registers of the other 32)
-constexpr int kKvRows = 64;   // dk/dv: key rows per CTA, 16 per warp
-constexpr int kItemRows = 64; // dk/dv: query rows per step (a chunk of one block's B*G rows)
+constexpr int kMaxQRows = 128; // forward / dq: query rows per CTA at most (32 per warp)
+constexpr int kKvRows = 64;    // dk/dv: key rows per CTA, 16 per warp
+constexpr int kItemRows = 64;  // dk/dv: query rows per step (a chunk of one block's B*G rows)
+
+// The tiles per head_dim, chosen here only (the accumulators must fit 255 registers without spilling, the shared
+// memory 227 KB):
+//  - MT m16 tiles of query rows per warp in the forward and dq (kQRows = 4 warps x 16 x MT rows a CTA);
+//  - FK keys a K/V tile in the forward, DK in dq (there the dP accumulators take the registers of the other 32);
+//  - DKV_PARTS: 1, a dk/dv CTA accumulates dK and dV of its 16 key rows a warp together; 2, dV and dK in two CTAs of
+//    their own (each recomputes S = K·Qᵀ; 2 x (HD/8) x 4 fp32 accumulators would not fit at head_dim 256).
+// Up to 128: MT 2, FK 64, DK 32, one part (128 query rows a CTA; 2 CTAs an SM). At 256: MT 1, FK 32, DK 32, two
+// parts (64 query rows a CTA: one block of B = 16 x 4 heads; the forward's 2 x 101 KB fit two CTAs an SM, the
+// backward's dk/dv tiles take 204 KB, one).
+template <int HD> struct tiles {
+    static constexpr int MT = HD <= 128 ? 2 : 1, FK = HD <= 128 ? 64 : 32, DK = 32, DKV_PARTS = HD <= 128 ? 1 : 2;
+    static constexpr int kQRows = kWarps * 16 * MT;
+};
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 struct Args {
@@ -126,33 +140,31 @@ __device__ __forceinline__ void row_interval(const Args &a, int src, int j, int 
 // ---- query-row CTAs (forward, dq) ----
 
 struct QRows {
-    int qrow[kQRows], head[kQRows]; // query row (-1: past the end) and head of each CTA row
-    int lo[2][kQRows], hi[2][kQRows]; // visible key interval per source
+    int qrow[kMaxQRows], head[kMaxQRows]; // query row (-1: past the end) and head of each CTA row
+    int lo[2][kMaxQRows], hi[2][kMaxQRows]; // visible key interval per source
     int4 warp[2][kWarps]; // per warp and source: union lo, hi (rows with keys there); intersection lo, hi
     int2 cta[2];          // per source: union over the CTA
 };
 
-// Rows of query tile `tile` of kv head kh: row ρ = tile*128 + t is (block j, head kh*G + g, slot i) with
-// ρ = (j*G + g)*B + i.
-__device__ void qrows_setup(QRows &r, const Args &a, int tile, int kh)
+// Rows of query tile `tile` of kv head kh, RW a warp: CTA row t = warp*RW + lane (lanes < RW) is row
+// ρ = tile*4*RW + t, (block j, head kh*G + g, slot i) with ρ = (j*G + g)*B + i.
+template <int RW> __device__ void qrows_setup(QRows &r, const Args &a, int tile, int kh)
 {
-    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = warp * RW + lane;
     const int GB = a.G * a.B;
-    const long long rho = (long long)tile * kQRows + t;
+    const long long rho = (long long)tile * (kWarps * RW) + t;
     int qrow = -1, head = 0, lo[2] = {0, 0}, hi[2] = {0, 0};
-    if (rho < (long long)a.N * GB) {
+    if (lane < RW && rho < (long long)a.N * GB) {
         int j = (int)(rho / GB), rem = (int)(rho % GB), g = rem / a.B, i = rem % a.B;
         qrow = j * a.B + i;
         head = kh * a.G + g;
         row_interval(a, 0, j, i, lo[0], hi[0]);
         row_interval(a, 1, j, i, lo[1], hi[1]);
     }
-    r.qrow[t] = qrow;
-    r.head[t] = head;
+    if (lane < RW) r.qrow[t] = qrow, r.head[t] = head;
 #pragma unroll
     for (int src = 0; src < 2; src++) {
-        r.lo[src][t] = lo[src];
-        r.hi[src][t] = hi[src];
+        if (lane < RW) r.lo[src][t] = lo[src], r.hi[src][t] = hi[src];
         const bool valid = qrow >= 0, any = valid && lo[src] < hi[src];
         // rows past the end are neutral in both (their results are never stored)
         int ulo = any ? lo[src] : INT_MAX, uhi = any ? hi[src] : INT_MIN;
@@ -164,10 +176,11 @@ __device__ void qrows_setup(QRows &r, const Args &a, int tile, int kh)
         if (lane == 0) r.warp[src][warp] = make_int4(ulo, uhi, ilo, ihi);
     }
     __syncthreads();
-    if (t < 2) {
+    if (threadIdx.x < 2) {
+        const int src = threadIdx.x;
         int ulo = INT_MAX, uhi = INT_MIN;
-        for (int w = 0; w < kWarps; w++) ulo = min(ulo, r.warp[t][w].x), uhi = max(uhi, r.warp[t][w].y);
-        r.cta[t] = make_int2(ulo, uhi);
+        for (int w = 0; w < kWarps; w++) ulo = min(ulo, r.warp[src][w].x), uhi = max(uhi, r.warp[src][w].y);
+        r.cta[src] = make_int2(ulo, uhi);
     }
     __syncthreads();
 }
@@ -193,13 +206,13 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sk, bf16 *sv, const Args &a, 
     load_rows<HD, KT>(sv, v + (size_t)kh * HD, ldv, t.row0, t.bound);
 }
 
-// Gather the CTA's 128 query rows of x (row qrow, columns head*HD..) into a padded tile; rows past the end are 0.
-template <int HD>
+// Gather the CTA's ROWS query rows of x (row qrow, columns head*HD..) into a padded tile; rows past the end are 0.
+template <int HD, int ROWS>
 __device__ __forceinline__ void load_qrows(bf16 *tile, const bf16 *x, int ld, const QRows &r)
 {
     constexpr int kChunks = HD / 8, kStride = HD + 8;
 #pragma unroll 1
-    for (int c = threadIdx.x; c < kQRows * kChunks; c += kThreads) {
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
         int row = c / kChunks, col = (c % kChunks) * 8, qrow = r.qrow[row];
         bool valid = qrow >= 0;
         const bf16 *src = x + (valid ? (size_t)qrow * ld + (size_t)r.head[row] * HD + col : 0);
@@ -210,6 +223,7 @@ __device__ __forceinline__ void load_qrows(bf16 *tile, const bf16 *x, int ld, co
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
 {
+    constexpr int MT = tiles<HD>::MT, kFwdKeys = tiles<HD>::FK, kQRows = tiles<HD>::kQRows;
     constexpr int kStride = HD + 8, kTile = kFwdKeys * kStride, kNT = kFwdKeys / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ QRows rows;
@@ -217,22 +231,24 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
     bf16 *sk = sq + kQRows * kStride; // 2 stages
     bf16 *sv = sk + 2 * kTile;        // 2 stages
     const int kh = blockIdx.y, tile = (int)gridDim.x - 1 - (int)blockIdx.x; // later blocks (longer contexts) first
-    qrows_setup(rows, a, tile, kh);
+    qrows_setup<16 * MT>(rows, a, tile, kh);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
     const int nct = ntiles(rows.cta[0], kFwdKeys), nt = nct + ntiles(rows.cta[1], kFwdKeys);
 
-    load_qrows<HD>(sq, a.q, a.ldq, rows);
+    load_qrows<HD, kQRows>(sq, a.q, a.ldq, rows);
     load_kv_tile<HD, kFwdKeys>(sk, sv, a, ktile(rows, 0, nct, kFwdKeys), kh);
     cp_async_commit();
 
-    float o[2][HD / 8][4];
+    float o[MT][HD / 8][4];
 #pragma unroll
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.0f;
-    // row r of m-tile m: warp*32 + m*16 + g + 8*r, index m*2 + r. m_run stays -inf until a row has seen a key.
-    float m_run[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l_run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const int wrow = warp * 32;
+    // row r of m-tile m: warp*16*MT + m*16 + g + 8*r, index m*2 + r. m_run stays -inf until a row has seen a key.
+    float m_run[2 * MT], l_run[2 * MT];
+#pragma unroll
+    for (int r = 0; r < 2 * MT; r++) m_run[r] = -INFINITY, l_run[r] = 0.0f;
+    const int wrow = warp * 16 * MT;
 
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
@@ -252,31 +268,33 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
             const bf16 *tk = sk + stage * kTile, *tv = sv + stage * kTile;
             const bool need_mask = !(w.z <= k0 && k0 + kFwdKeys <= w.w);
 
-            float s[2][kNT][4];
+            float s[MT][kNT][4];
 #pragma unroll
-            for (int m = 0; m < 2; m++)
+            for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int t = 0; t < kNT; t++) s[m][t][0] = s[m][t][1] = s[m][t][2] = s[m][t][3] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t qa[2][4];
+                uint32_t qa[MT][4];
 #pragma unroll
-                for (int m = 0; m < 2; m++) ldmatrix_x4(qa[m], sq + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
+                for (int m = 0; m < MT; m++) ldmatrix_x4(qa[m], sq + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
 #pragma unroll
                 for (int t = 0; t < kNT; t += 2) {
                     uint32_t b[4];
                     ldmatrix_x4(b, tk + frag_b_rows<kStride>(t * 8, kk * 16, lane));
 #pragma unroll
-                    for (int m = 0; m < 2; m++) {
+                    for (int m = 0; m < MT; m++) {
                         mma_bf16(s[m][t], qa[m], b[0], b[1]);
                         mma_bf16(s[m][t + 1], qa[m], b[2], b[3]);
                     }
                 }
             }
 
-            float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            float mx[2 * MT];
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
+            for (int r = 0; r < 2 * MT; r++) mx[r] = -INFINITY;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
                 int lo0 = INT_MIN, hi0 = INT_MAX, lo1 = INT_MIN, hi1 = INT_MAX;
                 if (need_mask) {
                     const int r0 = wrow + m * 16 + g;
@@ -296,9 +314,9 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
                     }
                 }
             }
-            float corr[4], neg_m[4];
+            float corr[2 * MT], neg_m[2 * MT];
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
+            for (int r = 0; r < 2 * MT; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
                 const float m_new = fmaxf(m_run[r], mx[r] * a.scale_log2);
@@ -307,9 +325,9 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
                 m_run[r] = m_new;
                 neg_m[r] = -m_use;
             }
-            uint32_t pf[2][kFwdKeys / 16][4];
+            uint32_t pf[MT][kFwdKeys / 16][4];
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
+            for (int m = 0; m < MT; m++) {
                 float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
                 for (int t = 0; t < kNT; t++) {
@@ -336,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
                     uint32_t b[4];
                     ldmatrix_x4_trans(b, tv + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
 #pragma unroll
-                    for (int m = 0; m < 2; m++) {
+                    for (int m = 0; m < MT; m++) {
                         mma_bf16(o[m][n0], pf[m][kk], b[0], b[1]);
                         mma_bf16(o[m][n0 + 1], pf[m][kk], b[2], b[3]);
                     }
@@ -347,12 +365,12 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
     }
 
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < 2 * MT; r++) {
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
     }
 #pragma unroll
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < MT; m++) {
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
             const int row = wrow + m * 16 + g + rr * 8, qrow = rows.qrow[row], head = rows.head[row];
@@ -386,38 +404,39 @@ __global__ void delta_kernel(float *delta, const bf16 *dout, int lddo, const bf1
     if (lane == 0) delta[item] = acc;
 }
 
-// dq for one query tile (the forward's rows) over 32-key tiles.
+// dq for one query tile (the forward's rows) over DK-key tiles.
 template <int HD>
 __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, int tile, int kh)
 {
+    constexpr int MT = tiles<HD>::MT, kDqKeys = tiles<HD>::DK, kQRows = tiles<HD>::kQRows;
     constexpr int kStride = HD + 8, kTile = kDqKeys * kStride, kNT = kDqKeys / 8;
     __shared__ QRows rows;
     bf16 *sq = reinterpret_cast<bf16 *>(smem_raw);
     bf16 *sdo = sq + kQRows * kStride;
     bf16 *sk = sdo + kQRows * kStride; // 2 stages
     bf16 *sv = sk + 2 * kTile;         // 2 stages
-    qrows_setup(rows, a, tile, kh);
+    qrows_setup<16 * MT>(rows, a, tile, kh);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
     const int nct = ntiles(rows.cta[0], kDqKeys), nt = nct + ntiles(rows.cta[1], kDqKeys);
-    const int wrow = warp * 32;
+    const int wrow = warp * 16 * MT;
 
-    load_qrows<HD>(sq, a.q, a.ldq, rows);
-    load_qrows<HD>(sdo, a.dout, a.lddo, rows);
+    load_qrows<HD, kQRows>(sq, a.q, a.ldq, rows);
+    load_qrows<HD, kQRows>(sdo, a.dout, a.lddo, rows);
     load_kv_tile<HD, kDqKeys>(sk, sv, a, ktile(rows, 0, nct, kDqKeys), kh);
     cp_async_commit();
 
     // lse (log2 units) and D of the lane's 4 rows; rows past the end have Q = dO = 0 and so dS = 0
-    float lse2[4], dd[4];
+    float lse2[2 * MT], dd[2 * MT];
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < 2 * MT; r++) {
         const int row = wrow + (r >> 1) * 16 + g + (r & 1) * 8, qrow = rows.qrow[row];
         const size_t i = (size_t)qrow * a.nh + rows.head[row];
         lse2[r] = qrow >= 0 ? a.lse[i] * kLog2e : 0.0f;
         dd[r] = qrow >= 0 ? a.delta[i] : 0.0f;
     }
-    float dq[2][HD / 8][4];
+    float dq[MT][HD / 8][4];
 #pragma unroll
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) dq[m][i][0] = dq[m][i][1] = dq[m][i][2] = dq[m][i][3] = 0.0f;
 
@@ -438,9 +457,9 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
         if (k0 < w.y && k0 + kDqKeys > w.x) {
             const bf16 *tk = sk + stage * kTile, *tv = sv + stage * kTile;
             const bool need_mask = !(w.z <= k0 && k0 + kDqKeys <= w.w);
-            float s[2][kNT][4], dp[2][kNT][4];
+            float s[MT][kNT][4], dp[MT][kNT][4];
 #pragma unroll
-            for (int m = 0; m < 2; m++)
+            for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int t = 0; t < kNT; t++)
 #pragma unroll
@@ -448,15 +467,15 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
             // S = Q·Kᵀ
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t qa[2][4];
+                uint32_t qa[MT][4];
 #pragma unroll
-                for (int m = 0; m < 2; m++) ldmatrix_x4(qa[m], sq + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
+                for (int m = 0; m < MT; m++) ldmatrix_x4(qa[m], sq + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
 #pragma unroll
                 for (int t = 0; t < kNT; t += 2) {
                     uint32_t b[4];
                     ldmatrix_x4(b, tk + frag_b_rows<kStride>(t * 8, kk * 16, lane));
 #pragma unroll
-                    for (int m = 0; m < 2; m++) {
+                    for (int m = 0; m < MT; m++) {
                         mma_bf16(s[m][t], qa[m], b[0], b[1]);
                         mma_bf16(s[m][t + 1], qa[m], b[2], b[3]);
                     }
@@ -465,24 +484,24 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
             // dP = dO·Vᵀ
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t da[2][4];
+                uint32_t da[MT][4];
 #pragma unroll
-                for (int m = 0; m < 2; m++) ldmatrix_x4(da[m], sdo + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
+                for (int m = 0; m < MT; m++) ldmatrix_x4(da[m], sdo + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
 #pragma unroll
                 for (int t = 0; t < kNT; t += 2) {
                     uint32_t b[4];
                     ldmatrix_x4(b, tv + frag_b_rows<kStride>(t * 8, kk * 16, lane));
 #pragma unroll
-                    for (int m = 0; m < 2; m++) {
+                    for (int m = 0; m < MT; m++) {
                         mma_bf16(dp[m][t], da[m], b[0], b[1]);
                         mma_bf16(dp[m][t + 1], da[m], b[2], b[3]);
                     }
                 }
             }
             // P = exp(S·scale - lse) (0 where masked), dS = P (dP - D), as bf16 A fragments
-            uint32_t dsf[2][kDqKeys / 16][4];
+            uint32_t dsf[MT][kDqKeys / 16][4];
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
+            for (int m = 0; m < MT; m++) {
                 int lo0 = INT_MIN, hi0 = INT_MAX, lo1 = INT_MIN, hi1 = INT_MAX;
                 if (need_mask) {
                     const int r0 = wrow + m * 16 + g;
@@ -515,7 +534,7 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
                     uint32_t b[4];
                     ldmatrix_x4_trans(b, tk + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
 #pragma unroll
-                    for (int m = 0; m < 2; m++) {
+                    for (int m = 0; m < MT; m++) {
                         mma_bf16(dq[m][n0], dsf[m][kk], b[0], b[1]);
                         mma_bf16(dq[m][n0 + 1], dsf[m][kk], b[2], b[3]);
                     }
@@ -526,7 +545,7 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
     }
 
 #pragma unroll
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < MT; m++) {
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
             const int row = wrow + m * 16 + g + rr * 8, qrow = rows.qrow[row];
@@ -566,8 +585,10 @@ __device__ __forceinline__ void load_item(bf16 *sq, bf16 *sdo, float *slse, floa
     }
 }
 
-// dk, dv of one 64-row key tile of source src (0: context rows, 1: block rows) of kv head kh.
-template <int HD>
+// dk, dv of one 64-row key tile of source src (0: context rows, 1: block rows) of kv head kh; PART 1: dV only, 2: dK
+// only, 3: both (tiles<HD>::DKV_PARTS).
+enum { kPartDv = 1, kPartDk = 2, kPartBoth = 3 };
+template <int HD, int PART>
 __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw, int src, int tile, int kh)
 {
     constexpr int kStride = HD + 8, kQT = kItemRows * kStride;
@@ -584,7 +605,7 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
     {
         const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
         load_rows<HD, kKvRows>(sk, k + (size_t)kh * HD, src == 0 ? a.ldkc : a.ldkb, row0, bound);
-        load_rows<HD, kKvRows>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
+        if (PART & kPartDk) load_rows<HD, kKvRows>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
         cp_async_commit();
     }
     const int wr0 = row0 + warp * 16; // the warp's first key row
@@ -677,48 +698,52 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
                     pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(st[t][2], st[t][3]);
                 }
                 // dV += Pᵀ·dO
+                if (PART & kPartDv) {
 #pragma unroll
-                for (int kk = 0; kk < kItemRows / 16; kk++) {
+                    for (int kk = 0; kk < kItemRows / 16; kk++) {
 #pragma unroll
-                    for (int n0 = 0; n0 < HD / 8; n0 += 2) {
-                        uint32_t b[4];
-                        ldmatrix_x4_trans(b, tdo + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
-                        mma_bf16(dv[n0], pa[kk], b[0], b[1]);
-                        mma_bf16(dv[n0 + 1], pa[kk], b[2], b[3]);
+                        for (int n0 = 0; n0 < HD / 8; n0 += 2) {
+                            uint32_t b[4];
+                            ldmatrix_x4_trans(b, tdo + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
+                            mma_bf16(dv[n0], pa[kk], b[0], b[1]);
+                            mma_bf16(dv[n0 + 1], pa[kk], b[2], b[3]);
+                        }
                     }
                 }
-                // dPᵀ = V·dOᵀ
-                float dpt[kItemRows / 8][4];
+                if (PART & kPartDk) {
+                    // dPᵀ = V·dOᵀ
+                    float dpt[kItemRows / 8][4];
 #pragma unroll
-                for (int t = 0; t < kItemRows / 8; t++) dpt[t][0] = dpt[t][1] = dpt[t][2] = dpt[t][3] = 0.0f;
+                    for (int t = 0; t < kItemRows / 8; t++) dpt[t][0] = dpt[t][1] = dpt[t][2] = dpt[t][3] = 0.0f;
 #pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    uint32_t va[4];
-                    ldmatrix_x4(va, sv + frag_a<kStride>(warp * 16, kk * 16, lane));
+                    for (int kk = 0; kk < HD / 16; kk++) {
+                        uint32_t va[4];
+                        ldmatrix_x4(va, sv + frag_a<kStride>(warp * 16, kk * 16, lane));
 #pragma unroll
-                    for (int t = 0; t < kItemRows / 8; t += 2) {
-                        uint32_t b[4];
-                        ldmatrix_x4(b, tdo + frag_b_rows<kStride>(t * 8, kk * 16, lane));
-                        mma_bf16(dpt[t], va, b[0], b[1]);
-                        mma_bf16(dpt[t + 1], va, b[2], b[3]);
+                        for (int t = 0; t < kItemRows / 8; t += 2) {
+                            uint32_t b[4];
+                            ldmatrix_x4(b, tdo + frag_b_rows<kStride>(t * 8, kk * 16, lane));
+                            mma_bf16(dpt[t], va, b[0], b[1]);
+                            mma_bf16(dpt[t + 1], va, b[2], b[3]);
+                        }
                     }
-                }
-                // dSᵀ = Pᵀ (dPᵀ - D[column])
+                    // dSᵀ = Pᵀ (dPᵀ - D[column])
 #pragma unroll
-                for (int t = 0; t < kItemRows / 8; t++) {
-                    const float d0 = td[t * 8 + tig * 2], d1 = td[t * 8 + tig * 2 + 1];
-                    pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(st[t][0] * (dpt[t][0] - d0), st[t][1] * (dpt[t][1] - d1));
-                    pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(st[t][2] * (dpt[t][2] - d0), st[t][3] * (dpt[t][3] - d1));
-                }
-                // dK += dSᵀ·Q
+                    for (int t = 0; t < kItemRows / 8; t++) {
+                        const float d0 = td[t * 8 + tig * 2], d1 = td[t * 8 + tig * 2 + 1];
+                        pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(st[t][0] * (dpt[t][0] - d0), st[t][1] * (dpt[t][1] - d1));
+                        pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(st[t][2] * (dpt[t][2] - d0), st[t][3] * (dpt[t][3] - d1));
+                    }
+                    // dK += dSᵀ·Q
 #pragma unroll
-                for (int kk = 0; kk < kItemRows / 16; kk++) {
+                    for (int kk = 0; kk < kItemRows / 16; kk++) {
 #pragma unroll
-                    for (int n0 = 0; n0 < HD / 8; n0 += 2) {
-                        uint32_t b[4];
-                        ldmatrix_x4_trans(b, tq + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
-                        mma_bf16(dk[n0], pa[kk], b[0], b[1]);
-                        mma_bf16(dk[n0 + 1], pa[kk], b[2], b[3]);
+                        for (int n0 = 0; n0 < HD / 8; n0 += 2) {
+                            uint32_t b[4];
+                            ldmatrix_x4_trans(b, tq + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
+                            mma_bf16(dk[n0], pa[kk], b[0], b[1]);
+                            mma_bf16(dk[n0 + 1], pa[kk], b[2], b[3]);
+                        }
                     }
                 }
             }
@@ -737,11 +762,23 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
         bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
-            *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
-                pack_bf16(dk[i][rr * 2] * a.scale, dk[i][rr * 2 + 1] * a.scale);
-            *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[i][rr * 2], dv[i][rr * 2 + 1]);
+            if (PART & kPartDk)
+                *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
+                    pack_bf16(dk[i][rr * 2] * a.scale, dk[i][rr * 2 + 1] * a.scale);
+            if (PART & kPartDv)
+                *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[i][rr * 2], dv[i][rr * 2 + 1]);
         }
     }
+}
+
+// dk/dv CTA w of source src: (key tile, kv head, part) with the part fastest.
+template <int HD> __device__ __forceinline__ void dkv_cta(const Args &a, unsigned char *smem_raw, int src, int w)
+{
+    constexpr int P = tiles<HD>::DKV_PARTS;
+    const int tile = w / P / a.nkv, kh = w / P % a.nkv;
+    if constexpr (P == 1) dkv_tile<HD, kPartBoth>(a, smem_raw, src, tile, kh);
+    else if (w % P == 0) dkv_tile<HD, kPartDv>(a, smem_raw, src, tile, kh);
+    else dkv_tile<HD, kPartDk>(a, smem_raw, src, tile, kh);
 }
 
 // The backward's CTAs, heaviest kinds first: context dk/dv tiles (row-major over tiles: with sorted anchors the
@@ -752,7 +789,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_kernel(const Args a, int n_ct
     extern __shared__ __align__(16) unsigned char smem_raw[];
     int w = blockIdx.x;
     if (w < n_ctx) {
-        dkv_tile<HD>(a, smem_raw, 0, w / a.nkv, w % a.nkv);
+        dkv_cta<HD>(a, smem_raw, 0, w);
         return;
     }
     w -= n_ctx;
@@ -761,7 +798,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_kernel(const Args a, int n_ct
         return;
     }
     w -= n_q;
-    dkv_tile<HD>(a, smem_raw, 1, w / a.nkv, w % a.nkv);
+    dkv_cta<HD>(a, smem_raw, 1, w);
 }
 
 // ---- scalar path ----
@@ -935,10 +972,13 @@ __global__ void dkv_scalar_kernel(const Args a)
 
 constexpr int kScalarWarps = 4;
 
-template <int HD> constexpr size_t fwd_smem() { return (size_t)(kQRows + 4 * kFwdKeys) * (HD + 8) * sizeof(bf16); }
+template <int HD> constexpr size_t fwd_smem()
+{
+    return (size_t)(tiles<HD>::kQRows + 4 * tiles<HD>::FK) * (HD + 8) * sizeof(bf16);
+}
 template <int HD> constexpr size_t bwd_smem()
 {
-    const size_t dq = (size_t)(2 * kQRows + 4 * kDqKeys) * (HD + 8) * sizeof(bf16);
+    const size_t dq = (size_t)(2 * tiles<HD>::kQRows + 4 * tiles<HD>::DK) * (HD + 8) * sizeof(bf16);
     const size_t dkv = (size_t)(2 * kKvRows + 4 * kItemRows) * (HD + 8) * sizeof(bf16) + 4 * kItemRows * sizeof(float);
     return dq > dkv ? dq : dkv;
 }
@@ -951,6 +991,7 @@ template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
         attr_set = true;
     }
     const long long rows = (long long)a.N * a.B * a.G;
+    constexpr int kQRows = tiles<HD>::kQRows;
     dim3 grid((unsigned)((rows + kQRows - 1) / kQRows), (unsigned)a.nkv);
     fwd_kernel<HD><<<grid, kThreads, fwd_smem<HD>(), st>>>(a);
     CHECK_CUDA_LAUNCH();
@@ -964,19 +1005,20 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
         attr_set = true;
     }
     const long long rows = (long long)a.N * a.B * a.G;
-    const int n_ctx = (a.T + kKvRows - 1) / kKvRows * a.nkv;
+    constexpr int kQRows = tiles<HD>::kQRows, P = tiles<HD>::DKV_PARTS;
+    const int n_ctx = (a.T + kKvRows - 1) / kKvRows * a.nkv * P;
     const int n_q = (int)((rows + kQRows - 1) / kQRows) * a.nkv;
-    const int n_blk = (a.N * a.B + kKvRows - 1) / kKvRows * a.nkv;
+    const int n_blk = (a.N * a.B + kKvRows - 1) / kKvRows * a.nkv * P;
     bwd_kernel<HD><<<(unsigned)(n_ctx + n_q + n_blk), kThreads, bwd_smem<HD>(), st>>>(a, n_ctx, n_q);
     CHECK_CUDA_LAUNCH();
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-// Tensor cores: head dims 16..128 and every row 16-byte aligned.
+// Tensor cores: head dims 16, 32, 64, 128, 256 and every row 16-byte aligned.
 bool use_tc(const Args &a, bool bwd)
 {
-    if (a.hd != 16 && a.hd != 32 && a.hd != 64 && a.hd != 128) return false;
+    if (a.hd != 16 && a.hd != 32 && a.hd != 64 && a.hd != 128 && a.hd != 256) return false;
     bool ok = a.ldq % 8 == 0 && a.ldkc % 8 == 0 && a.ldvc % 8 == 0 && a.ldkb % 8 == 0 && a.ldvb % 8 == 0 &&
               aligned16(a.q) && aligned16(a.kc) && aligned16(a.vc) && aligned16(a.kb) && aligned16(a.vb);
     if (!bwd) return ok && a.ldo % 2 == 0 && ((uintptr_t)a.out & 3) == 0;
@@ -1023,6 +1065,7 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
         case 32: launch_fwd<32>(a, st); return;
         case 64: launch_fwd<64>(a, st); return;
         case 128: launch_fwd<128>(a, st); return;
+        case 256: launch_fwd<256>(a, st); return;
         default: break;
         }
     }
@@ -1060,6 +1103,7 @@ extern "C" void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, 
         case 32: launch_bwd<32>(a, st); return;
         case 64: launch_bwd<64>(a, st); return;
         case 128: launch_bwd<128>(a, st); return;
+        case 256: launch_bwd<256>(a, st); return;
         default: break;
         }
     }

@@ -55,7 +55,9 @@ one demo_learns_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/demo_learns_gp
 echo "$pass passed, $fail failed" | tee -a "$log"
 fi
 [ "${1:-}" = quick ] && exit $((fail > 0))
-{ "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"; "$BUILD/bench/bench_decode"
+{ "$BUILD/bench/bench_drafter"; [ -n "${TORCH:-}" ] && python3 "$TORCH"
+  "$BUILD/bench/bench_drafter" --family qwen3_5 # the drafter derived from the hybrid target: heads of 256, V 248320
+  "$BUILD/bench/bench_decode"
   "$BUILD/bench/bench_decode" --family qwen3_5 # decoding the hybrid target: batch 1 and 64 against the weight-read bound
   # the hybrid (Qwen3.5-9B-shaped) target and transformers' model on the same batch
   "$BUILD/bench/bench_target" --family qwen3_5; python3 bench/torch_hybrid_anchor.py

@@ -6,7 +6,8 @@
  * subset of blocks (and the context rows only those blocks see). Also: two runs must give the same bits. Rows with a
  * sliding window (dflash_attn_shape.window) check the same against the CPU reference under that window; a window
  * longer than every context must give the bits of no window (wide_check). Prints one
- * line per tensor, "ok"/"FAIL" at the end of it, the timing of the Qwen3-8B drafter shape, and exits 1 on a failure. */
+ * line per tensor, "ok"/"FAIL" at the end of it, the timing of the Qwen3-8B and Qwen3.5-9B drafter shapes, and exits 1
+ * on a failure. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -473,6 +474,50 @@ int main(int argc, char **argv)
         run_case(&k);
         free_case(&k);
     }
+    /* head_dim 256 (the Qwen3.5 drafters' heads; its own tiles): GQA groups of 4 with one-token sequences and odd
+     * lengths, groups of 3 (a block's 48 rows straddle the 64-row query tiles), arbitrary intervals, a window, the
+     * goldens' tiny shape */
+    {
+        attn_case k = {.name = "hd256_gqa4", .nh = 16, .nkv = 4, .hd = 256, .pad = 8};
+        static const int lens[] = {1, 301, 1, 187}, na[] = {1, 19, 1, 13};
+        make_blocks(&k, lens, na, 4, 16);
+        run_case(&k);
+        free_case(&k);
+    }
+    {
+        attn_case k = {.name = "hd256_gqa3", .nh = 6, .nkv = 2, .hd = 256, .pad = 8};
+        static const int lens[] = {150, 1, 151}, na[] = {9, 1, 11};
+        make_blocks(&k, lens, na, 3, 16);
+        run_case(&k);
+        free_case(&k);
+    }
+    {
+        attn_case k = {.name = "hd256_intervals", .nh = 4, .nkv = 4, .hd = 256, .pad = 8};
+        k.N = 40, k.B = 5, k.T = 301;
+        k.cs = xmalloc(40 * sizeof(int32_t)), k.cl = xmalloc(40 * sizeof(int32_t));
+        for (int j = 0; j < 40; j++) {
+            k.cs[j] = rnd_int(301);
+            k.cl[j] = j % 7 == 3 ? 0 : rnd_int(301 - k.cs[j] + 1);
+        }
+        run_case(&k);
+        free_case(&k);
+    }
+    {
+        attn_case k = {.name = "hd256_gqa3_w40", .nh = 6, .nkv = 2, .hd = 256, .pad = 8, .window = 40,
+                       .wide_check = 1};
+        static const int lens[] = {150, 151}, na[] = {9, 11};
+        make_blocks(&k, lens, na, 2, 16);
+        run_case(&k);
+        free_case(&k);
+    }
+    {
+        attn_case k = {.name = "hd256_tiny", .nh = 4, .nkv = 1, .hd = 256, .pad = 0};
+        k.N = 3, k.B = 4, k.T = 16;
+        k.cs = xmalloc(3 * sizeof(int32_t)), k.cl = xmalloc(3 * sizeof(int32_t));
+        k.cs[0] = 0, k.cl[0] = 0, k.cs[1] = 0, k.cl[1] = 5, k.cs[2] = 7, k.cl[2] = 0;
+        run_case(&k);
+        free_case(&k);
+    }
     /* sliding windows: shorter than the block (block rows cut, late slots without context), longer than it, on the
      * tensor-core paths (hd 16, 64, 128) and the scalar one, on arbitrary intervals; a wide one as no window */
     { /* the swa-narrow golden's shape: W = 3 < B = 4 */
@@ -514,10 +559,13 @@ int main(int argc, char **argv)
         run_case(&k);
         free_case(&k);
     }
-    for (int w = 0; w < 2 && !skip_big; w++) { /* Qwen3-8B drafter: 512 anchors sorted in [0, T - B), one sequence of
-                                                * 3072; full attention, then a 256-position window */
-        attn_case k = {.name = w ? "qwen3_8b_w256" : "qwen3_8b", .nh = 32, .nkv = 8, .hd = 128, .pad = 0,
-                       .timing = 1, .window = w ? 256 : 0};
+    /* the drafters' shapes: 512 anchors sorted in [0, T - B), one sequence of 3072; the Qwen3-8B drafter with full
+     * attention, then a 256-position window; the Qwen3.5-9B-derived drafter (16/4 heads of 256) */
+    static const struct { const char *name; int nh, nkv, hd, window; } big[] = {
+        {"qwen3_8b", 32, 8, 128, 0}, {"qwen3_8b_w256", 32, 8, 128, 256}, {"qwen35_9b", 16, 4, 256, 0}};
+    for (int w = 0; w < 3 && !skip_big; w++) {
+        attn_case k = {.name = big[w].name, .nh = big[w].nh, .nkv = big[w].nkv, .hd = big[w].hd, .pad = 0,
+                       .timing = 1, .window = big[w].window};
         const int T = 3072, N = 512, B = 16;
         k.N = N, k.B = B, k.T = T;
         k.cs = xmalloc(N * sizeof(int32_t)), k.cl = xmalloc(N * sizeof(int32_t));
