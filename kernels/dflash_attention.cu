@@ -10,8 +10,9 @@
 //
 // Query rows are taken per kv head in the order (block j, group head g, slot i), so the B*G rows of one block that
 // share one K/V (64 for B = 16 and 4 query heads per kv head) are neighbours.
-// Tile sizes per head_dim come from one table (tiles<HD> below; head_dim 256 takes half the query rows per warp and
-// per CTA, 32-key forward tiles, and dK, dV in CTAs of their own). The figures here are those up to head_dim 128.
+// Tile sizes per head_dim come from one table (tiles<HD> below; head_dim 256 takes half the query rows per warp, a
+// forward CTA of 64 query rows over 32-key tiles, backward CTAs of 8 warps, and dK, dV in CTAs of their own). The
+// figures here are those up to head_dim 128.
 // Forward (flash-2): a CTA of 4 warps owns 128 query rows, 32 per warp (two m16 tiles share every K/V fragment);
 // 64-key K/V tiles stream through shared memory (cp.async, two stages, rows padded by 16 bytes so ldmatrix is
 // conflict-free); S = Q·Kᵀ and O += P·V are mma.sync.m16n8k16 bf16 with fp32 accumulators; online softmax in log2
@@ -39,24 +40,28 @@ namespace {
 
 typedef __nv_bfloat16 bf16;
 
-constexpr int kWarps = 4, kThreads = kWarps * 32;
-constexpr int kMaxQRows = 128; // forward / dq: query rows per CTA at most (32 per warp)
-constexpr int kKvRows = 64;    // dk/dv: key rows per CTA, 16 per warp
-constexpr int kItemRows = 64;  // dk/dv: query rows per step (a chunk of one block's B*G rows)
+constexpr int kWarps = 4, kThreads = kWarps * 32; // the forward's CTA
+constexpr int kMaxWarps = 8, kMaxQRows = 128;      // a CTA at most: warps, query rows (forward / dq)
 
 // The tiles per head_dim, chosen here only (the accumulators must fit 255 registers without spilling, the shared
 // memory 227 KB):
-//  - MT m16 tiles of query rows per warp in the forward and dq (kQRows = 4 warps x 16 x MT rows a CTA);
+//  - MT m16 tiles of query rows per warp in the forward and dq (the forward's CTA: 4 warps x 16 x MT rows);
 //  - FK keys a K/V tile in the forward, DK in dq (there the dP accumulators take the registers of the other 32);
 //  - DKV_PARTS: 1, a dk/dv CTA accumulates dK and dV of its 16 key rows a warp together; 2, dV and dK in two CTAs of
-//    their own (each recomputes S = K·Qᵀ; 2 x (HD/8) x 4 fp32 accumulators would not fit at head_dim 256).
-// Up to 128: MT 2, FK 64, DK 32, one part (128 query rows a CTA; 2 CTAs an SM). At 256: MT 1, FK 32, DK 32, two
-// parts (64 query rows a CTA: one block of B = 16 x 4 heads; the forward's 2 x 101 KB fit two CTAs an SM, the
-// backward's dk/dv tiles take 204 KB, one).
+//    their own (each recomputes S = K·Qᵀ; 2 x (HD/8) x 4 fp32 accumulators would not fit at head_dim 256);
+//  - IR query rows a dk/dv step (a chunk of one block's B*G rows); BW warps a backward CTA (dk/dv: 16 x BW key rows,
+//    dq: BW x 16 x MT query rows).
+// Up to 128: MT 2, FK 64, DK 32, one part, IR 64, BW 4 (2 CTAs an SM). At 256: MT 1, FK 32 (the forward's 64 query
+// rows a CTA, 2 x 101 KB: two CTAs an SM), DK 32, two parts, IR 32, BW 8 (one CTA of 8 warps an SM, 203 KB: 128 key
+// rows or 128 query rows a CTA). Measured at 256 on the H200 (the qwen35_9b row of test_dflash_attention_gpu): the
+// backward 4.28 ms with 8 warps, 6.47 ms with 4 (IR 64: 199 KB, one CTA an SM), 5.09 ms with 4 warps and IR 16, DK 16
+// (99 KB, two CTAs an SM), 6.24 ms with 4 warps and DK 64.
 template <int HD> struct tiles {
-    static constexpr int MT = HD <= 128 ? 2 : 1, FK = HD <= 128 ? 64 : 32, DK = 32, DKV_PARTS = HD <= 128 ? 1 : 2;
-    static constexpr int kQRows = kWarps * 16 * MT;
+    static constexpr int MT = HD <= 128 ? 2 : 1, FK = HD <= 128 ? 64 : 32, DK = 32;
+    static constexpr int DKV_PARTS = HD <= 128 ? 1 : 2, IR = HD <= 128 ? 64 : 32, BW = HD <= 128 ? 4 : 8;
+    static constexpr int kQRows = kWarps * 16 * MT, kDqRows = BW * 16 * MT, kKvRows = BW * 16;
 };
+static_assert(tiles<256>::kDqRows <= kMaxQRows && tiles<256>::BW <= kMaxWarps, "tiles: a CTA's rows or warps");
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 struct Args {
@@ -101,7 +106,7 @@ __device__ __forceinline__ void load_rows(bf16 *tile, const bf16 *base, int ld, 
 {
     constexpr int kChunks = HD / 8, kStride = HD + 8;
 #pragma unroll 1
-    for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += blockDim.x) {
         int r = c / kChunks, col = (c % kChunks) * 8;
         bool valid = row0 + r < bound;
         cp_async16(tile + r * kStride + col, base + (size_t)(valid ? row0 + r : 0) * ld + col, valid);
@@ -142,7 +147,7 @@ __device__ __forceinline__ void row_interval(const Args &a, int src, int j, int 
 struct QRows {
     int qrow[kMaxQRows], head[kMaxQRows]; // query row (-1: past the end) and head of each CTA row
     int lo[2][kMaxQRows], hi[2][kMaxQRows]; // visible key interval per source
-    int4 warp[2][kWarps]; // per warp and source: union lo, hi (rows with keys there); intersection lo, hi
+    int4 warp[2][kMaxWarps]; // per warp and source: union lo, hi (rows with keys there); intersection lo, hi
     int2 cta[2];          // per source: union over the CTA
 };
 
@@ -152,7 +157,8 @@ template <int RW> __device__ void qrows_setup(QRows &r, const Args &a, int tile,
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = warp * RW + lane;
     const int GB = a.G * a.B;
-    const long long rho = (long long)tile * (kWarps * RW) + t;
+    const int nw = blockDim.x / 32;
+    const long long rho = (long long)tile * (nw * RW) + t;
     int qrow = -1, head = 0, lo[2] = {0, 0}, hi[2] = {0, 0};
     if (lane < RW && rho < (long long)a.N * GB) {
         int j = (int)(rho / GB), rem = (int)(rho % GB), g = rem / a.B, i = rem % a.B;
@@ -179,7 +185,7 @@ template <int RW> __device__ void qrows_setup(QRows &r, const Args &a, int tile,
     if (threadIdx.x < 2) {
         const int src = threadIdx.x;
         int ulo = INT_MAX, uhi = INT_MIN;
-        for (int w = 0; w < kWarps; w++) ulo = min(ulo, r.warp[src][w].x), uhi = max(uhi, r.warp[src][w].y);
+        for (int w = 0; w < nw; w++) ulo = min(ulo, r.warp[src][w].x), uhi = max(uhi, r.warp[src][w].y);
         r.cta[src] = make_int2(ulo, uhi);
     }
     __syncthreads();
@@ -212,7 +218,7 @@ __device__ __forceinline__ void load_qrows(bf16 *tile, const bf16 *x, int ld, co
 {
     constexpr int kChunks = HD / 8, kStride = HD + 8;
 #pragma unroll 1
-    for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += blockDim.x) {
         int row = c / kChunks, col = (c % kChunks) * 8, qrow = r.qrow[row];
         bool valid = qrow >= 0;
         const bf16 *src = x + (valid ? (size_t)qrow * ld + (size_t)r.head[row] * HD + col : 0);
@@ -408,7 +414,7 @@ __global__ void delta_kernel(float *delta, const bf16 *dout, int lddo, const bf1
 template <int HD>
 __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, int tile, int kh)
 {
-    constexpr int MT = tiles<HD>::MT, kDqKeys = tiles<HD>::DK, kQRows = tiles<HD>::kQRows;
+    constexpr int MT = tiles<HD>::MT, kDqKeys = tiles<HD>::DK, kQRows = tiles<HD>::kDqRows;
     constexpr int kStride = HD + 8, kTile = kDqKeys * kStride, kNT = kDqKeys / 8;
     __shared__ QRows rows;
     bf16 *sq = reinterpret_cast<bf16 *>(smem_raw);
@@ -565,10 +571,10 @@ template <int HD>
 __device__ __forceinline__ void load_item(bf16 *sq, bf16 *sdo, float *slse, float *sd, const Args &a, int j, int c,
                                           int kh)
 {
-    constexpr int kChunks = HD / 8, kStride = HD + 8;
+    constexpr int kChunks = HD / 8, kStride = HD + 8, kItemRows = tiles<HD>::IR;
     const int GB = a.G * a.B;
 #pragma unroll 1
-    for (int x = threadIdx.x; x < kItemRows * kChunks; x += kThreads) {
+    for (int x = threadIdx.x; x < kItemRows * kChunks; x += blockDim.x) {
         const int r = x / kChunks, col = (x % kChunks) * 8, rho = c * kItemRows + r;
         const bool valid = rho < GB;
         const int gq = valid ? rho / a.B : 0, i = valid ? rho % a.B : 0;
@@ -591,9 +597,10 @@ enum { kPartDv = 1, kPartDk = 2, kPartBoth = 3 };
 template <int HD, int PART>
 __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw, int src, int tile, int kh)
 {
-    constexpr int kStride = HD + 8, kQT = kItemRows * kStride;
-    __shared__ int s_list[kThreads];
-    __shared__ int s_wcount[kWarps];
+    constexpr int kItemRows = tiles<HD>::IR, kStride = HD + 8, kQT = kItemRows * kStride;
+    constexpr int kKvRows = tiles<HD>::kKvRows, nw = tiles<HD>::BW;
+    __shared__ int s_list[nw * 32];
+    __shared__ int s_wcount[nw];
     bf16 *sk = reinterpret_cast<bf16 *>(smem_raw);
     bf16 *sv = sk + kKvRows * kStride;
     bf16 *sq = sv + kKvRows * kStride; // 2 stages
@@ -619,7 +626,7 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
     int cand_lo = 0, cand_hi = a.N;
     if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
 
-    for (int cb = cand_lo; cb < cand_hi; cb += kThreads) {
+    for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
         // the blocks of [cb, cb+128) whose interval meets [row0, rend), in block order
         const int j = cb + (int)threadIdx.x;
         bool hit = false;
@@ -632,7 +639,7 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
         if (lane == 0) s_wcount[warp] = __popc(bal);
         __syncthreads();
         int before = 0, count = 0;
-        for (int w = 0; w < kWarps; w++) before += w < warp ? s_wcount[w] : 0, count += s_wcount[w];
+        for (int w = 0; w < nw; w++) before += w < warp ? s_wcount[w] : 0, count += s_wcount[w];
         if (hit) s_list[before + __popc(bal & ((1u << lane) - 1u))] = j;
         __syncthreads();
         const int items = count * nchunk;
@@ -784,7 +791,7 @@ template <int HD> __device__ __forceinline__ void dkv_cta(const Args &a, unsigne
 // The backward's CTAs, heaviest kinds first: context dk/dv tiles (row-major over tiles: with sorted anchors the
 // first context rows are seen by the most blocks), dq tiles (latest blocks first), block-row dk/dv tiles.
 template <int HD>
-__global__ void __launch_bounds__(kThreads, 2) bwd_kernel(const Args a, int n_ctx, int n_q)
+__global__ void __launch_bounds__(tiles<HD>::BW * 32, 8 / tiles<HD>::BW) bwd_kernel(const Args a, int n_ctx, int n_q)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     int w = blockIdx.x;
@@ -978,8 +985,9 @@ template <int HD> constexpr size_t fwd_smem()
 }
 template <int HD> constexpr size_t bwd_smem()
 {
-    const size_t dq = (size_t)(2 * tiles<HD>::kQRows + 4 * tiles<HD>::DK) * (HD + 8) * sizeof(bf16);
-    const size_t dkv = (size_t)(2 * kKvRows + 4 * kItemRows) * (HD + 8) * sizeof(bf16) + 4 * kItemRows * sizeof(float);
+    const size_t dq = (size_t)(2 * tiles<HD>::kDqRows + 4 * tiles<HD>::DK) * (HD + 8) * sizeof(bf16);
+    const size_t dkv = (size_t)(2 * tiles<HD>::kKvRows + 4 * tiles<HD>::IR) * (HD + 8) * sizeof(bf16) +
+                       4 * tiles<HD>::IR * sizeof(float);
     return dq > dkv ? dq : dkv;
 }
 
@@ -1005,11 +1013,11 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
         attr_set = true;
     }
     const long long rows = (long long)a.N * a.B * a.G;
-    constexpr int kQRows = tiles<HD>::kQRows, P = tiles<HD>::DKV_PARTS;
+    constexpr int kQRows = tiles<HD>::kDqRows, kKvRows = tiles<HD>::kKvRows, P = tiles<HD>::DKV_PARTS;
     const int n_ctx = (a.T + kKvRows - 1) / kKvRows * a.nkv * P;
     const int n_q = (int)((rows + kQRows - 1) / kQRows) * a.nkv;
     const int n_blk = (a.N * a.B + kKvRows - 1) / kKvRows * a.nkv * P;
-    bwd_kernel<HD><<<(unsigned)(n_ctx + n_q + n_blk), kThreads, bwd_smem<HD>(), st>>>(a, n_ctx, n_q);
+    bwd_kernel<HD><<<(unsigned)(n_ctx + n_q + n_blk), tiles<HD>::BW * 32, bwd_smem<HD>(), st>>>(a, n_ctx, n_q);
     CHECK_CUDA_LAUNCH();
 }
 
