@@ -164,7 +164,7 @@ path, layers, steps, seq, heads, family, shape = sys.argv[3:10]
 m = re.search(r"^e2e steady \(steps (\d+)-(\d+), [\d.]+ s\): ([\d.]+) samples/s, (\d+) tokens/s", e2e, re.M)
 sps, span = (float(m.group(3)), "steps %s-%s, %.0f tokens a sample" % (m.group(1), m.group(2),
              float(m.group(4)) / float(m.group(3)))) if m else (None, "")
-fwd_re = (r"^torch qwen3_moe \[%s layers, 1 x %s padded, \d+ tokens\] forward: \d+ tok/s \((\d+) ms" % (layers, seq)
+fwd_re = (r"^torch qwen3_moe \[%s layers, 1 x %s padded, \d+ tokens\] forward: \d+ tok/s \(([\d.]+) ms" % (layers, seq)
           if family == "qwen3_moe" else r"^torch hybrid \[%s\] forward: \d+ tok/s \((\d+) ms" % re.escape(path))
 m = re.search(fwd_re, anc, re.M)
 fwd = float(m.group(1)) / 1000 if m else None

@@ -131,7 +131,7 @@ def case(n, lens, step_too):
     finally:
         model.layers = keep
     tag = f"[{n} layers, {len(lens)} x {max(lens)} padded, {ntok} tokens]"
-    print(f"torch qwen3_moe {tag} forward: {ntok / tf:.0f} tok/s ({tf * 1e3:.0f} ms, "
+    print(f"torch qwen3_moe {tag} forward: {ntok / tf:.0f} tok/s ({tf * 1e3:.1f} ms, "
           f"{fpt * ntok / tf / 1e12:.0f} TFLOP/s useful)", flush=True)
     if ts:
         print(f"torch qwen3_moe {tag} target step (forward + pack + host copy): {ntok / ts:.0f} tok/s", flush=True)
