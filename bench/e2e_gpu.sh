@@ -14,8 +14,11 @@
 #      qwen3_moe bench/torch_moe_anchor.py --layers LAYERS --lengths SEQ (Qwen3-30B-A3B shape, transformers' default
 #                MoE path), LAYERS 16 by default: a cut of the 48 layers (the 48-layer checkpoint is 61 GB to write
 #                and read back, past this command's time; the forward anchor's figure is per layer comparable)
-#    ANCHOR_LOG=FILE: a log that already holds the forward anchor's line at this shape (tests/gpu/qwen3_moe_bench.sh
-#    gets it from the same process as the full-depth figure, torch_moe_anchor.py --then LAYERS:SEQ): not run again;
+#    ANCHOR_LOG=FILE: a log that already holds an anchor's lines at this shape (the qwen3_moe forward at LAYERS layers
+#    on SEQ tokens, as torch_moe_anchor.py --then LAYERS:SEQ prints it; the drafter step at the derived drafter's
+#    shape with --seq SEQ): that anchor is not run again (tests/gpu/qwen3_moe_bench.sh times them in its first device
+#    command and runs the fixture and the run in a second one). FIXTURE_S, RUN_S (default 50, 60): the seconds kept
+#    for the fixture and the run when the anchors' limits are set;
 # 2. bench/e2e_fixture.py --family FAMILY: the target (LAYERS layers), random bf16, and STEPS+50 samples;
 # 3. FAMILY=FAMILY bench/e2e.sh on it: dflashd + prefetch + dflash-target-cuda + dflash-drafter-cuda on the GPU, one
 #    sample a step; its steady samples/s (the run is cut at what is left of LIMIT: the steady figure is then read off
@@ -39,6 +42,7 @@ case $FAMILY in # family: its benchmark shape, default depth
 esac
 DEF_LAYERS=$FULL; [ "$FAMILY" = qwen3_moe ] && DEF_LAYERS=16
 BUILD=${BUILD:-build} LAYERS=${LAYERS:-$DEF_LAYERS} STEPS=${STEPS:-50} LIMIT=${LIMIT:-230} SEQ=${SEQ:-2936}
+FIXTURE_S=${FIXTURE_S:-50} RUN_S=${RUN_S:-60}   # what the fixture and the run are expected to take: kept for them
 START=$SECONDS
 say() { echo "=== e2e_gpu $FAMILY [$((SECONDS - START)) s] $*"; }
 # limit CAP RESERVE: seconds for the next step, at most CAP, leaving RESERVE for the steps after it; 0 (the step is
@@ -69,7 +73,7 @@ alog=$W.anchors.log
 : >"$alog"
 
 # 1. the anchors
-t=$(limit 70 130)
+t=$(limit 70 $((FIXTURE_S + RUN_S + 20)))
 fwd_path=fla
 if [ "$FAMILY" = qwen3_moe ]; then
     fwd_path=moe
@@ -89,7 +93,7 @@ else
         2>&1 | tee -a "$alog"
     if ! grep -q "^torch hybrid \[fla\] forward:" "$alog"; then
         fwd_path=torch
-        t=$(limit 50 130)
+        t=$(limit 50 $((FIXTURE_S + RUN_S + 20)))
         if [ "$t" -eq 0 ]; then skipped "torch hybrid anchor, torch path"
         else
             say "torch hybrid anchor: no fla forward figure; the torch fallback path instead (limit $t s)"
@@ -103,10 +107,14 @@ for f in "${TORCH:-}" ../shared/bench/torch_drafter_anchor.py torch_drafter_anch
     [ -n "$f" ] && [ -f "$f" ] && { drafter_anchor=$f; break; }
 done
 heads=
-if [ -z "$drafter_anchor" ]; then
+dtag="torch drafter anchor at the shape of the drafter derived from the $SHAPE-shaped target"
+if [ -n "${ANCHOR_LOG:-}" ] && grep -q "^$dtag: .* --seq $SEQ " "$ANCHOR_LOG" && grep -q "^torch drafter step:" "$ANCHOR_LOG"; then
+    say "torch drafter anchor: taken from $ANCHOR_LOG"
+    grep "^$dtag\|^torch drafter step:\|^drafter:" "$ANCHOR_LOG" | tee -a "$alog"
+elif [ -z "$drafter_anchor" ]; then
     say "torch drafter anchor: not found (TORCH=, ../shared/bench/, ./torch_drafter_anchor.py): not timed"
 else
-    t=$(limit 90 110)   # torch.compile of flex_attention takes most of it
+    t=$(limit 90 $((FIXTURE_S + RUN_S)))   # torch.compile of flex_attention takes most of it
     if [ "$t" -eq 0 ]; then skipped "torch drafter anchor"
     else
         say "torch drafter anchor: $drafter_anchor at the derived drafter's shape, --seq $SEQ --iters 3 (limit $t s)"
@@ -114,7 +122,7 @@ else
             --seq "$SEQ" --iters 3 2>&1 | tee -a "$alog"
     fi
     if [ "$FAMILY" = qwen3_5 ] && ! grep -q "^torch drafter step:" "$alog"; then
-        t=$(limit 50 110)
+        t=$(limit 50 $((FIXTURE_S + RUN_S)))
         if [ "$t" -eq 0 ]; then skipped "torch drafter anchor, heads 32/8 x 128"
         else
             heads=32,8,128
@@ -128,7 +136,7 @@ fi
 # 2. the fixture, 3. the run
 elog=$W.e2e.log
 : >"$elog"
-t=$(limit 75 60)
+t=$(limit 75 "$RUN_S")
 if [ "$t" -eq 0 ]; then skipped fixture; rc=1
 else
     say "fixture: bench/e2e_fixture.py --family $FAMILY --layers $LAYERS --samples $((STEPS + 50)) (limit $t s)"
@@ -137,7 +145,7 @@ else
     [ $rc -ne 0 ] && say "fixture: exit $rc$([ $rc -eq 124 ] && echo " (timed out after $t s)")"
 fi
 if [ $rc -eq 0 ]; then
-    t=$(limit 120 25)
+    t=$(limit 120 15)
     if [ "$t" -eq 0 ]; then skipped e2e
     else
         say "e2e: FAMILY=$FAMILY LAYERS=$LAYERS STEPS=$STEPS bench/e2e.sh (its run cut at $t s)"

@@ -12,7 +12,7 @@ use left out), as `bench_target --family qwen3_moe` does. Compare with that, run
 other: the 48-layer model in bf16 is 61 GB, each process holds its own).
 --then L:LENGTHS (repeatable): after the main figure, also time the forward of the model's first L layers on another
 padded batch (e.g. 16:2936, one sample of bench/e2e.sh at the depth its fixture was cut to), with the same weights.
-usage: python3 bench/torch_moe_anchor.py [--layers 48] [--iters 3] [--vocab 151936] [--lengths 773,1876,...]
+usage: python3 bench/torch_moe_anchor.py [--layers 48] [--iters 3] [--warmup 2] [--vocab 151936] [--lengths 773,...]
        [--then L:LENGTHS]... [--tflops 790]
 """
 import argparse, sys, time
@@ -23,6 +23,7 @@ TAPS = [1, 9, 17, 25, 33]
 ap = argparse.ArgumentParser()
 ap.add_argument("--layers", type=int, default=48)
 ap.add_argument("--iters", type=int, default=3)
+ap.add_argument("--warmup", type=int, default=2)
 ap.add_argument("--vocab", type=int, default=151936)
 ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
 ap.add_argument("--then", action="append", default=[], metavar="L:LENGTHS")
@@ -92,7 +93,7 @@ def batch(lens):
 
 
 def timed(f, iters):
-    for _ in range(2): f()
+    for _ in range(a.warmup): f()
     torch.cuda.synchronize(); t = time.perf_counter()
     for _ in range(iters): f()
     torch.cuda.synchronize(); return (time.perf_counter() - t) / iters
