@@ -18,7 +18,8 @@
 #    on SEQ tokens, as torch_moe_anchor.py --then LAYERS:SEQ prints it; the drafter step at the derived drafter's
 #    shape with --seq SEQ): that anchor is not run again (tests/gpu/qwen3_moe_bench.sh times them in its first device
 #    command and runs the fixture and the run in a second one). FIXTURE_S, RUN_S (default 50, 60): the seconds kept
-#    for the fixture and the run when the anchors' limits are set;
+#    for the fixture and the run when the anchors' limits are set. WORK=DIR: a folder already holding the fixture
+#    (target/config.json and data.jsonl, as e2e_fixture.py writes them): used as it is, not deleted;
 # 2. bench/e2e_fixture.py --family FAMILY: the target (LAYERS layers), random bf16, and STEPS+50 samples;
 # 3. FAMILY=FAMILY bench/e2e.sh on it: dflashd + prefetch + dflash-target-cuda + dflash-drafter-cuda on the GPU, one
 #    sample a step; its steady samples/s (the run is cut at what is left of LIMIT: the steady figure is then read off
@@ -61,12 +62,17 @@ if [ "$FAMILY" = qwen3_5 ]; then
     say "flash-linear-attention: $(timeout 60 python3 -c 'import fla; print(fla.__version__, fla.__file__)' 2>&1 | tail -1)"
 fi
 
-W=$(mktemp -d /tmp/dflash-e2eh-XXXXXX)
+if [ -n "${WORK:-}" ] && [ -f "$WORK/target/config.json" ] && [ -f "$WORK/data.jsonl" ]; then
+    W=$WORK own=0   # the caller's fixture: used as it is and left in place
+    say "fixture: the target and data already in $W are used as they are"
+else
+    W=$(mktemp -d /tmp/dflash-e2eh-XXXXXX) own=1
+fi
 OUT=${OUT:-$W.out}
-cleanup() { # the run's processes (their command lines name $W/) and the 18 GB fixture
+cleanup() { # the run's processes (their command lines name $W/) and the fixture (GBs) when it is ours
     local pids
     pids=$(pgrep -f "$W/" 2>/dev/null) && kill -9 $pids 2>/dev/null
-    rm -rf "$W"
+    [ $own = 1 ] && rm -rf "$W"
 }
 trap 'cleanup; rm -rf "$W".*.log "$W".drafter.json "$W".out' EXIT
 alog=$W.anchors.log
@@ -137,7 +143,8 @@ fi
 elog=$W.e2e.log
 : >"$elog"
 t=$(limit 75 "$RUN_S")
-if [ "$t" -eq 0 ]; then skipped fixture; rc=1
+if [ $own = 0 ]; then rc=0
+elif [ "$t" -eq 0 ]; then skipped fixture; rc=1
 else
     say "fixture: bench/e2e_fixture.py --family $FAMILY --layers $LAYERS --samples $((STEPS + 50)) (limit $t s)"
     timeout -k 5 "$t" python3 bench/e2e_fixture.py "$W" --family "$FAMILY" --layers "$LAYERS" --samples $((STEPS + 50))
@@ -145,7 +152,7 @@ else
     [ $rc -ne 0 ] && say "fixture: exit $rc$([ $rc -eq 124 ] && echo " (timed out after $t s)")"
 fi
 if [ $rc -eq 0 ]; then
-    t=$(limit 120 15)
+    t=$(limit 120 $((own ? 15 : 6)))   # what the end needs: the summary, and deleting a fixture of ours
     if [ "$t" -eq 0 ]; then skipped e2e
     else
         say "e2e: FAMILY=$FAMILY LAYERS=$LAYERS STEPS=$STEPS bench/e2e.sh (its run cut at $t s)"

@@ -9,7 +9,7 @@ usage: python3 bench/torch_drafter_anchor_shape.py ANCHOR.py [--family qwen3_5|q
        [--heads NH,NKV,HD] [--dry-run] [-- ANCHOR OPTIONS (--seq, --iters, ...)]
 --heads replaces the attention shape (same q/kv widths: the same parameters and FLOPs, e.g. 32,8,128 for 16,4,256);
 --dry-run prints the replaced line and the anchor's arguments, and runs nothing."""
-import json, os, re, sys
+import json, os, re, sys, tempfile
 
 args = sys.argv[1:]
 rest = args[args.index("--") + 1:] if "--" in args else []
@@ -54,5 +54,10 @@ argv = [anchor, "--layers", str(shape["layers"]), "--block", str(shape["block"])
 print(f"torch drafter anchor at the shape of {src_of_shape}: {line}; {' '.join(argv[1:])}", flush=True)
 if dry:
     sys.exit(0)
-sys.argv = argv
-exec(compile(src, anchor, "exec"), {"__name__": "__main__", "__file__": anchor})
+# run as a script of its own (a copy with the line replaced): torch.compile's guards look the anchor's globals up in
+# the real __main__ module, which an exec into a fresh namespace is not (dynamo: "module '__main__' has no
+# attribute 'B'")
+fd, path = tempfile.mkstemp(prefix=os.path.basename(anchor)[:-3] + ".", suffix=".py")
+with os.fdopen(fd, "w") as f:
+    f.write(src)
+os.execv(sys.executable, [sys.executable, path] + argv[1:])

@@ -90,7 +90,8 @@ def window_attention(module, query, key, value, attention_mask, sliding_window=N
     return zlab.eager_attention_forward(module, query, key, value, mask[None, None], **kw)
 
 
-AttentionInterface.register("dflash_window", window_attention)
+# (the name must not contain "flash": transformers 5 takes such a name for a flash-attention kernel to look up)
+AttentionInterface.register("window_mask", window_attention)
 
 prompts = []
 for lineno, line in enumerate(open(a.prompts), 1):
@@ -114,14 +115,19 @@ def load_drafter(impl, dt):
         draft, info = zlab.DFlashDraftModel.from_pretrained(a.drafter, dtype=dt, attn_implementation=impl,
                                                             output_loading_info=True)
     except Exception as e:  # noqa: BLE001  (a registered name refused at load: set after loading instead)
-        if impl != "dflash_window":
+        if impl != "window_mask":
             raise
         draft, info = zlab.DFlashDraftModel.from_pretrained(a.drafter, dtype=dt, attn_implementation="eager",
                                                             output_loading_info=True)
-        if hasattr(draft, "set_attn_implementation"):
-            draft.set_attn_implementation(impl)
-        else:
-            draft.config._attn_implementation = impl
+        for set_it in (lambda: draft.set_attn_implementation(impl),
+                       lambda: setattr(draft.config, "_attn_implementation", impl),
+                       lambda: setattr(draft.config, "_attn_implementation_internal", impl)):
+            try:
+                set_it()
+            except Exception:  # noqa: BLE001
+                pass
+            if draft.config._attn_implementation == impl:
+                break
         how = "loaded eager (%s: %s), then set to %r" % (type(e).__name__, str(e)[:120], impl)
     draft = draft.to(dev).eval()
     if draft.config._attn_implementation != impl:
@@ -135,7 +141,7 @@ def load_drafter(impl, dt):
 
 def decode(attn, dtype):
     dt = getattr(torch, dtype)
-    impl = {"window": "dflash_window", "eager": "eager", "flash_attention_2": "flash_attention_2"}[attn]
+    impl = {"window": "window_mask", "eager": "eager", "flash_attention_2": "flash_attention_2"}[attn]
     if attn == "flash_attention_2":
         try:
             import flash_attn  # noqa: F401
