@@ -195,5 +195,8 @@ if fwd and dra:
     out.append("= %.3f s/sample (%.2f samples/s)" % (fwd + dra, 1 / (fwd + dra)))
 out.append("| ratio %.2fx" % (sps * (fwd + dra)) if sps and fwd and dra else "| ratio n/a")
 print(" ".join(out))
+sys.exit(0 if sps else 1)   # no dflash figure: the command failed
 EOP
+src=$?
 say "done"
+exit $src
