@@ -20,6 +20,8 @@
 #      z-lab's model.py (ZLAB=, default ./zlab-dflash/dflash/model.py) with dflash eval's tau;
 #   3. FAMILY=qwen3_moe bench/e2e_gpu.sh on that fixture, the anchors' lines taken from ANCHOR_LOG (a forward figure
 #      missing there is timed by it), until 145 s.
+# The GPU machine keeps no file between two commands: for a separate e2e command, put the bench part's anchor lines
+# (its output's "torch qwen3_moe ..." and "torch drafter ..." / "drafter: ..." lines) in ./qwen3_moe_anchor.log first.
 # Each step runs under its own timeout; a failing step does not stop the next. Everything goes to stdout.
 cd "$(dirname "$0")/../.." || exit 1
 exec 2>&1
