@@ -11,7 +11,10 @@
  * --family gpt_oss: the gpt-oss-20b shape (bench/gpt_oss_20b.h, read by hf_config_parse: 24 layers alternating
  * sliding-window 128 and full attention with sinks and biases, 32 experts of 2880, top 4, clamped SwiGLU, YaRN);
  * useful FLOPs count the active parameters (router, 4 experts, biases) and each layer's attended keys.
- * usage: bench_target [--family qwen3|qwen3_5|qwen3_5_moe|gpt_oss] [--iters N] [--layers L] [--vocab V] [--tflops R] */
+ * --family qwen3_moe: the Qwen3-30B-A3B-shaped MoE target (bench/qwen3_30b_a3b.h: 48 layers, Qwen3 attention 32/4
+ * heads of 128, 128 experts of width 768, 8 routed, no shared expert); useful FLOPs count the router and 8 experts.
+ * usage: bench_target [--family qwen3|qwen3_5|qwen3_5_moe|qwen3_moe|gpt_oss] [--iters N] [--layers L] [--vocab V]
+ *                     [--tflops R] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +27,7 @@
 #include "gpt_oss_20b.h"
 #include "qwen35_9b.h"
 #include "qwen35_a3b.h"
+#include "qwen3_30b_a3b.h"
 #include "qwen3_8b.h"
 #include "target_model_cuda.h"
 #include "util.h"
@@ -33,7 +37,7 @@ static const int kTaps[] = {1, 9, 17, 25, 33};
 
 int main(int argc, char **argv)
 {
-    int iters = 10, layers = -1, vocab = 0, hybrid = 0, moe = 0, goss = 0;
+    int iters = 10, layers = -1, vocab = 0, hybrid = 0, moe = 0, goss = 0, qmoe = 0;
     double tflops = 790.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--family") && i + 1 < argc) {
@@ -41,8 +45,9 @@ int main(int argc, char **argv)
             if (!strcmp(f, "qwen3_5")) hybrid = 1;
             else if (!strcmp(f, "qwen3_5_moe")) hybrid = moe = 1;
             else if (!strcmp(f, "gpt_oss")) goss = 1;
+            else if (!strcmp(f, "qwen3_moe")) qmoe = 1;
             else if (strcmp(f, "qwen3")) {
-                fprintf(stderr, "bench_target: --family %s: expected qwen3, qwen3_5, qwen3_5_moe or gpt_oss\n", f);
+                fprintf(stderr, "bench_target: --family %s: expected qwen3, qwen3_5, qwen3_5_moe, qwen3_moe or gpt_oss\n", f);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
@@ -50,12 +55,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5|qwen3_5_moe|gpt_oss] [--iters N] [--layers L] [--vocab V] [--tflops R]\n",
+            fprintf(stderr, "usage: %s [--family qwen3|qwen3_5|qwen3_5_moe|qwen3_moe|gpt_oss] [--iters N] [--layers L] "
+                            "[--vocab V] [--tflops R]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (layers < 0) layers = goss ? 24 : moe ? 40 : hybrid ? 32 : 36;
+    if (layers < 0) layers = goss ? 24 : qmoe ? 48 : moe ? 40 : hybrid ? 32 : 36;
     if (iters < 1 || layers < 2) {
         fprintf(stderr, "bench_target: --iters must be >= 1 and --layers >= 2\n");
         return 2;
@@ -72,7 +78,8 @@ int main(int argc, char **argv)
             return 2;
         }
         cfg.num_layers = layers;
-    } else if (moe) qwen35_a3b_config(&cfg, layers, vocab);
+    } else if (qmoe) qwen3_30b_a3b_config(&cfg, layers, vocab);
+    else if (moe) qwen35_a3b_config(&cfg, layers, vocab);
     else if (hybrid) qwen35_9b_config(&cfg, layers, vocab);
     else qwen3_8b_config(&cfg, layers);
     if (vocab > 0) cfg.vocab_size = vocab;
@@ -176,6 +183,11 @@ int main(int argc, char **argv)
     double Hd = H, I = cfg.intermediate_size, hd = cfg.head_dim, qd = cfg.num_heads * hd, kd = cfg.num_kv_heads * hd;
     double per_layer = qd * Hd + 2 * kd * Hd + Hd * qd + 3 * Hd * I + 2 * Hd + 2 * hd;
     double nonembed = per_layer * layers + Hd;
+    if (qmoe) /* the MLP's parameters a token uses on a MoE layer: the router and K experts (no shared expert) */
+        for (int i = 0; i < layers; i++)
+            if (cfg.layer_moe[i])
+                nonembed += cfg.num_experts * Hd + 3 * Hd * cfg.moe_intermediate_size * cfg.num_experts_per_tok -
+                            3 * Hd * I;
     int nfull = layers;
     if (hybrid) { /* parameters as torch counts them for the hybrid: gated q_proj (2 qd), linear layers' projections */
         double C = 2.0 * cfg.linear_num_k_heads * cfg.linear_k_head_dim +
@@ -222,6 +234,7 @@ int main(int argc, char **argv)
     printf("device: %s, %d SMs; batch: %d sequences, %d tokens; %s target, %d layers%s, vocab %d, taps", prop.name,
            prop.multiProcessorCount, nseq, T,
            goss ? "gpt_oss (gpt-oss-20b shape: 32 experts, top 4; sliding 128 / full; sinks, biases, YaRN)"
+           : qmoe ? "qwen3_moe (Qwen3-30B-A3B shape: 128 experts of 768, 8 routed)"
            : moe ? "qwen3_5_moe (hybrid MoE, Qwen3.5-35B-A3B shape: 256 experts, 8 routed + 1 shared)"
            : hybrid ? "qwen3_5 (hybrid, Qwen3.5-9B shape)" : "qwen3 (Qwen3-8B shape)",
            layers, hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", cfg.vocab_size);

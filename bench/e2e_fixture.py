@@ -7,9 +7,12 @@ the GPU, written by save_pretrained as a sharded safetensors checkpoint) and a d
            256 and partial RoPE, the others Gated DeltaNet with 16 q/k x 32 v heads of 128, FFN 12288, V 248320):
            Qwen3_5ForCausalLM, config.json model_type "qwen3_5_text", weights under "model." (as the qwen35-tiny
            golden's target, which transformers wrote the same way)
+  qwen3_moe the Qwen3-30B-A3B shape of bench/qwen3_30b_a3b.h (48 layers, H 2048, 32/4 heads of 128, 128 experts of
+           width 768, 8 per token, norm_topk_prob, no shared expert, V 151936): Qwen3MoeForCausalLM, written as
+           transformers writes it (the arguments of bench/torch_moe_anchor.py)
 --print-config prints the config class and its arguments as JSON and writes nothing (needs no torch: the CPU test
 of e2e.sh checks them against the golden's config.json with dflash's own parser).
-usage: python3 bench/e2e_fixture.py OUT_DIR [--family qwen3|qwen3_5] [--samples 400] [--layers N] [--print-config]"""
+usage: python3 bench/e2e_fixture.py OUT_DIR [--family qwen3|qwen3_5|qwen3_moe] [--samples 400] [--layers N] [--print-config]"""
 import argparse, json, os, random, sys, time
 
 
@@ -31,7 +34,15 @@ def qwen3_5(layers):   # the arguments of bench/torch_hybrid_anchor.py
                          "mrope_section": [11, 11, 10], "mrope_interleaved": True})
 
 
-FAMILIES = {"qwen3": (qwen3, 36), "qwen3_5": (qwen3_5, 32)}   # family: (config, default layers)
+def qwen3_moe(layers):   # the arguments of bench/torch_moe_anchor.py
+    return "Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=layers, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False, decoder_sparse_step=1, moe_intermediate_size=768, num_experts=128,
+        num_experts_per_tok=8, norm_topk_prob=True, mlp_only_layers=[])
+
+
+FAMILIES = {"qwen3": (qwen3, 36), "qwen3_5": (qwen3_5, 32), "qwen3_moe": (qwen3_moe, 48)}   # family: (config, default layers)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out"); ap.add_argument("--samples", type=int, default=400)

@@ -15,7 +15,7 @@ parameters (the routed experts a token does not use left out), as bench_target d
 `bench_target --family qwen3_5_moe`.
 usage: python3 torch_hybrid_anchor.py [--family qwen3_5|qwen3_5_moe] [--path both|torch|fla] [--iters 3]
        [--layers 32|40] [--vocab 248320]
-       [--lengths 773,1876,...]   (the batch's sequence lengths; default the benchmark batch; e2e_hybrid_gpu.sh
+       [--lengths 773,1876,...]   (the batch's sequence lengths; default the benchmark batch; e2e_gpu.sh
                                    gives one ~3000-token sample, the batch of bench/e2e.sh)
 """
 import argparse, os, subprocess, sys

@@ -95,8 +95,7 @@ void moe_cuda_destroy(moe_cuda **pb)
 void moe_cuda_layer_alloc(target_cuda *m, const moe_cuda_shape *s, moe_cuda_layer *l)
 {
     const size_t H = (size_t)s->H, E = (size_t)s->E, Im = (size_t)s->Im, Is = (size_t)s->Is;
-    l->router = target_cuda_alloc(m, (size_t)moe_router_rows(s) * H * 2);
-    CHECK_CUDA(cudaMemsetAsync(l->router, 0, (size_t)moe_router_rows(s) * H * 2, m->stream)); /* padding stays 0 */
+    l->router = target_cuda_alloc(m, (size_t)moe_router_rows(s) * H * 2); /* padding zeroed by load / init_random */
     l->e_gu = target_cuda_alloc(m, E * 2 * Im * H * 2);
     l->e_down = target_cuda_alloc(m, E * H * Im * 2);
     l->s_gu = l->s_down = NULL;
@@ -116,6 +115,15 @@ void moe_cuda_layer_free(moe_cuda_layer *l)
 {
     void *p[] = {&l->router, &l->e_gu, &l->e_down, &l->s_gu, &l->s_down, &l->router_b, &l->e_gu_b, &l->e_down_b};
     for (size_t j = 0; j < sizeof p / sizeof p[0]; j++) target_cuda_free(p[j]);
+}
+
+/* The router's padding rows (after the E expert rows and the shared gate's) must stay 0. Written with the weights
+ * (load, init_random), not when the buffer is laid out: a measuring arena hands out NULL, and a re-imported arena
+ * already holds the weights. */
+static void router_pad_zero(const moe_cuda_shape *s, uint16_t *router, cudaStream_t st)
+{
+    const size_t used = (size_t)(s->E + s->shared_gate), pad = (size_t)moe_router_rows(s) - used;
+    if (pad) CHECK_CUDA(cudaMemsetAsync(router + used * (size_t)s->H, 0, pad * (size_t)s->H * 2, st));
 }
 
 /* Tensor prefix+suffix of shape (d0[, d1[, d2]]) (0 ends the shape) uploaded as bf16 to dst. */
@@ -161,6 +169,10 @@ int moe_cuda_layer_load(const moe_cuda_shape *s, moe_cuda_layer *l, const st_fil
     }
     if (!rc && s->shared_gate)
         rc = moe_up(st, prefix, "shared_expert_gate.weight", l->router + (size_t)(E * H), 1, H, 0, err);
+    if (!rc) {
+        router_pad_zero(s, l->router, 0);
+        CHECK_CUDA(cudaDeviceSynchronize()); /* the legacy stream, ordered with the uploads' cudaMemcpy */
+    }
     return rc;
 }
 
@@ -170,6 +182,7 @@ void moe_cuda_layer_init_random(target_cuda *m, const moe_cuda_shape *s, moe_cud
     cudaStream_t st = m->stream;
     uint64_t r = *seed;
     rand_fill_bf16_cuda(l->router, (E + (size_t)s->shared_gate) * H, r++, a, 0.0f, st);
+    router_pad_zero(s, l->router, st);
     rand_fill_bf16_cuda(l->e_gu, E * 2 * Im * H, r++, a, 0.0f, st);
     rand_fill_bf16_cuda(l->e_down, E * H * Im, r++, a, 0.0f, st);
     if (s->bias) {

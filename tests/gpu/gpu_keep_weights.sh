@@ -147,11 +147,12 @@ rc=$?
 [ $rc -eq 0 ] && ! grep -q "deposited its device weights" "$T/d/logs/dflashd.log" && ! tlog d | grep -q "re-imported the target's weights" &&
     [ "$(tlog d | grep -c 'on the GPU up to layer')" -eq 2 ] && ok gpu_keep_off_reloads ||
     fail gpu_keep_off_reloads "exit $rc: $(tlog d | grep -i 'weights\|up to layer')"
-# e: the hybrid family's layers (Gated DeltaNet + gated attention; and MoE) carved from the same arena: a SIGKILLed
-# target re-imports them; the dense hybrid's run ends bitwise equal to its run without the kills
+# e: the hybrid family's layers (Gated DeltaNet + gated attention; and MoE) and qwen3_moe's carved from the same
+# arena: a SIGKILLed target re-imports them; each run ends bitwise equal to its run without the kills (the MoE ones
+# since the router's padding is zeroed at load, not at layout, which wiped a re-imported router: not yet run on a GPU)
 GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
 SH=${STEPS_HYBRID:-600}
-for g in qwen35-tiny qwen35moe-tiny; do
+for g in qwen35-tiny qwen35moe-tiny qwen3moe-tiny; do
     [ -d "$GOLDENS/$g/target" ] || { fail "gpu_keep_${g}_fixture" "no target at $GOLDENS/$g/target"; continue; }
     gpu_config "$g-ref" true "$GOLDENS/$g/target" $SH
     gpu_config "$g" true "$GOLDENS/$g/target" $SH
@@ -168,9 +169,8 @@ for g in qwen35-tiny qwen35moe-tiny; do
     [ $rc -eq 0 ] && [ "$n" -eq 2 ] && ok "gpu_keep_${g}_reimports_weights ($n times)" ||
         fail "gpu_keep_${g}_reimports_weights" "exit $rc, re-imported $n times: $(tlog "$g" | grep -i 'weights' | tail -3)"
     if msg=$(check_ledger "$g" $SH 1); then ok "gpu_keep_${g}_ledger_exactly_once ($msg)"; else fail "gpu_keep_${g}_ledger_exactly_once" "$msg"; fi
-    [ "$g" = qwen35-tiny ] || continue
     cmp -s "$(final_weights "$g-ref")" "$(final_weights "$g")" && ok "gpu_keep_${g}_bitwise_identical" ||
-        fail "gpu_keep_${g}_bitwise_identical" "the hybrid run with target kills differs from the one without"
+        fail "gpu_keep_${g}_bitwise_identical" "the run with target kills differs from the one without"
 done
 
 [ $FAILED -eq 0 ] || for f in "$T"/*/logs/target-0.log; do echo "--- $f"; tail -8 "$f"; done

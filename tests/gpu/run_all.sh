@@ -49,6 +49,8 @@ one gpu_qwen3_moe_train env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_qwen3_
 one generate_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/generate_gpu.sh
 one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
 one swa_eval_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/swa_eval_gpu.sh
+# z-lab's own loop on a sliding-window drafter (needs their model.py: ZLAB=, see the script)
+[ -f "${ZLAB:-zlab-dflash/dflash/model.py}" ] && one zlab_swa_gpu env BUILD="$BUILD" timeout 200 bash tests/gpu/zlab_swa_gpu.sh
 one gpu_eval_worker env BUILD="$BUILD" timeout 330 bash tests/gpu/gpu_eval_worker.sh
 one poisoned_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/poisoned_gpu.sh
 one demo_learns_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/demo_learns_gpu.sh
@@ -66,6 +68,8 @@ fi
   # the gpt-oss-20b-shaped target and transformers' GptOssModel on the same batch
   "$BUILD/bench/bench_target" --family gpt_oss; python3 bench/torch_gptoss_anchor.py
   "$BUILD/bench/bench_moe"   # one of its MoE layers kernel by kernel
+  # the Qwen3-30B-A3B-shaped qwen3_moe target and transformers' Qwen3MoeForCausalLM on the same batch (one after the other)
+  "$BUILD/bench/bench_target" --family qwen3_moe; python3 bench/torch_moe_anchor.py
   # the delta rule alone: today's kernel and the tensor-core chunked one on the same batch
   [ -x "$BUILD/bench/bench_gdn" ] && "$BUILD/bench/bench_gdn"; } >"$OUT/bench.log" 2>&1
 cat "$OUT/bench.log"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# bench/e2e.sh's hybrid switch on the CPU (the GPU run of FAMILY=qwen3_5 is blind): (1) the config.json that
-# bench/e2e_fixture.py --family qwen3_5 has transformers write (its arguments over the key set of the qwen35-tiny
-# golden's config.json, which transformers wrote from the same class) is accepted by dflash's parser at the full
-# Qwen3.5-9B shape, every argument being a key transformers writes; (2) e2e.sh's job config runs to the end under
+# bench/e2e.sh's family switch on the CPU (the GPU runs of FAMILY=qwen3_5 / qwen3_moe are blind): (1) the config.json
+# that bench/e2e_fixture.py --family qwen3_5 (qwen3_moe) has transformers write (its arguments over the key set of the
+# qwen35-tiny (qwen3moe-tiny) golden's config.json, which transformers wrote from the same class) is accepted by
+# dflash's parser at the full Qwen3.5-9B (Qwen3-30B-A3B) shape, every argument being a key transformers writes; (2) e2e.sh's job config runs to the end under
 # `dflash run` (BACKEND=cpu) on a tiny hybrid target laid out as the fixture's (its layer_types rule, 8 layers, weights
 # under "model." as save_pretrained writes them), the drafter taking the spec's default taps of the target's layers.
 cd "$(dirname "$0")/../.." || exit 1
@@ -14,28 +14,39 @@ if [ ! -f "$G/model.safetensors" ]; then
     exit 77
 fi
 
-# (1) the full-shape config.json, read by dflash (a target folder with no weights: the parser's verdict comes first)
-mkdir -p "$T/t9b"
-msg=$(python3 - "$G/config.json" "$T/t9b/config.json" 2>&1 <<'EOP'
+# (1) the full-shape config.json of each family, read by dflash (a target folder with no weights: the parser's
+# verdict comes first): qwen3_5 over the qwen35-tiny golden's keys, qwen3_moe (the Qwen3-30B-A3B shape) over the
+# qwen3moe-tiny golden's (transformers 5 writes num_experts as num_local_experts; both goldens written by transformers)
+full_config() { # FAMILY GOLDEN_TARGET_DIR
+    local fam=$1 g=$2 msg out
+    [ -f "$g/config.json" ] || { echo "skipped e2e_bench_fixture_config_$fam: no golden $g"; return; }
+    mkdir -p "$T/full-$fam"
+    msg=$(python3 - "$g/config.json" "$T/full-$fam/config.json" "$fam" 2>&1 <<'EOP'
 import json, subprocess, sys
 g = json.load(open(sys.argv[1]))
-f = json.loads(subprocess.check_output([sys.executable, "bench/e2e_fixture.py", "-", "--family", "qwen3_5",
+f = json.loads(subprocess.check_output([sys.executable, "bench/e2e_fixture.py", "-", "--family", sys.argv[3],
                                         "--print-config"]))
-unknown = sorted(set(f["kwargs"]) - set(g))
+kw = f["kwargs"]
+if "num_experts" in kw and "num_local_experts" in g: kw["num_local_experts"] = kw.pop("num_experts")
+unknown = sorted(set(kw) - set(g))
 if f["model"] != g["architectures"][0] or unknown:
     sys.exit("fixture %s / %s, golden %s; arguments not among the golden's keys: %s" % (f["config"], f["model"],
              g["architectures"], unknown))
-g.update(f["kwargs"]); g["dtype"] = "bfloat16"
+g.update(kw); g["dtype"] = "bfloat16"
 json.dump(g, open(sys.argv[2], "w"), indent=2)
-print("%d layers (%d full attention), model_type %s" % (g["num_hidden_layers"],
-      g["layer_types"].count("full_attention"), g["model_type"]))
+lt = g.get("layer_types") or []
+print("%d layers%s, model_type %s" % (g["num_hidden_layers"], " (%d full attention)" % lt.count("full_attention")
+      if lt else "", g["model_type"]))
 EOP
-) || { fail e2e_bench_fixture_config "$msg"; exit 1; }
+) || { fail "e2e_bench_fixture_config_$fam" "$msg"; return; }
+    out=$("$BIN/dflash" generate --target "$T/full-$fam" --prompts "$T/p.jsonl" -o "$T/g.jsonl" 2>&1)
+    if grep -q "no model.safetensors" <<<"$out" && ! grep -q "config.json" <<<"$out"; then
+        ok "e2e_bench_fixture_config_parsed_$fam ($msg)"
+    else fail "e2e_bench_fixture_config_parsed_$fam" "$(tail -2 <<<"$out")"; fi
+}
 echo '{"input_ids": [1, 2, 3]}' >"$T/p.jsonl"
-out=$("$BIN/dflash" generate --target "$T/t9b" --prompts "$T/p.jsonl" -o "$T/g.jsonl" 2>&1)
-if grep -q "no model.safetensors" <<<"$out" && ! grep -q "config.json" <<<"$out"; then
-    ok "e2e_bench_fixture_config_parsed ($msg)"
-else fail e2e_bench_fixture_config_parsed "$(tail -2 <<<"$out")"; fi
+full_config qwen3_5 "$G"
+full_config qwen3_moe "$GOLDENS/qwen3moe-tiny/target"
 
 # (2) a tiny hybrid target with the fixture's layer pattern: the golden's tensors, a linear-attention layer's for
 # each linear layer and a full-attention layer's for each full one; data from a Qwen3 demo target of its vocabulary
