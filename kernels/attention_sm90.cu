@@ -1,0 +1,372 @@
+// attention_sm90: causal flash attention forward over packed variable-length sequences, GQA, bf16 in/out, for Hopper
+// (sm_90a): the tensor cores fed by wgmma from shared memory, K/V tiles staged by the bulk tensor copy engine (TMA).
+//
+// A CTA takes 128 queries of one head of one sequence with three warpgroups. Warpgroup 0 is the producer: one warp
+// streams the K and V tiles (128 keys x head_dim) of the query block's causal range through two shared-memory stages,
+// each stage guarded by a "full" mbarrier (the copy landed) and an "empty" one (both consumers are done with it).
+// Tiles wholly inside the sequence come by TMA (one 64-column box per panel, completing on the full barrier with its
+// byte count); the sequence's last, partial tile by cp.async from the producer warp with rows past the sequence
+// zero-filled (a TMA box would read the next sequence's rows, or past the end of the buffer, whose row count this
+// API does not carry). Warpgroups 1 and 2 are consumers, 64 query rows each: per tile S = Q·Kᵀ (wgmma, Q and K from
+// shared memory, 64 x 128 fp32 in registers), the causal mask on the diagonal tile, the online softmax in registers
+// (fp32 running max and sum, exp2 with the scale folded in), P rounded to bf16 in registers as the A operand of
+// O += P·V (wgmma with V from shared memory, transposed by its descriptor). setmaxnreg moves registers from the
+// producer to the consumers. Q is staged once per CTA by the consumers themselves (cp.async, zero past the sequence).
+// Shared-memory tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written identically by TMA and by the
+// cp.async path. Fixed order everywhere and no atomics: the result is deterministic. head_dim 64 and 128.
+// Grid: x = query heads (the heads of a GQA group are neighbours and share K/V in L2), y = sequences, z = query
+// blocks in reverse (the longest causal rows start first).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "attention.h"
+#include "cuda_check.h"
+#include "mma_sm80.cuh"
+#include "wgmma_sm90.cuh"
+
+namespace {
+
+using namespace wgmma_sm90;
+
+constexpr int kConsumers = 2;                     // consumer warpgroups, 64 query rows each
+constexpr int kThreads = (kConsumers + 1) * 128;  // + the producer warpgroup
+constexpr int kBM = 64 * kConsumers;              // queries per CTA
+constexpr int kBN = 128;                          // keys per K/V tile
+constexpr int kStages = 2;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232; // 128 x 40 + 256 x 232 <= 64K registers
+
+template <int HD> struct sm90_shape {
+    static constexpr int kPanels = HD / 64;        // 64-column (128-byte) swizzled panels per row
+    static constexpr int kQBytes = kBM * HD * 2;
+    static constexpr int kTileBytes = kBN * HD * 2; // one K or V tile
+    static constexpr int kBarOffset = kQBytes + 2 * kStages * kTileBytes;
+    static constexpr int kSmem = kBarOffset + 64 + 1024; // 8 barriers; slack to align the base to 1024 bytes
+};
+
+#ifdef DFLASH_SM90A
+// rows [row0, row0 + ROWS) of a (len, HD) slice with row stride ld into swizzled panels PANEL_ROWS rows apart, rows
+// >= len zero; threads tid, tid + nthr, ... of the caller each issue their share of 16-byte cp.async copies
+template <int HD, int ROWS, int PANEL_ROWS>
+__device__ __forceinline__ void cp_tile_sw128(unsigned char *tile, const __nv_bfloat16 *base, int ld, int row0,
+                                              int len, int tid, int nthr)
+{
+    constexpr int kChunks = HD / 8;
+#pragma unroll 4
+    for (int c = tid; c < ROWS * kChunks; c += nthr) {
+        const int r = c / kChunks, ch = c % kChunks, panel = ch >> 3, cc = ch & 7;
+        const bool valid = row0 + r < len;
+        const __nv_bfloat16 *src = base + (size_t)(valid ? row0 + r : 0) * ld + ch * 8;
+        mma_sm80::cp_async16(tile + panel * PANEL_ROWS * 128 + r * 128 + ((cc ^ (r & 7)) << 4), src, valid);
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void wgmma_pv(float (&o)[HD / 2], const uint32_t (&a)[4], uint64_t db);
+template <> __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a)[4], uint64_t db)
+{
+    wgmma_rs_m64n128k16_tb(o, a, db, 1);
+}
+template <> __device__ __forceinline__ void wgmma_pv<64>(float (&o)[32], const uint32_t (&a)[4], uint64_t db)
+{
+    wgmma_rs_m64n64k16_tb(o, a, db, 1);
+}
+#endif
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                          int use_tma, __nv_bfloat16 *out, int ldo, const __nv_bfloat16 *q, int ldq,
+                          const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v, int ldv,
+                          const int32_t *cu_seqlens, int group, float scale_log2)
+{
+#ifdef DFLASH_SM90A
+    using S = sm90_shape<HD>;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *sq = smem, *sk = sq + S::kQBytes, *sv = sk + kStages * S::kTileBytes;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::kBarOffset);
+    uint64_t *full_k = bars, *full_v = bars + kStages, *empty_k = bars + 2 * kStages, *empty_v = bars + 3 * kStages;
+
+    const int head = blockIdx.x, seq = blockIdx.y;
+    const int start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
+    const int qb = (int)gridDim.z - 1 - (int)blockIdx.z;
+    if (qb * kBM >= len) return; // the whole CTA: no barrier has been used
+    const int q0 = qb * kBM, kvh = head / group;
+    const int kv_end = min(len, q0 + kBM); // causal: keys [0, kv_end)
+    const int nkb = (kv_end + kBN - 1) / kBN;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(full_k + s, 1);
+            mbar_init(full_v + s, 1);
+            mbar_init(empty_k + s, kConsumers * 4); // one arrival per consumer warp
+            mbar_init(empty_v + s, kConsumers * 4);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) { // producer
+        setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x >= 32) return;
+        const int lane = threadIdx.x;
+        if (use_tma && lane == 0) tma_prefetch_map(&tm_k), tma_prefetch_map(&tm_v);
+        const __nv_bfloat16 *kbase = k + (size_t)start * ldk + (size_t)kvh * HD;
+        const __nv_bfloat16 *vbase = v + (size_t)start * ldv + (size_t)kvh * HD;
+        for (int j = 0; j < nkb; j++) {
+            const int stage = j % kStages, k0 = j * kBN;
+            const uint32_t parity = (uint32_t)((j / kStages) & 1);
+            const bool by_tma = use_tma && k0 + kBN <= len;
+#pragma unroll
+            for (int which = 0; which < 2; which++) {
+                uint64_t *full = (which ? full_v : full_k) + stage, *empty = (which ? empty_v : empty_k) + stage;
+                unsigned char *dst = (which ? sv : sk) + stage * S::kTileBytes;
+                if (j >= kStages) mbar_wait(empty, parity ^ 1); // the consumers are done with tile j - kStages
+                if (by_tma) {
+                    if (lane == 0) {
+                        mbar_arrive_expect_tx(full, S::kTileBytes);
+#pragma unroll
+                        for (int p = 0; p < S::kPanels; p++)
+                            tma_load_2d(dst + p * kBN * 128, which ? &tm_v : &tm_k, kvh * HD + p * 64, start + k0,
+                                        full);
+                    }
+                    __syncwarp();
+                } else {
+                    cp_tile_sw128<HD, kBN, kBN>(dst, which ? vbase : kbase, which ? ldv : ldk, k0, len, lane, 32);
+                    mma_sm80::cp_async_commit();
+                    mma_sm80::cp_async_wait<0>();
+                    fence_proxy_async(); // the wgmma reads these bytes through the async proxy
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(full);
+                }
+            }
+        }
+        return;
+    }
+
+    // consumers
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1, tid = threadIdx.x - wg * 128;
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const int r0 = q0 + cw * 64;              // this warpgroup's first query row (sequence-local)
+    const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
+    unsigned char *sq_w = sq + cw * 64 * 128; // its 64 rows in each Q panel (panels kBM rows apart)
+    cp_tile_sw128<HD, 64, kBM>(sq_w, q + (size_t)start * ldq + (size_t)head * HD, ldq, r0, len, tid, 128);
+    mma_sm80::cp_async_commit();
+    mma_sm80::cp_async_wait<0>();
+    fence_proxy_async();
+    named_sync(1 + cw, 128);
+
+    float o[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+    // key 0 is visible to every row (rows past len too, whose results are never stored), and tile 0 comes first, so
+    // the running max is finite from the first tile on
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+    const uint32_t sq_addr = smem_u32(sq_w);
+
+    for (int j = 0; j < nkb; j++) {
+        const int stage = j % kStages, k0 = j * kBN;
+        const uint32_t parity = (uint32_t)((j / kStages) & 1);
+        const uint32_t sk_addr = smem_u32(sk + stage * S::kTileBytes), sv_addr = smem_u32(sv + stage * S::kTileBytes);
+
+        // S = Q Kᵀ (64 x 128 keys)
+        float s[kBN / 2];
+#pragma unroll
+        for (int i = 0; i < kBN / 2; i++) s[i] = 0.0f;
+        mbar_wait(full_k + stage, parity);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            const uint32_t off = (uint32_t)(kk % 4) * 32; // k16 step inside a 128-byte row
+            const uint64_t da = sw128_desc(sq_addr + (kk / 4) * kBM * 128 + off, 16, 1024);
+            const uint64_t db = sw128_desc(sk_addr + (kk / 4) * kBN * 128 + off, 16, 1024);
+            wgmma_ss_m64n128k16(s, da, db, kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_k + stage);
+
+        // causal mask where a key of the tile can pass a row of this warpgroup (keys >= len then pass every stored
+        // row too); online softmax in log2 units
+        if (k0 + kBN - 1 > r0) {
+#pragma unroll
+            for (int i = 0; i < kBN / 8; i++) {
+                const int key = k0 + i * 8 + t4 * 2;
+                if (key > row_a) s[4 * i] = -INFINITY;
+                if (key + 1 > row_a) s[4 * i + 1] = -INFINITY;
+                if (key > row_b) s[4 * i + 2] = -INFINITY;
+                if (key + 1 > row_b) s[4 * i + 3] = -INFINITY;
+            }
+        }
+        float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kBN / 8; i++) {
+            mx_a = fmaxf(mx_a, fmaxf(s[4 * i], s[4 * i + 1]));
+            mx_b = fmaxf(mx_b, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+        }
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+        const float mn_a = fmaxf(m_a, mx_a * scale_log2), mn_b = fmaxf(m_b, mx_b * scale_log2);
+        const float corr_a = mma_sm80::fast_exp2(m_a - mn_a), corr_b = mma_sm80::fast_exp2(m_b - mn_b);
+        m_a = mn_a, m_b = mn_b;
+        uint32_t pa[kBN / 16][4];
+        float rs_a = 0.0f, rs_b = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kBN / 8; i++) {
+            const float p0 = mma_sm80::fast_exp2(fmaf(s[4 * i], scale_log2, -mn_a));
+            const float p1 = mma_sm80::fast_exp2(fmaf(s[4 * i + 1], scale_log2, -mn_a));
+            const float p2 = mma_sm80::fast_exp2(fmaf(s[4 * i + 2], scale_log2, -mn_b));
+            const float p3 = mma_sm80::fast_exp2(fmaf(s[4 * i + 3], scale_log2, -mn_b));
+            rs_a += p0 + p1, rs_b += p2 + p3;
+            pa[i / 2][(i & 1) * 2] = mma_sm80::pack_bf16(p0, p1);
+            pa[i / 2][(i & 1) * 2 + 1] = mma_sm80::pack_bf16(p2, p3);
+        }
+        l_a = l_a * corr_a + rs_a, l_b = l_b * corr_b + rs_b;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            o[4 * i] *= corr_a, o[4 * i + 1] *= corr_a;
+            o[4 * i + 2] *= corr_b, o[4 * i + 3] *= corr_b;
+        }
+
+        // O += P V (V panels kBN * 128 bytes apart, 8-key groups 1024 bytes, 16 keys a step)
+        mbar_wait(full_v + stage, parity);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; kk++)
+            wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_v + stage);
+    }
+
+    // the row sums are partial per thread: reduce over the 4 threads of a row
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+    __nv_bfloat16 *obase = out + (size_t)start * ldo + (size_t)head * HD;
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) {
+        const int col = i * 8 + t4 * 2;
+        if (row_a < len)
+            *reinterpret_cast<uint32_t *>(obase + (size_t)row_a * ldo + col) =
+                mma_sm80::pack_bf16(o[4 * i] * inv_a, o[4 * i + 1] * inv_a);
+        if (row_b < len)
+            *reinterpret_cast<uint32_t *>(obase + (size_t)row_b * ldo + col) =
+                mma_sm80::pack_bf16(o[4 * i + 2] * inv_b, o[4 * i + 3] * inv_b);
+    }
+#else
+    // compiled for a target without wgmma: never launched (attention_wgmma_supported says no there)
+    (void)tm_k, (void)tm_v, (void)use_tma, (void)out, (void)ldo, (void)q, (void)ldq, (void)k, (void)ldk, (void)v;
+    (void)ldv, (void)cu_seqlens, (void)group, (void)scale_log2;
+#endif
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda: see common/ipc/vmm_pool_cuda.c);
+// NULL when the driver has none
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+encode_tiled_fn encode_tiled(void)
+{
+    static int resolved = 0;
+    static encode_tiled_fn fn = NULL;
+    if (!resolved) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult qr = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr) ==
+                cudaSuccess &&
+            qr == cudaDriverEntryPointSuccess)
+            fn = (encode_tiled_fn)p;
+        else
+            (void)cudaGetLastError();
+        resolved = 1;
+    }
+    return fn;
+}
+
+// (rows, cols) bf16 matrix at base with row stride ld elements, read in boxes of box_rows x 64 columns, 128-byte
+// swizzled. Returns 0 when the driver cannot make it.
+int make_map(CUtensorMap *map, const void *base, int ld, int cols, uint64_t rows, int box_rows)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn) return 0;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
+    cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
+
+template <int HD>
+void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
+                 int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, float scale,
+                 int want_tma, cudaStream_t st)
+{
+    constexpr int smem = sm90_shape<HD>::kSmem;
+    static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        attr_set = true;
+    }
+    // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence)
+    CUtensorMap tm_k, tm_v;
+    const uint64_t rows = (uint64_t)nseq * (uint64_t)max_seqlen;
+    int tma = want_tma && make_map(&tm_k, k, ldk, nkv * HD, rows, kBN) && make_map(&tm_v, v, ldv, nkv * HD, rows, kBN);
+    if (!tma) memset(&tm_k, 0, sizeof tm_k), memset(&tm_v, 0, sizeof tm_v);
+    dim3 grid((unsigned)nh, (unsigned)nseq, (unsigned)((max_seqlen + kBM - 1) / kBM));
+    flash_fwd_sm90_kernel<HD><<<grid, kThreads, smem, st>>>(
+        tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k, ldk,
+        (const __nv_bfloat16 *)v, ldv, cu_seqlens, nh / nkv, scale * 1.4426950408889634f);
+    CHECK_CUDA_LAUNCH();
+}
+
+} // namespace
+
+extern "C" int attention_wgmma_supported(int hd)
+{
+    if (hd != 64 && hd != 128) return 0;
+    static int cc = -1; // device 0 semantics, as the launches' attributes
+    if (cc < 0) {
+        int dev = 0, major = 0, minor = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            major = minor = 0;
+        }
+        cc = major * 10 + minor;
+    }
+    return cc == 90; // the sm_90a cubin; other devices run the compute_90 PTX, where the kernel is empty
+}
+
+extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                             int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                             int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
+                                             void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    if (hd == 128)
+        launch_sm90<128>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, st);
+    else if (hd == 64)
+        launch_sm90<64>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, st);
+    else {
+        fprintf(stderr, "attention_wgmma_forward_cuda: head_dim %d has no wgmma shape (64 and 128 have)\n", hd);
+        exit(1);
+    }
+}
