@@ -377,7 +377,7 @@ extern "C" void attention_causal_forward_cuda_with(enum attention_cuda_kernel ke
             exit(1);
         }
         attention_wgmma_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
-                                     scale, ATTENTION_WGMMA_DEFAULT, stream);
+                                     scale, 1, stream);
         return;
     }
     if (aligned) {

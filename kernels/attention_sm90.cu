@@ -39,9 +39,8 @@ constexpr int kBM = 64 * kConsumers;              // queries per CTA
 constexpr int kStages = 2;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232; // 128 x 40 + 256 x 232 <= 64K registers
 
-// per head_dim: kBN keys per K/V tile (128; 64 at head_dim 256, where O alone takes 128 fp32 registers a thread)
 template <int HD> struct sm90_shape {
-    static constexpr int kBN = HD <= 128 ? 128 : 64;
+    static constexpr int kBN = 128; // keys per K/V tile
     static constexpr int kPanels = HD / 64;        // 64-column (128-byte) swizzled panels per row
     static constexpr int kQBytes = kBM * HD * 2;
     static constexpr int kTileBytes = kBN * HD * 2; // one K or V tile
@@ -72,10 +71,6 @@ template <> __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const 
 {
     wgmma_rs_m64n128k16_tb(o, a, db, 1);
 }
-template <> __device__ __forceinline__ void wgmma_pv<256>(float (&o)[128], const uint32_t (&a)[4], uint64_t db)
-{
-    wgmma_rs_m64n256k16_tb(o, a, db, 1);
-}
 template <> __device__ __forceinline__ void wgmma_pv<64>(float (&o)[32], const uint32_t (&a)[4], uint64_t db)
 {
     wgmma_rs_m64n64k16_tb(o, a, db, 1);
@@ -93,10 +88,6 @@ template <int BN> __device__ __forceinline__ void wgmma_qk(float (&s)[BN / 2], u
 template <> __device__ __forceinline__ void wgmma_qk<128>(float (&s)[64], uint64_t da, uint64_t db, int scale_d)
 {
     wgmma_ss_m64n128k16(s, da, db, scale_d);
-}
-template <> __device__ __forceinline__ void wgmma_qk<64>(float (&s)[32], uint64_t da, uint64_t db, int scale_d)
-{
-    wgmma_ss_m64n64k16(s, da, db, scale_d);
 }
 
 template <int HD, int kBN>
@@ -191,7 +182,7 @@ template <int HD> __device__ __forceinline__ void rescale(float (&o)[HD / 2], co
 }
 #endif
 
-template <int HD, bool OVERLAP>
+template <int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
@@ -302,27 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         float s[kBN / 2];
         uint32_t pa[kBN / 16][4];
         mbar_wait(full_q, (uint32_t)(n & 1));
-        if (!OVERLAP) {
-            for (int j = 0; j < nkb; j++) {
-                const int stage = (t + j) % kStages;
-                const uint32_t parity = (uint32_t)(((t + j) / kStages) & 1);
-                mbar_wait(full_k + stage, parity);
-                issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(s);
-                release(empty_k + stage, lane);
-                if (j == nkb - 1) release(empty_q, lane);
-                online_softmax<kBN>(s, j * kBN + kBN - 1 > r0, j * kBN, row_a, row_b, scale_log2, st, pa);
-                rescale<HD>(o, st);
-                mbar_wait(full_v + stage, parity);
-                issue_pv<HD, kBN>(o, pa, sv0 + stage * S::kTileBytes);
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(o);
-                release(empty_v + stage, lane);
-            }
-        } else {
+        {
             // S of tile j is computed while P(j-1)·V(j-1) runs on the tensor cores: the softmax of tile j (exp2 on
             // the SFU, shuffles) overlaps the previous tile's second GEMM. O stays relative to the running max of
             // the tile whose P is being added, and is rescaled after that GEMM completes.
@@ -439,7 +410,7 @@ int make_map(CUtensorMap *map, const void *base, int ld, int cols, uint64_t rows
     return r == CUDA_SUCCESS;
 }
 
-template <int HD, bool OVERLAP>
+template <int HD>
 void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
                  int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, float scale,
                  int want_tma, cudaStream_t st)
@@ -447,7 +418,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     constexpr int smem = sm90_shape<HD>::kSmem;
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, OVERLAP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         smem));
         attr_set = true;
     }
@@ -472,7 +443,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         exit(1);
     }
     const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
-    flash_fwd_sm90_kernel<HD, OVERLAP><<<grid, kThreads, smem, st>>>(
+    flash_fwd_sm90_kernel<HD><<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
         ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f);
     CHECK_CUDA_LAUNCH();
@@ -482,7 +453,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
 
 extern "C" int attention_wgmma_supported(int hd)
 {
-    if (hd != 64 && hd != 128 && hd != 256) return 0;
+    if (hd != 64 && hd != 128) return 0;
     static int cc = -1; // device 0 semantics, as the launches' attributes
     if (cc < 0) {
         int dev = 0, major = 0, minor = 0;
@@ -499,22 +470,16 @@ extern "C" int attention_wgmma_supported(int hd)
 
 extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
                                              int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
-                                             int max_seqlen, int nh, int nkv, int hd, float scale, int flags,
+                                             int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
                                              void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
-    const int tma = flags & ATTENTION_WGMMA_TMA;
-    const bool overlap = flags & ATTENTION_WGMMA_OVERLAP;
-#define LAUNCH_SM90(H, OV) \
-    launch_sm90<H, OV>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, st)
-    if (hd == 256 && overlap) LAUNCH_SM90(256, true);
-    else if (hd == 256) LAUNCH_SM90(256, false);
-    else if (hd == 128 && overlap) LAUNCH_SM90(128, true);
-    else if (hd == 128) LAUNCH_SM90(128, false);
-    else if (hd == 64 && overlap) LAUNCH_SM90(64, true);
-    else if (hd == 64) LAUNCH_SM90(64, false);
+#define LAUNCH_SM90(H) \
+    launch_sm90<H>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, st)
+    if (hd == 128) LAUNCH_SM90(128);
+    else if (hd == 64) LAUNCH_SM90(64);
     else {
-        fprintf(stderr, "attention_wgmma_forward_cuda: head_dim %d has no wgmma shape (64, 128 and 256 have)\n", hd);
+        fprintf(stderr, "attention_wgmma_forward_cuda: head_dim %d has no wgmma shape (64 and 128 have)\n", hd);
         exit(1);
     }
 #undef LAUNCH_SM90
