@@ -1,21 +1,22 @@
 // attention_sm90: causal flash attention forward over packed variable-length sequences, GQA, bf16 in/out, for Hopper
-// (sm_90a): the tensor cores fed by wgmma from shared memory, K/V tiles staged by the bulk tensor copy engine (TMA).
+// (sm_90a): the tensor cores fed by wgmma from shared memory, the tiles staged by the bulk tensor copy engine (TMA).
 //
-// A CTA takes 128 queries of one head of one sequence with three warpgroups. Warpgroup 0 is the producer: one warp
-// streams the K and V tiles (128 keys x head_dim) of the query block's causal range through two shared-memory stages,
-// each stage guarded by a "full" mbarrier (the copy landed) and an "empty" one (both consumers are done with it).
-// Tiles wholly inside the sequence come by TMA (one 64-column box per panel, completing on the full barrier with its
-// byte count); the sequence's last, partial tile by cp.async from the producer warp with rows past the sequence
-// zero-filled (a TMA box would read the next sequence's rows, or past the end of the buffer, whose row count this
-// API does not carry). Warpgroups 1 and 2 are consumers, 64 query rows each: per tile S = Q·Kᵀ (wgmma, Q and K from
-// shared memory, 64 x 128 fp32 in registers), the causal mask on the diagonal tile, the online softmax in registers
-// (fp32 running max and sum, exp2 with the scale folded in), P rounded to bf16 in registers as the A operand of
-// O += P·V (wgmma with V from shared memory, transposed by its descriptor). setmaxnreg moves registers from the
-// producer to the consumers. Q is staged once per CTA by the consumers themselves (cp.async, zero past the sequence).
-// Shared-memory tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written identically by TMA and by the
-// cp.async path. Fixed order everywhere and no atomics: the result is deterministic. head_dim 64 and 128.
-// Grid: x = query heads (the heads of a GQA group are neighbours and share K/V in L2), y = sequences, z = query
-// blocks in reverse (the longest causal rows start first).
+// Persistent: one CTA per SM walks work items (a block of 128 queries of one head of one sequence), query blocks from
+// the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2). Three warpgroups.
+// Warpgroup 0 is the producer: one warp brings each item's Q tile and streams the K and V tiles (128 keys x head_dim)
+// of its causal range through two shared-memory stages, each buffer guarded by a "full" mbarrier (the copy landed)
+// and an "empty" one (both consumers are done with it); it runs ahead into the next item as stages free up. Tiles
+// wholly inside the sequence come by TMA (one 64-column box per panel, completing on the full barrier with its byte
+// count); a sequence's last, partial tile by cp.async from the producer warp with the rows past the sequence zero (a
+// TMA box would read the next sequence's rows, or past the end of the buffer, whose row count this API does not
+// carry). Warpgroups 1 and 2 are consumers, 64 query rows each: S = Q·Kᵀ (wgmma, Q and K from shared memory, 64 x 128
+// fp32 in registers), the causal mask on the diagonal tile, the online softmax in registers (fp32 running max and
+// sum, exp2 with the scale folded in), P rounded to bf16 in registers as the A operand of O += P·V (wgmma with V from
+// shared memory, transposed by its descriptor). S of tile j is issued together with P(j-1)·V(j-1), so the softmax of
+// tile j runs while the tensor cores do the previous tile's second GEMM. setmaxnreg moves registers from the producer
+// to the consumers. Shared-memory tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written identically
+// by TMA and by the cp.async path. Fixed order everywhere and no atomics: the result is deterministic. head_dim 64 and
+// 128 (attention.cu's mma.sync kernel takes the others).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
