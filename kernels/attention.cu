@@ -16,6 +16,9 @@
 // added to the softmax's denominator at the end: o / (l + 2^(sink·log2e − m)), with m raised to the sink first.
 #include <cuda_bf16.h>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "attention.h"
 #include "cuda_check.h"
@@ -352,13 +355,29 @@ void launch_flash(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint
 
 } // namespace
 
+// DFLASH_ATTENTION=mma_sync: the automatic choice takes the mma.sync kernel everywhere (read once)
+static bool mma_sync_forced(void)
+{
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("DFLASH_ATTENTION");
+        forced = e && !strcmp(e, "mma_sync");
+    }
+    return forced;
+}
+
+static void causal_forward(enum attention_cuda_kernel kernel, uint16_t *out, int ldo, const uint16_t *q, int ldq,
+                           const uint16_t *k, int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                           int max_seqlen, int nh, int nkv, int hd, float scale, int window, const float *sinks,
+                           void *stream);
+
 extern "C" void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
                                               int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens,
                                               int nseq, int max_seqlen, int nh, int nkv, int hd, float scale,
                                               void *stream)
 {
-    attention_causal_opts_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
-                                       scale, 0, NULL, stream);
+    causal_forward(ATTENTION_CUDA_AUTO, out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
+                   scale, 0, NULL, stream);
 }
 
 extern "C" void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
@@ -366,6 +385,26 @@ extern "C" void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const
                                                    const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh,
                                                    int nkv, int hd, float scale, int window, const float *sinks,
                                                    void *stream)
+{
+    causal_forward(ATTENTION_CUDA_AUTO, out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
+                   scale, window, sinks, stream);
+}
+
+extern "C" void attention_causal_forward_cuda_with(enum attention_cuda_kernel kernel, uint16_t *out, int ldo,
+                                                   const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                                                   const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                                   int max_seqlen, int nh, int nkv, int hd, float scale, void *stream)
+{
+    causal_forward(kernel, out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd, scale, 0, NULL,
+                   stream);
+}
+
+// The one body: the kernel chosen (AUTO: wgmma on Hopper where it has the head_dim and no window or sinks are asked
+// for, else mma.sync, else scalar), then launched.
+static void causal_forward(enum attention_cuda_kernel kernel, uint16_t *out, int ldo, const uint16_t *q, int ldq,
+                           const uint16_t *k, int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                           int max_seqlen, int nh, int nkv, int hd, float scale, int window, const float *sinks,
+                           void *stream)
 {
     if (nseq <= 0 || max_seqlen <= 0 || nh <= 0) return;
     if (nkv <= 0 || nh % nkv != 0) {
@@ -376,6 +415,22 @@ extern "C" void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const
     const int group = nh / nkv;
     bool aligned = ldo % 8 == 0 && ldq % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && (uintptr_t)out % 16 == 0 &&
                    (uintptr_t)q % 16 == 0 && (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
+    // the one place the kernel is chosen: wgmma on Hopper where it has the head_dim, else mma.sync (or scalar)
+    const bool plain = window <= 0 && sinks == NULL; // the wgmma kernel has no window or sinks (gpt-oss's options)
+    if (kernel == ATTENTION_CUDA_AUTO)
+        kernel = !mma_sync_forced() && aligned && plain && attention_wgmma_supported(hd) ? ATTENTION_CUDA_WGMMA
+                                                                                        : ATTENTION_CUDA_MMA_SYNC;
+    if (kernel == ATTENTION_CUDA_WGMMA) {
+        if (!aligned || !plain || !attention_wgmma_supported(hd)) {
+            fprintf(stderr, "attention_causal_forward_cuda_with: the wgmma kernel takes head_dim 64 or 128 with 16-byte "
+                            "aligned rows on an sm_90 device, no window or sinks (head_dim %d, aligned %d, window %d, "
+                            "sinks %s)\n", hd, (int)aligned, window, sinks ? "yes" : "no");
+            exit(1);
+        }
+        attention_wgmma_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
+                                     scale, 1, stream);
+        return;
+    }
     if (aligned) {
         switch (hd) {
         case 16: launch_flash<16>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, group, scale, window, sinks, st); return;

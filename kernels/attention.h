@@ -48,6 +48,23 @@ void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const uint16_t *
                                         const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
                                         int max_seqlen, int nh, int nkv, int hd, float scale, int window,
                                         const float *sinks, void *stream);
+
+/* The kernels behind attention_causal_forward_cuda, chosen in attention.cu (attention_cuda_kernel): the Hopper one
+ * (attention_sm90.cu: wgmma, TMA, warp-specialised) where attention_wgmma_supported(hd) (an sm_90 device, head_dim
+ * 64 or 128, 16-byte aligned rows), else mma.sync (attention.cu; any head_dim). DFLASH_ATTENTION=mma_sync in the
+ * environment forces the latter (to measure one against the other). Tests and benchmarks call them by name. */
+enum attention_cuda_kernel { ATTENTION_CUDA_AUTO = 0, ATTENTION_CUDA_MMA_SYNC, ATTENTION_CUDA_WGMMA };
+void attention_causal_forward_cuda_with(enum attention_cuda_kernel kernel, uint16_t *out, int ldo, const uint16_t *q,
+                                        int ldq, const uint16_t *k, int ldk, const uint16_t *v, int ldv,
+                                        const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, int hd,
+                                        float scale, void *stream);
+int attention_wgmma_supported(int hd);
+/* The Hopper kernel itself (hd 64 or 128, on a device where attention_wgmma_supported). tma 1 stages the Q, K and V
+ * tiles inside a sequence by the bulk tensor copy, 0 every tile by cp.async (also what happens when the driver cannot
+ * make a tensor map); both give the same bits. */
+void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                                  const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen,
+                                  int nh, int nkv, int hd, float scale, int tma, void *stream);
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,487 @@
+// attention_sm90: causal flash attention forward over packed variable-length sequences, GQA, bf16 in/out, for Hopper
+// (sm_90a): the tensor cores fed by wgmma from shared memory, the tiles staged by the bulk tensor copy engine (TMA).
+//
+// Persistent: one CTA per SM walks work items (a block of 128 queries of one head of one sequence), query blocks from
+// the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2). Three warpgroups.
+// Warpgroup 0 is the producer: one warp brings each item's Q tile and streams the K and V tiles (128 keys x head_dim)
+// of its causal range through two shared-memory stages, each buffer guarded by a "full" mbarrier (the copy landed)
+// and an "empty" one (both consumers are done with it); it runs ahead into the next item as stages free up. Tiles
+// wholly inside the sequence come by TMA (one 64-column box per panel, completing on the full barrier with its byte
+// count); a sequence's last, partial tile by cp.async from the producer warp with the rows past the sequence zero (a
+// TMA box would read the next sequence's rows, or past the end of the buffer, whose row count this API does not
+// carry). Warpgroups 1 and 2 are consumers, 64 query rows each: S = Q·Kᵀ (wgmma, Q and K from shared memory, 64 x 128
+// fp32 in registers), the causal mask on the diagonal tile, the online softmax in registers (fp32 running max and
+// sum, exp2 with the scale folded in), P rounded to bf16 in registers as the A operand of O += P·V (wgmma with V from
+// shared memory, transposed by its descriptor). S of tile j is issued together with P(j-1)·V(j-1), so the softmax of
+// tile j runs while the tensor cores do the previous tile's second GEMM. setmaxnreg moves registers from the producer
+// to the consumers. Shared-memory tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written identically
+// by TMA and by the cp.async path. Fixed order everywhere and no atomics: the result is deterministic. head_dim 64 and
+// 128 (attention.cu's mma.sync kernel takes the others).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "attention.h"
+#include "cuda_check.h"
+#include "mma_sm80.cuh"
+#include "wgmma_sm90.cuh"
+
+namespace {
+
+using namespace wgmma_sm90;
+
+constexpr int kConsumers = 2;                     // consumer warpgroups, 64 query rows each
+constexpr int kThreads = (kConsumers + 1) * 128;  // + the producer warpgroup
+constexpr int kBM = 64 * kConsumers;              // queries per CTA
+constexpr int kStages = 2;
+[[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232; // 128 x 40 + 256 x 232 <= 64K registers
+
+template <int HD> struct sm90_shape {
+    static constexpr int kBN = 128; // keys per K/V tile
+    [[maybe_unused]] static constexpr int kPanels = HD / 64; // 64-column (128-byte) swizzled panels per row
+    static constexpr int kQBytes = kBM * HD * 2;
+    static constexpr int kTileBytes = kBN * HD * 2; // one K or V tile
+    static constexpr int kBarOffset = kQBytes + 2 * kStages * kTileBytes;
+    static constexpr int kSmem = kBarOffset + 128 + 1024; // 10 barriers; slack to align the base to 1024 bytes
+};
+
+#ifdef DFLASH_SM90A
+// rows [row0, row0 + ROWS) of a (len, HD) slice with row stride ld into swizzled panels PANEL_ROWS rows apart, rows
+// >= len zero; threads tid, tid + nthr, ... of the caller each issue their share of 16-byte cp.async copies
+template <int HD, int ROWS, int PANEL_ROWS>
+__device__ __forceinline__ void cp_tile_sw128(unsigned char *tile, const __nv_bfloat16 *base, int ld, int row0,
+                                              int len, int tid, int nthr)
+{
+    constexpr int kChunks = HD / 8;
+#pragma unroll 4
+    for (int c = tid; c < ROWS * kChunks; c += nthr) {
+        const int r = c / kChunks, ch = c % kChunks, panel = ch >> 3, cc = ch & 7;
+        const bool valid = row0 + r < len;
+        const __nv_bfloat16 *src = base + (size_t)(valid ? row0 + r : 0) * ld + ch * 8;
+        mma_sm80::cp_async16(tile + panel * PANEL_ROWS * 128 + r * 128 + ((cc ^ (r & 7)) << 4), src, valid);
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void wgmma_pv(float (&o)[HD / 2], const uint32_t (&a)[4], uint64_t db);
+template <> __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a)[4], uint64_t db)
+{
+    wgmma_rs_m64n128k16_tb(o, a, db, 1);
+}
+template <> __device__ __forceinline__ void wgmma_pv<64>(float (&o)[32], const uint32_t (&a)[4], uint64_t db)
+{
+    wgmma_rs_m64n64k16_tb(o, a, db, 1);
+}
+
+// online softmax state of a thread's two rows (g and g + 8 of its warp's 16): running max (log2 units), partial row
+// sum (this thread's columns), and the factor the last step rescaled by
+struct softmax_state {
+    float m_a, m_b, l_a, l_b, corr_a, corr_b;
+};
+
+// S = Q·Kᵀ for this warpgroup's 64 rows and a 128-key tile: HD/16 wgmma k16 steps (32 bytes along a panel's row,
+// the next panel every 4 steps), issued, not waited for
+template <int BN> __device__ __forceinline__ void wgmma_qk(float (&s)[BN / 2], uint64_t da, uint64_t db, int scale_d);
+template <> __device__ __forceinline__ void wgmma_qk<128>(float (&s)[64], uint64_t da, uint64_t db, int scale_d)
+{
+    wgmma_ss_m64n128k16(s, da, db, scale_d);
+}
+
+template <int HD, int kBN>
+__device__ __forceinline__ void issue_qk(float (&s)[kBN / 2], uint32_t sq_addr, uint32_t sk_addr)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const uint32_t off = (uint32_t)(kk % 4) * 32;
+        wgmma_qk<kBN>(s, sw128_desc(sq_addr + (kk / 4) * kBM * 128 + off, 16, 1024),
+                      sw128_desc(sk_addr + (kk / 4) * kBN * 128 + off, 16, 1024), kk > 0);
+    }
+}
+
+// O += P·V: V panels kBN * 128 bytes apart, 8-key groups 1024 bytes, 16 keys (2048 bytes) a step; issued only
+template <int HD, int kBN>
+__device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa)[kBN / 16][4], uint32_t sv_addr)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
+}
+
+// one arrival per warp on an "empty" barrier, once the warp's wgmma reads of the stage are complete
+__device__ __forceinline__ void release(uint64_t *bar, int lane)
+{
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+}
+
+// the causal mask (when a key of the tile can pass a row of this warpgroup; keys >= len then pass every stored row
+// too), then the online softmax in log2 units: p = 2^(s·scale_log2 − m), rounded to bf16 into the A fragments of
+// P·V (a[0] row g keys 2t.., a[1] row g+8, a[2] row g keys 8+2t.., a[3] row g+8)
+template <int kBN>
+__device__ __forceinline__ void online_softmax(float (&s)[kBN / 2], bool mask, int k0, int row_a, int row_b,
+                                               float scale_log2, softmax_state &st, uint32_t (&pa)[kBN / 16][4])
+{
+    const int t4 = threadIdx.x & 3;
+    if (mask) {
+#pragma unroll
+        for (int i = 0; i < kBN / 8; i++) {
+            const int key = k0 + i * 8 + t4 * 2;
+            if (key > row_a) s[4 * i] = -INFINITY;
+            if (key + 1 > row_a) s[4 * i + 1] = -INFINITY;
+            if (key > row_b) s[4 * i + 2] = -INFINITY;
+            if (key + 1 > row_b) s[4 * i + 3] = -INFINITY;
+        }
+    }
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kBN / 8; i++) {
+        mx_a = fmaxf(mx_a, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float mn_a = fmaxf(st.m_a, mx_a * scale_log2), mn_b = fmaxf(st.m_b, mx_b * scale_log2);
+    st.corr_a = mma_sm80::fast_exp2(st.m_a - mn_a), st.corr_b = mma_sm80::fast_exp2(st.m_b - mn_b);
+    st.m_a = mn_a, st.m_b = mn_b;
+    float rs_a = 0.0f, rs_b = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kBN / 8; i++) {
+        const float p0 = mma_sm80::fast_exp2(fmaf(s[4 * i], scale_log2, -mn_a));
+        const float p1 = mma_sm80::fast_exp2(fmaf(s[4 * i + 1], scale_log2, -mn_a));
+        const float p2 = mma_sm80::fast_exp2(fmaf(s[4 * i + 2], scale_log2, -mn_b));
+        const float p3 = mma_sm80::fast_exp2(fmaf(s[4 * i + 3], scale_log2, -mn_b));
+        rs_a += p0 + p1, rs_b += p2 + p3;
+        pa[i / 2][(i & 1) * 2] = mma_sm80::pack_bf16(p0, p1);
+        pa[i / 2][(i & 1) * 2 + 1] = mma_sm80::pack_bf16(p2, p3);
+    }
+    st.l_a = st.l_a * st.corr_a + rs_a, st.l_b = st.l_b * st.corr_b + rs_b;
+}
+
+// pins the P fragments in their registers before the wgmma fence (so no move of them lands among the wgmmas)
+template <int kBN> __device__ __forceinline__ void fence_regs_u(uint32_t (&p)[kBN / 16][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; kk++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+r"(p[kk][e])::"memory");
+}
+
+template <int HD> __device__ __forceinline__ void rescale(float (&o)[HD / 2], const softmax_state &st)
+{
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) {
+        o[4 * i] *= st.corr_a, o[4 * i + 1] *= st.corr_a;
+        o[4 * i + 2] *= st.corr_b, o[4 * i + 3] *= st.corr_b;
+    }
+}
+#endif
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                          const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
+                          const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v,
+                          int ldv, const int32_t *cu_seqlens, int nseq, int nh, int nqb, int group, float scale_log2)
+{
+#ifdef DFLASH_SM90A
+    using S = sm90_shape<HD>;
+    constexpr int kBN = S::kBN;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *sq = smem, *sk = sq + S::kQBytes, *sv = sk + kStages * S::kTileBytes;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::kBarOffset);
+    uint64_t *full_k = bars, *full_v = bars + kStages, *empty_k = bars + 2 * kStages, *empty_v = bars + 3 * kStages;
+    uint64_t *full_q = bars + 4 * kStages, *empty_q = full_q + 1;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(full_k + s, 1);
+            mbar_init(full_v + s, 1);
+            mbar_init(empty_k + s, kConsumers * 4); // one arrival per consumer warp
+            mbar_init(empty_v + s, kConsumers * 4);
+        }
+        mbar_init(full_q, 1);
+        mbar_init(empty_q, kConsumers * 4);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    // Persistent: CTA b takes work items b, b + gridDim.x, ... of (query block, sequence, head), query blocks from
+    // the last (the longest causal rows) to the first, heads fastest (a GQA group's heads are neighbours in time and
+    // share K/V in L2). Items past a sequence's end are skipped. Producer and consumers walk the same items, so the
+    // tile counter t (stage t % kStages, parity (t / kStages) & 1) and the item counter n agree between them.
+    const int items = nqb * nseq * nh;
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) { // producer
+        setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x >= 32) return;
+        const int lane = threadIdx.x;
+        if (use_tma && lane == 0) tma_prefetch_map(&tm_q), tma_prefetch_map(&tm_k), tma_prefetch_map(&tm_v);
+        // one tile (rows [row0, row0 + 128) of a sequence slice at base) into dst: TMA when inside the sequence,
+        // else cp.async with the rows past it zero; completes on full
+        auto load = [&](bool is_q, unsigned char *dst, const CUtensorMap *map, const __nv_bfloat16 *base, int ld,
+                        int col, int start, int row0, int len, uint64_t *full) {
+            const int rows = is_q ? kBM : kBN;
+            if (use_tma && row0 + rows <= len) {
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(full, is_q ? S::kQBytes : S::kTileBytes);
+#pragma unroll
+                    for (int p = 0; p < S::kPanels; p++)
+                        tma_load_2d(dst + p * rows * 128, map, col + p * 64, start + row0, full);
+                }
+                __syncwarp();
+            } else {
+                if (is_q) cp_tile_sw128<HD, kBM, kBM>(dst, base + (size_t)start * ld + col, ld, row0, len, lane, 32);
+                else cp_tile_sw128<HD, kBN, kBN>(dst, base + (size_t)start * ld + col, ld, row0, len, lane, 32);
+                mma_sm80::cp_async_commit();
+                mma_sm80::cp_async_wait<0>();
+                fence_proxy_async(); // the wgmma reads these bytes through the async proxy
+                __syncwarp();
+                if (lane == 0) mbar_arrive(full);
+            }
+        };
+        int t = 0, n = 0;
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+            const int head = item % nh, seq = (item / nh) % nseq, qb = nqb - 1 - item / (nh * nseq);
+            const int start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
+            if (qb * kBM >= len) continue;
+            const int nkb = (min(len, qb * kBM + kBM) + kBN - 1) / kBN, kcol = (head / group) * HD;
+            for (int j = 0; j < nkb; j++, t++) {
+                const int stage = t % kStages;
+                const uint32_t parity = (uint32_t)((t / kStages) & 1);
+                if (t >= kStages) mbar_wait(empty_k + stage, parity ^ 1); // tile t - kStages consumed
+                load(false, sk + stage * S::kTileBytes, &tm_k, k, ldk, kcol, start, j * kBN, len, full_k + stage);
+                if (j == 0) { // this item's queries, once the consumers are done with the previous item's
+                    if (n > 0) mbar_wait(empty_q, (uint32_t)((n - 1) & 1));
+                    load(true, sq, &tm_q, q, ldq, head * HD, start, qb * kBM, len, full_q);
+                }
+                if (t >= kStages) mbar_wait(empty_v + stage, parity ^ 1);
+                load(false, sv + stage * S::kTileBytes, &tm_v, v, ldv, kcol, start, j * kBN, len, full_v + stage);
+            }
+            n++;
+        }
+        return;
+    }
+
+    // consumers
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1, tid = threadIdx.x - wg * 128;
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const uint32_t sq_addr = smem_u32(sq + cw * 64 * 128); // its 64 rows in each Q panel (panels kBM rows apart)
+    const uint32_t sk0 = smem_u32(sk), sv0 = smem_u32(sv);
+    int t = 0, n = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        const int head = item % nh, seq = (item / nh) % nseq, qb = nqb - 1 - item / (nh * nseq);
+        const int start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
+        if (qb * kBM >= len) continue;
+        const int nkb = (min(len, qb * kBM + kBM) + kBN - 1) / kBN;
+        const int r0 = qb * kBM + cw * 64; // this warpgroup's first query row (sequence-local)
+        const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
+
+        float o[HD / 2];
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+        // key 0 is visible to every row (rows past len too, whose results are never stored), and tile 0 comes
+        // first, so the running max is finite from the first tile on
+        softmax_state st{-INFINITY, -INFINITY, 0.0f, 0.0f, 0.0f, 0.0f};
+        float s[kBN / 2];
+        uint32_t pa[kBN / 16][4];
+        mbar_wait(full_q, (uint32_t)(n & 1));
+        {
+            // S of tile j is computed while P(j-1)·V(j-1) runs on the tensor cores: the softmax of tile j (exp2 on
+            // the SFU, shuffles) overlaps the previous tile's second GEMM. O stays relative to the running max of
+            // the tile whose P is being added, and is rescaled after that GEMM completes.
+            mbar_wait(full_k + t % kStages, (uint32_t)((t / kStages) & 1));
+            issue_qk<HD, kBN>(s, sq_addr, sk0 + (t % kStages) * S::kTileBytes);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            release(empty_k + t % kStages, lane);
+            online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, pa);
+            // one step: S(j) and P(j-1)·V(j-1) in flight together, then the softmax of S(j) into p_next. Unrolled
+            // by two so that P alternates between pa and pn without copies (a copy the compiler placed among the
+            // wgmmas would serialise them)
+            uint32_t pn[kBN / 16][4];
+            auto step = [&](int j, uint32_t(&p_prev)[kBN / 16][4], uint32_t(&p_next)[kBN / 16][4]) {
+                const int stage = (t + j) % kStages, pstage = (t + j - 1) % kStages;
+                const uint32_t parity = (uint32_t)(((t + j) / kStages) & 1);
+                const uint32_t pparity = (uint32_t)(((t + j - 1) / kStages) & 1);
+                mbar_wait(full_k + stage, parity);
+                mbar_wait(full_v + pstage, pparity);
+                fence_regs_u<kBN>(p_prev);
+                issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
+                wgmma_commit();
+                issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
+                wgmma_commit();
+                wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
+                fence_regs(s);
+                release(empty_k + stage, lane);
+                online_softmax<kBN>(s, j * kBN + kBN - 1 > r0, j * kBN, row_a, row_b, scale_log2, st, p_next);
+                wgmma_wait<0>();
+                fence_regs(o);
+                release(empty_v + pstage, lane);
+                rescale<HD>(o, st);
+            };
+            int j = 1;
+            for (; j + 1 < nkb; j += 2) {
+                step(j, pa, pn);
+                step(j + 1, pn, pa);
+            }
+            const bool last_in_pn = j < nkb;
+            if (last_in_pn) step(j, pa, pn);
+            release(empty_q, lane); // every S of this item is done
+            const int stage = (t + nkb - 1) % kStages;
+            mbar_wait(full_v + stage, (uint32_t)(((t + nkb - 1) / kStages) & 1));
+            if (last_in_pn) fence_regs_u<kBN>(pn), issue_pv<HD, kBN>(o, pn, sv0 + stage * S::kTileBytes);
+            else fence_regs_u<kBN>(pa), issue_pv<HD, kBN>(o, pa, sv0 + stage * S::kTileBytes);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+            release(empty_v + stage, lane);
+        }
+        t += nkb, n++;
+
+        // the row sums are partial per thread: reduce over the 4 threads of a row
+        float l_a = st.l_a, l_b = st.l_b;
+        l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+        l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+        l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+        l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+        const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+        __nv_bfloat16 *obase = out + (size_t)start * ldo + (size_t)head * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            const int col = i * 8 + t4 * 2;
+            if (row_a < len)
+                *reinterpret_cast<uint32_t *>(obase + (size_t)row_a * ldo + col) =
+                    mma_sm80::pack_bf16(o[4 * i] * inv_a, o[4 * i + 1] * inv_a);
+            if (row_b < len)
+                *reinterpret_cast<uint32_t *>(obase + (size_t)row_b * ldo + col) =
+                    mma_sm80::pack_bf16(o[4 * i + 2] * inv_b, o[4 * i + 3] * inv_b);
+        }
+    }
+#else
+    // compiled for a target without wgmma: never launched (attention_wgmma_supported says no there)
+    (void)tm_q, (void)tm_k, (void)tm_v, (void)use_tma, (void)out, (void)ldo, (void)q, (void)ldq, (void)k, (void)ldk;
+    (void)v, (void)ldv, (void)cu_seqlens, (void)nseq, (void)nh, (void)nqb, (void)group, (void)scale_log2;
+#endif
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda: see common/ipc/vmm_pool_cuda.c);
+// NULL when the driver has none
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+encode_tiled_fn encode_tiled(void)
+{
+    static int resolved = 0;
+    static encode_tiled_fn fn = NULL;
+    if (!resolved) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult qr = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr) ==
+                cudaSuccess &&
+            qr == cudaDriverEntryPointSuccess)
+            fn = (encode_tiled_fn)p;
+        else
+            (void)cudaGetLastError();
+        resolved = 1;
+    }
+    return fn;
+}
+
+// (rows, cols) bf16 matrix at base with row stride ld elements, read in boxes of box_rows x 64 columns, 128-byte
+// swizzled. Returns 0 when the driver cannot make it.
+int make_map(CUtensorMap *map, const void *base, int ld, int cols, uint64_t rows, int box_rows)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn) return 0;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
+    cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
+
+template <int HD>
+void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
+                 int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, float scale,
+                 int want_tma, cudaStream_t st)
+{
+    constexpr int smem = sm90_shape<HD>::kSmem;
+    static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        smem));
+        attr_set = true;
+    }
+    // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence)
+    CUtensorMap tm_q, tm_k, tm_v;
+    const uint64_t rows = (uint64_t)nseq * (uint64_t)max_seqlen;
+    int tma = want_tma && make_map(&tm_q, q, ldq, nh * HD, rows, kBM) &&
+              make_map(&tm_k, k, ldk, nkv * HD, rows, sm90_shape<HD>::kBN) &&
+              make_map(&tm_v, v, ldv, nkv * HD, rows, sm90_shape<HD>::kBN);
+    if (!tma) memset(&tm_q, 0, sizeof tm_q), memset(&tm_k, 0, sizeof tm_k), memset(&tm_v, 0, sizeof tm_v);
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        CHECK_CUDA(cudaGetDevice(&dev));
+        CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    const int nqb = (max_seqlen + kBM - 1) / kBM;
+    const long long items = (long long)nqb * nseq * nh;
+    if (items > INT32_MAX) {
+        fprintf(stderr, "attention_wgmma_forward_cuda: %lld work items (query blocks x sequences x heads) overflow\n",
+                items);
+        exit(1);
+    }
+    const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
+    flash_fwd_sm90_kernel<HD><<<grid, kThreads, smem, st>>>(
+        tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
+        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f);
+    CHECK_CUDA_LAUNCH();
+}
+
+} // namespace
+
+extern "C" int attention_wgmma_supported(int hd)
+{
+    if (hd != 64 && hd != 128) return 0;
+    static int cc = -1; // device 0 semantics, as the launches' attributes
+    if (cc < 0) {
+        int dev = 0, major = 0, minor = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            major = minor = 0;
+        }
+        cc = major * 10 + minor;
+    }
+    return cc == 90; // the sm_90a cubin; other devices run the compute_90 PTX, where the kernel is empty
+}
+
+extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                             int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                             int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
+                                             void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+#define LAUNCH_SM90(H) \
+    launch_sm90<H>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, st)
+    if (hd == 128) LAUNCH_SM90(128);
+    else if (hd == 64) LAUNCH_SM90(64);
+    else {
+        fprintf(stderr, "attention_wgmma_forward_cuda: head_dim %d has no wgmma shape (64 and 128 have)\n", hd);
+        exit(1);
+    }
+#undef LAUNCH_SM90
+}
