@@ -3,7 +3,8 @@
  * "FAIL ..."), then runs it again on the same inputs with its lines hidden: every device download of the second run
  * must be bitwise identical to the first run's ("ok <row>: twice bitwise-identical ..."). Then the timings (printed,
  * not compared). Exit status 0 only when every line passed.
- *   test_kernel_cases_gpu [--no-timings] [SUBSTRING]   only the rows whose name contains SUBSTRING */
+ *   test_kernel_cases_gpu [--no-timings] [SUBSTRING...]   only the rows whose name contains one of the SUBSTRINGs
+ *                                                         (the timings only when no SUBSTRING is given) */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,17 +18,18 @@
 
 int main(int argc, char **argv)
 {
-    const char *filter = NULL;
-    int timings = 1;
+    const char *filters[64];
+    int nfilters = 0, timings = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: test_kernel_cases_gpu [--no-timings] [SUBSTRING]\nRuns the CUDA check of every row of the "
-                   "kernel case table (tests/kernel_cases.c) whose name contains SUBSTRING, twice (the second run's "
-                   "device downloads must be bitwise identical to the first's), then the timings.\n");
+            printf("usage: test_kernel_cases_gpu [--no-timings] [SUBSTRING...]\nRuns the CUDA check of every row of the "
+                   "kernel case table (tests/kernel_cases.c) whose name contains one of the SUBSTRINGs (all rows when "
+                   "none is given), twice (the second run's device downloads must be bitwise identical to the "
+                   "first's), then the timings (when no SUBSTRING is given).\n");
             return 0;
         }
         if (!strcmp(argv[i], "--no-timings")) timings = 0;
-        else filter = argv[i];
+        else if (nfilters < 64) filters[nfilters++] = argv[i];
     }
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -44,7 +46,9 @@ int main(int argc, char **argv)
         if (!c->op->cuda || c->only == KC_CPU_ONLY) continue;
         char name[1024];
         kc_case_name(c, name, sizeof name);
-        if (filter && !strstr(name, filter)) continue;
+        int match = nfilters == 0;
+        for (int f = 0; f < nfilters; f++) match |= strstr(name, filters[f]) != NULL;
+        if (!match) continue;
         rows++;
         printf("== %s%s%s\n", name, c->why ? ": " : "", c->why ? c->why : "");
         fflush(stdout);
@@ -78,10 +82,10 @@ int main(int argc, char **argv)
         total_fail += !ok;
     }
     if (rows == 0) {
-        printf("FAIL test_kernel_cases_gpu: no row matches %s\n", filter ? filter : "");
+        printf("FAIL test_kernel_cases_gpu: no row matches the %d substring(s) given\n", nfilters);
         return 1;
     }
-    if (timings && !filter)
+    if (timings && nfilters == 0)
         for (int i = 0; i < kernel_ntimings; i++) {
             printf("== timing %s\n", kernel_timings[i].name);
             fflush(stdout);

@@ -1,7 +1,7 @@
 /* The CPU side of the kernel case table (tests/kernel_cases.h): every row whose op has a CPU check, the kernels/<name>.c
  * reference against its naive double reference or finite differences, each row in a forked child (a crash fails
  * that row only). Prints "ok <row>" / "FAIL <row>" (the failed expectations on stderr above it).
- *   test_kernel_cases [SUBSTRING]   only the rows whose name contains SUBSTRING */
+ *   test_kernel_cases [SUBSTRING...]   only the rows whose name contains one of the SUBSTRINGs */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +15,8 @@ extern int test_failed_here;
 int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: test_kernel_cases [SUBSTRING]\nRuns the CPU check of every row of the kernel case table "
-               "(tests/kernel_cases.c) whose name contains SUBSTRING.\n");
+        printf("usage: test_kernel_cases [SUBSTRING...]\nRuns the CPU check of every row of the kernel case table "
+               "(tests/kernel_cases.c) whose name contains one of the SUBSTRINGs (all rows when none is given).\n");
         return 0;
     }
     int failed = 0, ran = 0;
@@ -25,7 +25,9 @@ int main(int argc, char **argv)
         if (!c->op->cpu || c->only == KC_CUDA_ONLY) continue;
         char name[1024];
         kc_case_name(c, name, sizeof name);
-        if (argc > 1 && !strstr(name, argv[1])) continue;
+        int match = argc < 2;
+        for (int f = 1; f < argc; f++) match |= strstr(name, argv[f]) != NULL;
+        if (!match) continue;
         fflush(stdout);
         fflush(stderr);
         pid_t pid = fork();
@@ -52,7 +54,7 @@ int main(int argc, char **argv)
         }
     }
     if (ran == 0) {
-        printf("FAIL test_kernel_cases: no row matches%s%s\n", argc > 1 ? " " : "", argc > 1 ? argv[1] : "");
+        printf("FAIL test_kernel_cases: no row matches the %d substring(s) given\n", argc - 1);
         return 1;
     }
     return failed ? 1 : 0;
