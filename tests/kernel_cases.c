@@ -56,6 +56,7 @@ const kc_case kernel_cases[] = {
     {KC(kc_matmul_forward, 77, 384, 256, 264, 408, 1), .why = "+residual, C != D"},
     {KC(kc_matmul_forward, 300, 1000, 4096, 4104, 1024, 1), .only = KC_CUDA_ONLY},
     {KC(kc_matmul_forward, 5, 64, 160, 168, 88, 1), .why = "the tiny model's down_proj"},
+    {KC(kc_matmul_forward, 1, 7, 19, 27, 15, 1), .why = "one row, odd shape"},
     {KC(kc_matmul_forward_k0, 0)},
     {KC(kc_matmul_backward, 5, 6, 9, 8, 11, 10, 0, 1), .why = "odd shape and strides"},
     {KC(kc_matmul_backward, 1, 64, 128, 64, 128, 128, 1, 1), .why = "one row"},
@@ -158,6 +159,7 @@ const kc_case kernel_cases[] = {
     {KC(kc_cross_entropy, 300, 512, 5000, 520, 528, 128, 0, 0), .only = KC_CUDA_ONLY,
      .why = "three chunks (128, 128, 44), strided h and dh"},
     {KC(kc_cross_entropy, 45, 72, 999, 72, 80, 16, 0, 0), .why = "V % 4 == 3: the scalar tail"},
+    {KC(kc_cross_entropy, 3, 64, 101, 64, 72, 3, 0, 0), .why = "three rows, odd vocabulary"},
     {KC(kc_cross_entropy, 8192, 4096, 151936, 4096, 4096, 8192, 64, 1), .only = KC_CUDA_ONLY, .why = "Qwen3, timed"},
     {KC(kc_cross_entropy_argmax_ties, 0)},
 
@@ -230,6 +232,7 @@ const kc_case kernel_cases[] = {
     {KC(kc_gated_rmsnorm, 40, 32, 128)},
     {KC(kc_gated_rmsnorm, 1, 6, 128), .why = "one token"},
     {KC(kc_sigmoid_gate, 17, 96)},
+    {KC(kc_sigmoid_gate, 1, 96), .why = "one token"},
 
     /* ---- gated delta rule: hk hv dk dv g_mode (odd_strides) | hk hv dk dv nslots, aux = slots in, slots out ---- */
     {KC(kc_gated_delta_rule, 2, 4, 3, 2, 0), KC_SEQS(5, 7)},
@@ -293,6 +296,7 @@ const kc_case kernel_cases[] = {
     {KC(kc_gated_delta_chunk_state, 1, 2, 256, 40, 9), KC_SEQS(1, 17, 70, 0, 130), KC_AUX(2, 0, -1, 7, 5, 3, 1, 4, 6, 8)},
     {KC(kc_gated_delta_chunk_state, 2, 4, 128, 64, 5), KC_SEQS(1, 16, 3), KC_AUX(0, -1, 2, 1, 3, 4),
      .why = "short blocks: the fp32 kernel"},
+    {KC(kc_gated_delta_chunk_state, 1, 3, 128, 64, 6), KC_SEQS(1, 1, 5), KC_AUX(-1, 0, 2, 3, 4, 5), .why = "GQA 3"},
 
     /* ---- MoE: T E K norm | T K H shared | T K E shared | T K E H Im Is tile ---- */
     {KC(kc_moe_router_topk, 100, 8, 2, 1)},
@@ -308,15 +312,18 @@ const kc_case kernel_cases[] = {
     {KC(kc_moe_group, 300, 8, 256, 1)},
     {KC(kc_moe_group, 19218, 8, 256, 1)},
     {KC(kc_moe_group, 1000, 2, 1023, 0)},
+    {KC(kc_moe_group, 1, 8, 256, 1), .why = "one token, a shared expert"},
     {KC(kc_moe_gemm, 105, 2, 8, 64, 32, 48, 128), .why = "the MoE golden's shape"},
     {KC(kc_moe_gemm, 700, 8, 16, 384, 64, 136, 128), .why = "shared expert wider than the routed ones"},
     {KC(kc_moe_gemm, 105, 2, 8, 64, 32, 48, 256)},
     {KC(kc_moe_gemm, 700, 8, 16, 384, 64, 136, 256)},
     {KC(kc_moe_gemm, 700, 8, 16, 256, 64, 64, 128)},
     {KC(kc_moe_gemm, 300, 4, 12, 2048, 512, 0, 128), .why = "Qwen3.5-35B-A3B's widths, no shared expert"},
+    {KC(kc_moe_gemm, 1, 2, 8, 64, 32, 48, 128), .why = "one token"},
 
     /* ---- decoding guards: rows n V ld, aux = suppressed ids | n G C pad ---- */
     {KC(kc_logits_mask, 3, 2, 50, 53), KC_AUX(0, 49, 7, 7)},
+    {KC(kc_logits_mask, 2, 1, 50, 50), KC_AUX(3), .why = "one row masked, one id"},
     {KC(kc_logits_mask, 9, 8, 151936, 152000), KC_AUX(0, 151935, 77, 4242, 77), .why = "Qwen3's vocabulary"},
     {KC(kc_nonfinite, 4, 3, 5, 2)},
     {KC(kc_nonfinite, 300, 5, 4096, 0), .why = "taps of a slot: 5 taps of hidden 4096"},
