@@ -321,6 +321,25 @@ const kc_case kernel_cases[] = {
     {KC(kc_moe_gemm, 300, 4, 12, 2048, 512, 0, 128), .why = "Qwen3.5-35B-A3B's widths, no shared expert"},
     {KC(kc_moe_gemm, 1, 2, 8, 64, 32, 48, 128), .why = "one token"},
 
+    /* ---- decoding: nh nkv hd max_len, seqs = new rows per sequence, aux = their first positions | n V ld |
+     * nblocks B vocab ---- */
+    {KC(kc_kv_attention, 8, 2, 128, 320), KC_SEQS(1, 2, 4), KC_AUX(0, 297, 130), .why = "positions over many chunks"},
+    {KC(kc_kv_attention, 6, 2, 64, 64), KC_SEQS(1, 1, 1, 1), KC_AUX(0, 5, 17, 63),
+     .why = "GQA 3, one token per sequence (a decode step)"},
+    {KC(kc_kv_attention, 32, 8, 128, 3100), KC_SEQS(1, 16), KC_AUX(3000, 1000),
+     .why = "Qwen3-8B heads, long caches, a verified block"},
+    {KC(kc_kv_attention, 16, 4, 256, 200), KC_SEQS(3, 1), KC_AUX(0, 150), .why = "head_dim 256"},
+    {KC(kc_kv_attention, 16, 1, 64, 50), KC_SEQS(2), KC_AUX(10), .why = "a group of 16 (the most)"},
+    {KC(kc_kv_attention, 4, 4, 24, 40), KC_SEQS(5), KC_AUX(7), .why = "head_dim 24, MHA"},
+    {KC(kc_argmax, 1, 1, 1)},
+    {KC(kc_argmax, 10, 37, 41), .why = "ties, NaN, equal rows, odd stride"},
+    {KC(kc_argmax, 5, 151936, 152000), .why = "Qwen3's vocabulary"},
+    {KC(kc_block_accept, 1000, 16, 3)},
+    {KC(kc_block_accept, 3, 4, 2)},
+    {KC(kc_block_accept, 517, 64, 2), .why = "the largest block"},
+    {KC(kc_block_accept, 0, 16, 2), .why = "no block"},
+    {KC(kc_block_accept, 7, 1, 2), .why = "one slot: no counts"},
+
     /* ---- decoding guards: rows n V ld, aux = suppressed ids | n G C pad ---- */
     {KC(kc_logits_mask, 3, 2, 50, 53), KC_AUX(0, 49, 7, 7)},
     {KC(kc_logits_mask, 2, 1, 50, 50), KC_AUX(3), .why = "one row masked, one id"},

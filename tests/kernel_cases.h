@@ -106,7 +106,8 @@ extern const kc_op kc_embedding_forward, kc_rmsnorm_forward, kc_rmsnorm_backward
     kc_dflash_attention, kc_dflash_attention_backward, kc_dflash_attention_props, kc_causal_conv1d,
     kc_causal_conv1d_state, kc_gated_delta_rule, kc_gated_delta_rule_state, kc_gated_delta_chunk,
     kc_gated_delta_chunk_state, kc_gated_delta_prep, kc_gated_rmsnorm, kc_sigmoid_gate, kc_moe_router_topk,
-    kc_moe_combine, kc_moe_group, kc_moe_gemm, kc_logits_mask, kc_nonfinite, kc_embedding_rejects;
+    kc_moe_combine, kc_moe_group, kc_moe_gemm, kc_logits_mask, kc_nonfinite, kc_embedding_rejects,
+    kc_kv_attention, kc_argmax, kc_block_accept;
 
 #ifdef DFLASH_CUDA
 /* ---- the device side (the GPU driver) ---- */
