@@ -62,6 +62,168 @@ static void conv_cpu_check(const kc_case *c)
     free(cu), free(x), free(w), free(ref), free(y), free(state);
 }
 
+static double rel_err(const float *got, const double *ref, size_t n)
+{
+    double e = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) e = fmax(e, fabs(got[i] - ref[i])), mx = fmax(mx, fabs(ref[i]));
+    return e / fmax(1.0, mx);
+}
+
+/* T hk dk hv: q and k l2-normalised (q scaled by dk^-1/2), beta = sigmoid(b), g = -exp(A_log)·softplus(a + dt_bias)
+ * (threshold 20), against double; the columns past q|k untouched */
+static void prep_cpu_check(const kc_case *c)
+{
+    const int T = c->p[0], hk = c->p[1], dk = c->p[2], hv = c->p[3];
+    const int ldqk = 2 * hk * dk + 24, ldba = 2 * hv + 6;
+    float *qk = rnd_floats((size_t)T * ldqk, 1.5), *ba = rnd_floats((size_t)T * ldba, 4.0);
+    float *alog = xmalloc(sizeof(float) * hv), *dtb = xmalloc(sizeof(float) * hv);
+    for (int h = 0; h < hv; h++) alog[h] = (float)log(1.0 + 7.5 * (rnd_uniform() + 1.0)), dtb[h] = (float)rnd_uniform();
+    if (T > 0) ba[hv + 3] = 30.0f; /* past softplus's threshold */
+    float *x = dup_floats(qk, (size_t)T * ldqk), *beta = xmalloc(sizeof(float) * (size_t)T * hv);
+    float *g = xmalloc(sizeof(float) * (size_t)T * hv);
+    gated_delta_prep_cpu(qk, ldqk, T, hk, dk, beta, g, hv, ba, ldba, ba + hv + 3, ldba, alog, dtb, hv);
+    double *rq = xmalloc(sizeof(double) * (size_t)T * 2 * hk * dk), *rb = xmalloc(sizeof(double) * (size_t)T * hv);
+    double *rg = xmalloc(sizeof(double) * (size_t)T * hv);
+    float *gq = xmalloc(sizeof(float) * (size_t)T * 2 * hk * dk);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < 2 * hk; h++) {
+            const float *xr = x + (size_t)t * ldqk + (size_t)h * dk;
+            double ss = 0;
+            for (int i = 0; i < dk; i++) ss += (double)xr[i] * xr[i];
+            double s = 1.0 / sqrt(ss + 1e-6) * (h < hk ? 1.0 / sqrt((double)dk) : 1.0);
+            for (int i = 0; i < dk; i++) {
+                rq[((size_t)t * 2 * hk + h) * dk + i] = xr[i] * s;
+                gq[((size_t)t * 2 * hk + h) * dk + i] = qk[(size_t)t * ldqk + (size_t)h * dk + i];
+            }
+        }
+        for (int i = 2 * hk * dk; i < ldqk; i++) EXPECT(qk[(size_t)t * ldqk + i] == x[(size_t)t * ldqk + i]);
+        for (int h = 0; h < hv; h++) {
+            double bv = ba[(size_t)t * ldba + h], av = (double)ba[(size_t)t * ldba + hv + 3 + h] + dtb[h];
+            rb[(size_t)t * hv + h] = 1.0 / (1.0 + exp(-bv));
+            rg[(size_t)t * hv + h] = -exp((double)alog[h]) * (av > 20.0 ? av : log1p(exp(av)));
+        }
+    }
+    EXPECT(rel_err(gq, rq, (size_t)T * 2 * hk * dk) <= 1e-6);
+    EXPECT(rel_err(beta, rb, (size_t)T * hv) <= 1e-6);
+    EXPECT(rel_err(g, rg, (size_t)T * hv) <= 1e-5);
+    free(qk), free(ba), free(alog), free(dtb), free(x), free(beta), free(g), free(rq), free(rb), free(rg), free(gq);
+}
+
+/* T heads dim: y = w · rmsnorm(x) · silu(z) per head, in place, against double */
+static void gated_rmsnorm_cpu_check(const kc_case *c)
+{
+    const int T = c->p[0], heads = c->p[1], dim = c->p[2], ld = heads * dim, ldz = ld + 40;
+    float *x = rnd_floats((size_t)T * ld, 3.0), *z = rnd_floats((size_t)T * ldz, 3.0), *w = rnd_floats(dim, 1.0);
+    float *y = dup_floats(x, (size_t)T * ld);
+    double *ref = xmalloc(sizeof(double) * (size_t)T * ld);
+    gated_rmsnorm_cpu(y, ld, y, ld, z + 40, ldz, w, T, heads, dim, 1e-6f);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < heads; h++) {
+            const float *xr = x + (size_t)t * ld + (size_t)h * dim, *zr = z + 40 + (size_t)t * ldz + (size_t)h * dim;
+            double ss = 0;
+            for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+            double r = 1.0 / sqrt(ss / dim + 1e-6);
+            for (int i = 0; i < dim; i++)
+                ref[(size_t)t * ld + (size_t)h * dim + i] = w[i] * (xr[i] * r) * (zr[i] / (1.0 + exp(-(double)zr[i])));
+        }
+    EXPECT(rel_err(y, ref, (size_t)T * ld) <= 1e-5);
+    free(x), free(z), free(w), free(y), free(ref);
+}
+
+/* rows dim: y = x · sigmoid(gate), in place and apart, against double */
+static void sigmoid_gate_cpu_check(const kc_case *c)
+{
+    const int rows = c->p[0], dim = c->p[1], ldg = 2 * dim + 8, ldy = dim + 3;
+    float *x = rnd_floats((size_t)rows * dim, 2.0), *g = rnd_floats((size_t)rows * ldg, 6.0);
+    if (rows * dim > 1) g[dim] = -100.0f, g[dim + 1] = 100.0f; /* saturated gates */
+    float *y = rnd_floats((size_t)rows * ldy, 1.0), *y0 = dup_floats(y, (size_t)rows * ldy), *xi = dup_floats(x, (size_t)rows * dim);
+    double *ref = xmalloc(sizeof(double) * (size_t)rows * dim);
+    float *yc = xmalloc(sizeof(float) * (size_t)rows * dim);
+    sigmoid_gate_cpu(y, ldy, x, dim, g + dim, ldg, rows, dim);
+    sigmoid_gate_cpu(xi, dim, xi, dim, g + dim, ldg, rows, dim);
+    for (int r = 0; r < rows; r++) {
+        for (int i = 0; i < dim; i++) {
+            double gv = g[(size_t)r * ldg + dim + i];
+            ref[(size_t)r * dim + i] = x[(size_t)r * dim + i] / (1.0 + exp(-gv));
+            yc[(size_t)r * dim + i] = y[(size_t)r * ldy + i];
+        }
+        for (int i = dim; i < ldy; i++) EXPECT(y[(size_t)r * ldy + i] == y0[(size_t)r * ldy + i]);
+    }
+    EXPECT(rel_err(yc, ref, (size_t)rows * dim) <= 1e-6);
+    EXPECT(memcmp(xi, yc, sizeof(float) * (size_t)rows * dim) == 0);
+    free(x), free(g), free(y), free(y0), free(xi), free(ref), free(yc);
+}
+
+/* T E K norm: softmax over E, the K largest (ties to the lower id, decreasing), renormalised when norm; against a
+ * double softmax and a selection written here */
+static void router_cpu_check(const kc_case *c)
+{
+    const int T = c->p[0], E = c->p[1], K = c->p[2], norm = c->p[3], ldl = E + 3;
+    float *l = xmalloc(sizeof(float) * (size_t)T * ldl);
+    for (size_t i = 0; i < (size_t)T * ldl; i++) l[i] = (float)(4.0 * rnd_uniform());
+    if (T > 0 && E > 2) l[1] = l[2]; /* a tie: the lower id first */
+    int32_t *sel = xmalloc(sizeof(int32_t) * (size_t)T * K);
+    float *w = xmalloc(sizeof(float) * (size_t)T * K);
+    moe_router_topk_cpu(sel, w, l, ldl, T, E, K, norm);
+    double *p = xmalloc(sizeof(double) * E);
+    char *used = xmalloc((size_t)E);
+    int bad_ids = 0;
+    double werr = 0;
+    for (int t = 0; t < T; t++) {
+        const float *lr = l + (size_t)t * ldl;
+        double mx = -INFINITY, s = 0;
+        for (int e = 0; e < E; e++) mx = fmax(mx, lr[e]);
+        for (int e = 0; e < E; e++) s += p[e] = exp(lr[e] - mx);
+        for (int e = 0; e < E; e++) p[e] /= s;
+        memset(used, 0, (size_t)E);
+        double ws = 0, want[64];
+        int ids[64];
+        for (int j = 0; j < K; j++) {
+            int b = -1;
+            for (int e = 0; e < E; e++)
+                if (!used[e] && (b < 0 || lr[e] > lr[b])) b = e; /* softmax is monotone: order by logit, ties low */
+            used[b] = 1, ids[j] = b, want[j] = p[b], ws += p[b];
+        }
+        for (int j = 0; j < K; j++) {
+            bad_ids += sel[(size_t)t * K + j] != ids[j];
+            double wv = norm ? want[j] / ws : want[j];
+            werr = fmax(werr, fabs(w[(size_t)t * K + j] - wv) / fmax(wv, 1e-30));
+        }
+    }
+    EXPECT(bad_ids == 0);
+    EXPECT(werr <= 1e-5);
+    if (test_failed_here) fprintf(stderr, "  %d ids differ, weights' max relative error %g\n", bad_ids, werr);
+    free(l), free(sel), free(w), free(p), free(used);
+}
+
+/* T K H shared: out = resid + Σ_j w·ys[row] + sigmoid(sg)·shared (shared 0 none, 1 gated, 2 ungated), in place,
+ * against double */
+static void combine_cpu_check(const kc_case *c)
+{
+    const int T = c->p[0], K = c->p[1], H = c->p[2], shared = c->p[3], ldr = H + 8, ldy = H, lds = H + 16, ldsg = 5;
+    float *r = rnd_floats((size_t)T * ldr, 2.0), *ys = rnd_floats((size_t)T * K * ldy, 2.0);
+    float *sh = rnd_floats((size_t)T * lds, 2.0), *sg = rnd_floats((size_t)T * ldsg, 3.0);
+    int32_t *row = xmalloc(sizeof(int32_t) * (size_t)T * K);
+    float *w = xmalloc(sizeof(float) * (size_t)T * K);
+    for (int i = 0; i < T * K; i++) row[i] = (i * 7 + 3) % (T * K), w[i] = (float)(0.5 * (rnd_uniform() + 1.0));
+    float *out = dup_floats(r, (size_t)T * ldr);
+    moe_combine_cpu(out, ldr, out, ldr, ys, ldy, row, w, T, K, H, shared ? sh : NULL, lds, shared == 1 ? sg + 2 : NULL,
+                    ldsg);
+    double *ref = xmalloc(sizeof(double) * (size_t)T * H);
+    float *got = xmalloc(sizeof(float) * (size_t)T * H);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < H; h++) {
+            double v = r[(size_t)t * ldr + h];
+            for (int j = 0; j < K; j++) v += (double)w[t * K + j] * ys[(size_t)row[t * K + j] * ldy + h];
+            if (shared) v += (shared == 1 ? 1.0 / (1.0 + exp(-(double)sg[(size_t)t * ldsg + 2])) : 1.0) * sh[(size_t)t * lds + h];
+            ref[(size_t)t * H + h] = v, got[(size_t)t * H + h] = out[(size_t)t * ldr + h];
+        }
+        for (int h = H; h < ldr; h++) EXPECT(out[(size_t)t * ldr + h] == r[(size_t)t * ldr + h]);
+    }
+    EXPECT(rel_err(got, ref, (size_t)T * H) <= 1e-5);
+    free(r), free(ys), free(sh), free(sg), free(row), free(w), free(out), free(ref), free(got);
+}
+
 #ifdef DFLASH_CUDA
 /* device bf16 (n) against ref */
 static void cmp_dev(const char *name, const uint16_t *d, const float *ref, size_t n)
@@ -387,11 +549,15 @@ static void moe_gemm_cuda_check(const kc_case *c)
 const kc_op kc_causal_conv1d = {"causal_conv1d_silu", "bf16", "C K ldx", conv_cpu_check, KC_CUDA(conv_cuda_check)};
 const kc_op kc_causal_conv1d_state = {"causal_conv1d_silu_state", "bf16", "C K ldx nslots", NULL,
                                       KC_CUDA(conv_state_cuda_check)};
-const kc_op kc_gated_delta_prep = {"gated_delta_prep", "bf16 (beta, g f32)", "T hk dk hv", NULL,
+const kc_op kc_gated_delta_prep = {"gated_delta_prep", "bf16 (beta, g f32)", "T hk dk hv", prep_cpu_check,
                                    KC_CUDA(prep_cuda_check)};
-const kc_op kc_gated_rmsnorm = {"gated_rmsnorm", "bf16", "T heads dim", NULL, KC_CUDA(gated_rmsnorm_cuda_check)};
-const kc_op kc_sigmoid_gate = {"sigmoid_gate", "bf16", "rows dim", NULL, KC_CUDA(sigmoid_gate_cuda_check)};
-const kc_op kc_moe_router_topk = {"moe_router_topk", "f32->i32,f32", "T E K norm", NULL, KC_CUDA(router_cuda_check)};
-const kc_op kc_moe_combine = {"moe_combine", "bf16", "T K H shared", NULL, KC_CUDA(combine_cuda_check)};
+const kc_op kc_gated_rmsnorm = {"gated_rmsnorm", "bf16", "T heads dim", gated_rmsnorm_cpu_check,
+                                 KC_CUDA(gated_rmsnorm_cuda_check)};
+const kc_op kc_sigmoid_gate = {"sigmoid_gate", "bf16", "rows dim", sigmoid_gate_cpu_check,
+                                KC_CUDA(sigmoid_gate_cuda_check)};
+const kc_op kc_moe_router_topk = {"moe_router_topk", "f32->i32,f32", "T E K norm", router_cpu_check,
+                                  KC_CUDA(router_cuda_check)};
+const kc_op kc_moe_combine = {"moe_combine", "bf16", "T K H shared", combine_cpu_check,
+                              KC_CUDA(combine_cuda_check)};
 const kc_op kc_moe_group = {"moe_group", "i32", "T K E shared", NULL, KC_CUDA(group_cuda_check)};
 const kc_op kc_moe_gemm = {"moe_gemm", "bf16", "T K E H Im Is tile", NULL, KC_CUDA(moe_gemm_cuda_check)};

@@ -176,6 +176,142 @@ static void attention_cpu_check(const kc_case *c)
     free(q), free(k), free(v), free(out), free(ref), free(cu);
 }
 
+/* ---- qk_norm_rope (CPU): n nh nkv hd with_norm maxpos | partial: n nh nkv hd rd vs_full ---- */
+
+static int32_t *qk_positions(int n, int maxpos)
+{
+    int32_t *pos = xmalloc((size_t)n * 4);
+    for (int t = 0; t < n; t++) pos[t] = (int32_t)((rnd_uniform() + 1.0) * 0.5 * maxpos);
+    pos[0] = 0, pos[n - 1] = maxpos;
+    return pos;
+}
+
+/* Per head: w ⊙ x / sqrt(mean(x²) + eps) (w NULL: x), then the rotate-half rotation of its first rd values by
+ * pos·theta^(-2i/rd), in double; columns past the q and k heads untouched. */
+static void qk_ref(double *y, const float *x, int ld, int n, int nh, int nkv, int hd, int rd, const float *qw,
+                   const float *kw, float eps, const int32_t *pos, double theta)
+{
+    double *h = xmalloc(sizeof(double) * (size_t)hd);
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < ld; i++) y[(size_t)t * ld + i] = x[(size_t)t * ld + i];
+        for (int hh = 0; hh < nh + nkv; hh++) {
+            const float *xr = x + (size_t)t * ld + (size_t)hh * hd, *w = hh < nh ? qw : kw;
+            double ss = 0;
+            for (int i = 0; i < hd; i++) ss += (double)xr[i] * xr[i];
+            double r = w ? 1.0 / sqrt(ss / hd + eps) : 1.0;
+            for (int i = 0; i < hd; i++) h[i] = w ? w[i] * (xr[i] * r) : xr[i];
+            double *yr = y + (size_t)t * ld + (size_t)hh * hd;
+            for (int i = 0; i < hd; i++) yr[i] = h[i];
+            for (int i = 0; i < rd / 2; i++) {
+                double a = pos[t] * pow(theta, -2.0 * i / rd);
+                yr[i] = h[i] * cos(a) - h[i + rd / 2] * sin(a);
+                yr[i + rd / 2] = h[i + rd / 2] * cos(a) + h[i] * sin(a);
+            }
+        }
+    }
+    free(h);
+}
+
+static void qk_compare(const double *ref, const float *got, size_t n)
+{
+    double e = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) e = fmax(e, fabs(got[i] - ref[i])), mx = fmax(mx, fabs(ref[i]));
+    EXPECT(e <= 1e-5 * fmax(1.0, mx)); /* fp32 math: a few ulp of the largest value */
+    if (test_failed_here) fprintf(stderr, "  max err %g, max |ref| %g\n", e, mx);
+}
+
+static void qk_norm_rope_cpu_check(const kc_case *c)
+{
+    int n = c->p[0], nh = c->p[1], nkv = c->p[2], hd = c->p[3], with_norm = c->p[4], maxpos = c->p[5];
+    int ld = (nh + 2 * nkv) * hd;
+    float *x = rnd_floats((size_t)n * ld, 3.0), *qw = rnd_floats(hd, 1.5), *kw = rnd_floats(hd, 1.5);
+    float *y = dup_floats(x, (size_t)n * ld);
+    double *ref = xmalloc(sizeof(double) * (size_t)n * ld), *inv = xmalloc(sizeof(double) * (size_t)hd / 2);
+    int32_t *pos = qk_positions(n, maxpos);
+    rope_params rp = {.theta = 1e6};
+    rope_inv_freq(inv, hd, &rp);
+    qk_norm_rope_cpu(y, ld, y + (size_t)nh * hd, ld, n, nh, nkv, hd, with_norm ? qw : NULL, with_norm ? kw : NULL,
+                     1e-6f, pos, inv);
+    qk_ref(ref, x, ld, n, nh, nkv, hd, hd, with_norm ? qw : NULL, with_norm ? kw : NULL, 1e-6f, pos, 1e6);
+    qk_compare(ref, y, (size_t)n * ld);
+    free(x), free(qw), free(kw), free(y), free(ref), free(inv), free(pos);
+}
+
+static void qk_norm_rope_partial_cpu_check(const kc_case *c)
+{
+    int n = c->p[0], nh = c->p[1], nkv = c->p[2], hd = c->p[3], rd = c->p[4];
+    const int qd = nh * hd, kd = nkv * hd, ld = 2 * qd + 2 * kd; /* q|gate|k|v as the hybrid forward lays them out */
+    float *x = rnd_floats((size_t)n * ld, 2.0), *qw = rnd_floats(hd, 1.0), *kw = rnd_floats(hd, 1.0);
+    int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)n);
+    for (int t = 0; t < n; t++) pos[t] = t < n / 2 ? t : 5000 + 37 * t;
+    double *inv = xmalloc(sizeof(double) * (size_t)rd / 2);
+    rope_params rp = {.theta = 1e7};
+    rope_inv_freq(inv, rd, &rp);
+    /* the reference's layout: q heads then k heads; the kernel's: q at 0, k at 2 qd */
+    float *y = dup_floats(x, (size_t)n * ld);
+    qk_norm_rope_partial_cpu(y, ld, y + 2 * qd, ld, n, nh, nkv, hd, rd, qw, kw, 1e-6f, pos, inv);
+    int ldr = qd + kd;
+    float *xr = xmalloc(sizeof(float) * (size_t)n * ldr), *yr = xmalloc(sizeof(float) * (size_t)n * ldr);
+    for (int t = 0; t < n; t++) {
+        memcpy(xr + (size_t)t * ldr, x + (size_t)t * ld, sizeof(float) * qd);
+        memcpy(xr + (size_t)t * ldr + qd, x + (size_t)t * ld + 2 * qd, sizeof(float) * kd);
+        memcpy(yr + (size_t)t * ldr, y + (size_t)t * ld, sizeof(float) * qd);
+        memcpy(yr + (size_t)t * ldr + qd, y + (size_t)t * ld + 2 * qd, sizeof(float) * kd);
+        /* the gate and v columns untouched */
+        EXPECT(memcmp(y + (size_t)t * ld + qd, x + (size_t)t * ld + qd, sizeof(float) * qd) == 0);
+        EXPECT(memcmp(y + (size_t)t * ld + 2 * qd + kd, x + (size_t)t * ld + 2 * qd + kd, sizeof(float) * kd) == 0);
+    }
+    double *ref = xmalloc(sizeof(double) * (size_t)n * ldr);
+    qk_ref(ref, xr, ldr, n, nh, nkv, hd, rd, qw, kw, 1e-6f, pos, 1e7);
+    qk_compare(ref, yr, (size_t)n * ldr);
+    free(x), free(qw), free(kw), free(pos), free(inv), free(y), free(xr), free(yr), free(ref);
+}
+
+struct qk_ctx {
+    float *x, *y, *g, *qw, *kw;
+    int n, nh, nkv, hd, ld;
+    const int32_t *pos;
+    const double *inv;
+};
+
+static double qk_loss(void *p)
+{
+    struct qk_ctx *c = p;
+    memcpy(c->y, c->x, sizeof(float) * (size_t)c->n * c->ld);
+    qk_norm_rope_cpu(c->y, c->ld, c->y + (size_t)c->nh * c->hd, c->ld, c->n, c->nh, c->nkv, c->hd, c->qw, c->kw, 1e-6f,
+                     c->pos, c->inv);
+    return kc_dot_loss(c->g, c->y, c->n, (c->nh + c->nkv) * c->hd, c->ld);
+}
+
+/* n nh nkv hd with_norm maxpos no_q: dq|dk and dq_w/dk_w against central finite differences of Σ g ⊙ y */
+static void qk_norm_rope_backward_cpu_check(const kc_case *kc)
+{
+    const int n = kc->p[0], nh = kc->p[1], nkv = kc->p[2], hd = kc->p[3], with_norm = kc->p[4], no_q = kc->p[6];
+    struct qk_ctx c = {.n = n, .nh = nh, .nkv = nkv, .hd = hd, .ld = (nh + 2 * nkv) * hd};
+    const size_t nx = (size_t)n * c.ld;
+    c.x = rnd_floats(nx, 2.0), c.g = rnd_floats(nx, 1.0), c.y = xmalloc(sizeof(float) * nx);
+    float *qw = rnd_floats(hd, 1.5), *kw = rnd_floats(hd, 1.5);
+    c.qw = with_norm ? qw : NULL, c.kw = with_norm ? kw : NULL;
+    int32_t *pos = qk_positions(n, kc->p[5]);
+    double *inv = xmalloc(sizeof(double) * (size_t)hd / 2);
+    rope_params rp = {.theta = 1e6};
+    rope_inv_freq(inv, hd, &rp);
+    c.pos = pos, c.inv = inv;
+    float *d = dup_floats(c.g, nx), *dqw = xcalloc((size_t)hd, sizeof(float)), *dkw = xcalloc((size_t)hd, sizeof(float));
+    qk_norm_rope_backward_cpu(no_q ? NULL : d, c.ld, d + (size_t)nh * hd, c.ld, c.x, c.ld, c.x + (size_t)nh * hd, c.ld,
+                              n, nh, nkv, hd, c.qw, c.kw, dqw, dkw, 1e-6f, pos, inv);
+    if (!no_q) kc_check_grad("dq", c.x, n, nh * hd, c.ld, d, c.ld, qk_loss, &c);
+    kc_check_grad("dk", c.x + (size_t)nh * hd, n, nkv * hd, c.ld, d + (size_t)nh * hd, c.ld, qk_loss, &c);
+    if (with_norm) {
+        if (!no_q) kc_check_grad("dq_w", qw, 1, hd, hd, dqw, hd, qk_loss, &c);
+        kc_check_grad("dk_w", kw, 1, hd, hd, dkw, hd, qk_loss, &c);
+    }
+    for (int t = 0; t < n; t++) /* v columns untouched; q columns too when dq is NULL */
+        for (int i = 0; i < c.ld; i++)
+            if (i >= (nh + nkv) * hd || (no_q && i < nh * hd)) EXPECT(d[(size_t)t * c.ld + i] == c.g[(size_t)t * c.ld + i]);
+    free(c.x), free(c.g), free(c.y), free(qw), free(kw), free(pos), free(inv), free(d), free(dqw), free(dkw);
+}
+
 #ifdef DFLASH_CUDA
 /* q and k inside one (n, qd + 2 kd) buffer as in the forward; positions up to maxpos. n nh nkv hd with_norm maxpos */
 static void qk_norm_rope_cuda_check(const kc_case *c)
@@ -379,11 +515,12 @@ static void attention_cuda_check(const kc_case *c)
 
 const kc_op kc_rope_inv_freq = {"rope_inv_freq", "f64", "llama3", rope_inv_freq_cpu_check, NULL};
 const kc_op kc_rope_apply = {"rope_apply", "f32", "n heads hd ld theta", rope_apply_cpu_check, NULL};
-const kc_op kc_qk_norm_rope = {"qk_norm_rope", "bf16", "n nh nkv hd with_norm maxpos", NULL,
+const kc_op kc_qk_norm_rope = {"qk_norm_rope", "bf16", "n nh nkv hd with_norm maxpos", qk_norm_rope_cpu_check,
                                KC_CUDA(qk_norm_rope_cuda_check)};
 const kc_op kc_qk_norm_rope_backward = {"qk_norm_rope_backward", "bf16 (dw f32)", "n nh nkv hd with_norm maxpos no_q",
-                                        NULL, KC_CUDA(qk_norm_rope_backward_cuda_check)};
-const kc_op kc_qk_norm_rope_partial = {"qk_norm_rope_partial", "bf16", "n nh nkv hd rd vs_full", NULL,
+                                        qk_norm_rope_backward_cpu_check, KC_CUDA(qk_norm_rope_backward_cuda_check)};
+const kc_op kc_qk_norm_rope_partial = {"qk_norm_rope_partial", "bf16", "n nh nkv hd rd vs_full",
+                                       qk_norm_rope_partial_cpu_check,
                                        KC_CUDA(qk_norm_rope_partial_cuda_check)};
 const kc_op kc_attention_causal = {"attention_causal_forward", "bf16", "nh nkv hd amp", attention_cpu_check,
                                    KC_CUDA(attention_cuda_check)};
