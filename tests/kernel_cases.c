@@ -320,7 +320,7 @@ const kc_case kernel_cases[] = {
     {KC(kc_moe_gemm, 105, 2, 8, 64, 32, 48, 256)},
     {KC(kc_moe_gemm, 700, 8, 16, 384, 64, 136, 256)},
     {KC(kc_moe_gemm, 700, 8, 16, 256, 64, 64, 128)},
-    {KC(kc_moe_gemm, 300, 4, 12, 2048, 512, 0, 128), .why = "Qwen3.5-35B-A3B's widths, no shared expert"},
+    {KC(kc_moe_gemm, 300, 4, 12, 2048, 512, 0, 128), .why = "Qwen3.5-35B-A3B's widths, no shared expert", .only = KC_CUDA_ONLY},
     {KC(kc_moe_gemm, 1, 2, 8, 64, 32, 48, 128), .why = "one token"},
 
     /* ---- decoding: nh nkv hd max_len, seqs = new rows per sequence, aux = their first positions | n V ld |

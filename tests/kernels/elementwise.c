@@ -161,6 +161,37 @@ static void colsum_cpu_check(const kc_case *c)
     free(part), free(dw);
 }
 
+/* n seed scale_milli bias_milli: element i = bf16(bias + scale·u_i), u_i in [-1, 1) from (seed, i) alone: the values
+ * in range, a shorter tensor the prefix of a longer one, another seed another tensor, the mean near bias */
+static void rand_fill_cpu_check(const kc_case *c)
+{
+    const size_t n = (size_t)c->p[0];
+    const uint64_t seed = (uint64_t)c->p[1];
+    const float scale = c->p[2] / 1000.0f, bias = c->p[3] / 1000.0f;
+    uint16_t *a = xmalloc(2 * n), *b = xmalloc(2 * n), *o = xmalloc(2 * n);
+    rand_fill_bf16_cpu(a, n, seed, scale, bias);
+    rand_fill_bf16_cpu(b, n / 2, seed, scale, bias);
+    rand_fill_bf16_cpu(o, n, seed + 1, scale, bias);
+    EXPECT(memcmp(a, b, n / 2 * 2) == 0);
+    size_t out_of_range = 0, same = 0;
+    double sum = 0, lo = bias - fabsf(scale), hi = bias + fabsf(scale), ulp = fmax(fabs(lo), fabs(hi)) * 0x1p-8;
+    for (size_t i = 0; i < n; i++) {
+        double v = bf16_to_f32(a[i]);
+        out_of_range += !(v >= lo - ulp && v <= hi + ulp);
+        same += a[i] == o[i];
+        sum += v;
+    }
+    EXPECT(out_of_range == 0);
+    if (scale != 0.0f) {
+        EXPECT(same < n / 2); /* another seed, another tensor */
+        EXPECT(fabs(sum / n - bias) <= 5.0 * fabsf(scale) / sqrt(3.0 * n) + 0x1p-8 * fabs(bias)); /* 5 sigma */
+    } else {
+        EXPECT(same == n); /* scale 0: every element is bf16(bias) */
+        for (size_t i = 0; i < n; i++) EXPECT(a[i] == f32_to_bf16(bias));
+    }
+    free(a), free(b), free(o);
+}
+
 #ifdef DFLASH_CUDA
 static void swiglu_forward_cuda_check(const kc_case *c)
 {
@@ -316,5 +347,5 @@ const kc_op kc_embedding_forward = {"embedding_forward", "bf16", "vocab dim n of
 const kc_op kc_embedding_rejects = {"embedding_rejects_out_of_range_id", "f32", "", embedding_rejects_cpu_check, NULL};
 const kc_op kc_cast_f32_bf16 = {"cast_f32_bf16", "f32->bf16", "n offset", cast_cpu_check, KC_CUDA(cast_cuda_check)};
 const kc_op kc_colsum_add = {"colsum_add", "f32", "nparts dim", colsum_cpu_check, KC_CUDA(colsum_cuda_check)};
-const kc_op kc_rand_fill = {"rand_fill", "bf16", "n seed scale_milli bias_milli", NULL,
+const kc_op kc_rand_fill = {"rand_fill", "bf16", "n seed scale_milli bias_milli", rand_fill_cpu_check,
                             KC_CUDA(rand_fill_cuda_check)};

@@ -81,6 +81,15 @@ static void rule_state_cpu_check(const kc_case *c)
     free(cu), free(q), free(k), free(v), free(g), free(b), free(ref), free(out), free(S);
 }
 
+/* hk hv dk dv nslots (seqs): the state-carrying recurrence, as the packed ops' CPU check runs it, on these sequences
+ * (random decay) */
+static void state_cpu_check(const kc_case *c)
+{
+    kc_case r = *c;
+    r.p[4] = G_RANDOM;
+    rule_state_cpu_check(&r);
+}
+
 #ifdef DFLASH_CUDA
 /* n rows of `heads` vectors of dim d (row stride ld), l2-normalised and scaled, rounded to bf16 (and back in f). */
 static uint16_t *rnd_unit_rows(int n, int ld, int heads, int d, float scale, float *f)
@@ -386,9 +395,9 @@ static void chunk_state_cuda_check(const kc_case *c)
 
 const kc_op kc_gated_delta_rule = {"gated_delta_rule", "bf16 (g, beta f32)", "hk hv dk dv g_mode",
                                    rule_state_cpu_check, KC_CUDA(rule_cuda_check)};
-const kc_op kc_gated_delta_rule_state = {"gated_delta_rule_state", "bf16 (states f32)", "hk hv dk dv nslots", NULL,
+const kc_op kc_gated_delta_rule_state = {"gated_delta_rule_state", "bf16 (states f32)", "hk hv dk dv nslots", state_cpu_check,
                                          KC_CUDA(rule_state_cuda_check)};
 const kc_op kc_gated_delta_chunk = {"gated_delta_chunk", "bf16 (g, beta f32)", "hk hv dk dv g_mode odd_strides",
                                     rule_state_cpu_check, KC_CUDA(chunk_cuda_check)};
-const kc_op kc_gated_delta_chunk_state = {"gated_delta_chunk_state", "bf16 (states f32)", "hk hv dk dv nslots", NULL,
+const kc_op kc_gated_delta_chunk_state = {"gated_delta_chunk_state", "bf16 (states f32)", "hk hv dk dv nslots", state_cpu_check,
                                           KC_CUDA(chunk_state_cuda_check)};

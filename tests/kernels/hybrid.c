@@ -224,6 +224,108 @@ static void combine_cpu_check(const kc_case *c)
     free(r), free(ys), free(sh), free(sg), free(row), free(w), free(out), free(ref), free(got);
 }
 
+/* T tokens' K distinct picks of E experts, expert `empty` never picked, expert 0 favoured (a group of many tiles) */
+static int32_t *moe_picks(int T, int K, int E, int empty)
+{
+    int32_t *sel = xmalloc(sizeof(int32_t) * (size_t)T * K);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int e, dup;
+            do {
+                e = rnd_uniform() < -0.5 ? 0 : (int)((rnd_uniform() + 1.0) * 0.5 * E) % E;
+                dup = e == empty;
+                for (int i = 0; i < j; i++) dup |= sel[t * K + i] == e;
+            } while (dup);
+            sel[t * K + j] = e;
+        }
+    return sel;
+}
+
+/* T K E shared: the groups, rows, slots and tiles against a grouping written here from the contract (groups in
+ * expert order, rows in (token, pick) order, an id out of range grouped with expert 0, the shared group last, tiles of
+ * at most MOE_GEMM_BM rows of one group) */
+static void group_cpu_check(const kc_case *c)
+{
+    const int T = c->p[0], K = c->p[1], E = c->p[2], shared = c->p[3];
+    const int TK = T * K, S = shared ? T : 0, mt = moe_group_max_tiles(TK, E, S, MOE_GEMM_BM);
+    int32_t *sel = moe_picks(T, K, E, E / 2);
+    if (T > 3) sel[3 * K] = -1; /* out of range: grouped with expert 0 */
+    int32_t *off = xmalloc(sizeof(int32_t) * (size_t)(E + 2)), *rt = xmalloc(sizeof(int32_t) * (size_t)(TK + S + 1));
+    int32_t *sr = xmalloc(sizeof(int32_t) * (size_t)(TK + 1)), *tl = xmalloc(sizeof(int32_t) * 3 * (size_t)(mt + 1));
+    const int nt = moe_group_cpu(sel, T, K, E, S, MOE_GEMM_BM, off, rt, sr, tl);
+    int32_t *woff = xmalloc(sizeof(int32_t) * (size_t)(E + 2)), *wrt = xmalloc(sizeof(int32_t) * (size_t)(TK + S + 1));
+    int32_t *wsr = xmalloc(sizeof(int32_t) * (size_t)(TK + 1)), *wtl = xmalloc(sizeof(int32_t) * 3 * (size_t)(mt + 1));
+    int r = 0, n = 0;
+    for (int g = 0; g <= E; g++) {
+        woff[g] = r;
+        if (g < E) {
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < K; j++) {
+                    int e = sel[t * K + j];
+                    if ((e < 0 || e >= E ? 0 : e) == g) wrt[r] = t, wsr[t * K + j] = r, r++;
+                }
+        } else {
+            for (int t = 0; t < S; t++) wrt[r++] = t;
+        }
+        for (int a = woff[g]; a < r; a += MOE_GEMM_BM, n++)
+            wtl[3 * n] = g, wtl[3 * n + 1] = a, wtl[3 * n + 2] = a + MOE_GEMM_BM < r ? a + MOE_GEMM_BM : r;
+    }
+    woff[E + 1] = r;
+    EXPECT(r == TK + S);
+    EXPECT(nt == n && nt <= mt);
+    EXPECT(memcmp(off, woff, sizeof(int32_t) * (size_t)(E + 2)) == 0);
+    EXPECT(memcmp(rt, wrt, sizeof(int32_t) * (size_t)(TK + S)) == 0);
+    EXPECT(memcmp(sr, wsr, sizeof(int32_t) * (size_t)TK) == 0);
+    EXPECT(nt != n || memcmp(tl, wtl, sizeof(int32_t) * 3 * (size_t)n) == 0);
+    free(sel), free(off), free(rt), free(sr), free(tl), free(woff), free(wrt), free(wsr), free(wtl);
+}
+
+/* T K E H Im Is tile: moe_gemm_gate_up_cpu and moe_gemm_down_cpu (on its own act) against double sums over
+ * moe_group_cpu's rows */
+static void moe_gemm_cpu_check(const kc_case *c)
+{
+    const int T = c->p[0], K = c->p[1], E = c->p[2], H = c->p[3], Im = c->p[4], Is = c->p[5];
+    const int TK = T * K, S = Is > 0 ? T : 0, R = TK + S, ldx = H + 16, W = Im > Is ? Im : Is, lda = W + 8;
+    const int ldy = H + 8, mt = moe_group_max_tiles(TK, E, S, MOE_GEMM_BM);
+    int32_t *sel = moe_picks(T, K, E, E - 1);
+    const double aw = 1.0 / sqrt((double)H), ad = 1.0 / sqrt((double)W);
+    float *x = rnd_floats((size_t)T * ldx, 2.0), *wgu = rnd_floats((size_t)E * 2 * Im * H, aw);
+    float *wd = rnd_floats((size_t)E * H * Im, ad), *sgu = rnd_floats((size_t)2 * Is * H + 1, aw);
+    float *sd = rnd_floats((size_t)H * Is + 1, ad);
+    int32_t *off = xmalloc(sizeof(int32_t) * (size_t)(E + 2)), *rt = xmalloc(sizeof(int32_t) * (size_t)R);
+    int32_t *sr = xmalloc(sizeof(int32_t) * (size_t)TK), *tl = xmalloc(sizeof(int32_t) * 3 * (size_t)mt);
+    moe_group_cpu(sel, T, K, E, S, MOE_GEMM_BM, off, rt, sr, tl);
+    float *act = xcalloc((size_t)R * lda, sizeof(float)), *ys = xcalloc((size_t)R * ldy, sizeof(float));
+    moe_gemm_gate_up_cpu(act, lda, x, ldx, rt, off, E, H, Im, Is, wgu, Is ? sgu : NULL);
+    moe_gemm_down_cpu(ys, ldy, act, lda, off, E, H, Im, Is, wd, Is ? sd : NULL);
+    double ea = 0, ma = 0, ey = 0, my = 0;
+    for (int g = 0; g <= E; g++) {
+        const int I = g < E ? Im : Is;
+        const float *Wg = g < E ? wgu + (size_t)g * 2 * Im * H : sgu, *Wd = g < E ? wd + (size_t)g * H * Im : sd;
+        for (int r = off[g]; r < off[g + 1]; r++) {
+            const float *xr = x + (size_t)rt[r] * ldx;
+            for (int j = 0; j < I; j++) {
+                double gs = 0, us = 0;
+                for (int e = 0; e < H; e++) gs += (double)xr[e] * Wg[(size_t)j * H + e], us += (double)xr[e] * Wg[(size_t)(I + j) * H + e];
+                double a = gs / (1.0 + exp(-gs)) * us;
+                ea = fmax(ea, fabs(act[(size_t)r * lda + j] - a)), ma = fmax(ma, fabs(a));
+            }
+            for (int n = 0; n < H; n++) {
+                double y = 0;
+                for (int j = 0; j < I; j++) y += (double)act[(size_t)r * lda + j] * Wd[(size_t)n * I + j];
+                ey = fmax(ey, fabs(ys[(size_t)r * ldy + n] - y)), my = fmax(my, fabs(y));
+            }
+        }
+    }
+    EXPECT(ea <= 1e-5 * fmax(1.0, ma));
+    EXPECT(ey <= 1e-5 * fmax(1.0, my));
+    if (test_failed_here) fprintf(stderr, "  act err %g (max %g), y err %g (max %g)\n", ea, ma, ey, my);
+    free(sel), free(x), free(wgu), free(wd), free(sgu), free(sd), free(off), free(rt), free(sr), free(tl), free(act), free(ys);
+}
+
+/* C K ldx nslots: the state-carrying form, as causal_conv1d_silu's CPU check runs it, on these sequences */
+static void conv_state_cpu_check(const kc_case *c) { conv_cpu_check(c); }
+
 #ifdef DFLASH_CUDA
 /* device bf16 (n) against ref */
 static void cmp_dev(const char *name, const uint16_t *d, const float *ref, size_t n)
@@ -431,23 +533,6 @@ static void combine_cuda_check(const kc_case *c)
     free(rf), free(yf), free(sf), free(sg), free(rh), free(yh), free(sh), free(row), free(w);
 }
 
-/* T tokens' K distinct picks of E experts, expert `empty` never picked, expert 0 favoured (a group of many tiles) */
-static int32_t *moe_picks(int T, int K, int E, int empty)
-{
-    int32_t *sel = xmalloc(sizeof(int32_t) * (size_t)T * K);
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < K; j++) {
-            int e, dup;
-            do {
-                e = rnd_uniform() < -0.5 ? 0 : (int)((rnd_uniform() + 1.0) * 0.5 * E) % E;
-                dup = e == empty;
-                for (int i = 0; i < j; i++) dup |= sel[t * K + i] == e;
-            } while (dup);
-            sel[t * K + j] = e;
-        }
-    return sel;
-}
-
 static void group_cuda_check(const kc_case *c)
 {
     const int T = c->p[0], K = c->p[1], E = c->p[2], shared = c->p[3];
@@ -547,7 +632,7 @@ static void moe_gemm_cuda_check(const kc_case *c)
 #endif
 
 const kc_op kc_causal_conv1d = {"causal_conv1d_silu", "bf16", "C K ldx", conv_cpu_check, KC_CUDA(conv_cuda_check)};
-const kc_op kc_causal_conv1d_state = {"causal_conv1d_silu_state", "bf16", "C K ldx nslots", NULL,
+const kc_op kc_causal_conv1d_state = {"causal_conv1d_silu_state", "bf16", "C K ldx nslots", conv_state_cpu_check,
                                       KC_CUDA(conv_state_cuda_check)};
 const kc_op kc_gated_delta_prep = {"gated_delta_prep", "bf16 (beta, g f32)", "T hk dk hv", prep_cpu_check,
                                    KC_CUDA(prep_cuda_check)};
@@ -559,5 +644,6 @@ const kc_op kc_moe_router_topk = {"moe_router_topk", "f32->i32,f32", "T E K norm
                                   KC_CUDA(router_cuda_check)};
 const kc_op kc_moe_combine = {"moe_combine", "bf16", "T K H shared", combine_cpu_check,
                               KC_CUDA(combine_cuda_check)};
-const kc_op kc_moe_group = {"moe_group", "i32", "T K E shared", NULL, KC_CUDA(group_cuda_check)};
-const kc_op kc_moe_gemm = {"moe_gemm", "bf16", "T K E H Im Is tile", NULL, KC_CUDA(moe_gemm_cuda_check)};
+const kc_op kc_moe_group = {"moe_group", "i32", "T K E shared", group_cpu_check, KC_CUDA(group_cuda_check)};
+const kc_op kc_moe_gemm = {"moe_gemm", "bf16", "T K E H Im Is tile", moe_gemm_cpu_check,
+                           KC_CUDA(moe_gemm_cuda_check)};

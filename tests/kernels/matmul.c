@@ -103,6 +103,14 @@ static void matmul_backward_cpu_check(const kc_case *kc)
     free(c.x), free(c.w), free(c.dy), free(c.y), free(dx), free(dx0), free(dw), free(dw0), free(ddw), free(dxa), free(dw1);
 }
 
+/* m n k accumulate: the CPU reference of the fp32-output forward is matmul_forward_cpu at the device's strides */
+static void matmul_forward_f32_cpu_check(const kc_case *c)
+{
+    const int m = c->p[0], n = c->p[1], k = c->p[2];
+    kc_case f = {.op = c->op, .p = {m, n, k, k + 8, (n + 3) / 4 * 4 + 4, c->p[3]}};
+    matmul_forward_cpu_check(&f);
+}
+
 #ifdef DFLASH_CUDA
 static matmul_cuda *the_mm(void)
 {
@@ -274,5 +282,5 @@ const kc_op kc_matmul_forward = {"matmul_forward", "bf16", "m n k ldx ldy with_c
 const kc_op kc_matmul_forward_k0 = {"matmul_forward_k0", "f32", "", matmul_k0_cpu_check, NULL};
 const kc_op kc_matmul_backward = {"matmul_backward", "bf16 (dw f32)", "m n k lddy ldx lddx acc_dx acc_dw",
                                   matmul_backward_cpu_check, KC_CUDA(matmul_backward_cuda_check)};
-const kc_op kc_matmul_forward_f32 = {"matmul_forward_f32", "bf16->f32", "m n k accumulate", NULL,
+const kc_op kc_matmul_forward_f32 = {"matmul_forward_f32", "bf16->f32", "m n k accumulate", matmul_forward_f32_cpu_check,
                                      KC_CUDA(matmul_forward_f32_cuda_check)};
