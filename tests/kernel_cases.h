@@ -1,25 +1,31 @@
 /* kernel_cases: one table of kernel cases (op × shape × dtype, as llama.cpp's tests/test-backend-ops.cpp lists
  * them), run by two drivers: tests/unit/test_kernel_cases.c (every row's CPU check: the kernels/<name>.c reference
  * against a naive double-precision reference or central finite differences) and tests/gpu/test_kernel_cases_gpu.c
- * (every row's CUDA check: the kernels/<name>.cu launcher on device copies against the CPU reference, then the same check
- * again with the same inputs, whose device downloads must be bitwise identical to the first run's).
+ * (every row's CUDA check: the kernels/<name>.cu launcher on device copies against the CPU reference, then the same
+ * check again on the same inputs, whose device downloads must be bitwise identical to the first run's).
  *
  * The table is kernel_cases[] in tests/kernel_cases.c; an op's checks live in tests/kernels/<family>.c (its CPU check
  * in plain C, its CUDA check under #ifdef DFLASH_CUDA: the GPU driver compiles the same file with DFLASH_CUDA).
  *
  * A new kernel becomes one op and its rows:
- *   1. in tests/kernels/<family>.c, the checks, each taking the row (shape parameters c->p[], in the order op.params
- *      names them; c->seqs: packed sequence lengths; c->aux: a second int list, e.g. state slots):
+ *   1. in tests/kernels/<family>.c (a new file is picked up by the GNUmakefile), the checks, each taking the row
+ *      (shape parameters c->p[], in the order op.params names them; c->seqs: packed sequence lengths; c->aux: a
+ *      second int list, e.g. state slots):
  *        static void foo_cpu(const kc_case *c)   EXPECT()s of tests/test.h, against a naive double reference
- *        static void foo_cuda(const kc_case *c)  report lines "ok <what> ..." / "FAIL <what> ..." (failures++),
- *                                                against the CPU reference on the same bf16 values; download every
- *                                                output with dev_get() (the driver compares the two runs' downloads)
+ *        static void foo_cuda(const kc_case *c)  report lines "ok <what> ..." / "FAIL <what> ..." (failures++;
+ *                                                kc_report, compare_bf16), against the CPU reference on the same
+ *                                                bf16 values; every output downloaded with dev_get() (the driver
+ *                                                compares the two runs' downloads)
  *      and the op:  const kc_op kc_foo = {"foo", "bf16", "rows dim ld", foo_cpu, KC_CUDA(foo_cuda)};
  *      (either check may be NULL: the row then runs on the other backend only);
  *   2. one `extern const kc_op kc_foo;` line below;
- *   3. its rows in kernel_cases[] (tests/kernel_cases.c): {KC(kc_foo, rows, dim, ld)} — include GQA groups of 3,
- *      odd lengths and one-token sequences where the op takes heads or sequences.
- * Neither driver, tests/gpu/run_all.sh nor the GNUmakefile changes: both drivers iterate the whole table.
+ *   3. its rows in kernel_cases[] (tests/kernel_cases.c): {KC(kc_foo, rows, dim, ld), .why = "..."}: the model shapes
+ *      it serves, its paths' boundaries, GQA groups of 3, odd lengths and one-token sequences where it takes heads or
+ *      sequences; .only = KC_CUDA_ONLY where a shape is too large for the naive CPU check.
+ * Neither driver, tests/gpu/run_all.sh nor the GNUmakefile changes: both drivers iterate the whole table. A test
+ * written as its own file (tests/unit/test_foo.c, tests/gpu/test_foo_gpu.c) folds in the same way: its check
+ * functions move into tests/kernels/ with their arguments read from c->p, its calls become rows, the file goes.
+ * A benchmark-like timing goes to kernel_timings[] (printed by the GPU driver, not compared).
  * Inputs come from rnd_uniform(), reseeded from the row's name before each run: a row's data do not depend on the
  * rows before it, and the two device runs see the same inputs. */
 #ifndef DFLASH_KERNEL_CASES_H
@@ -118,7 +124,8 @@ uint16_t *dev_poisoned(size_t n);                         /* n bf16 (+16 bytes) 
 void dev_put(void *d, const void *src, size_t bytes);
 /* bytes of device memory d after the stream's work, in a new host buffer; recorded for the twice-bitwise check */
 void *dev_get(const void *d, size_t bytes);
-/* got (bf16) against ref (fp32): ‖got − ref‖/‖ref‖ <= tol_norm and max|got − ref|/max(1, max|ref|) <= tol_max */
+/* got (bf16) against ref (fp32): ‖got − ref‖/‖ref‖ <= tol_norm and max|got − ref|/max(1, max|ref|) <= tol_max
+ * (a report line) */
 void compare_bf16(const char *name, const uint16_t *got, const float *ref, size_t n, double tol_norm, double tol_max);
 /* Whether this is the run that reports (the second run of a row only records its downloads): timings skip it. */
 int kc_reporting(void);

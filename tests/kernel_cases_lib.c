@@ -15,7 +15,11 @@ int test_failed_here; /* the EXPECT()s of tests/test.h in the CPU checks */
 const char *kc_case_name(const kc_case *c, char *buf, size_t n)
 {
     size_t at = 0;
-#define PUT(...) do { int w_ = snprintf(buf + at, at < n ? n - at : 0, __VA_ARGS__); if (w_ > 0) at += (size_t)w_; } while (0)
+#define PUT(...)                                                                \
+    do {                                                                        \
+        int w_ = snprintf(buf + at, at < n ? n - at : 0, __VA_ARGS__);          \
+        if (w_ > 0) at += (size_t)w_;                                           \
+    } while (0)
     PUT("%s %s", c->op->name, c->op->dtype);
     const char *p = c->op->params;
     for (int i = 0; p && *p && i < KC_NP; i++) {
