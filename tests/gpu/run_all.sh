@@ -30,9 +30,9 @@ one() { # LABEL COMMAND...
 nvidia-smi -L >>"$log" 2>&1
 if [ "${1:-}" != bench ]; then
 one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-4000}" timeout 300 bash tests/gpu/gpu_train.sh
-for t in test_train_kernels_gpu test_dflash_attention_gpu test_cross_entropy_gpu test_kernels_gpu test_vmm_pool \
-         test_decode_gpu test_logits_mask_gpu test_nonfinite_gpu test_gated_delta_rule_gpu test_gated_delta_chunk_gpu \
-         test_hybrid_kernels_gpu test_attention_wgmma_gpu; do
+# every kernel against its CPU reference, twice bitwise: the rows of the kernel case table (tests/kernel_cases.c)
+# (and the kernel tests of branches merged after the table, to be folded into it as rows)
+for t in test_kernel_cases_gpu test_vmm_pool test_decode_gpu test_attention_wgmma_gpu test_gptoss_kernels_gpu; do
     [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 300 "$BUILD/gpu/$t"
 done
 # the target forward, one process per family (the hybrid one also writes checkpoints and runs CPU references)

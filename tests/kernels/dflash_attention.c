@@ -1,13 +1,20 @@
-/* dflash_attention CUDA forward and backward against the CPU reference (run on the GPU machine). Inputs are drawn in
- * fp32 and rounded to bf16; the CPU reference runs in fp32 on the same values. The CPU backward is given the GPU's
- * out (bf16) and lse, so the backward is checked on its own. Every tensor lives in a strided device buffer (column
- * blocks of wider tensors, padding columns that must stay untouched); outputs start as NaN so an element the kernels
- * fail to write fails. Errors are max|got - ref| / max|ref| over the tensor (lse: absolute). Large shapes compare a
- * subset of blocks (and the context rows only those blocks see). Also: two runs must give the same bits. Rows with a
- * sliding window (dflash_attn_shape.window) check the same against the CPU reference under that window; a window
- * longer than every context must give the bits of no window (wide_check). Prints one
- * line per tensor, "ok"/"FAIL" at the end of it, the timing of the Qwen3-8B and Qwen3.5-9B drafter shapes, and exits 1
- * on a failure. */
+/* dflash_attention: the drafter's attention (a block's queries see its context rows [ctx_start, ctx_start + ctx_len)
+ * and the whole block, optionally within a sliding window of positions), forward and backward.
+ * CPU: the forward against a naive dense-mask attention built exactly like make_goldens.py builds its (N*B, T+N*B)
+ * mask (and make_swa_golden.py for a sliding window: also |q - k| < W in positions); the backward against central
+ * finite differences of L = Σ dout ⊙ out for every input (q, kc, vc, kb, vb), context rows no block sees getting no
+ * gradient; a window that cuts nothing gives the bits of none; a block's rows see each other both ways.
+ * CUDA: forward and backward against the CPU reference on the same bf16 values (the CPU backward is given the GPU's
+ * out and lse, so the backward is checked on its own). Every tensor lives in a strided device buffer (column blocks
+ * of wider tensors, padding columns that must stay untouched); outputs start as NaN so an element the kernels fail
+ * to write fails. Errors are max|got - ref| / max|ref| over the tensor (lse: absolute). Large shapes compare a subset
+ * of blocks (and the context rows only those blocks see). Two runs must give the same bits; with wide_check a window
+ * longer than every context must give the bits of no window; timing: the Qwen3-8B drafter shape's time.
+ * Parameters: nh nkv hd B window pad wide_check timing layout N, the blocks by layout:
+ *   0: seqs = sequence lengths, aux = (sequence, anchor) per block: context = the sequence's rows before the anchor;
+ *   1: seqs = sequence lengths, aux = anchors per sequence, drawn distinct (make_blocks);
+ *   2: N arbitrary context intervals (not prefixes, unsorted, overlapping) in seqs[0] rows;
+ *   3: N distinct sorted anchors in one sequence of seqs[0] rows, 20 blocks compared on the CPU (the drafter). */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -15,11 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
-
-#include "cuda_check.h"
-#include "gpu_test.h"
 #include "dflash_attention.h"
+#include "tests/kernel_cases.h"
+#include "tests/test.h"
 #include "util.h"
 
 /* bf16 rounding of out / P / dS (2^-9 relative each) plus fp32 order: relative to the tensor's largest value */
@@ -29,6 +34,323 @@
 
 static int rnd_int(int n) { return (int)((rnd_uniform() + 1.0) * 0.5 * n) % n; }
 
+typedef struct attn_case {
+    const char *name;
+    int N, B, nh, nkv, hd, T;
+    int32_t *cs, *cl;  /* (N) */
+    int nsub, *sub;    /* blocks compared on the CPU (all when sub == NULL) */
+    int pad;           /* extra columns on every strided buffer */
+    int timing;
+    int window;        /* sliding window (0: none) */
+    int wide_check;    /* also run with a window longer than every context: the bits of window 0 */
+} attn_case;
+
+/* Sequences of the given lengths packed into T rows; per sequence, nanch sorted distinct anchors in
+ * [0, len - 1) (block j's context: its sequence's rows before the anchor). */
+static void make_blocks(attn_case *k, const int *lens, const int *nanch, int nseq, int B)
+{
+    int N = 0, T = 0;
+    for (int i = 0; i < nseq; i++) N += nanch[i], T += lens[i];
+    k->N = N, k->T = T, k->B = B;
+    k->cs = xmalloc(sizeof(int32_t) * (size_t)N), k->cl = xmalloc(sizeof(int32_t) * (size_t)N);
+    int j = 0, start = 0;
+    for (int i = 0; i < nseq; i++) {
+        const int span = lens[i] - 1 > nanch[i] ? lens[i] - 1 : nanch[i];
+        char *used = xcalloc((size_t)span, 1);
+        for (int n = 0; n < nanch[i]; n++) { /* distinct draws */
+            int a;
+            do a = rnd_int(span); while (used[a]);
+            used[a] = 1;
+        }
+        if (nanch[i] > 1) used[0] = 1, used[1] = 0; /* some block sees no context */
+        int got = 0;
+        for (int a = 0; a < span && got < nanch[i]; a++)
+            if (used[a]) k->cs[j] = start, k->cl[j] = a, j++, got++;
+        while (got < nanch[i]) k->cs[j] = start, k->cl[j] = span - 1, j++, got++;
+        free(used);
+        start += lens[i];
+    }
+}
+
+static void free_case(attn_case *k) { free(k->cs), free(k->cl), free(k->sub); }
+
+/* The row's blocks (see the header) */
+static void build_case(attn_case *k, const kc_case *c)
+{
+    *k = (attn_case){.name = "dflash_attention", .nh = c->p[0], .nkv = c->p[1], .hd = c->p[2], .window = c->p[4],
+                     .pad = c->p[5], .wide_check = c->p[6], .timing = c->p[7]};
+    const int B = c->p[3], layout = c->p[8];
+    if (layout == 0) {
+        int *start = xmalloc(sizeof(int) * (size_t)(c->nseqs + 1));
+        start[0] = 0;
+        for (int i = 0; i < c->nseqs; i++) start[i + 1] = start[i] + c->seqs[i];
+        k->T = start[c->nseqs], k->N = c->naux / 2, k->B = B;
+        k->cs = xmalloc(sizeof(int32_t) * (size_t)(k->N + 1)), k->cl = xmalloc(sizeof(int32_t) * (size_t)(k->N + 1));
+        for (int j = 0; j < k->N; j++) k->cs[j] = start[c->aux[2 * j]], k->cl[j] = c->aux[2 * j + 1];
+        free(start);
+    } else if (layout == 1) {
+        make_blocks(k, c->seqs, c->aux, c->nseqs, B);
+    } else if (layout == 2) {
+        const int N = c->p[9], T = c->seqs[0];
+        k->N = N, k->B = B, k->T = T;
+        k->cs = xmalloc((size_t)N * sizeof(int32_t)), k->cl = xmalloc((size_t)N * sizeof(int32_t));
+        for (int j = 0; j < N; j++) {
+            k->cs[j] = rnd_int(T);
+            k->cl[j] = j % 7 == 3 ? 0 : rnd_int(T - k->cs[j] + 1);
+        }
+    } else { /* the drafter: N anchors sorted in [0, T - B), one sequence; the CPU compares the first 4, 4 in the
+              * middle and the last 12 blocks (the context rows past the last anchors are seen by those only) */
+        const int T = c->seqs[0], N = c->p[9];
+        k->N = N, k->B = B, k->T = T;
+        k->cs = xmalloc(N * sizeof(int32_t)), k->cl = xmalloc(N * sizeof(int32_t));
+        char *used = xcalloc(T, 1);
+        for (int n = 0; n < N; n++) {
+            int a;
+            do a = rnd_int(T - B); while (used[a]);
+            used[a] = 1;
+        }
+        for (int a = 0, j = 0; a < T - B; a++)
+            if (used[a]) k->cs[j] = 0, k->cl[j] = a, j++;
+        free(used);
+        k->nsub = 20, k->sub = xmalloc(20 * sizeof(int));
+        for (int i = 0; i < 4; i++) k->sub[i] = i, k->sub[4 + i] = N / 2 - 2 + i;
+        for (int i = 0; i < 12; i++) k->sub[8 + i] = N - 12 + i;
+    }
+}
+
+/* ---- CPU ---- */
+
+typedef struct att_data {
+    attn_case k;
+    dflash_attn_shape s;
+    int NB;
+    float *q, *kc, *vc, *kb, *vb, *dout;
+} att_data;
+
+static float *rand_vec(size_t n)
+{
+    float *x = xmalloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = (float)rnd_uniform();
+    return x;
+}
+
+static void data_init(att_data *d, const kc_case *c)
+{
+    memset(d, 0, sizeof *d);
+    build_case(&d->k, c);
+    const attn_case *k = &d->k;
+    d->s = (dflash_attn_shape){.nblocks = k->N, .block_size = k->B, .nh = k->nh, .nkv = k->nkv, .hd = k->hd,
+                               .window = k->window};
+    d->s.scale = 1.0f / sqrtf((float)k->hd);
+    d->NB = k->N * k->B;
+    size_t qn = (size_t)d->NB * k->nh * k->hd, cn = (size_t)k->T * k->nkv * k->hd, bn = (size_t)d->NB * k->nkv * k->hd;
+    d->q = rand_vec(qn);
+    d->kc = rand_vec(cn);
+    d->vc = rand_vec(cn);
+    d->kb = rand_vec(bn);
+    d->vb = rand_vec(bn);
+    d->dout = rand_vec(qn);
+    /* sharper scores than uniform [-1,1) so the softmax is not nearly flat */
+    for (size_t i = 0; i < qn; i++) d->q[i] *= 2.0f;
+}
+
+static void data_free(att_data *d)
+{
+    free(d->q); free(d->kc); free(d->vc); free(d->kb); free(d->vb); free(d->dout);
+    free_case(&d->k);
+}
+
+/* Dense reference in double: mask [NB, T+NB] (block j's query slot i at position cl_j + i sees context row r of
+ * [cs_j, cs_j + cl_j) at position r - cs_j and its block's rows at cl_j + b; with a window W also |q - k| < W),
+ * -inf fill, softmax, weighted sum. */
+static void naive_forward(const att_data *d, double *out, double *lse)
+{
+    const attn_case *k = &d->k;
+    const int B = k->B, nh = k->nh, nkv = k->nkv, hd = k->hd, T = k->T, NB = d->NB;
+    const int K = T + NB, g = nh / nkv, W = k->window;
+    double *sc = xmalloc(sizeof(double) * (size_t)(K ? K : 1));
+    for (int qi = 0; qi < NB; qi++) {
+        int qb = qi / B, cs = k->cs[qb], cl = k->cl[qb], qpos = cl + qi % B;
+        for (int h = 0; h < nh; h++) {
+            int kh = h / g;
+            double mx = -INFINITY;
+            for (int kk = 0; kk < K; kk++) {
+                int visible, kpos;
+                const float *kr;
+                if (kk < T) {
+                    visible = kk >= cs && kk < cs + cl;
+                    kr = d->kc + ((size_t)kk * nkv + kh) * hd;
+                    kpos = kk - cs;
+                } else {
+                    visible = (kk - T) / B == qb;
+                    kr = d->kb + ((size_t)(kk - T) * nkv + kh) * hd;
+                    kpos = cl + (kk - T) % B;
+                }
+                if (W > 0 && abs(qpos - kpos) >= W) visible = 0;
+                double dd = 0;
+                for (int e = 0; e < hd; e++) dd += (double)d->q[((size_t)qi * nh + h) * hd + e] * kr[e];
+                sc[kk] = visible ? dd * d->s.scale : -INFINITY;
+                if (sc[kk] > mx) mx = sc[kk];
+            }
+            double sum = 0;
+            for (int kk = 0; kk < K; kk++) sum += exp(sc[kk] - mx);
+            double *o = out + ((size_t)qi * nh + h) * hd;
+            for (int e = 0; e < hd; e++) o[e] = 0;
+            for (int kk = 0; kk < K; kk++) {
+                double p = exp(sc[kk] - mx) / sum;
+                const float *vr = kk < T ? d->vc + ((size_t)kk * nkv + kh) * hd
+                                         : d->vb + ((size_t)(kk - T) * nkv + kh) * hd;
+                for (int e = 0; e < hd; e++) o[e] += p * vr[e];
+            }
+            lse[(size_t)qi * nh + h] = mx + log(sum);
+        }
+    }
+    free(sc);
+}
+
+static void forward(const att_data *d, float *out, float *lse)
+{
+    dflash_attention_forward_cpu(out, lse, d->q, d->kc, d->vc, d->kb, d->vb, d->k.cs, d->k.cl, &d->s);
+}
+
+static void dflash_forward_cpu_check(const kc_case *c)
+{
+    att_data d;
+    data_init(&d, c);
+    size_t qn = (size_t)d.NB * d.k.nh * d.k.hd, ln = (size_t)d.NB * d.k.nh;
+    float *out = xmalloc(sizeof(float) * qn), *lse = xmalloc(sizeof(float) * ln);
+    double *rout = xmalloc(sizeof(double) * qn), *rlse = xmalloc(sizeof(double) * ln);
+    forward(&d, out, lse);
+    naive_forward(&d, rout, rlse);
+    double emax = 0, lmax = 0;
+    for (size_t i = 0; i < qn; i++) emax = fmax(emax, fabs(out[i] - rout[i]));
+    for (size_t i = 0; i < ln; i++) lmax = fmax(lmax, fabs(lse[i] - rlse[i]));
+    EXPECT(emax <= 2e-6);
+    EXPECT(lmax <= 2e-6);
+    if (test_failed_here) fprintf(stderr, "  max|out err| %g, max|lse err| %g\n", emax, lmax);
+    free(out); free(lse); free(rout); free(rlse);
+    data_free(&d);
+}
+
+/* A window that cuts nothing gives the bits of no window (the same keys in the same order); a block's own rows are
+ * seen in both directions: slot 0's output of block 1 depends on its last slot's value, blocks 0 and 2 do not. */
+static void dflash_props_cpu_check(const kc_case *c)
+{
+    att_data d;
+    data_init(&d, c);
+    const int nh = d.k.nh, hd = d.k.hd, B = d.k.B;
+    size_t qn = (size_t)d.NB * nh * hd, ln = (size_t)d.NB * nh;
+    float *o1 = xmalloc(sizeof(float) * qn), *o2 = xmalloc(sizeof(float) * qn);
+    float *l1 = xmalloc(sizeof(float) * ln), *l2 = xmalloc(sizeof(float) * ln);
+    int maxcl = 0;
+    for (int j = 0; j < d.k.N; j++) maxcl = d.k.cl[j] > maxcl ? d.k.cl[j] : maxcl;
+    d.s.window = 0;
+    forward(&d, o1, l1);
+    d.s.window = maxcl + B; /* longer than the longest context plus the block */
+    forward(&d, o2, l2);
+    EXPECT(memcmp(o1, o2, sizeof(float) * qn) == 0);
+    EXPECT(memcmp(l1, l2, sizeof(float) * ln) == 0);
+    d.s.window = 0;
+    REQUIRE(d.k.N >= 3);
+    size_t row = 1 * (size_t)B + (B - 1); /* block 1, last slot */
+    for (int e = 0; e < d.k.nkv * hd; e++) d.vb[row * d.k.nkv * hd + e] += 1.0f;
+    forward(&d, o2, l2);
+    size_t w = (size_t)nh * hd;
+    EXPECT(fabsf(o1[B * w] - o2[B * w]) > 1e-3);                       /* block 1 slot 0 changed */
+    EXPECT(o1[0] == o2[0] && o1[2 * B * w] == o2[2 * B * w]);          /* blocks 0 and 2 untouched */
+    free(o1); free(o2); free(l1); free(l2);
+    data_free(&d);
+}
+
+static double loss_of(const att_data *d, float *out, float *lse)
+{
+    forward(d, out, lse);
+    size_t qn = (size_t)d->NB * d->k.nh * d->k.hd;
+    double L = 0;
+    for (size_t i = 0; i < qn; i++) L += (double)d->dout[i] * out[i];
+    return L;
+}
+
+/* Compare an analytic gradient with central differences of L over every element of x. */
+static int check_grad(const char *name, att_data *d, float *x, size_t n, const float *g, float *out, float *lse)
+{
+    double *fd = xmalloc(sizeof(double) * (n ? n : 1));
+    const float step = 1e-3f;
+    for (size_t i = 0; i < n; i++) {
+        float x0 = x[i];
+        x[i] = x0 + step;
+        float xp = x[i];
+        double lp = loss_of(d, out, lse);
+        x[i] = x0 - step;
+        float xm = x[i];
+        double lm = loss_of(d, out, lse);
+        x[i] = x0;
+        fd[i] = (lp - lm) / ((double)xp - (double)xm);
+    }
+    double num = 0, den = 0, fmaxabs = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (g[i] - fd[i]) * (g[i] - fd[i]);
+        den += fd[i] * fd[i];
+        fmaxabs = fmax(fmaxabs, fabs(fd[i]));
+    }
+    int bad = 0;
+    if (!(sqrt(num) <= 1e-2 * sqrt(den)) || den == 0) {
+        fprintf(stderr, "  %s: ||g-fd|| %g vs ||fd|| %g\n", name, sqrt(num), sqrt(den));
+        bad = 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (fabs(g[i] - fd[i]) > 2e-3 * fmaxabs + 2e-2 * fabs(fd[i])) {
+            if (!bad) fprintf(stderr, "  %s[%zu]: g %g fd %g\n", name, i, g[i], fd[i]);
+            bad = 1;
+        }
+    free(fd);
+    return bad;
+}
+
+static void dflash_backward_cpu_check(const kc_case *c)
+{
+    att_data d;
+    data_init(&d, c);
+    const int hd = d.k.hd, nh = d.k.nh, nkv = d.k.nkv, T = d.k.T;
+    size_t qn = (size_t)d.NB * nh * hd, cn = (size_t)T * nkv * hd, bn = (size_t)d.NB * nkv * hd;
+    float *out = xmalloc(sizeof(float) * qn), *lse = xmalloc(sizeof(float) * d.NB * nh);
+    float *dq = xmalloc(sizeof(float) * qn);
+    float *dkc = xmalloc(sizeof(float) * (cn + 1)), *dvc = xmalloc(sizeof(float) * (cn + 1));
+    float *dkb = xmalloc(sizeof(float) * bn), *dvb = xmalloc(sizeof(float) * bn);
+    /* dq must be overwritten; the k/v grads accumulate onto what is there (0.25 here, subtracted after) */
+    for (size_t i = 0; i < qn; i++) dq[i] = 123.0f;
+    for (size_t i = 0; i < cn; i++) dkc[i] = dvc[i] = 0.25f;
+    for (size_t i = 0; i < bn; i++) dkb[i] = dvb[i] = 0.25f;
+    forward(&d, out, lse);
+    dflash_attention_backward_cpu(dq, dkc, dvc, dkb, dvb, d.dout, out, lse, d.q, d.kc, d.vc, d.kb, d.vb, d.k.cs,
+                                  d.k.cl, &d.s);
+    for (size_t i = 0; i < cn; i++) { dkc[i] -= 0.25f; dvc[i] -= 0.25f; }
+    for (size_t i = 0; i < bn; i++) { dkb[i] -= 0.25f; dvb[i] -= 0.25f; }
+    int bad = 0;
+    bad |= check_grad("dq", &d, d.q, qn, dq, out, lse);
+    bad |= check_grad("dkc", &d, d.kc, cn, dkc, out, lse);
+    bad |= check_grad("dvc", &d, d.vc, cn, dvc, out, lse);
+    bad |= check_grad("dkb", &d, d.kb, bn, dkb, out, lse);
+    bad |= check_grad("dvb", &d, d.vb, bn, dvb, out, lse);
+    if (bad) test_failed_here = 1;
+    /* context rows no block sees (e.g. after the last anchor of their sequence): zero gradient */
+    int unseen = 0;
+    for (int r = 0; r < T; r++) {
+        int seen = 0;
+        for (int j = 0; j < d.k.N; j++) seen |= r >= d.k.cs[j] && r < d.k.cs[j] + d.k.cl[j];
+        if (seen) continue;
+        unseen++;
+        for (int e = 0; e < nkv * hd; e++) {
+            EXPECT(dkc[(size_t)r * nkv * hd + e] == 0.0f);
+            EXPECT(dvc[(size_t)r * nkv * hd + e] == 0.0f);
+        }
+    }
+    EXPECT(unseen > 0); /* the row's layout has such rows (its last one at least) */
+    free(out); free(lse); free(dq); free(dkc); free(dvc); free(dkb); free(dvb);
+    data_free(&d);
+}
+
+#ifdef DFLASH_CUDA
 /* n floats of amplitude amp, each exactly a bf16 value */
 static float *rnd_f(size_t n, double amp)
 {
@@ -77,8 +399,8 @@ static void report(const char *cname, const char *tensor, cmp c, double tol, int
 {
     double rel = absolute ? c.max_err : (c.max_ref > 0 ? c.max_err / c.max_ref : c.max_err);
     int ok = !c.nan && rel <= tol;
-    printf("%s %s max_abs_err=%.3g max|ref|=%.3g %s=%.3g tol=%.3g %s\n", cname, tensor, c.max_err, c.max_ref,
-           absolute ? "abs" : "rel", rel, tol, ok ? "ok" : (c.nan ? "FAIL (NaN: element not written)" : "FAIL"));
+    printf("%s %s %s max_abs_err=%.3g max|ref|=%.3g %s=%.3g tol=%.3g%s\n", ok ? "ok" : "FAIL", cname, tensor, c.max_err,
+           c.max_ref, absolute ? "abs" : "rel", rel, tol, !ok && c.nan ? " (NaN: element not written)" : "");
     fflush(stdout);
     if (!ok) failures++;
 }
@@ -89,7 +411,7 @@ static void check_pad(const char *cname, const char *what, const uint16_t *h, in
     size_t bad = 0;
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < n; i++) bad += h[(size_t)r * ld + col0 + i] != 0xffff;
-    printf("%s %s padding columns changed=%zu %s\n", cname, what, bad, bad ? "FAIL" : "ok");
+    printf("%s %s %s padding columns changed=%zu\n", bad ? "FAIL" : "ok", cname, what, bad);
     if (bad) failures++;
 }
 
@@ -97,7 +419,7 @@ static void check_same(const char *cname, const char *what, const void *d, const
 {
     void *h = dev_get(d, bytes);
     int same = memcmp(h, h_prev, bytes) == 0;
-    printf("%s determinism %s bitwise_identical=%s %s\n", cname, what, same ? "yes" : "no", same ? "ok" : "FAIL");
+    printf("%s %s determinism %s bitwise_identical=%s\n", same ? "ok" : "FAIL", cname, what, same ? "yes" : "no");
     if (!same) failures++;
     free(h);
 }
@@ -156,16 +478,6 @@ static void cpu_reference(cpu_job *job, float *rdkc, float *rdvc)
     }
 }
 
-typedef struct attn_case {
-    const char *name;
-    int N, B, nh, nkv, hd, T;
-    int32_t *cs, *cl;  /* (N) */
-    int nsub, *sub;    /* blocks compared on the CPU (all when sub == NULL) */
-    int pad;           /* extra columns on every strided buffer */
-    int timing;
-    int window;        /* sliding window (0: none) */
-    int wide_check;    /* also run with a window longer than every context: the bits of window 0 */
-} attn_case;
 
 /* rows x cols of a strided device tensor against the same rows of a host copy taken earlier */
 static void check_rows_same(const char *cname, const char *what, const uint16_t *d, const uint16_t *h_prev, int rows,
@@ -174,7 +486,7 @@ static void check_rows_same(const char *cname, const char *what, const uint16_t 
     uint16_t *h = dev_get(d, (size_t)rows * ld * 2);
     size_t diff = 0;
     for (int r = 0; r < rows; r++) diff += memcmp(h + (size_t)r * ld, h_prev + (size_t)r * ld, (size_t)cols * 2) != 0;
-    printf("%s wide_window_as_none %s rows_differing=%zu %s\n", cname, what, diff, diff ? "FAIL" : "ok");
+    printf("%s %s wide_window_as_none %s rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, what, diff);
     if (diff) failures++;
     free(h);
 }
@@ -308,7 +620,7 @@ static void run_case(const attn_case *k)
         for (int r = 0; r < NB; r++) diff += memcmp(a2 + (size_t)r * ldo, gdq + (size_t)r * ldo, (size_t)qd * 2) != 0;
         for (int r = 0; r < T; r++)
             diff += memcmp(b2 + (size_t)r * ldkv, gdkvc + (size_t)r * ldkv, (size_t)2 * kd * 2) != 0;
-        printf("%s determinism dq,dkc,dvc rows_differing=%zu %s\n", cname, diff, diff ? "FAIL" : "ok");
+        printf("%s %s determinism dq,dkc,dvc rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, diff);
         if (diff) failures++;
         free(a2), free(b2);
     }
@@ -336,12 +648,12 @@ static void run_case(const attn_case *k)
         check_rows_same(cname, "dvb", d_dvb, dvb0, NB, kd, kd);
         float *l2 = dev_get(d_lse, (size_t)NB * nh * 4);
         const int same = memcmp(l2, l0, (size_t)NB * nh * 4) == 0;
-        printf("%s wide_window_as_none lse bitwise_identical=%s %s\n", cname, same ? "yes" : "no", same ? "ok" : "FAIL");
+        printf("%s %s wide_window_as_none lse bitwise_identical=%s\n", same ? "ok" : "FAIL", cname, same ? "yes" : "no");
         if (!same) failures++;
         free(l2), free(l0), free(o0), free(dq0), free(dkvc0), free(dkb0), free(dvb0);
     }
 
-    if (k->timing) {
+    if (k->timing && kc_reporting()) {
         double keys = 0;
         for (int j = 0; j < N; j++)
             for (int i = 0; i < B; i++) { /* the keys each slot sees (dflash_attn_window) */
@@ -385,208 +697,18 @@ static void run_case(const attn_case *k)
     free(rdkc), free(rdvc), free(rdkb), free(rdvb);
 }
 
-/* Sequences of the given lengths packed into T rows; per sequence, nanch sorted distinct anchors in
- * [0, len - 1) (block j's context: its sequence's rows before the anchor). */
-static void make_blocks(attn_case *k, const int *lens, const int *nanch, int nseq, int B)
+static void dflash_cuda_check(const kc_case *c)
 {
-    int N = 0, T = 0;
-    for (int i = 0; i < nseq; i++) N += nanch[i], T += lens[i];
-    k->N = N, k->T = T, k->B = B;
-    k->cs = xmalloc(sizeof(int32_t) * (size_t)N), k->cl = xmalloc(sizeof(int32_t) * (size_t)N);
-    int j = 0, start = 0;
-    for (int i = 0; i < nseq; i++) {
-        const int span = lens[i] - 1 > nanch[i] ? lens[i] - 1 : nanch[i];
-        char *used = xcalloc((size_t)span, 1);
-        for (int n = 0; n < nanch[i]; n++) { /* distinct draws */
-            int a;
-            do a = rnd_int(span); while (used[a]);
-            used[a] = 1;
-        }
-        if (nanch[i] > 1) used[0] = 1, used[1] = 0; /* some block sees no context */
-        int got = 0;
-        for (int a = 0; a < span && got < nanch[i]; a++)
-            if (used[a]) k->cs[j] = start, k->cl[j] = a, j++, got++;
-        while (got < nanch[i]) k->cs[j] = start, k->cl[j] = span - 1, j++, got++;
-        free(used);
-        start += lens[i];
-    }
+    attn_case k;
+    build_case(&k, c);
+    run_case(&k);
+    free_case(&k);
 }
+#endif
 
-static void free_case(attn_case *k) { free(k->cs), free(k->cl), free(k->sub); }
-
-int main(int argc, char **argv)
-{
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("FAIL test_dflash_attention_gpu: no CUDA device (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 1;
-    }
-    CHECK_CUDA(cudaSetDevice(0));
-    CHECK_CUDA(cudaStreamCreate(&stream));
-    const int skip_big = argc > 1 && strcmp(argv[1], "--small") == 0;
-
-    { /* the goldens' shape: two sequences, blocks without context */
-        attn_case k = {.name = "tiny", .nh = 4, .nkv = 2, .hd = 16, .pad = 8};
-        k.N = 3, k.B = 4, k.T = 16;
-        k.cs = xmalloc(3 * sizeof(int32_t)), k.cl = xmalloc(3 * sizeof(int32_t));
-        k.cs[0] = 0, k.cl[0] = 0, k.cs[1] = 0, k.cl[1] = 5, k.cs[2] = 7, k.cl[2] = 0;
-        run_case(&k);
-        free_case(&k);
-    }
-    { /* GQA groups of 3, head_dim 64, two sequences, odd T */
-        attn_case k = {.name = "gqa3", .nh = 6, .nkv = 2, .hd = 64, .pad = 8};
-        static const int lens[] = {150, 151}, na[] = {9, 11};
-        make_blocks(&k, lens, na, 2, 16);
-        run_case(&k);
-        free_case(&k);
-    }
-    { /* 8B heads, odd T, tile edges everywhere */
-        attn_case k = {.name = "oddT", .nh = 8, .nkv = 2, .hd = 128, .pad = 8};
-        static const int lens[] = {1001}, na[] = {37};
-        make_blocks(&k, lens, na, 1, 16);
-        run_case(&k);
-        free_case(&k);
-    }
-    { /* head_dim 32, one kv head, B = 8, three sequences */
-        attn_case k = {.name = "hd32", .nh = 4, .nkv = 1, .hd = 32, .pad = 0};
-        static const int lens[] = {300, 2, 253}, na[] = {30, 1, 19};
-        make_blocks(&k, lens, na, 3, 8);
-        run_case(&k);
-        free_case(&k);
-    }
-    { /* arbitrary context intervals (not prefixes, unsorted, overlapping), B = 5, MHA */
-        attn_case k = {.name = "intervals", .nh = 4, .nkv = 4, .hd = 64, .pad = 8};
-        k.N = 40, k.B = 5, k.T = 300;
-        k.cs = xmalloc(40 * sizeof(int32_t)), k.cl = xmalloc(40 * sizeof(int32_t));
-        for (int j = 0; j < 40; j++) {
-            k.cs[j] = rnd_int(300);
-            k.cl[j] = j % 7 == 3 ? 0 : rnd_int(300 - k.cs[j] + 1);
-        }
-        run_case(&k);
-        free_case(&k);
-    }
-    { /* head_dim 24: the scalar path */
-        attn_case k = {.name = "scalar_hd24", .nh = 4, .nkv = 2, .hd = 24, .pad = 8};
-        static const int lens[] = {40, 23}, na[] = {5, 3};
-        make_blocks(&k, lens, na, 2, 4);
-        run_case(&k);
-        free_case(&k);
-    }
-    /* head_dim 256 (the Qwen3.5 drafters' heads; its own tiles): GQA groups of 4 with one-token sequences and odd
-     * lengths, groups of 3 (a block's 48 rows straddle the 64-row query tiles), arbitrary intervals, a window, the
-     * goldens' tiny shape */
-    {
-        attn_case k = {.name = "hd256_gqa4", .nh = 16, .nkv = 4, .hd = 256, .pad = 8};
-        static const int lens[] = {1, 301, 1, 187}, na[] = {1, 19, 1, 13};
-        make_blocks(&k, lens, na, 4, 16);
-        run_case(&k);
-        free_case(&k);
-    }
-    {
-        attn_case k = {.name = "hd256_gqa3", .nh = 6, .nkv = 2, .hd = 256, .pad = 8};
-        static const int lens[] = {150, 1, 151}, na[] = {9, 1, 11};
-        make_blocks(&k, lens, na, 3, 16);
-        run_case(&k);
-        free_case(&k);
-    }
-    {
-        attn_case k = {.name = "hd256_intervals", .nh = 4, .nkv = 4, .hd = 256, .pad = 8};
-        k.N = 40, k.B = 5, k.T = 301;
-        k.cs = xmalloc(40 * sizeof(int32_t)), k.cl = xmalloc(40 * sizeof(int32_t));
-        for (int j = 0; j < 40; j++) {
-            k.cs[j] = rnd_int(301);
-            k.cl[j] = j % 7 == 3 ? 0 : rnd_int(301 - k.cs[j] + 1);
-        }
-        run_case(&k);
-        free_case(&k);
-    }
-    {
-        attn_case k = {.name = "hd256_gqa3_w40", .nh = 6, .nkv = 2, .hd = 256, .pad = 8, .window = 40,
-                       .wide_check = 1};
-        static const int lens[] = {150, 151}, na[] = {9, 11};
-        make_blocks(&k, lens, na, 2, 16);
-        run_case(&k);
-        free_case(&k);
-    }
-    {
-        attn_case k = {.name = "hd256_tiny", .nh = 4, .nkv = 1, .hd = 256, .pad = 0};
-        k.N = 3, k.B = 4, k.T = 16;
-        k.cs = xmalloc(3 * sizeof(int32_t)), k.cl = xmalloc(3 * sizeof(int32_t));
-        k.cs[0] = 0, k.cl[0] = 0, k.cs[1] = 0, k.cl[1] = 5, k.cs[2] = 7, k.cl[2] = 0;
-        run_case(&k);
-        free_case(&k);
-    }
-    /* sliding windows: shorter than the block (block rows cut, late slots without context), longer than it, on the
-     * tensor-core paths (hd 16, 64, 128) and the scalar one, on arbitrary intervals; a wide one as no window */
-    { /* the swa-narrow golden's shape: W = 3 < B = 4 */
-        attn_case k = {.name = "tiny_w3", .nh = 4, .nkv = 2, .hd = 16, .pad = 8, .window = 3, .wide_check = 1};
-        static const int lens[] = {50, 31}, na[] = {6, 4};
-        make_blocks(&k, lens, na, 2, 4);
-        run_case(&k);
-        free_case(&k);
-    }
-    {
-        attn_case k = {.name = "gqa3_w40", .nh = 6, .nkv = 2, .hd = 64, .pad = 8, .window = 40, .wide_check = 1};
-        static const int lens[] = {150, 151}, na[] = {9, 11};
-        make_blocks(&k, lens, na, 2, 16);
-        run_case(&k);
-        free_case(&k);
-    }
-    {
-        attn_case k = {.name = "oddT_w7", .nh = 8, .nkv = 2, .hd = 128, .pad = 8, .window = 7};
-        static const int lens[] = {1001}, na[] = {37};
-        make_blocks(&k, lens, na, 1, 16);
-        run_case(&k);
-        free_case(&k);
-    }
-    {
-        attn_case k = {.name = "intervals_w33", .nh = 4, .nkv = 4, .hd = 64, .pad = 8, .window = 33};
-        k.N = 40, k.B = 5, k.T = 300;
-        k.cs = xmalloc(40 * sizeof(int32_t)), k.cl = xmalloc(40 * sizeof(int32_t));
-        for (int j = 0; j < 40; j++) {
-            k.cs[j] = rnd_int(300);
-            k.cl[j] = j % 7 == 3 ? 0 : rnd_int(300 - k.cs[j] + 1);
-        }
-        run_case(&k);
-        free_case(&k);
-    }
-    {
-        attn_case k = {.name = "scalar_hd24_w5", .nh = 4, .nkv = 2, .hd = 24, .pad = 8, .window = 5, .wide_check = 1};
-        static const int lens[] = {40, 23}, na[] = {5, 3};
-        make_blocks(&k, lens, na, 2, 4);
-        run_case(&k);
-        free_case(&k);
-    }
-    /* the drafters' shapes: 512 anchors sorted in [0, T - B), one sequence of 3072; the Qwen3-8B drafter with full
-     * attention, then a 256-position window; the Qwen3.5-9B-derived drafter (16/4 heads of 256) */
-    static const struct { const char *name; int nh, nkv, hd, window; } big[] = {
-        {"qwen3_8b", 32, 8, 128, 0}, {"qwen3_8b_w256", 32, 8, 128, 256}, {"qwen35_9b", 16, 4, 256, 0}};
-    for (int w = 0; w < 3 && !skip_big; w++) {
-        attn_case k = {.name = big[w].name, .nh = big[w].nh, .nkv = big[w].nkv, .hd = big[w].hd, .pad = 0,
-                       .timing = 1, .window = big[w].window};
-        const int T = 3072, N = 512, B = 16;
-        k.N = N, k.B = B, k.T = T;
-        k.cs = xmalloc(N * sizeof(int32_t)), k.cl = xmalloc(N * sizeof(int32_t));
-        char *used = xcalloc(T, 1);
-        for (int n = 0; n < N; n++) {
-            int a;
-            do a = rnd_int(T - B); while (used[a]);
-            used[a] = 1;
-        }
-        for (int a = 0, j = 0; a < T - B; a++)
-            if (used[a]) k.cs[j] = 0, k.cl[j] = a, j++;
-        free(used);
-        /* CPU: the first 4, 4 in the middle and the last 12 blocks (the context rows past the 500th anchor are
-         * seen by those last blocks only) */
-        k.nsub = 20, k.sub = xmalloc(20 * sizeof(int));
-        for (int i = 0; i < 4; i++) k.sub[i] = i, k.sub[4 + i] = 254 + i;
-        for (int i = 0; i < 12; i++) k.sub[8 + i] = N - 12 + i;
-        run_case(&k);
-        free_case(&k);
-    }
-    printf("%s test_dflash_attention_gpu: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
-    CHECK_CUDA(cudaStreamDestroy(stream));
-    return failures ? 1 : 0;
-}
+#define DFLASH_PARAMS "nh nkv hd B window pad wide_check timing layout N"
+const kc_op kc_dflash_attention = {"dflash_attention", "bf16 (lse f32)", DFLASH_PARAMS, dflash_forward_cpu_check,
+                                   KC_CUDA(dflash_cuda_check)};
+const kc_op kc_dflash_attention_backward = {"dflash_attention_backward", "bf16", DFLASH_PARAMS,
+                                            dflash_backward_cpu_check, KC_CUDA(dflash_cuda_check)};
+const kc_op kc_dflash_attention_props = {"dflash_attention_props", "f32", DFLASH_PARAMS, dflash_props_cpu_check, NULL};

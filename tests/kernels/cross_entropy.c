@@ -1,49 +1,160 @@
-/* cross_entropy_cuda against cross_entropy_chunk_cpu on the same bf16 inputs (run on the GPU machine). h and lm_head
- * are random bf16 (lm_head scaled so that logits have a standard deviation near 3, like a trained head), labels
+/* cross_entropy: the fused lm_head + cross-entropy chunk. CPU (cross_entropy_chunk_cpu): CE against a naive double
+ * log-softmax, argmax (ties to the lowest index), dh against central finite differences of Σ w·CE·loss_scale, zero
+ * rows where the weight is 0, all weights 0. CUDA (cross_entropy_cuda) against the CPU on the same bf16 inputs: h and
+ * lm_head random bf16 (lm_head scaled so that logits have a standard deviation near 3, like a trained head), labels
  * random, weights the DFlash per-slot decay exp(-(k-1)/7) in blocks of 16 with slot 0 and ~10% of the others 0.
  * Compared: ce, argmax (a mismatch passes only where the reference's top logits are within bf16 tolerance: counted),
  * dh, Σ w·CE; rows of weight 0 must read ce 0 and dh 0; dh's padding columns must stay untouched; two runs and the
- * forward-only run must agree bit for bit. The Qwen3 shape checks a subset of rows on the CPU and is timed.
- * Prints "name max_abs_err=... tol=... ok|FAIL"; exit status 0 only when every check passed. */
+ * forward-only run must agree bit for bit. cpu_rows > 0 checks that many rows on the CPU (a large vocabulary);
+ * timed: the timing of the Qwen3 shape (the reporting run only). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
-
 #include "cross_entropy.h"
-#include "cuda_check.h"
 #include "matmul.h"
 #include "rand_fill.h"
+#include "tests/kernel_cases.h"
+#include "tests/test.h"
 #include "util.h"
 
 #define BF16_EPS 0x1p-8 /* bf16 relative spacing */
 
-static int failures;
-static cudaStream_t stream;
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+/* ---- CPU: n H V (the other parameters are the device's) ---- */
 
-static uint64_t rnd_u64(void)
+typedef struct ce_case {
+    int N, H, V;
+    float *h, *lm, *w;
+    int32_t *lab;
+} ce_case;
+
+static float frand(void) { return (float)rnd_uniform(); }
+
+static void case_init(ce_case *c, int N, int H, int V)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    c->N = N, c->H = H, c->V = V;
+    c->h = xmalloc(sizeof(float) * (size_t)N * H), c->lm = xmalloc(sizeof(float) * (size_t)V * H);
+    c->w = xmalloc(sizeof(float) * (size_t)N), c->lab = xmalloc(sizeof(int32_t) * (size_t)N);
+    for (int i = 0; i < N * H; i++) c->h[i] = 2.0f * frand();
+    for (int i = 0; i < V * H; i++) c->lm[i] = frand();
+    for (int i = 0; i < N; i++) {
+        c->lab[i] = (int32_t)((i * 11 + 5) % V);
+        c->w[i] = (float)exp(-(double)(i % 16) / 3.0);
+    }
+    if (N > 2) c->w[2] = 0.0f, c->lab[2] = -1; /* a padded slot: label unused when the weight is 0 */
+    if (N > 5) c->w[5] = 0.0f;
 }
 
+static void case_free(ce_case *c) { free(c->h), free(c->lm), free(c->w), free(c->lab); }
+
+/* Naive CE of row i in double, with h given in double so finite differences are clean. */
+static double naive_ce(const ce_case *c, const double *hrow, int label, int *amax)
+{
+    const int V = c->V, H = c->H;
+    double *lg = xmalloc(sizeof(double) * (size_t)V), mx = -INFINITY;
+    for (int k = 0; k < V; k++) {
+        lg[k] = 0;
+        for (int e = 0; e < H; e++) lg[k] += hrow[e] * c->lm[k * H + e];
+        if (lg[k] > mx) { mx = lg[k]; if (amax) *amax = k; }
+    }
+    double s = 0;
+    for (int k = 0; k < V; k++) s += exp(lg[k] - mx);
+    double r = mx + log(s) - lg[label];
+    free(lg);
+    return r;
+}
+
+/* ce and argmax against the naive ones; dh against central differences (the forward's results the same with and
+ * without the backward); every weight 0: ce 0 and dh 0. */
+static void cross_entropy_cpu_check(const kc_case *kc)
+{
+    const int N = kc->p[0], H = kc->p[1], V = kc->p[2];
+    ce_case c;
+    case_init(&c, N, H, V);
+    float *ce = xmalloc(sizeof(float) * N), *ws = xmalloc(sizeof(float) * (size_t)N * V);
+    float *dh = xmalloc(sizeof(float) * (size_t)N * H), *ce2 = xmalloc(sizeof(float) * N);
+    int32_t *am = xmalloc(sizeof(int32_t) * N);
+    double *hrow = xmalloc(sizeof(double) * H), *hp = xmalloc(sizeof(double) * H), *hm = xmalloc(sizeof(double) * H);
+    for (int i = 0; i < N; i++) { ce[i] = 99.0f; am[i] = -7; }
+    cross_entropy_chunk_cpu(ce, am, NULL, c.h, N, H, c.lm, V, c.lab, c.w, 1.0f, ws);
+    for (int i = 0; i < N; i++) {
+        for (int e = 0; e < H; e++) hrow[e] = c.h[i * H + e];
+        int ra = -1;
+        double rce = naive_ce(&c, hrow, c.lab[i] < 0 ? 0 : c.lab[i], &ra);
+        if (c.w[i] == 0.0f) EXPECT(ce[i] == 0.0f);
+        else EXPECT_NEAR(ce[i], rce, 1e-5 * (1 + rce));
+        EXPECT(am[i] == ra);
+    }
+
+    const float scale = 0.37f;
+    for (int i = 0; i < N * H; i++) dh[i] = 55.0f; /* must be overwritten */
+    cross_entropy_chunk_cpu(ce, NULL, dh, c.h, N, H, c.lm, V, c.lab, c.w, scale, ws);
+    /* the forward results do not depend on whether the backward ran */
+    cross_entropy_chunk_cpu(ce2, NULL, NULL, c.h, N, H, c.lm, V, c.lab, c.w, scale, ws);
+    for (int i = 0; i < N; i++) EXPECT(ce[i] == ce2[i]);
+    double num = 0, den = 0;
+    for (int i = 0; i < N; i++) {
+        for (int e = 0; e < H; e++) {
+            double fd = 0;
+            if (c.w[i] != 0.0f) {
+                double step = 1e-4;
+                for (int f = 0; f < H; f++) hp[f] = hm[f] = c.h[i * H + f];
+                hp[e] += step;
+                hm[e] -= step;
+                fd = (double)c.w[i] * scale *
+                     (naive_ce(&c, hp, c.lab[i], NULL) - naive_ce(&c, hm, c.lab[i], NULL)) / (2 * step);
+            }
+            double g = dh[i * H + e];
+            if (c.w[i] == 0.0f) EXPECT(g == 0.0);
+            else EXPECT_NEAR(g, fd, 1e-5 + 1e-3 * fabs(fd));
+            num += (g - fd) * (g - fd);
+            den += fd * fd;
+        }
+    }
+    EXPECT(den > 0 && sqrt(num) <= 1e-4 * sqrt(den));
+
+    for (int i = 0; i < N; i++) c.w[i] = 0.0f;
+    for (int i = 0; i < N * H; i++) dh[i] = 1.0f;
+    for (int i = 0; i < N; i++) ce[i] = 1.0f;
+    cross_entropy_chunk_cpu(ce, NULL, dh, c.h, N, H, c.lm, V, c.lab, c.w, 1.0f, ws);
+    for (int i = 0; i < N; i++) EXPECT(ce[i] == 0.0f);
+    for (int i = 0; i < N * H; i++) EXPECT(dh[i] == 0.0f);
+    free(ce), free(ws), free(dh), free(ce2), free(am), free(hrow), free(hp), free(hm);
+    case_free(&c);
+}
+
+static void argmax_ties_cpu_check(const kc_case *kc)
+{
+    (void)kc;
+    /* small integers: every logit is exact in float whatever the summation order */
+    float h[2 * 4] = {1, 2, 0, -1, 0, 0, 1, 1};
+    float lm[6 * 4] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 1, 2, 0, 0};
+    /* row 0 logits: 0, 2, 5, 0, -3, 5 -> tie between 2 and 5; row 1: 0, 2, 0, 0, 6, 0 -> 4 */
+    int32_t lab[2] = {1, 0}, am[2] = {-1, -1};
+    float w[2] = {1, 0}, ce[2], ws[2 * 6];
+    cross_entropy_chunk_cpu(ce, am, NULL, h, 2, 4, lm, 6, lab, w, 1.0f, ws);
+    EXPECT(am[0] == 2);
+    EXPECT(am[1] == 4);
+    /* row 0: lse of {0,2,5,0,-3,5} minus logit 2 */
+    double s = exp(0) + exp(2) + exp(5) + exp(0) + exp(-3) + exp(5);
+    EXPECT_NEAR(ce[0], log(s) - 2.0, 1e-5);
+    EXPECT(ce[1] == 0.0f);
+}
+
+#ifdef DFLASH_CUDA
 static void report(const char *shape, const char *what, double err, double tol)
 {
     int ok = err <= tol; /* NaN fails */
-    printf("%s %s max_abs_err=%.3g tol=%.3g %s\n", shape, what, err, tol, ok ? "ok" : "FAIL");
+    printf("%s %s %s max_abs_err=%.3g tol=%.3g\n", ok ? "ok" : "FAIL", shape, what, err, tol);
     fflush(stdout);
     if (!ok) failures++;
 }
 
 static void report_bool(const char *shape, const char *what, int ok)
 {
-    printf("%s %s %s\n", shape, what, ok ? "ok" : "FAIL");
+    printf("%s %s %s\n", ok ? "ok" : "FAIL", shape, what);
     fflush(stdout);
     if (!ok) failures++;
 }
@@ -53,14 +164,6 @@ static void *dev_alloc(size_t bytes)
     void *d = NULL;
     CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
     return d;
-}
-
-static void *download(const void *d, size_t bytes)
-{
-    void *h = xmalloc(bytes ? bytes : 1);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
 }
 
 typedef struct gpu_out {
@@ -88,19 +191,22 @@ static void gpu_run(gpu_out *o, cross_entropy_cuda_ctx *ctx, int n, int H, int l
                        stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     CHECK_CUDA(cudaGetLastError());
-    o->ce = download(d_ce, (size_t)n * 4);
-    o->am = download(d_am, (size_t)n * 4);
-    double *s = download(d_sum, sizeof(double));
+    o->ce = dev_get(d_ce, (size_t)n * 4);
+    o->am = dev_get(d_am, (size_t)n * 4);
+    double *s = dev_get(d_sum, sizeof(double));
     o->sum = *s;
     free(s);
-    o->dh = want_dh ? download(d_dh, (size_t)n * lddh * 2) : NULL;
+    o->dh = want_dh ? dev_get(d_dh, (size_t)n * lddh * 2) : NULL;
 }
 
 /* n rows of hidden size H and vocabulary V; ctx_rows sizes the context (its chunk is min(ctx_rows, 1024));
  * cpu_rows 0: check every row on the CPU, else that many rows spread over the chunks (first, chunk seams, last). */
-static void check_shape(const char *shape, int n, int H, int V, int ldh, int lddh, int ctx_rows, int cpu_rows,
-                        int timed)
+static void cross_entropy_cuda_check(const kc_case *c)
 {
+    int n = c->p[0], H = c->p[1], V = c->p[2], ldh = c->p[3], lddh = c->p[4], ctx_rows = c->p[5], cpu_rows = c->p[6];
+    int timed = c->p[7] && kc_reporting();
+    char shape[64];
+    snprintf(shape, sizeof shape, "cross_entropy_cuda n=%d H=%d V=%d", n, H, V);
     printf("== %s: n=%d H=%d V=%d ldh=%d lddh=%d ctx_rows=%d\n", shape, n, H, V, ldh, lddh, ctx_rows);
     fflush(stdout);
     /* inputs, on the device first (rand_fill), then downloaded for the CPU */
@@ -172,7 +278,7 @@ static void check_shape(const char *shape, int n, int H, int V, int ldh, int ldd
             for (int i = s * chunk - 8; i < s * chunk + 8 && k < nr; i++) rows[k++] = i;
         for (int i = n - (nr - k); k < nr; i++) rows[k++] = i;
     }
-    uint16_t *hb = download(d_h, (size_t)n * ldh * 2), *lmb = download(d_lm, (size_t)V * H * 2);
+    uint16_t *hb = dev_get(d_h, (size_t)n * ldh * 2), *lmb = dev_get(d_lm, (size_t)V * H * 2);
     float *lm = xmalloc((size_t)V * H * 4), *hs = xmalloc((size_t)nr * H * 4), *ws = xmalloc((size_t)nr * V * 4);
     for (size_t i = 0; i < (size_t)V * H; i++) lm[i] = bf16_to_f32(lmb[i]);
     int32_t *lab_s = xmalloc((size_t)nr * 4), *am_ref = xmalloc((size_t)nr * 4);
@@ -206,8 +312,8 @@ static void check_shape(const char *shape, int n, int H, int V, int ldh, int ldd
     printf("%s cpu reference on %d rows: %.2f s\n", shape, nr, now_seconds() - t0);
     /* fp32 logits on both sides, only the summation order differs: ~1e-5 expected */
     report(shape, "ce", ce_err, 1e-3);
-    printf("%s argmax mismatches=%d (all within bf16 tolerance of the top logit: %s), near-ties=%d of %d rows\n",
-           shape, mism, bad_am ? "NO" : "yes", near_ties, nr);
+    printf("%s %s argmax mismatches=%d (all within bf16 tolerance of the top logit: %s), near-ties=%d of %d rows\n",
+           bad_am ? "FAIL" : "ok", shape, mism, bad_am ? "NO" : "yes", near_ties, nr);
     if (bad_am) failures++;
     /* Σ w·CE over the checked rows, relative */
     report(shape, "sum(w*ce) vs cpu over checked rows (relative)", fabs(sum_gpu_rows - sum_ref) / fabs(sum_ref),
@@ -292,24 +398,8 @@ static void check_shape(const char *shape, int n, int H, int V, int ldh, int ldd
     free(w_s), free(ce_ref), free(dh_ref);
 }
 
-int main(void)
-{
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("FAIL test_cross_entropy_gpu: no CUDA device (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 1;
-    }
-    CHECK_CUDA(cudaSetDevice(0));
-    CHECK_CUDA(cudaStreamCreate(&stream));
+#endif
 
-    check_shape("tiny", 37, 64, 256, 64, 64, 37, 0, 0);
-    check_shape("mid", 300, 512, 5000, 520, 528, 128, 0, 0);   /* three chunks (128, 128, 44), strided h and dh */
-    check_shape("odd", 45, 72, 999, 72, 80, 16, 0, 0);         /* V % 4 == 3: the scalar tail */
-    check_shape("qwen3", 8192, 4096, 151936, 4096, 4096, 8192, 64, 1);
-
-    CHECK_CUDA(cudaStreamDestroy(stream));
-    printf("%s test_cross_entropy_gpu: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
-    return failures ? 1 : 0;
-}
+const kc_op kc_cross_entropy = {"cross_entropy", "bf16 (ce f32)", "n H V ldh lddh ctx_rows cpu_rows timed",
+                                cross_entropy_cpu_check, KC_CUDA(cross_entropy_cuda_check)};
+const kc_op kc_cross_entropy_argmax_ties = {"cross_entropy_argmax_ties", "f32", "", argmax_ties_cpu_check, NULL};

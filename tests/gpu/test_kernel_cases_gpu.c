@@ -1,0 +1,192 @@
+/* The CUDA side of the kernel case table (tests/kernel_cases.h), on the GPU machine: every row whose op has a CUDA
+ * check runs it (the kernels/<name>.cu launcher on device copies against the CPU reference; its lines "ok ..." /
+ * "FAIL ..."), then runs it again on the same inputs with its lines hidden: every device download of the second run
+ * must be bitwise identical to the first run's ("ok <row>: twice bitwise-identical ..."). Then the timings (printed,
+ * not compared). The rows run in a child process (the parent never touches the GPU): a row whose check dies (a CUDA
+ * error exits, a fault kills) fails alone ("FAIL <row>: the check died ..."), and a fresh child, with a fresh CUDA
+ * context, goes on with the next row. Exit status 0 only when every line passed.
+ *   test_kernel_cases_gpu [--no-timings] [SUBSTRING...]   only the rows whose name contains one of the SUBSTRINGs
+ *                                                         (the timings only when no SUBSTRING is given) */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_check.h"
+#include "tests/kernel_cases.h"
+
+/* What the child tells the parent, one record each: a row started, a row (or a timing) ended with so many failed
+ * lines, the child is done. */
+typedef struct msg {
+    char kind; /* 'S' row started (value: its index in rows[]), 'R' ended (value: failed lines), 'E' all done */
+    int value;
+} msg;
+
+static void say(int fd, char kind, int value)
+{
+    msg m = {kind, value};
+    if (write(fd, &m, sizeof m) != (ssize_t)sizeof m) {
+        perror("test_kernel_cases_gpu: the pipe to the parent");
+        _exit(2);
+    }
+}
+
+/* One row, twice; returns its failed lines. */
+static int run_row(const kc_case *c, const char *name)
+{
+    printf("== %s%s%s\n", name, c->why ? ": " : "", c->why ? c->why : "");
+    fflush(stdout);
+    /* run 0: reported, its downloads kept */
+    failures = 0;
+    rng_state = kc_case_seed(c);
+    kc_record_begin(0);
+    c->op->cuda(c);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    int failed = failures;
+    /* run 1: the same inputs, lines hidden, downloads compared */
+    fflush(stdout);
+    int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
+    if (saved < 0 || devnull < 0 || dup2(devnull, 1) < 0) {
+        perror("hiding the second run's lines");
+        exit(1);
+    }
+    rng_state = kc_case_seed(c);
+    kc_record_begin(1);
+    c->op->cuda(c);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved), close(devnull);
+    int n = 0;
+    size_t bytes = 0, diff = kc_record_end(&n, &bytes);
+    int ok = diff == 0 && n > 0;
+    printf("%s %s: twice bitwise-identical (%d device downloads, %zu bytes; %zu differ)%s\n", ok ? "ok" : "FAIL", name,
+           n, bytes, diff, n ? "" : " (the check downloaded nothing)");
+    fflush(stdout);
+    return failed + !ok;
+}
+
+/* The child: rows[from..nrows) then, when asked, the timings; tells the parent each row it starts. */
+static void child(int fd, const int *rows, int nrows, int from, int timings)
+{
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("FAIL test_kernel_cases_gpu: no CUDA device (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        fflush(stdout);
+        _exit(3);
+    }
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaStreamCreate(&stream));
+    for (int i = from; i < nrows; i++) {
+        const kc_case *c = &kernel_cases[rows[i]];
+        char name[1024];
+        kc_case_name(c, name, sizeof name);
+        say(fd, 'S', i);
+        say(fd, 'R', run_row(c, name));
+    }
+    say(fd, 'S', nrows); /* past the rows: a death now is the timings' */
+    if (timings)
+        for (int i = 0; i < kernel_ntimings; i++) {
+            printf("== timing %s\n", kernel_timings[i].name);
+            fflush(stdout);
+            failures = 0;
+            kernel_timings[i].fn();
+            fflush(stdout);
+            say(fd, 'R', failures);
+        }
+    CHECK_CUDA(cudaStreamDestroy(stream));
+    fflush(stdout);
+    say(fd, 'E', 0);
+    _exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    const char *filters[64];
+    int nfilters = 0, timings = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: test_kernel_cases_gpu [--no-timings] [SUBSTRING...]\nRuns the CUDA check of every row of the "
+                   "kernel case table (tests/kernel_cases.c) whose name contains one of the SUBSTRINGs (all rows when "
+                   "none is given), twice (the second run's device downloads must be bitwise identical to the "
+                   "first's), then the timings (when no SUBSTRING is given). A row whose check dies fails alone.\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--no-timings")) timings = 0;
+        else if (nfilters < 64) filters[nfilters++] = argv[i];
+    }
+    int *rows = malloc(sizeof(int) * (size_t)kernel_ncases), nrows = 0;
+    if (!rows) return 1;
+    for (int i = 0; i < kernel_ncases; i++) {
+        const kc_case *c = &kernel_cases[i];
+        if (!c->op->cuda || c->only == KC_CPU_ONLY) continue;
+        char name[1024];
+        kc_case_name(c, name, sizeof name);
+        int match = nfilters == 0;
+        for (int f = 0; f < nfilters; f++) match |= strstr(name, filters[f]) != NULL;
+        if (match) rows[nrows++] = i;
+    }
+    if (nrows == 0) {
+        printf("FAIL test_kernel_cases_gpu: no row matches the %d substring(s) given\n", nfilters);
+        return 1;
+    }
+    if (nfilters) timings = 0;
+    int total_fail = 0, from = 0, died = 0;
+    for (;;) {
+        int p[2];
+        if (pipe(p) < 0) {
+            perror("pipe");
+            return 1;
+        }
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            return 1;
+        }
+        if (pid == 0) {
+            close(p[0]);
+            child(p[1], rows, nrows, from, timings);
+        }
+        close(p[1]);
+        msg m;
+        int last = -1, done = 0;
+        while (read(p[0], &m, sizeof m) == (ssize_t)sizeof m) {
+            if (m.kind == 'S') last = m.value;
+            else if (m.kind == 'R') total_fail += m.value;
+            else if (m.kind == 'E') done = 1;
+        }
+        close(p[0]);
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (done && WIFEXITED(st) && WEXITSTATUS(st) == 0) break;
+        char why[64];
+        if (WIFSIGNALED(st)) snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
+        else snprintf(why, sizeof why, "exit status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        total_fail++, died++;
+        if (last < 0) { /* before any row: no device, nothing to go on with */
+            printf("FAIL test_kernel_cases_gpu: the GPU process died before its first row (%s)\n", why);
+            break;
+        }
+        if (last >= nrows) {
+            printf("FAIL test_kernel_cases_gpu: the timings died (%s)\n", why);
+            break;
+        }
+        char name[1024];
+        kc_case_name(&kernel_cases[rows[last]], name, sizeof name);
+        printf("FAIL %s: the check died (%s); the rows after it go on in a fresh process\n", name, why);
+        from = last + 1; /* past the last row: the fresh process runs the timings only */
+        if (from >= nrows && !timings) break;
+    }
+    printf("test_kernel_cases_gpu: %d rows, %d failed line(s)%s\n", nrows, total_fail,
+           died ? " (counting the checks that died)" : "");
+    free(rows);
+    return total_fail ? 1 : 0;
+}
