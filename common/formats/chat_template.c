@@ -276,6 +276,15 @@ int chat_template_render(const chat_template *t, const json_t *messages, const j
     return 0;
 }
 
+int chat_template_render_prompt(const chat_template *t, const json_t *messages, const json_t *tools, char **out,
+                                size_t *len, errbuf *err)
+{
+    if (!json_is_array(messages)) return errbuf_set(err, EINVAL, "the conversation is not a list of messages");
+    if (tools && json_is_null(tools)) tools = NULL;
+    *out = render(t, messages, tools, true, len, NULL, NULL, err);
+    return *out ? 0 : -EINVAL;
+}
+
 void chat_text_free(chat_text *t)
 {
     free(t->text);
