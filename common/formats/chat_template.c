@@ -19,9 +19,11 @@ struct chat_template {
     char eot[64];
 };
 
-/* Templates dflash ships, for a tokenizer whose folder has none (gpt-oss's tokenizer_config.json carries no chat
- * template): one row per format, chosen by a special token of the tokenizer (tokenizer_config.json's
- * added_tokens_decoder), or by name with --template NAME. The .jinja files are embedded in the library. */
+/* Templates dflash ships: one row per format, chosen by a special token of the tokenizer (tokenizer_config.json's
+ * added_tokens_decoder) before the folder's own template, or by name with --template NAME; --template FILE wins.
+ * gpt-oss: the npm package's tokenizer_config.json has no template, and the model folder's chat_template.jinja
+ * ends earlier assistant turns with <|end|> and the last with <|return|> (no one end-of-turn marker for the
+ * spans) and prints today's date (strftime_now). The .jinja files are embedded in the library. */
 #define EMBED(sym, file)                                                                                        \
     __asm__(".pushsection .rodata\n.globl " #sym "\n.hidden " #sym "\n" #sym ":\n.incbin \"" file "\"\n" \
             ".byte 0\n.popsection")
@@ -139,7 +141,7 @@ int chat_template_load(chat_template **out, const char *dir, const char *templat
     json_t *ct = cfg ? json_object_get(cfg, "chat_template") : NULL;
     const struct builtin_template *bt = NULL;
     if (template_file) { if (access(template_file, F_OK) != 0) bt = builtin_find(NULL, template_file); }
-    else if (!(dir && access(jpath, R_OK) == 0) && !json_is_string(ct) && !json_is_array(ct)) bt = builtin_find(cfg, NULL);
+    else bt = builtin_find(cfg, NULL);
     if (bt) {
         snprintf(t->source, sizeof t->source, "dflash's %s template (common/formats/%s.jinja)", bt->name, bt->name);
         if ((ret = parse_into(&t->tpl, bt->src, strlen(bt->src), t->source, err)) != 0) goto fail;

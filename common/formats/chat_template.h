@@ -15,8 +15,8 @@
  * A template that marks the assistant's tokens with {% generation %} blocks (as Hugging Face's
  * return_assistant_tokens_mask reads them) gives the spans itself: one per block, no prefix renderings.
  *
- * Without a template in the folder, a template dflash ships is chosen by the tokenizer's special tokens:
- * harmony (common/formats/harmony.jinja) for gpt-oss's (<|channel|>); --template harmony names it.
+ * A template dflash ships is chosen by the tokenizer's special tokens, before the folder's template: harmony
+ * (common/formats/harmony.jinja) for gpt-oss's (<|channel|>); --template harmony names it, --template FILE wins.
  *
  * A loaded template is read-only (chat_template_set_arg before sharing it): render from any number of threads.
  * Errors: 0 / -errno with a message naming the file, the template line or the message index. */

@@ -252,6 +252,20 @@ TEST(harmony_chosen_by_name_and_refuses_what_it_cannot_render)
     json_decref(m);
     chat_text_free(&ct);
     chat_template_destroy(&t);
+    /* a gpt-oss folder with its own chat_template.jinja (Hugging Face's: no one end-of-turn marker) gets harmony;
+     * --template FILE still wins */
+    char *g = gptoss_dir(), p[300];
+    snprintf(p, sizeof p, "%s/chat_template.jinja", g);
+    const char *own = "{% for m in messages %}{{ m.content }}<|end|>{% endfor %}";
+    test_write_file(p, own, strlen(own));
+    t = load_with(g, NULL, "{}");
+    EXPECT_CONTAINS(chat_template_source(t), "harmony");
+    chat_template_destroy(&t);
+    t = load_with(g, p, "{}");
+    EXPECT_CONTAINS(chat_template_source(t), p);
+    chat_template_destroy(&t);
+    unlink(p);
+    rm_dir(g);
     /* a folder without that token and without a template still says it has none */
     char *dir = test_tmpdir();
     EXPECT(chat_template_load(&t, dir, NULL, &err) == -ENOENT);
