@@ -1,8 +1,9 @@
 /* Unit tests of the harmony chat format (common/formats/harmony.jinja, gpt-oss's) against its specification's own
- * examples: the expected renderings are the files of github.com/openai/harmony test-data/ named in each row (v0.0.8,
- * read with .rstrip() as its tests do), the conversations those tests build (src/tests.rs) in the message form
- * dflash-prepare --chat takes. Also the {% generation %} spans of jinja.h that give harmony's trained spans. The
- * real tokenizer and Hugging Face's renderings: tests/goldens/tokenizer/gptoss.json, template-gptoss.json. */
+ * examples (github.com/openai/harmony v0.0.8): the expected renderings are the files of its test-data/ named in
+ * each row (read with .rstrip() as its tests do) and the examples of docs/format.md, the conversations those tests
+ * build (src/tests.rs) in the message form dflash-prepare --chat takes. Also the {% generation %} spans of jinja.h
+ * that give harmony's trained spans. The real tokenizer and Hugging Face's renderings:
+ * tests/goldens/tokenizer/gptoss.json, template-gptoss.json. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -54,8 +55,8 @@ static chat_template *load_with(const char *dir, const char *template_file, cons
     return t;
 }
 
-/* test-data file, messages, template arguments, its text: prompts for the next assistant turn */
-static const struct spec_case { const char *file, *messages, *args, *want; } spec[] = {
+/* test-data file, messages, template arguments, its text, tools (JSON, or NULL): prompts for the next assistant turn */
+static const struct spec_case { const char *file, *messages, *args, *want, *tools; } spec[] = {
     {"test_simple_convo.txt",
      "[{\"role\": \"user\", \"content\": \"What is 2 + 2?\"}]",
      "{}",
@@ -64,7 +65,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "Reasoning: medium\n"
      "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant"},
+     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant", NULL},
     {"test_simple_convo_low_effort.txt",
      "[{\"role\": \"developer\", \"content\": \"Answer the user's questions like a robot.\"}, {\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
      "{\"reasoning_effort\": \"low\"}",
@@ -75,7 +76,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\n"
      "\n"
-     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant"},
+     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
     {"test_simple_convo_medium_effort.txt",
      "[{\"role\": \"system\", \"content\": \"Answer the user's questions like a robot.\"}, {\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
      "{\"reasoning_effort\": \"medium\"}",
@@ -86,7 +87,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\n"
      "\n"
-     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant"},
+     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
     {"test_simple_convo_high_effort.txt",
      "[{\"role\": \"developer\", \"content\": \"Answer the user's questions like a robot.\"}, {\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
      "{\"reasoning_effort\": \"high\"}",
@@ -97,7 +98,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\n"
      "\n"
-     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant"},
+     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
     {"test_simple_convo_low_effort_no_instruction.txt",
      "[{\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
      "{\"reasoning_effort\": \"low\"}",
@@ -106,7 +107,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "Reasoning: low\n"
      "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant"},
+     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
     {"test_simple_convo_medium_effort_no_instruction.txt",
      "[{\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
      "{}",
@@ -115,7 +116,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "Reasoning: medium\n"
      "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant"},
+     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
     {"test_simple_convo_high_effort_no_instruction.txt",
      "[{\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
      "{\"reasoning_effort\": \"high\"}",
@@ -124,7 +125,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "Reasoning: high\n"
      "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant"},
+     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
     {"test_reasoning_system_message.txt",
      "[{\"role\": \"user\", \"content\": \"What is 2 + 2?\"}]",
      "{\"valid_channels\": [\"analysis\", \"final\"]}",
@@ -133,7 +134,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "Reasoning: medium\n"
      "\n"
-     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant"},
+     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant", NULL},
     {"test_reasoning_system_message_no_instruction.txt",
      "[{\"role\": \"user\", \"content\": \"What is the best place to eat candy in the world?\"}]",
      "{\"reasoning_effort\": \"high\", \"valid_channels\": [\"analysis\", \"final\"]}",
@@ -142,7 +143,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "Reasoning: high\n"
      "\n"
-     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the best place to eat candy in the world?<|end|><|start|>assistant"},
+     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the best place to eat candy in the world?<|end|><|start|>assistant", NULL},
     {"test_reasoning_system_message_with_dates.txt",
      "[{\"role\": \"user\", \"content\": \"What is 42 * pi?\"}]",
      "{\"knowledge_cutoff\": \"2021-01\", \"current_date\": \"2021-01-01\", \"valid_channels\": [\"analysis\", \"final\"]}",
@@ -152,7 +153,7 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "Reasoning: medium\n"
      "\n"
-     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 42 * pi?<|end|><|start|>assistant"},
+     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 42 * pi?<|end|><|start|>assistant", NULL},
     {"test_no_tools.txt",
      "[]",
      "{\"current_date\": \"2025-06-28\"}",
@@ -162,11 +163,110 @@ static const struct spec_case { const char *file, *messages, *args, *want; } spe
      "\n"
      "Reasoning: medium\n"
      "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>assistant"},
+     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>assistant", NULL},
     {"test_dropping_cot_by_default.txt",
      "[{\"role\": \"user\", \"content\": \"What is 2 + 2?\"}, {\"role\": \"assistant\", \"thinking\": \"User asks: \\u201cWhat is 2 + 2?\\u201d Simple arithmetic. Provide answer.\", \"content\": \"2 + 2 equals 4.\"}, {\"role\": \"user\", \"content\": \"What about 9 / 2?\"}]",
      "{\"harmony_system\": false}",
-     "<|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 equals 4.<|end|><|start|>user<|message|>What about 9 / 2?<|end|><|start|>assistant"},
+     "<|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 equals 4.<|end|><|start|>user<|message|>What about 9 / 2?<|end|><|start|>assistant", NULL},
+    {"test_render_functions_with_parameters.txt",
+     "[{\"role\": \"developer\", \"content\": \"Always respond in riddles\"}, {\"role\": \"user\", \"content\": \"What is the weather like in SF?\"}]",
+     "{\"reasoning_effort\": \"high\", \"current_date\": \"2025-06-28\"}",
+     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+     "Knowledge cutoff: 2024-06\n"
+     "Current date: 2025-06-28\n"
+     "\n"
+     "Reasoning: high\n"
+     "\n"
+     "# Valid channels: analysis, commentary, final. Channel must be included for every message.\n"
+     "Calls to these tools must go to the commentary channel: 'functions'.<|end|><|start|>developer<|message|># Instructions\n"
+     "\n"
+     "Always respond in riddles\n"
+     "\n"
+     "# Tools\n"
+     "\n"
+     "## functions\n"
+     "\n"
+     "namespace functions {\n"
+     "\n"
+     "// Gets the location of the user.\n"
+     "type get_location = () => any;\n"
+     "\n"
+     "// Gets the current weather in the provided location.\n"
+     "type get_current_weather = (_: {\n"
+     "// The city and state, e.g. San Francisco, CA\n"
+     "location: string,\n"
+     "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"
+     "}) => any;\n"
+     "\n"
+     "// Gets the current weather in the provided list of locations.\n"
+     "type get_multiple_weathers = (_: {\n"
+     "// List of city and state, e.g. [\"San Francisco, CA\", \"New York, NY\"]\n"
+     "locations: string[],\n"
+     "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"
+     "}) => any;\n"
+     "\n"
+     "// A function with various complex schemas.\n"
+     "type kitchensink = (_: // params object\n"
+     "{\n"
+     "// STRING\n"
+     "//\n"
+     "// A string\n"
+     "// Examples:\n"
+     "// - \"hello\"\n"
+     "// - \"world\"\n"
+     "string?: string,\n"
+     "// A nullable string\n"
+     "string_nullable?: string | null, // default: \"the default\"\n"
+     "string_enum?: \"a\" | \"b\" | \"c\",\n"
+     "// a oneof\n"
+     "// default: 20\n"
+     "oneof_string_or_number?:\n"
+     " | string // default: \"default_string_in_oneof\"\n"
+     " | number // numbers can happen too\n"
+     ",\n"
+     "}) => any;\n"
+     "\n"
+     "} // namespace functions<|end|><|start|>user<|message|>What is the weather like in SF?<|end|><|start|>assistant",
+     "[{\"type\": \"function\", \"function\": {\"name\": \"get_location\", \"description\": \"Gets the location of the user.\"}}, {\"type\": \"function\", \"function\": {\"name\": \"get_current_weather\", \"description\": \"Gets the current weather in the provided location.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"location\": {\"type\": \"string\", \"description\": \"The city and state, e.g. San Francisco, CA\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"location\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"get_multiple_weathers\", \"description\": \"Gets the current weather in the provided list of locations.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"locations\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"List of city and state, e.g. [\\\"San Francisco, CA\\\", \\\"New York, NY\\\"]\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"locations\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"kitchensink\", \"description\": \"A function with various complex schemas.\", \"parameters\": {\"description\": \"params object\", \"type\": \"object\", \"properties\": {\"string\": {\"type\": \"string\", \"title\": \"STRING\", \"description\": \"A string\", \"examples\": [\"hello\", \"world\"]}, \"string_nullable\": {\"type\": \"string\", \"nullable\": true, \"description\": \"A nullable string\", \"default\": \"the default\"}, \"string_enum\": {\"type\": \"string\", \"enum\": [\"a\", \"b\", \"c\"]}, \"oneof_string_or_number\": {\"oneOf\": [{\"type\": \"string\", \"default\": \"default_string_in_oneof\"}, {\"type\": \"number\", \"description\": \"numbers can happen too\"}], \"description\": \"a oneof\", \"default\": 20}}}}}]"},
+    {"docs/format.md (Function calling: the complete input example with two functions)",
+     "[{\"role\": \"system\", \"content\": \"Use a friendly tone.\"}, {\"role\": \"user\", \"content\": \"What is the weather like in SF?\"}]",
+     "{\"reasoning_effort\": \"high\", \"current_date\": \"2025-06-28\"}",
+     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+     "Knowledge cutoff: 2024-06\n"
+     "Current date: 2025-06-28\n"
+     "\n"
+     "Reasoning: high\n"
+     "\n"
+     "# Valid channels: analysis, commentary, final. Channel must be included for every message.\n"
+     "Calls to these tools must go to the commentary channel: 'functions'.<|end|><|start|>developer<|message|># Instructions\n"
+     "\n"
+     "Use a friendly tone.\n"
+     "\n"
+     "# Tools\n"
+     "\n"
+     "## functions\n"
+     "\n"
+     "namespace functions {\n"
+     "\n"
+     "// Gets the location of the user.\n"
+     "type get_location = () => any;\n"
+     "\n"
+     "// Gets the current weather in the provided location.\n"
+     "type get_current_weather = (_: {\n"
+     "// The city and state, e.g. San Francisco, CA\n"
+     "location: string,\n"
+     "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"
+     "}) => any;\n"
+     "\n"
+     "// Gets the current weather in the provided list of locations.\n"
+     "type get_multiple_weathers = (_: {\n"
+     "// List of city and state, e.g. [\"San Francisco, CA\", \"New York, NY\"]\n"
+     "locations: string[],\n"
+     "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"
+     "}) => any;\n"
+     "\n"
+     "} // namespace functions<|end|><|start|>user<|message|>What is the weather like in SF?<|end|><|start|>assistant",
+     "[{\"type\": \"function\", \"function\": {\"name\": \"get_location\", \"description\": \"Gets the location of the user.\"}}, {\"type\": \"function\", \"function\": {\"name\": \"get_current_weather\", \"description\": \"Gets the current weather in the provided location.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"location\": {\"type\": \"string\", \"description\": \"The city and state, e.g. San Francisco, CA\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"location\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"get_multiple_weathers\", \"description\": \"Gets the current weather in the provided list of locations.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"locations\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"List of city and state, e.g. [\\\"San Francisco, CA\\\", \\\"New York, NY\\\"]\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"locations\"]}}}]"},
 };
 
 TEST(harmony_renders_the_specification_prompts)
@@ -177,16 +277,19 @@ TEST(harmony_renders_the_specification_prompts)
         EXPECT_CONTAINS(chat_template_source(t), "harmony");
         json_t *m = json_loads(spec[i].messages, 0, NULL);
         REQUIRE(m);
+        json_t *tools = spec[i].tools ? json_loads(spec[i].tools, 0, NULL) : NULL;
+        REQUIRE(!spec[i].tools || tools);
         char *out = NULL;
         size_t len;
         errbuf err;
-        int rc = chat_template_render_prompt(t, m, NULL, &out, &len, &err);
+        int rc = chat_template_render_prompt(t, m, tools, &out, &len, &err);
         if (rc) fprintf(stderr, "  %s: %s\n", spec[i].file, err.msg);
         EXPECT(rc == 0);
         if (out && strcmp(out, spec[i].want)) fprintf(stderr, "  %s: got\n%s\n", spec[i].file, out);
         EXPECT(out && strcmp(out, spec[i].want) == 0 && len == strlen(spec[i].want));
         free(out);
         json_decref(m);
+        json_decref(tools);
         chat_template_destroy(&t);
     }
     rm_dir(dir);
@@ -230,24 +333,65 @@ TEST(harmony_training_sample_and_spans)
     rm_dir(dir);
 }
 
+/* A tool call and its result: the call's header as the reference renderer writes it
+ * (test_does_not_drop_if_ongoing_analysis.txt: "<|start|>assistant to=functions.lookup_weather<|channel|>commentary
+ * <|constrain|>json<|message|>"), the tool message as docs/format.md gives it ("<|start|>functions.get_weather
+ * to=assistant<|channel|>commentary<|message|>{output}<|end|>"), the thinking kept (after the last user message). */
+TEST(harmony_tool_calls_and_results)
+{
+    char *dir = gptoss_dir();
+    chat_template *t = load_with(dir, NULL, "{\"harmony_system\": false}");
+    json_t *m = json_loads("[{\"role\": \"user\", \"content\": \"What is the weather like in SF?\"},"
+                           " {\"role\": \"assistant\", \"thinking\": \"Need to use function get_weather.\", \"tool_calls\":"
+                           "  [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\","
+                           "    \"arguments\": {\"location\": \"San Francisco\"}}}]},"
+                           " {\"role\": \"tool\", \"content\": \"{\\\"sunny\\\": true, \\\"temperature\\\": 20}\"},"
+                           " {\"role\": \"assistant\", \"content\": \"It is sunny.\"}]", 0, NULL);
+    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}]", 0, NULL);
+    REQUIRE(m && tools);
+    chat_text ct = {0};
+    errbuf err;
+    int rc = chat_template_render(t, m, tools, &ct, &err);
+    if (rc) fprintf(stderr, "  %s\n", err.msg);
+    REQUIRE(rc == 0);
+    static const char *const want =
+        "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n"
+        "type get_weather = () => any;\n\n} // namespace functions<|end|>"
+        "<|start|>user<|message|>What is the weather like in SF?<|end|>"
+        "<|start|>assistant<|channel|>analysis<|message|>Need to use function get_weather.<|end|>"
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
+        "{\"location\":\"San Francisco\"}<|call|>"
+        "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{\"sunny\": true, \"temperature\": 20}"
+        "<|end|><|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>";
+    if (strcmp(ct.text, want)) fprintf(stderr, "  got\n%s\n", ct.text);
+    EXPECT(strcmp(ct.text, want) == 0);
+    EXPECT(ct.n_spans == 1 && ct.spans[0].end == ct.len &&
+           ct.len - ct.spans[0].start == strlen("<|channel|>final<|message|>It is sunny.<|return|>"));
+    chat_text_free(&ct);
+    json_decref(tools);
+    json_decref(m);
+    chat_template_destroy(&t);
+    rm_dir(dir);
+}
+
 TEST(harmony_chosen_by_name_and_refuses_what_it_cannot_render)
 {
     chat_template *t = load_with(NULL, "harmony", "{}");
     EXPECT_CONTAINS(chat_template_source(t), "harmony.jinja");
     chat_text ct = {0};
     errbuf err;
-    json_t *m = json_loads("[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"\","
-                           " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}]",
-                           0, NULL);
+    json_t *m = json_loads("[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"tool\", \"content\": \"5\"}]", 0, NULL);
     EXPECT(chat_template_render(t, m, NULL, &ct, &err) == -EINVAL);
-    EXPECT_CONTAINS(err.msg, "message 1: tool calls");
+    EXPECT_CONTAINS(err.msg, "message 1: a tool message with no name answers no tool call");
     json_decref(m);
     m = json_loads("[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"system\", \"content\": \"late\"}]", 0, NULL);
     EXPECT(chat_template_render(t, m, NULL, &ct, &err) == -EINVAL);
     EXPECT_CONTAINS(err.msg, "role 'system'");
-    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", 0, NULL);
+    json_decref(m);
+    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"description\": \"no name\"}}]", 0, NULL);
+    m = json_loads("[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]", 0, NULL);
     EXPECT(chat_template_render(t, m, tools, &ct, &err) == -EINVAL);
-    EXPECT_CONTAINS(err.msg, "tools are not supported");
+    EXPECT_CONTAINS(err.msg, "tool 0 has no function name");
     json_decref(tools);
     json_decref(m);
     chat_text_free(&ct);
