@@ -136,6 +136,34 @@ def harmony_chats(rng):
                  "valid_channels": ["analysis", "final"]},
                 {"model_identity": "You are a helpful assistant."}]
     out = [(m, None, a) for a in arg_sets[:2] for m in convs] + [(convs[0], None, a) for a in arg_sets[2:]]
+    # function tools (the TypeScript namespace: enums, defaults, arrays, nested objects, nullable, oneOf), tool calls
+    # (arguments as a dict and as a string, two calls in one message), tool results named and unnamed
+    tools = TOOLS + [
+        {"type": "function", "function": {"name": "get_location", "description": "Gets the location of the user."}},
+        {"type": "function", "function": {"name": "kitchensink", "description": "Line one.\nLine two.",
+         "parameters": {"description": "params object", "type": "object", "properties": {
+             "string": {"type": "string", "title": "STRING", "description": "A string", "examples": ["hello", "world"]},
+             "string_nullable": {"type": "string", "nullable": True, "description": "A nullable string", "default": "d"},
+             "string_enum": {"type": "string", "enum": ["a", "b", "c"], "default": "b"},
+             "nested": {"type": "object", "properties": {"x": {"type": "integer", "default": 3}, "ys": {
+                 "type": "array", "items": {"type": ["string", "integer"]}}}, "required": ["x"]},
+             "flag": {"type": "boolean", "default": False}, "ratio": {"type": "number", "default": 0.5},
+             "oneof": {"oneOf": [{"type": "string", "default": "s"}, {"type": "number", "description": "n"}],
+                       "description": "a oneof", "default": 20}}}}}]
+    tool_conv = [
+        {"role": "developer", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris and 2+3?"},
+        {"role": "assistant", "thinking": "Need weather and a sum.", "content": "Checking both.", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}},
+            {"type": "function", "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}}]},
+        {"role": "tool", "content": "{\"temp\": 21.5, \"sky\": \"clear\"}"}, {"role": "tool", "content": "5"},
+        {"role": "assistant", "thinking": "Both came back.", "content": "Paris: 21.5 °C, clear; 2+3 = 5."}]
+    out += [(tool_conv, tools, a) for a in arg_sets[:2]]
+    out.append(([{"role": "user", "content": "Where am I?"},
+                 {"role": "assistant", "tool_calls": [{"function": {"name": "get_location", "arguments": {}}}]},
+                 {"role": "tool", "name": "get_location", "content": "Oslo"},
+                 {"role": "assistant", "content": "Oslo."}, {"role": "user", "content": "thanks"},
+                 {"role": "assistant", "thinking": "dropped? no: after the last user", "content": "You're welcome."}],
+                tools, {}))
     for k in range(16):  # random multi-turn conversations, some with thinking, half with a system prompt
         msgs = [{"role": "system", "content": say(rng)}] if k % 2 == 0 else []
         for _ in range(rng.randint(1, 4)):
