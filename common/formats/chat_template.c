@@ -19,6 +19,39 @@ struct chat_template {
     char eot[64];
 };
 
+/* Templates dflash ships: one row per format, chosen by a special token of the tokenizer (tokenizer_config.json's
+ * added_tokens_decoder) before the folder's own template, or by name with --template NAME; --template FILE wins.
+ * gpt-oss: the npm package's tokenizer_config.json has no template, and the model folder's chat_template.jinja
+ * ends earlier assistant turns with <|end|> and the last with <|return|> (no one end-of-turn marker for the
+ * spans) and prints today's date (strftime_now). The .jinja files are embedded in the library. */
+#define EMBED(sym, file)                                                                                        \
+    __asm__(".pushsection .rodata\n.globl " #sym "\n.hidden " #sym "\n" #sym ":\n.incbin \"" file "\"\n" \
+            ".byte 0\n.popsection")
+EMBED(dflash_harmony_jinja, "common/formats/harmony.jinja");
+extern const char dflash_harmony_jinja[];
+
+static const struct builtin_template {
+    const char *name;   /* --template NAME */
+    const char *marker; /* a special token only this format's tokenizers have */
+    const char *src;
+} BUILTINS[] = {
+    {"harmony", "<|channel|>", dflash_harmony_jinja}, /* gpt-oss (o200k_harmony); openai/harmony docs/format.md */
+};
+
+/* The row whose marker is an added token of tokenizer_config.json cfg, or named name; NULL if none. */
+static const struct builtin_template *builtin_find(const json_t *cfg, const char *name)
+{
+    for (size_t i = 0; i < sizeof BUILTINS / sizeof *BUILTINS; i++) {
+        if (name) { if (!strcmp(name, BUILTINS[i].name)) return &BUILTINS[i]; continue; }
+        const char *k; json_t *v;
+        json_object_foreach(json_object_get(cfg, "added_tokens_decoder"), k, v) {
+            const char *c = json_string_value(json_object_get(v, "content"));
+            if (c && !strcmp(c, BUILTINS[i].marker)) return &BUILTINS[i];
+        }
+    }
+    return NULL;
+}
+
 static const char *const SPECIAL_TOKENS[] = {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token",
                                              "cls_token", "mask_token", NULL};
 
@@ -105,13 +138,19 @@ int chat_template_load(chat_template **out, const char *dir, const char *templat
     }
     char jpath[4096 + 32];
     snprintf(jpath, sizeof jpath, "%s/chat_template.jinja", dir ? dir : ".");
-    if (template_file || (dir && access(jpath, R_OK) == 0)) {
+    json_t *ct = cfg ? json_object_get(cfg, "chat_template") : NULL;
+    const struct builtin_template *bt = NULL;
+    if (template_file) { if (access(template_file, F_OK) != 0) bt = builtin_find(NULL, template_file); }
+    else bt = builtin_find(cfg, NULL);
+    if (bt) {
+        snprintf(t->source, sizeof t->source, "dflash's %s template (common/formats/%s.jinja)", bt->name, bt->name);
+        if ((ret = parse_into(&t->tpl, bt->src, strlen(bt->src), t->source, err)) != 0) goto fail;
+    } else if (template_file || (dir && access(jpath, R_OK) == 0)) {
         const char *f = template_file ? template_file : jpath;
         if ((ret = read_file(f, &src, &len, err)) != 0) goto fail;
         snprintf(t->source, sizeof t->source, "%s", f);
         if ((ret = parse_into(&t->tpl, src, len, t->source, err)) != 0) goto fail;
     } else {
-        json_t *ct = cfg ? json_object_get(cfg, "chat_template") : NULL;
         snprintf(t->source, sizeof t->source, "%s chat_template", path);
         if (json_is_array(ct)) { /* [{"name": "default", "template": ...}, {"name": "tool_use", ...}] */
             size_t i; json_t *e;
@@ -175,7 +214,7 @@ int chat_template_set_arg(chat_template *t, const char *kv, errbuf *err)
 }
 
 static char *render(const chat_template *t, const json_t *messages, const json_t *tools, bool gen, size_t *len,
-                    errbuf *err)
+                    size_t **spans, size_t *n_spans, errbuf *err)
 {
     json_t *vars = json_object();
     json_object_update(vars, t->vars);
@@ -184,7 +223,7 @@ static char *render(const chat_template *t, const json_t *messages, const json_t
     json_object_set_new(vars, "documents", json_null());
     json_object_set_new(vars, "add_generation_prompt", json_boolean(gen));
     char *text = NULL;
-    int ret = jinja_render(tools && t->tool_tpl ? t->tool_tpl : t->tpl, vars, &text, len, err);
+    int ret = jinja_render_spans(tools && t->tool_tpl ? t->tool_tpl : t->tpl, vars, &text, len, spans, n_spans, err);
     json_decref(vars);
     return ret ? NULL : text;
 }
@@ -207,7 +246,14 @@ int chat_template_render(const chat_template *t, const json_t *messages, const j
     out->n_spans = 0;
     if (!json_is_array(messages) || !json_array_size(messages)) return errbuf_set(err, EINVAL, "empty conversation");
     if (tools && json_is_null(tools)) tools = NULL;
-    if (!(out->text = render(t, messages, tools, false, &out->len, err))) return -EINVAL;
+    size_t *gen = NULL, n_gen = 0;
+    if (!(out->text = render(t, messages, tools, false, &out->len, &gen, &n_gen, err))) return -EINVAL;
+    if (jinja_has_generation(tools && t->tool_tpl ? t->tool_tpl : t->tpl)) { /* the template marks the spans */
+        for (size_t k = 0; k < n_gen; k++) span_add(out, gen[2 * k], gen[2 * k + 1]);
+        free(gen);
+        return 0;
+    }
+    free(gen);
     size_t eot_len = strlen(t->eot), prev_end = 0;
     for (size_t i = 0; i < json_array_size(messages); i++) {
         const char *role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
@@ -216,7 +262,7 @@ int chat_template_render(const chat_template *t, const json_t *messages, const j
         for (size_t k = 0; k < i; k++) json_array_append(prefix, json_array_get(messages, k));
         size_t plen;
         errbuf perr;
-        char *prompt = render(t, prefix, tools, true, &plen, &perr);
+        char *prompt = render(t, prefix, tools, true, &plen, NULL, NULL, &perr);
         json_decref(prefix);
         if (!prompt) return errbuf_set(err, EINVAL, "message %zu: the prompt before it: %s", i, perr.msg);
         size_t s = 0;
@@ -230,6 +276,15 @@ int chat_template_render(const chat_template *t, const json_t *messages, const j
         span_add(out, s, prev_end);
     }
     return 0;
+}
+
+int chat_template_render_prompt(const chat_template *t, const json_t *messages, const json_t *tools, char **out,
+                                size_t *len, errbuf *err)
+{
+    if (!json_is_array(messages)) return errbuf_set(err, EINVAL, "the conversation is not a list of messages");
+    if (tools && json_is_null(tools)) tools = NULL;
+    *out = render(t, messages, tools, true, len, NULL, NULL, err);
+    return *out ? 0 : -EINVAL;
 }
 
 void chat_text_free(chat_text *t)

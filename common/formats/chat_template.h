@@ -12,6 +12,11 @@
  * rendering a probe conversation: the special token (<...>) that follows the assistant content. So the span holds
  * the reasoning when rendered, the content, tool calls, and the end-of-turn token; one extra rendering per
  * assistant message. tests/goldens/make_template_goldens.py computes the same spans with Hugging Face.
+ * A template that marks the assistant's tokens with {% generation %} blocks (as Hugging Face's
+ * return_assistant_tokens_mask reads them) gives the spans itself: one per block, no prefix renderings.
+ *
+ * A template dflash ships is chosen by the tokenizer's special tokens, before the folder's template: harmony
+ * (common/formats/harmony.jinja) for gpt-oss's (<|channel|>); --template harmony names it, --template FILE wins.
  *
  * A loaded template is read-only (chat_template_set_arg before sharing it): render from any number of threads.
  * Errors: 0 / -errno with a message naming the file, the template line or the message index. */
@@ -47,6 +52,10 @@ const char *chat_template_eot(const chat_template *t);
  * with one span per assistant message; 0 or -EINVAL (a template error, "message I: ..." for a span). */
 int chat_template_render(const chat_template *t, const json_t *messages, const json_t *tools, chat_text *out,
                          errbuf *err);
+/* The prompt the model is served with for its next assistant turn after messages (a JSON array, may be empty):
+ * the rendering with add_generation_prompt=True, malloc'd in *out (length in *len); 0 or -EINVAL. */
+int chat_template_render_prompt(const chat_template *t, const json_t *messages, const json_t *tools, char **out,
+                                size_t *len, errbuf *err);
 void chat_text_free(chat_text *t);
 /* mask[i] = 1 where token i's byte range [start[i], end[i]) is non-empty and inside one of t's spans, else 0. */
 void chat_text_mask(const chat_text *t, const uint32_t *start, const uint32_t *end, size_t n, uint8_t *mask);

@@ -554,7 +554,7 @@ static int lex(struct lexer *L)
 /* ---------------------------------------------------------------- AST */
 
 enum node_kind {
-    N_BODY, N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_BREAK, N_CONTINUE,
+    N_BODY, N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_BREAK, N_CONTINUE, N_GENERATION,
     N_LIT, N_NAME, N_ATTR, N_ITEM, N_SLICE, N_CALL, N_FILTER, N_TEST, N_NEG, N_NOT, N_AND, N_OR, N_BIN, N_COND,
     N_LIST, N_DICT,
 };
@@ -598,6 +598,7 @@ static void node_free(node *n)
 struct jinja_template {
     node *root;
     char *name;
+    bool generation; /* it has {% generation %} blocks */
 };
 
 /* ---------------------------------------------------------------- filters and tests: one table each */
@@ -655,6 +656,7 @@ struct parser {
     errbuf *err;
     int failed;
     int depth;                  /* nesting of expressions and statements (bounded: the C stack) */
+    bool generation;            /* a {% generation %} block was seen */
 };
 
 #define MAX_NESTING 128
@@ -1252,12 +1254,15 @@ static node *p_block(struct parser *P)
         if (!expect_end(P)) return NULL;
         return node_new(kw[0] == 'b' ? N_BREAK : N_CONTINUE, line);
     }
-    if (!strcmp(kw, "generation")) { /* HF's {% generation %}: the assistant's tokens; rendered as is */
+    if (!strcmp(kw, "generation")) { /* HF's {% generation %}: the assistant's tokens (jinja_render_spans) */
         if (!expect_end(P)) return NULL;
         static const char *const stops[] = {"endgeneration", NULL};
         node *body = p_sub(P, stops, &which);
         if (!body || !expect_end(P)) { node_free(body); return NULL; }
-        return body;
+        node *n = node_new(N_GENERATION, line);
+        node_add(n, body);
+        P->generation = true;
+        return n;
     }
     return perr(P, line, "unknown or unsupported statement '%s'", kw);
 }
@@ -1327,11 +1332,13 @@ int jinja_parse(jinja_template **out, const char *src, size_t len, const char *n
     struct lexer L = {.src = s.p, .n = s.n, .line = 1, .name = name, .o = opts ? opts : &jinja_hf_opts, .err = err};
     int ret = lex(&L);
     node *root = NULL;
+    bool generation = false;
     if (!ret) {
         struct parser P = {.ch = L.ch, .nch = L.nch, .name = name, .err = err};
         if (P.nch) { P.t = P.ch[0].toks; P.ti = 0; }
         root = p_body(&P, NULL, NULL, 1);
         if (!root) ret = -EINVAL;
+        generation = P.generation;
     }
     for (size_t i = 0; i < L.nch; i++) {
         free(L.ch[i].text);
@@ -1344,6 +1351,7 @@ int jinja_parse(jinja_template **out, const char *src, size_t len, const char *n
     jinja_template *t = xcalloc(1, sizeof *t);
     t->root = root;
     t->name = xstrdup(name);
+    t->generation = generation;
     *out = t;
     return 0;
 }
@@ -1405,6 +1413,8 @@ struct rctx {
     struct scope *global, *sc;
     struct macro_def *macros; size_t nmacros;
     json_t **ns; size_t nns;   /* namespace() objects: the only ones `set x.attr` may change */
+    int capture;               /* > 0 inside a set block or a macro call: their output is not c->out's */
+    size_t *gen; size_t ngen, gencap; /* {% generation %} ranges of the output, start and end per block */
 };
 
 static val rfail(struct rctx *c, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1803,6 +1813,7 @@ static val call_macro(struct rctx *c, const node *m, const node *call, struct ar
     struct scope *saved = c->sc;
     struct buf saved_out = c->out;
     memset(&c->out, 0, sizeof c->out);
+    c->capture++;
     bputs(&c->out, "");
     c->sc = &s;
     for (size_t i = 0; i < m->ntgt && !c->failed; i++) {
@@ -1820,6 +1831,7 @@ static val call_macro(struct rctx *c, const node *m, const node *call, struct ar
     scope_free(&s);
     struct buf r = c->out;
     c->out = saved_out;
+    c->capture--;
     c->depth--;
     c->ctl = 0;
     if (c->failed) { free(r.p); return UNDEF; }
@@ -2873,7 +2885,9 @@ static void exec_stmt(struct rctx *c, const node *n)
         struct buf saved = c->out;
         memset(&c->out, 0, sizeof c->out);
         bputs(&c->out, "");
+        c->capture++;
         exec_body(c, n->kid[0]);
+        c->capture--;
         struct buf r = c->out;
         c->out = saved;
         val v = V(jbuf(&r));
@@ -2884,6 +2898,18 @@ static void exec_stmt(struct rctx *c, const node *n)
     case N_MACRO: assign(c, n->name, (val){NULL, n, NULL, NULL, NULL}); return;
     case N_BREAK: c->ctl = 1; return;
     case N_CONTINUE: c->ctl = 2; return;
+    case N_GENERATION: {
+        size_t start = c->out.n;
+        exec_body(c, n->kid[0]);
+        if (c->capture || c->failed) return;
+        if (c->ngen + 2 > c->gencap) {
+            c->gencap = c->gencap ? 2 * c->gencap : 16;
+            c->gen = xrealloc(c->gen, c->gencap * sizeof *c->gen);
+        }
+        c->gen[c->ngen++] = start;
+        c->gen[c->ngen++] = c->out.n;
+        return;
+    }
     default: rfail(c, n->line, "not a statement"); return;
     }
 }
@@ -2893,10 +2919,13 @@ static void exec_body(struct rctx *c, const node *n)
     for (size_t i = 0; i < n->nkid && !c->failed && !c->ctl; i++) exec_stmt(c, n->kid[i]);
 }
 
-int jinja_render(const jinja_template *t, const json_t *vars, char **out, size_t *len, errbuf *err)
+int jinja_render_spans(const jinja_template *t, const json_t *vars, char **out, size_t *len, size_t **spans,
+                       size_t *n_spans, errbuf *err)
 {
     *out = NULL;
     if (len) *len = 0;
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
     struct scope caller = {.ro = vars}, global = {.up = &caller};
     struct rctx c = {.t = t, .err = err, .global = &global, .sc = &global};
     bputs(&c.out, "");
@@ -2905,8 +2934,17 @@ int jinja_render(const jinja_template *t, const json_t *vars, char **out, size_t
     for (size_t i = 0; i < c.nns; i++) json_decref(c.ns[i]);
     free(c.ns);
     free(c.macros);
-    if (c.failed) { free(c.out.p); return -EINVAL; }
+    if (c.failed) { free(c.out.p); free(c.gen); return -EINVAL; }
     *out = c.out.p;
     if (len) *len = c.out.n;
+    if (spans) { *spans = c.gen; *n_spans = c.ngen / 2; }
+    else free(c.gen);
     return 0;
 }
+
+int jinja_render(const jinja_template *t, const json_t *vars, char **out, size_t *len, errbuf *err)
+{
+    return jinja_render_spans(t, vars, out, len, NULL, NULL, err);
+}
+
+bool jinja_has_generation(const jinja_template *t) { return t->generation; }

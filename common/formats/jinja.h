@@ -32,5 +32,12 @@ void jinja_destroy(jinja_template **t);
 /* Render with the variables of vars (a JSON object, not modified); *out is malloc'd and NUL-terminated (length in
  * *len), NULL on error; 0 or -EINVAL. */
 int jinja_render(const jinja_template *t, const json_t *vars, char **out, size_t *len, errbuf *err);
+/* jinja_render, and where the {% generation %} blocks (HF's mark of the assistant's tokens) put their output:
+ * *spans (malloc'd, NULL when none) holds start, end byte offsets of *out per block, *n_spans blocks; blocks run
+ * inside a set block or a macro call are not counted (their output is a value, not the rendering's). */
+int jinja_render_spans(const jinja_template *t, const json_t *vars, char **out, size_t *len, size_t **spans,
+                       size_t *n_spans, errbuf *err);
+/* Whether the template has {% generation %} blocks. */
+bool jinja_has_generation(const jinja_template *t);
 
 #endif

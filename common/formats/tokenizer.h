@@ -1,8 +1,9 @@
-/* tokenizer: a byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2/3, Llama-3 and alike): added
- * tokens matched in the raw text (leftmost-longest), the NFC normalizer (utf8proc), the Split pre-tokenizer regex
- * (PCRE2, Unicode properties), the byte-level mapping and the merges by rank (a heap over a linked list of symbols).
- * A tokenizer is read-only once loaded and may be shared by threads; each thread encodes into its own tok_buf, which
- * also holds that thread's cache of pre-token results. Errors: 0 / -errno with a message in an errbuf. */
+/* tokenizer: a byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2/3, Llama-3, gpt-oss's o200k
+ * and alike): added tokens matched in the raw text (leftmost-longest), the NFC normalizer (utf8proc), the Split
+ * pre-tokenizer regex (PCRE2, Unicode properties), the byte-level mapping and the merges by rank (a heap over a
+ * linked list of symbols). A tokenizer is read-only once loaded and may be shared by threads; each thread encodes
+ * into its own tok_buf, which also holds that thread's cache of pre-token results. Errors: 0 / -errno with a
+ * message in an errbuf. */
 #ifndef DFLASH_TOKENIZER_H
 #define DFLASH_TOKENIZER_H
 

@@ -157,6 +157,8 @@ static void usage(FILE *f)
             "                              are skipped (the job would refuse them)\n"
             "  --template FILE.jinja       (--chat) this Jinja chat template instead of the model folder's\n"
             "                              (chat_template.jinja, else tokenizer_config.json \"chat_template\")\n"
+            "                              or harmony: gpt-oss's format, which dflash ships and chooses by itself\n"
+            "                              for a gpt-oss tokenizer (whose folder has no template)\n"
             "  --template-arg KEY=VALUE    (--chat) a variable for the template, as apply_chat_template(KEY=VALUE):\n"
             "                              e.g. enable_thinking=true; VALUE is JSON when it parses, else a string;\n"
             "                              repeatable\n"

@@ -64,7 +64,7 @@ done
 [ $? -eq 2 ] && ok chat_needs_tokenizer || fail chat_needs_tokenizer "exit not 2"
 # without --tokenizer, -c JOB.ini takes the job's target folder: the same shards
 # the chat-template goldens: every chat's ids and mask, grouped by template arguments (one prepare run per group)
-for name in qwen3 qwen2_5 llama3 llama3_1 llama3_2; do
+for name in qwen3 qwen2_5 llama3 llama3_1 llama3_2 gptoss; do
     golden=$GOLDENS/tokenizer/template-$name.json
     [ -f "$golden" ] && [ -f $TOKS/$name/tokenizer.json ] || { echo "no $golden or $TOKS/$name (make tokenizers)"; continue; }
     groups=$(python3 - "$golden" "$tmp/tpl-$name" <<'PY'
