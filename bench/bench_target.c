@@ -24,11 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
-#include "gpt_oss_20b.h"
-#include "qwen35_9b.h"
-#include "qwen35_a3b.h"
-#include "qwen3_30b_a3b.h"
-#include "qwen3_8b.h"
+#include "bench_shapes.h"
 #include "target_model_cuda.h"
 #include "util.h"
 
@@ -37,19 +33,12 @@ static const int kTaps[] = {1, 9, 17, 25, 33};
 
 int main(int argc, char **argv)
 {
-    int iters = 10, layers = -1, vocab = 0, hybrid = 0, moe = 0, goss = 0, qmoe = 0;
+    int iters = 10, layers = -1, vocab = 0;
+    const bench_shape *shape = &bench_shapes[0];
     double tflops = 790.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--family") && i + 1 < argc) {
-            const char *f = argv[++i];
-            if (!strcmp(f, "qwen3_5")) hybrid = 1;
-            else if (!strcmp(f, "qwen3_5_moe")) hybrid = moe = 1;
-            else if (!strcmp(f, "gpt_oss")) goss = 1;
-            else if (!strcmp(f, "qwen3_moe")) qmoe = 1;
-            else if (strcmp(f, "qwen3")) {
-                fprintf(stderr, "bench_target: --family %s: expected qwen3, qwen3_5, qwen3_5_moe, qwen3_moe or gpt_oss\n", f);
-                return 2;
-            }
+            if (!(shape = bench_shape_find("bench_target", argv[++i]))) return 2;
         } else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
@@ -61,28 +50,18 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (layers < 0) layers = goss ? 24 : qmoe ? 48 : moe ? 40 : hybrid ? 32 : 36;
-    if (iters < 1 || layers < 2) {
-        fprintf(stderr, "bench_target: --iters must be >= 1 and --layers >= 2\n");
+    if (layers < 0) layers = shape->layers;
+    if (iters < 1 || layers < 2 || layers > shape->layers) {
+        fprintf(stderr, "bench_target: --iters must be >= 1 and --layers 2..%d (the %s shape's depth)\n",
+                shape->layers, shape->family);
         return 2;
     }
     hf_config cfg;
     errbuf perr = {{0}};
-    if (goss) {
-        if (hf_config_parse(&cfg, GPT_OSS_20B_CONFIG_JSON, "gpt_oss_20b.h", &perr)) {
-            fprintf(stderr, "bench_target: %s\n", perr.msg);
-            return 1;
-        }
-        if (layers > cfg.num_layers) {
-            fprintf(stderr, "bench_target: --layers %d: gpt-oss-20b has %d\n", layers, cfg.num_layers);
-            return 2;
-        }
-        cfg.num_layers = layers;
-    } else if (qmoe) qwen3_30b_a3b_config(&cfg, layers, vocab);
-    else if (moe) qwen35_a3b_config(&cfg, layers, vocab);
-    else if (hybrid) qwen35_9b_config(&cfg, layers, vocab);
-    else qwen3_8b_config(&cfg, layers);
-    if (vocab > 0) cfg.vocab_size = vocab;
+    if (shape->config(&cfg, layers, vocab, &perr)) {
+        fprintf(stderr, "bench_target: --family %s: %s\n", shape->family, perr.msg);
+        return 1;
+    }
 
     const int nseq = (int)(sizeof kLengths / sizeof kLengths[0]);
     int T = 0;
@@ -179,51 +158,8 @@ int main(int argc, char **argv)
     }
     free(h);
 
-    /* FLOPs as torch_target_anchor.py: 2 x non-embedding parameters (Qwen3Model: layers + final norm) + attention */
-    double Hd = H, I = cfg.intermediate_size, hd = cfg.head_dim, qd = cfg.num_heads * hd, kd = cfg.num_kv_heads * hd;
-    double per_layer = qd * Hd + 2 * kd * Hd + Hd * qd + 3 * Hd * I + 2 * Hd + 2 * hd;
-    double nonembed = per_layer * layers + Hd;
-    if (qmoe) /* the MLP's parameters a token uses on a MoE layer: the router and K experts (no shared expert) */
-        for (int i = 0; i < layers; i++)
-            if (cfg.layer_moe[i])
-                nonembed += cfg.num_experts * Hd + 3 * Hd * cfg.moe_intermediate_size * cfg.num_experts_per_tok -
-                            3 * Hd * I;
-    int nfull = layers;
-    if (hybrid) { /* parameters as torch counts them for the hybrid: gated q_proj (2 qd), linear layers' projections */
-        double C = 2.0 * cfg.linear_num_k_heads * cfg.linear_k_head_dim +
-                   (double)cfg.linear_num_v_heads * cfg.linear_v_head_dim;
-        double VD = (double)cfg.linear_num_v_heads * cfg.linear_v_head_dim, HV = cfg.linear_num_v_heads;
-        /* the MLP's parameters a token uses: dense, or the router (+ shared gate), K routed and the shared expert */
-        double Is = cfg.shared_expert_intermediate_size;
-        double mlp = moe ? (cfg.num_experts + (Is > 0)) * Hd + 3 * Hd * cfg.moe_intermediate_size * cfg.num_experts_per_tok +
-                               3 * Hd * Is
-                         : 3 * Hd * I;
-        double lin = (C + VD + 2 * HV) * Hd + C * cfg.linear_conv_kernel + Hd * VD + 2 * HV +
-                     cfg.linear_v_head_dim + mlp + 2 * Hd;
-        double full = 2 * qd * Hd + 2 * kd * Hd + Hd * qd + mlp + 2 * Hd + 2 * hd;
-        nfull = 0;
-        for (int i = 0; i < layers; i++) nfull += !cfg.layer_linear[i];
-        nonembed = lin * (layers - nfull) + full * nfull + Hd;
-    }
-    double sumsq = 0;
-    for (int s = 0; s < nseq; s++) sumsq += (double)kLengths[s] * kLengths[s] / 2;
-    double attn = 4.0 * nfull * cfg.num_heads * hd * sumsq / T; /* softmax attention layers only */
-    if (goss) { /* q/k/v/o with biases, sinks, router with bias, K experts (gate|up, down, biases); windowed keys */
-        const double E = cfg.num_experts, Ke = cfg.num_experts_per_tok, Ie = cfg.moe_intermediate_size;
-        double layer = qd * Hd + 2 * kd * Hd + Hd * qd + qd + 2 * kd + Hd + cfg.num_heads + E * Hd + E +
-                       Ke * (3 * Hd * Ie + 2 * Ie + Hd) + 2 * Hd;
-        nonembed = layer * layers + Hd;
-        attn = 0;
-        for (int l = 0; l < layers; l++) {
-            const int W = hf_layer_window(&cfg, l);
-            double keys = 0; /* keys attended, summed over the batch's tokens */
-            for (int s = 0; s < nseq; s++) {
-                const double n = kLengths[s];
-                keys += W > 0 && n > W ? (double)W * (W + 1) / 2 + (n - W) * W : n * (n + 1) / 2;
-            }
-            attn += 4.0 * cfg.num_heads * hd * keys / T;
-        }
-    }
+    /* FLOPs as torch_target_anchor.py: 2 x the non-embedding parameters a token uses + attention (bench_shapes.h) */
+    const double nonembed = shape->params_tok(&cfg), attn = bench_attention_flops_tok(&cfg, kLengths, nseq);
     double flops_tok = 2 * nonembed + attn;
 
     double step_s = ms_steps / 1e3 / iters, fwd_s = ms_fwd / 1e3 / iters;
@@ -231,13 +167,9 @@ int main(int argc, char **argv)
     double prof_total = 0;
     for (int i = 0; i < TARGET_CUDA_NCLASS; i++) prof_total += cls[i];
     double publish_ms = (step_s - fwd_s) * 1e3;
-    printf("device: %s, %d SMs; batch: %d sequences, %d tokens; %s target, %d layers%s, vocab %d, taps", prop.name,
+    printf("device: %s, %d SMs; batch: %d sequences, %d tokens; %s target, %d layers, vocab %d, taps", prop.name,
            prop.multiProcessorCount, nseq, T,
-           goss ? "gpt_oss (gpt-oss-20b shape: 32 experts, top 4; sliding 128 / full; sinks, biases, YaRN)"
-           : qmoe ? "qwen3_moe (Qwen3-30B-A3B shape: 128 experts of 768, 8 routed)"
-           : moe ? "qwen3_5_moe (hybrid MoE, Qwen3.5-35B-A3B shape: 256 experts, 8 routed + 1 shared)"
-           : hybrid ? "qwen3_5 (hybrid, Qwen3.5-9B shape)" : "qwen3 (Qwen3-8B shape)",
-           layers, hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", cfg.vocab_size);
+           shape->about, layers, cfg.vocab_size);
     for (int i = 0; i < ntaps; i++) printf(" %d", taps[i]);
     printf(" + last\n");
     printf("dflash target step (forward + capture + publish): %.0f tok/s (%.1f ms/step, %d iters), %.0f TFLOP/s "

@@ -1,12 +1,16 @@
 /* The benchmark shapes of bench/ against what hf_config makes of the published config.json they stand for: the
  * Qwen3.5-35B-A3B one (text_config of Qwen/Qwen3.5-35B-A3B, the defaults of transformers' Qwen3_5MoeTextConfig)
  * parsed as qwen3_5_moe gives the fields bench/qwen35_a3b.h writes by hand; Qwen/Qwen3-30B-A3B's config.json
- * parsed as qwen3_moe gives those of bench/qwen3_30b_a3b.h. */
+ * parsed as qwen3_moe gives those of bench/qwen3_30b_a3b.h. And the table of bench/bench_shapes.h: every row's shape
+ * is run by a target family that forwards on CUDA, its model_type is the row's family, and the parameters a token uses
+ * are those of the model it stands for (Qwen3-8B: 6.95 B without the embeddings). */
 #include <string.h>
 
+#include "bench/bench_shapes.h"
 #include "bench/qwen35_a3b.h"
 #include "bench/qwen3_30b_a3b.h"
 #include "hf_config.h"
+#include "target_family.h"
 #include "tests/test.h"
 
 static const char kQwen35A3B[] =
@@ -79,6 +83,37 @@ TEST(qwen3_30b_a3b_matches_published_config)
     EXPECT(p.max_position == b.max_position && !strcmp(p.torch_dtype, b.torch_dtype));
     EXPECT(!memcmp(p.layer_moe, b.layer_moe, sizeof p.layer_moe) && !memcmp(p.layer_linear, b.layer_linear, sizeof p.layer_linear));
     EXPECT(!memcmp(p.layer_sliding, b.layer_sliding, sizeof p.layer_sliding) && p.sliding_window == b.sliding_window);
+}
+
+TEST(bench_shapes_rows_are_families_that_forward_on_cuda)
+{
+    const int lens[] = {773, 1876, 1, 2012};
+    for (size_t i = 0; i < sizeof bench_shapes / sizeof bench_shapes[0]; i++) {
+        const bench_shape *b = &bench_shapes[i];
+        hf_config c;
+        errbuf err = {{0}};
+        REQUIRE(b->config(&c, b->layers, 0, &err) == 0);
+        EXPECT(!strncmp(c.model_type, b->family, strlen(b->family)));
+        EXPECT(c.num_layers == b->layers);
+        const target_family *f = NULL;
+        EXPECT(target_family_require(&c, TARGET_BACKEND_CUDA, TARGET_CAN_FORWARD, "bench", &f, &err) == 0);
+        EXPECT(b->params_tok(&c) > 1e8);
+        EXPECT(bench_attention_flops_tok(&c, lens, 4) > 0);
+        EXPECT(bench_shape_find("test", b->family) == b);
+    }
+    hf_config c;
+    errbuf err = {{0}};
+    EXPECT(bench_shapes[0].config(&c, 36, 0, &err) == 0);
+    double p = bench_shapes[0].params_tok(&c);
+    EXPECT(p > 6.90e9 && p < 7.00e9);
+    /* a window cuts the keys: gpt-oss's sliding layers see at most 128 */
+    const bench_shape *g = bench_shape_find("test", "gpt_oss");
+    EXPECT(g && g->config(&c, 24, 0, &err) == 0);
+    const double windowed = bench_attention_flops_tok(&c, lens, 4);
+    for (int l = 0; l < c.num_layers; l++) c.layer_sliding[l] = 0;
+    EXPECT(bench_attention_flops_tok(&c, lens, 4) > 1.5 * windowed);
+    EXPECT(bench_shape_find("test", "no_such_family") == NULL);
+    EXPECT(bench_shapes[0].config(&c, 36, 1000, &err) == 0 && c.vocab_size == 1000);
 }
 
 TEST_MAIN
