@@ -1,7 +1,7 @@
 /* target_dense: the dense family (Qwen3, Llama: every layer RMSNorm, attention with optional q/k norm and full
  * RoPE, SwiGLU MLP) on the CPU, fp32: its row of the family table, its layers, and its part of a decoding cache
- * (the keys and values of every layer). The attention sub-layer and the cache are attn_block's (shared with the
- * qwen3_moe family). The packed forward and decoding run the same layer function, attending within the packed
+ * (the keys and values of every layer). The attention sub-layer is attn_block's, the cache attn_stack's (both shared
+ * with the qwen3_moe and gpt_oss families). The packed forward and decoding run the same layer function, attending within the packed
  * sequences or against the cache. */
 #include <errno.h>
 #include <math.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attn_block.h"
+#include "attn_stack.h"
 #include "matmul.h"
 #include "rmsnorm.h"
 #include "swiglu.h"
@@ -36,8 +37,9 @@ typedef struct dense_layers {
 } dense_layers;
 
 /* Grow a to T rows (with k and v unless the rows' keys and values live in a cache). */
-static void acts_reserve(dense_acts *a, const hf_config *c, int T, int with_kv)
+static void acts_reserve(void *acts, const hf_config *c, int T, int with_kv)
 {
+    dense_acts *a = acts;
     attn_acts_reserve(&a->at, c, T, with_kv);
     if (T <= a->rows) return;
     size_t I = (size_t)c->intermediate_size, t = (size_t)T;
@@ -48,8 +50,9 @@ static void acts_reserve(dense_acts *a, const hf_config *c, int T, int with_kv)
     a->rows = T;
 }
 
-static void acts_free(dense_acts *a)
+static void acts_free(void *acts)
 {
+    dense_acts *a = acts;
     attn_acts_free(&a->at);
     free(a->gate);
     free(a->up);
@@ -113,9 +116,10 @@ static int dense_load(target_model *m, const st_file *st, const char *prefix, er
 
 /* Decoder layer li over T rows x (T, H) at positions pos, in place; kv as attn_block's (cu_seqlens and nseq are
  * read only without one). */
-static void target_dense_layer_cpu(const target_model *m, int li, float *x, const dense_acts *a, int T,
+static void target_dense_layer_cpu(const target_model *m, int li, float *x, void *acts, int T,
                                    const int32_t *pos, const int32_t *cu_seqlens, int nseq, const attn_kv_view *kv)
 {
+    dense_acts *a = acts;
     const hf_config *c = &m->cfg;
     const dense_layer *l = &((const dense_layers *)m->layers)->l[li];
     const int H = c->hidden_size, I = c->intermediate_size;
@@ -135,51 +139,21 @@ static void dense_layer_packed(target_model *m, int li, float *x, const target_b
     target_dense_layer_cpu(m, li, x, &d->act, b->ntok, b->positions, b->cu_seqlens, b->nseq, NULL);
 }
 
-/* ---- decoding: attn_block's cache of every layer's keys and values ---- */
+/* ---- decoding: attn_stack's cache (every layer's keys and values) ---- */
 
-typedef struct dense_cache {
-    attn_kv_cache kv;
-    dense_acts act;                      /* a forward's rows (their k and v are in the cache) */
-} dense_cache;
+static const attn_stack_ops dense_stack = {
+    .acts_size = sizeof(dense_acts), .reserve = acts_reserve, .free = acts_free, .layer = target_dense_layer_cpu,
+};
 
 static void *dense_cache_new(const target_model *m, int nseq, int max_len)
 {
-    dense_cache *k = xcalloc(1, sizeof *k);
-    attn_kv_cache_init(&k->kv, &m->cfg, nseq, max_len);
-    return k;
-}
-
-static void dense_cache_destroy(void *cs)
-{
-    dense_cache *k = cs;
-    attn_kv_cache_free(&k->kv);
-    acts_free(&k->act);
-    free(k);
-}
-
-static void dense_cache_layer(void *cs, const target_model *m, int li, float *x, int seq, int past, int n,
-                              const int32_t *pos, const int32_t *seqs)
-{
-    dense_cache *k = cs;
-    acts_reserve(&k->act, &m->cfg, n, 0);
-    /* the new rows' keys and values are computed in place in the cache (no separate append) */
-    dense_acts a = k->act;
-    attn_kv_view kv;
-    attn_kv_cache_rows(&k->kv, li, seq, past, seqs, &a.at, &kv);
-    target_dense_layer_cpu(m, li, x, &a, n, pos, NULL, 0, &kv);
-}
-
-static int dense_cache_crop(void *cs, const target_model *m, int seq, int len, int held, int *rerun_from,
-                            const int32_t **rerun_ids, errbuf *err)
-{
-    (void)cs, (void)m, (void)seq, (void)held, (void)rerun_ids, (void)err;
-    *rerun_from = len; /* the keys and values past len are simply overwritten later */
-    return 0;
+    return attn_stack_cache_new(&dense_stack, m, nseq, max_len);
 }
 
 static const target_cpu_ops dense_cpu = {
-    .load = dense_load, .destroy = dense_destroy, .layer = dense_layer_packed,
-    .cache_new = dense_cache_new, .cache_destroy = dense_cache_destroy, .cache_layer = dense_cache_layer, .cache_crop = dense_cache_crop,
+    .load = dense_load, .destroy = dense_destroy, .layer = dense_layer_packed, .cache_new = dense_cache_new,
+    .cache_destroy = attn_stack_cache_destroy, .cache_layer = attn_stack_cache_layer,
+    .cache_crop = attn_stack_cache_crop,
 };
 
 static int dense_takes(const hf_config *c) { return !c->is_hybrid && (c->arch == HF_ARCH_QWEN3 || c->arch == HF_ARCH_LLAMA); }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attn_block.h"
+#include "attn_stack.h"
 #include "gptoss_experts.h"
 #include "moe_block.h"
 #include "rmsnorm.h"
@@ -34,8 +35,15 @@ typedef struct goss_layers {
     goss_acts act;                       /* the packed forward's */
 } goss_layers;
 
-static void acts_free(goss_acts *a)
+static void acts_reserve(void *acts, const hf_config *c, int T, int with_kv)
 {
+    goss_acts *a = acts;
+    attn_acts_reserve(&a->at, c, T, with_kv); /* the MoE block grows its own scratch */
+}
+
+static void acts_free(void *acts)
+{
+    goss_acts *a = acts;
     attn_acts_free(&a->at);
     moe_scratch_free(&a->ms);
 }
@@ -99,9 +107,10 @@ static int goss_load(target_model *m, const st_file *st, const char *prefix, err
 }
 
 /* Decoder layer li over T rows x (T, H) at positions pos, in place; kv as attn_block's. */
-static void goss_layer_cpu(const target_model *m, int li, float *x, goss_acts *a, int T, const int32_t *pos,
+static void goss_layer_cpu(const target_model *m, int li, float *x, void *acts, int T, const int32_t *pos,
                            const int32_t *cu_seqlens, int nseq, const attn_kv_view *kv)
 {
+    goss_acts *a = acts;
     const hf_config *c = &m->cfg;
     const goss_layer *l = &((const goss_layers *)m->layers)->l[li];
     const int H = c->hidden_size;
@@ -113,56 +122,25 @@ static void goss_layer_cpu(const target_model *m, int li, float *x, goss_acts *a
 static void goss_layer_packed(target_model *m, int li, float *x, const target_batch *b)
 {
     goss_layers *d = m->layers;
-    attn_acts_reserve(&d->act.at, &m->cfg, b->ntok, 1);
+    acts_reserve(&d->act, &m->cfg, b->ntok, 1);
     goss_layer_cpu(m, li, x, &d->act, b->ntok, b->positions, b->cu_seqlens, b->nseq, NULL);
 }
 
-/* ---- decoding: attn_block's cache of every layer's keys and values ---- */
+/* ---- decoding: attn_stack's cache (every layer's keys and values) ---- */
 
-typedef struct goss_cache {
-    attn_kv_cache kv;
-    goss_acts act;                       /* a forward's rows (their k and v are in the cache) */
-} goss_cache;
+static const attn_stack_ops goss_stack = {
+    .acts_size = sizeof(goss_acts), .reserve = acts_reserve, .free = acts_free, .layer = goss_layer_cpu,
+};
 
 static void *goss_cache_new(const target_model *m, int nseq, int max_len)
 {
-    goss_cache *k = xcalloc(1, sizeof *k);
-    attn_kv_cache_init(&k->kv, &m->cfg, nseq, max_len);
-    return k;
-}
-
-static void goss_cache_destroy(void *cs)
-{
-    goss_cache *k = cs;
-    attn_kv_cache_free(&k->kv);
-    acts_free(&k->act);
-    free(k);
-}
-
-static void goss_cache_layer(void *cs, const target_model *m, int li, float *x, int seq, int past, int n,
-                             const int32_t *pos, const int32_t *seqs)
-{
-    goss_cache *k = cs;
-    attn_acts_reserve(&k->act.at, &m->cfg, n, 0);
-    goss_acts a = k->act; /* the new rows' keys and values are computed in place in the cache */
-    attn_kv_view kv;
-    attn_kv_cache_rows(&k->kv, li, seq, past, seqs, &a.at, &kv);
-    goss_layer_cpu(m, li, x, &a, n, pos, NULL, 0, &kv);
-    k->act.ms = a.ms; /* the MoE scratch the copy grew */
-}
-
-static int goss_cache_crop(void *cs, const target_model *m, int seq, int len, int held, int *rerun_from,
-                           const int32_t **rerun_ids, errbuf *err)
-{
-    (void)cs, (void)m, (void)seq, (void)held, (void)rerun_ids, (void)err;
-    *rerun_from = len; /* the keys and values past len are simply overwritten later */
-    return 0;
+    return attn_stack_cache_new(&goss_stack, m, nseq, max_len);
 }
 
 static const target_cpu_ops goss_cpu = {
-    .load = goss_load, .destroy = goss_destroy, .layer = goss_layer_packed,
-    .cache_new = goss_cache_new, .cache_destroy = goss_cache_destroy, .cache_layer = goss_cache_layer,
-    .cache_crop = goss_cache_crop,
+    .load = goss_load, .destroy = goss_destroy, .layer = goss_layer_packed, .cache_new = goss_cache_new,
+    .cache_destroy = attn_stack_cache_destroy, .cache_layer = attn_stack_cache_layer,
+    .cache_crop = attn_stack_cache_crop,
 };
 
 static int goss_takes(const hf_config *c) { return c->arch == HF_ARCH_GPT_OSS; }

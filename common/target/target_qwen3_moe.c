@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attn_block.h"
+#include "attn_stack.h"
 #include "moe_block.h"
 #include "rmsnorm.h"
 #include "target_model_impl.h"
@@ -38,8 +39,9 @@ typedef struct qmoe_layers {
     qmoe_acts act;                       /* the packed forward's */
 } qmoe_layers;
 
-static void acts_reserve(qmoe_acts *a, const hf_config *c, int T, int with_kv)
+static void acts_reserve(void *acts, const hf_config *c, int T, int with_kv)
 {
+    qmoe_acts *a = acts;
     attn_acts_reserve(&a->at, c, T, with_kv);
     if (T <= a->rows) return;
     size_t n = (size_t)T * (size_t)c->intermediate_size;
@@ -50,8 +52,9 @@ static void acts_reserve(qmoe_acts *a, const hf_config *c, int T, int with_kv)
     a->rows = T;
 }
 
-static void acts_free(qmoe_acts *a)
+static void acts_free(void *acts)
 {
+    qmoe_acts *a = acts;
     attn_acts_free(&a->at);
     free(a->gate);
     free(a->up);
@@ -116,9 +119,10 @@ static int qmoe_load(target_model *m, const st_file *st, const char *prefix, err
 }
 
 /* Decoder layer li over T rows x (T, H) at positions pos, in place; kv as attn_block's. */
-static void qmoe_layer_cpu(const target_model *m, int li, float *x, qmoe_acts *a, int T, const int32_t *pos,
+static void qmoe_layer_cpu(const target_model *m, int li, float *x, void *acts, int T, const int32_t *pos,
                            const int32_t *cu_seqlens, int nseq, const attn_kv_view *kv)
 {
+    qmoe_acts *a = acts;
     const hf_config *c = &m->cfg;
     const qmoe_layer *l = &((const qmoe_layers *)m->layers)->l[li];
     const int H = c->hidden_size;
@@ -137,53 +141,21 @@ static void qmoe_layer_packed(target_model *m, int li, float *x, const target_ba
     qmoe_layer_cpu(m, li, x, &d->act, b->ntok, b->positions, b->cu_seqlens, b->nseq, NULL);
 }
 
-/* ---- decoding: attn_block's cache of every layer's keys and values ---- */
+/* ---- decoding: attn_stack's cache (every layer's keys and values) ---- */
 
-typedef struct qmoe_cache {
-    attn_kv_cache kv;
-    qmoe_acts act;                       /* a forward's rows (their k and v are in the cache) */
-} qmoe_cache;
+static const attn_stack_ops qmoe_stack = {
+    .acts_size = sizeof(qmoe_acts), .reserve = acts_reserve, .free = acts_free, .layer = qmoe_layer_cpu,
+};
 
 static void *qmoe_cache_new(const target_model *m, int nseq, int max_len)
 {
-    qmoe_cache *k = xcalloc(1, sizeof *k);
-    attn_kv_cache_init(&k->kv, &m->cfg, nseq, max_len);
-    return k;
-}
-
-static void qmoe_cache_destroy(void *cs)
-{
-    qmoe_cache *k = cs;
-    attn_kv_cache_free(&k->kv);
-    acts_free(&k->act);
-    free(k);
-}
-
-static void qmoe_cache_layer(void *cs, const target_model *m, int li, float *x, int seq, int past, int n,
-                             const int32_t *pos, const int32_t *seqs)
-{
-    qmoe_cache *k = cs;
-    acts_reserve(&k->act, &m->cfg, n, 0);
-    /* the new rows' keys and values are computed in place in the cache; the copy's k and v point there */
-    qmoe_acts a = k->act;
-    attn_kv_view kv;
-    attn_kv_cache_rows(&k->kv, li, seq, past, seqs, &a.at, &kv);
-    qmoe_layer_cpu(m, li, x, &a, n, pos, NULL, 0, &kv);
-    k->act.ms = a.ms; /* the MoE scratch the copy grew */
-}
-
-static int qmoe_cache_crop(void *cs, const target_model *m, int seq, int len, int held, int *rerun_from,
-                           const int32_t **rerun_ids, errbuf *err)
-{
-    (void)cs, (void)m, (void)seq, (void)held, (void)rerun_ids, (void)err;
-    *rerun_from = len; /* the keys and values past len are simply overwritten later */
-    return 0;
+    return attn_stack_cache_new(&qmoe_stack, m, nseq, max_len);
 }
 
 static const target_cpu_ops qmoe_cpu = {
-    .load = qmoe_load, .destroy = qmoe_destroy, .layer = qmoe_layer_packed,
-    .cache_new = qmoe_cache_new, .cache_destroy = qmoe_cache_destroy, .cache_layer = qmoe_cache_layer,
-    .cache_crop = qmoe_cache_crop,
+    .load = qmoe_load, .destroy = qmoe_destroy, .layer = qmoe_layer_packed, .cache_new = qmoe_cache_new,
+    .cache_destroy = attn_stack_cache_destroy, .cache_layer = attn_stack_cache_layer,
+    .cache_crop = attn_stack_cache_crop,
 };
 
 static int qmoe_takes(const hf_config *c) { return c->arch == HF_ARCH_QWEN3_MOE; }
