@@ -82,10 +82,13 @@ const kc_case kernel_cases[] = {
     {KC(kc_swiglu_backward, 333, 4096, 8192, 4096, 0), .only = KC_CUDA_ONLY},
     {KC(kc_swiglu_backward, 7, 13, 26, 13, 0), .why = "scalar path"},
     {KC(kc_swiglu_backward, 37, 768, 1536, 768, 1), .only = KC_CUDA_ONLY, .why = "in place: dgu = gu"},
+    {KC(kc_swiglu_clamped, 0), .why = "gpt-oss's clamp (limit 7, alpha 1.702) at its edges, aliased"},
 
     /* ---- rope, qk_norm_rope: n nh nkv hd with_norm maxpos (no_q) | n nh nkv hd rd vs_full ---- */
     {KC(kc_rope_inv_freq, 0)},
     {KC(kc_rope_inv_freq, 1), .why = "Llama-3 regimes"},
+    {KC(kc_rope_inv_freq, 2), .why = "YaRN: gpt-oss-20b's correction range"},
+    {KC(kc_rope_inv_freq, 3), .why = "YaRN truncated to whole dimensions"},
     {KC(kc_rope_apply, 6, 3, 22, 71, 1000000), KC_AUX(0, 1, 7, 130, 4095, 31999)},
     {KC(kc_rope_apply, 3, 2, 10, 23, 10000), KC_AUX(0, 3, 17)},
     {KC(kc_qk_norm_rope, 50, 32, 8, 128, 1, 40000)},
@@ -128,6 +131,45 @@ const kc_case kernel_cases[] = {
     {KC(kc_attention_causal, 16, 4, 256, 2), KC_SEQS(L1), .only = KC_CUDA_ONLY, .why = "head_dim 256 (Qwen3.5)"},
     {KC(kc_attention_causal, 6, 2, 256, 2), KC_SEQS(L2), .only = KC_CUDA_ONLY, .why = "head_dim 256, GQA 3"},
     {KC(kc_attention_causal, 2, 1, 256, 1), KC_SEQS(1000), .only = KC_CUDA_ONLY},
+    /* the Hopper kernel by name (sm_90 only: skipped elsewhere), its staging and the dispatch bitwise equal to it */
+    {KC(kc_attention_wgmma, 4, 1, 128, 2), KC_SEQS(37), .why = "one sequence shorter than a tile"},
+    {KC(kc_attention_wgmma, 32, 8, 128, 2), KC_SEQS(1, 130, 257, 1, 383, 64, 129),
+     .why = "Qwen3-8B heads (group 4), odd lengths, one-token sequences"},
+    {KC(kc_attention_wgmma, 12, 4, 128, 2), KC_SEQS(300, 1, 517, 128, 255, 2),
+     .why = "group 3, lengths across tile edges"},
+    {KC(kc_attention_wgmma, 8, 2, 128, 1), KC_SEQS(1500, 777), .why = "group 4, two long sequences"},
+    {KC(kc_attention_wgmma, 8, 8, 128, 1), KC_SEQS(640), .why = "MHA, exactly five tiles"},
+    {KC(kc_attention_wgmma, 8, 2, 128, 8), KC_SEQS(250, 391), .why = "peaked softmax (amplitude 8)"},
+    {KC(kc_attention_wgmma, 6, 2, 64, 4), KC_SEQS(1, 200, 333), .why = "head_dim 64, group 3"},
+    {KC(kc_attention_wgmma, 16, 4, 64, 2), KC_SEQS(129, 1000, 3), .why = "head_dim 64, group 4"},
+    /* gpt-oss: sinks (per head) and a sliding window, packed and against a KV cache: nh nkv hd window sinks */
+    {KC(kc_attention_opts, 4, 2, 8, 0, 0), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY,
+     .why = "head_dim 8 on the CPU only (the device's rows below): no window, no sinks = the plain kernel"},
+    {KC(kc_attention_opts, 4, 2, 8, 0, 1), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY},
+    {KC(kc_attention_opts, 4, 2, 8, 1, 0), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY, .why = "a window of one key"},
+    {KC(kc_attention_opts, 4, 2, 8, 1, 1), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY},
+    {KC(kc_attention_opts, 4, 2, 8, 4, 0), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY},
+    {KC(kc_attention_opts, 4, 2, 8, 4, 1), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY},
+    {KC(kc_attention_opts, 4, 2, 8, 100, 0), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY, .why = "longer than every sequence"},
+    {KC(kc_attention_opts, 4, 2, 8, 100, 1), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY},
+    {KC(kc_attention_opts, 4, 2, 16, 0, 0), KC_SEQS(37, 1, 150, 9), .why = "head_dim 16"},
+    {KC(kc_attention_opts, 4, 2, 16, 0, 1), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 16, 5, 0), KC_SEQS(37, 1, 150, 9), .why = "window shorter than a key tile"},
+    {KC(kc_attention_opts, 4, 2, 16, 5, 1), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 16, 100, 0), KC_SEQS(37, 1, 150, 9), .why = "window longer than some sequences"},
+    {KC(kc_attention_opts, 4, 2, 16, 100, 1), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 64, 0, 0), KC_SEQS(37, 1, 150, 9), .why = "gpt-oss-20b's head_dim"},
+    {KC(kc_attention_opts, 4, 2, 64, 0, 1), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 64, 5, 0), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 64, 5, 1), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 64, 100, 0), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 64, 100, 1), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 40, 0, 0), KC_SEQS(37, 1, 150, 9), .why = "head_dim 40: the scalar path"},
+    {KC(kc_attention_opts, 4, 2, 40, 0, 1), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 40, 5, 0), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 40, 5, 1), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 40, 100, 0), KC_SEQS(37, 1, 150, 9)},
+    {KC(kc_attention_opts, 4, 2, 40, 100, 1), KC_SEQS(37, 1, 150, 9)},
 
     /* ---- elementwise: n seed scale_milli bias_milli | n offset | nparts dim ---- */
     {KC(kc_rand_fill, 1000003, 42, 50, 0)},
@@ -340,6 +382,11 @@ const kc_case kernel_cases[] = {
     {KC(kc_moe_gemm, 300, 4, 12, 2048, 512, 0, 128), .only = KC_CUDA_ONLY,
      .why = "Qwen3.5-35B-A3B's widths, no shared expert"},
     {KC(kc_moe_gemm, 1, 2, 8, 64, 32, 48, 128), .why = "one token"},
+    /* gpt-oss's experts: biases, the clamped SwiGLU in the gate|up epilogue: T K E H Im */
+    {KC(kc_moe_gemm_opts, 50, 4, 32, 256, 64), .why = "gpt-oss-20b's 32 experts, top 4"},
+    {KC(kc_moe_gemm_opts, 300, 2, 8, 96, 32), .why = "8 experts, top 2, H 96"},
+    /* bias_add: rows n ld */
+    {KC(kc_bias_add, 37, 72, 80), .why = "odd rows, a row stride past the bias"},
 
     /* ---- decoding: nh nkv hd max_len, seqs = new rows per sequence, aux = their first positions | n V ld |
      * nblocks B vocab ---- */

@@ -17,7 +17,8 @@
  *                                                bf16 values; every output downloaded with dev_get() (the driver
  *                                                compares the two runs' downloads)
  *      and the op:  const kc_op kc_foo = {"foo", "bf16", "rows dim ld", foo_cpu, KC_CUDA(foo_cuda)};
- *      (either check may be NULL: the row then runs on the other backend only);
+ *      (either check may be NULL: the row then runs on the other backend only; a CUDA check whose kernel does not
+ *      run on this device calls kc_skip(why) before any report line: the row says it is skipped);
  *   2. one `extern const kc_op kc_foo;` line below;
  *   3. its rows in kernel_cases[] (tests/kernel_cases.c): {KC(kc_foo, rows, dim, ld), .why = "..."}: the model shapes
  *      it serves, its paths' boundaries, GQA groups of 3, odd lengths and one-token sequences where it takes heads or
@@ -113,7 +114,8 @@ extern const kc_op kc_embedding_forward, kc_rmsnorm_forward, kc_rmsnorm_backward
     kc_causal_conv1d_state, kc_gated_delta_rule, kc_gated_delta_rule_state, kc_gated_delta_chunk,
     kc_gated_delta_chunk_state, kc_gated_delta_prep, kc_gated_rmsnorm, kc_sigmoid_gate, kc_moe_router_topk,
     kc_moe_combine, kc_moe_group, kc_moe_gemm, kc_logits_mask, kc_nonfinite, kc_embedding_rejects,
-    kc_kv_attention, kc_argmax, kc_block_accept;
+    kc_kv_attention, kc_argmax, kc_block_accept, kc_attention_wgmma, kc_attention_opts, kc_moe_gemm_opts,
+    kc_bias_add, kc_swiglu_clamped;
 
 #ifdef DFLASH_CUDA
 /* ---- the device side (the GPU driver) ---- */
@@ -127,6 +129,11 @@ void *dev_get(const void *d, size_t bytes);
 /* got (bf16) against ref (fp32): ‖got − ref‖/‖ref‖ <= tol_norm and max|got − ref|/max(1, max|ref|) <= tol_max
  * (a report line) */
 void compare_bf16(const char *name, const uint16_t *got, const float *ref, size_t n, double tol_norm, double tol_max);
+/* The row cannot run on this device (a kernel built for one architecture, on another): called by a CUDA check
+ * before any report line, it makes the driver print "skip <row>: <why>" in place of the twice-bitwise line (a row
+ * skipped is neither passed nor failed; the driver's last line counts them). */
+void kc_skip(const char *why);
+const char *kc_skipped(void); /* the reason given in the current run, or NULL */
 /* Whether this is the run that reports (the second run of a row only records its downloads): timings skip it. */
 int kc_reporting(void);
 /* "ok|FAIL <name> max_err=<err> tol=<tol>" (NaN fails) */

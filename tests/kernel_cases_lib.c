@@ -155,8 +155,15 @@ static struct {
     size_t total;
 } rec = {.run = -1};
 
+static char skip_why[256]; /* kc_skip's reason in the current run */
+
+void kc_skip(const char *why) { snprintf(skip_why, sizeof skip_why, "%s", why && *why ? why : "skipped"); }
+
+const char *kc_skipped(void) { return skip_why[0] ? skip_why : NULL; }
+
 void kc_record_begin(int run)
 {
+    skip_why[0] = 0;
     if (run == 0) {
         for (int i = 0; i < rec.n; i++) free(rec.data[i]);
         rec.n = 0, rec.total = 0;

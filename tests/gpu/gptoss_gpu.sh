@@ -9,7 +9,7 @@ run() { # LIMIT COMMAND...
     echo "=== $* (t=$((SECONDS - s)) s)"; timeout "$lim" "$@" >/tmp/gptoss_out 2>&1; local rc=$?
     tail -45 /tmp/gptoss_out; echo "=== exit $rc: $(grep -c '^ok ' /tmp/gptoss_out) ok, $(grep -c '^FAIL' /tmp/gptoss_out) FAIL"
 }
-run 12 build/gpu/test_gptoss_kernels_gpu
+run 12 build/gpu/test_kernel_cases_gpu attention_opts moe_gemm_opts bias_add
 run 15 build/gpu/test_target_gpu gpt_oss
 run 25 build/bench/bench_target --family gpt_oss --iters 3
 run 50 python3 bench/torch_gptoss_anchor.py --iters 1 --layers 24

@@ -31,8 +31,7 @@ nvidia-smi -L >>"$log" 2>&1
 if [ "${1:-}" != bench ]; then
 one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-4000}" timeout 300 bash tests/gpu/gpu_train.sh
 # every kernel against its CPU reference, twice bitwise: the rows of the kernel case table (tests/kernel_cases.c)
-# (and the kernel tests of branches merged after the table, to be folded into it as rows)
-for t in test_kernel_cases_gpu test_vmm_pool test_decode_gpu test_attention_wgmma_gpu test_gptoss_kernels_gpu; do
+for t in test_kernel_cases_gpu test_vmm_pool test_decode_gpu; do
     [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 300 "$BUILD/gpu/$t"
 done
 # the target forward, one process per family (the hybrid one also writes checkpoints and runs CPU references)
@@ -40,7 +39,6 @@ one test_target_gpu timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
 one test_target_gpu_hybrid timeout 480 "$BUILD/gpu/test_target_gpu" hybrid
 one test_target_gpu_qwen3_moe timeout 300 "$BUILD/gpu/test_target_gpu" qwen3_moe
 one test_target_gpu_gpt_oss timeout 300 "$BUILD/gpu/test_target_gpu" gpt_oss
-[ -x "$BUILD/gpu/test_gptoss_kernels_gpu" ] && one test_gptoss_kernels_gpu timeout 300 "$BUILD/gpu/test_gptoss_kernels_gpu"
 [ -n "${GOLDENS:-}" ] && one test_drafter_gpu timeout 180 "$BUILD/gpu/test_drafter_gpu" "$GOLDENS"
 one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
 one gpu_keep_weights env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_keep_weights.sh

@@ -4,9 +4,10 @@
  * must be bitwise identical to the first run's ("ok <row>: twice bitwise-identical ..."). Then the timings (printed,
  * not compared). The rows run in a child process (the parent never touches the GPU): a row whose check dies (a CUDA
  * error exits, a fault kills) fails alone ("FAIL <row>: the check died ..."), and a fresh child, with a fresh CUDA
- * context, goes on with the next row. Exit status 0 only when every line passed.
- *   test_kernel_cases_gpu [--no-timings] [SUBSTRING...]   only the rows whose name contains one of the SUBSTRINGs
- *                                                         (the timings only when no SUBSTRING is given) */
+ * context, goes on with the next row. A row whose kernel does not run on this device (kc_skip) says so once
+ * ("skip <row>: <why>") and counts as skipped, neither passed nor failed. Exit status 0 only when every line passed.
+ *   test_kernel_cases_gpu [--no-timings] [--list] [SUBSTRING...]   only the rows whose name contains one of the
+ *                         SUBSTRINGs (the timings only when none is given); --list: print those rows, touch no GPU */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,7 +24,8 @@
 /* What the child tells the parent, one record each: a row started, a row (or a timing) ended with so many failed
  * lines, the child is done. */
 typedef struct msg {
-    char kind; /* 'S' row started (value: its index in rows[]), 'R' ended (value: failed lines), 'E' all done */
+    char kind; /* 'S' row started (value: its index in rows[]), 'R' ended (value: failed lines), 'K' the row was
+                * skipped, 'E' all done */
     int value;
 } msg;
 
@@ -36,8 +38,8 @@ static void say(int fd, char kind, int value)
     }
 }
 
-/* One row, twice; returns its failed lines. */
-static int run_row(const kc_case *c, const char *name)
+/* One row, twice (once when its check skips it: *skipped set); returns its failed lines. */
+static int run_row(const kc_case *c, const char *name, int *skipped)
 {
     printf("== %s%s%s\n", name, c->why ? ": " : "", c->why ? c->why : "");
     fflush(stdout);
@@ -48,6 +50,16 @@ static int run_row(const kc_case *c, const char *name)
     c->op->cuda(c);
     CHECK_CUDA(cudaDeviceSynchronize());
     int failed = failures;
+    *skipped = 0;
+    if (kc_skipped()) {
+        int n = 0;
+        size_t bytes = 0;
+        kc_record_end(&n, &bytes);
+        printf("skip %s: %s\n", name, kc_skipped());
+        fflush(stdout);
+        *skipped = 1;
+        return failed;
+    }
     /* run 1: the same inputs, lines hidden, downloads compared */
     fflush(stdout);
     int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
@@ -89,7 +101,9 @@ static void child(int fd, const int *rows, int nrows, int from, int timings)
         char name[1024];
         kc_case_name(c, name, sizeof name);
         say(fd, 'S', i);
-        say(fd, 'R', run_row(c, name));
+        int skipped = 0, failed = run_row(c, name, &skipped);
+        if (skipped) say(fd, 'K', 0);
+        say(fd, 'R', failed);
     }
     say(fd, 'S', nrows); /* past the rows: a death now is the timings' */
     if (timings)
@@ -110,16 +124,19 @@ static void child(int fd, const int *rows, int nrows, int from, int timings)
 int main(int argc, char **argv)
 {
     const char *filters[64];
-    int nfilters = 0, timings = 1;
+    int nfilters = 0, timings = 1, list = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: test_kernel_cases_gpu [--no-timings] [SUBSTRING...]\nRuns the CUDA check of every row of the "
-                   "kernel case table (tests/kernel_cases.c) whose name contains one of the SUBSTRINGs (all rows when "
-                   "none is given), twice (the second run's device downloads must be bitwise identical to the "
-                   "first's), then the timings (when no SUBSTRING is given). A row whose check dies fails alone.\n");
+            printf("usage: test_kernel_cases_gpu [--no-timings] [--list] [SUBSTRING...]\nRuns the CUDA check of every "
+                   "row of the kernel case table (tests/kernel_cases.c) whose name contains one of the SUBSTRINGs (all "
+                   "rows when none is given), twice (the second run's device downloads must be bitwise identical to "
+                   "the first's), then the timings (when no SUBSTRING is given). A row whose check dies fails alone; "
+                   "a row whose kernel does not run on this device is skipped, saying so. --list prints the rows "
+                   "that would run (and why each is there) without touching the GPU.\n");
             return 0;
         }
         if (!strcmp(argv[i], "--no-timings")) timings = 0;
+        else if (!strcmp(argv[i], "--list")) list = 1;
         else if (nfilters < 64) filters[nfilters++] = argv[i];
     }
     int *rows = malloc(sizeof(int) * (size_t)kernel_ncases), nrows = 0;
@@ -137,8 +154,18 @@ int main(int argc, char **argv)
         printf("FAIL test_kernel_cases_gpu: no row matches the %d substring(s) given\n", nfilters);
         return 1;
     }
+    if (list) {
+        for (int i = 0; i < nrows; i++) {
+            const kc_case *c = &kernel_cases[rows[i]];
+            char name[1024];
+            printf("%s%s%s\n", kc_case_name(c, name, sizeof name), c->why ? ": " : "", c->why ? c->why : "");
+        }
+        printf("test_kernel_cases_gpu: %d rows\n", nrows);
+        free(rows);
+        return 0;
+    }
     if (nfilters) timings = 0;
-    int total_fail = 0, from = 0, died = 0;
+    int total_fail = 0, from = 0, died = 0, nskipped = 0;
     for (;;) {
         int p[2];
         if (pipe(p) < 0) {
@@ -161,6 +188,7 @@ int main(int argc, char **argv)
         while (read(p[0], &m, sizeof m) == (ssize_t)sizeof m) {
             if (m.kind == 'S') last = m.value;
             else if (m.kind == 'R') total_fail += m.value;
+            else if (m.kind == 'K') nskipped++;
             else if (m.kind == 'E') done = 1;
         }
         close(p[0]);
@@ -185,8 +213,8 @@ int main(int argc, char **argv)
         from = last + 1; /* past the last row: the fresh process runs the timings only */
         if (from >= nrows && !timings) break;
     }
-    printf("test_kernel_cases_gpu: %d rows, %d failed line(s)%s\n", nrows, total_fail,
-           died ? " (counting the checks that died)" : "");
+    printf("test_kernel_cases_gpu: %d rows (%d skipped on this device), %d failed line(s)%s\n", nrows, nskipped,
+           total_fail, died ? " (counting the checks that died)" : "");
     free(rows);
     return total_fail ? 1 : 0;
 }

@@ -1,7 +1,8 @@
-/* Rotary embeddings and causal attention of the target: rope_inv_freq (plain, Llama-3 regimes), rope_apply (the
+/* Rotary embeddings and causal attention of the target: rope_inv_freq (plain, Llama-3, YaRN), rope_apply (the
  * formula, its inverse, its backward by finite differences), qk_norm_rope (the fused per-head RMSNorm + rope, forward
  * and backward; partial rotary) and attention_causal_forward (packed sequences, GQA) against a dense-mask double
- * reference on the CPU; the CUDA kernels against the CPU references on the same bf16 values. */
+ * reference on the CPU; the CUDA kernels against the CPU references on the same bf16 values, the Hopper attention
+ * (attention_wgmma, attention_sm90.cu) by name with its staging and the dispatch bitwise equal to it. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,10 +15,41 @@
 #include "tests/test.h"
 #include "util.h"
 
-/* ---- rope_inv_freq: llama3 ---- */
+/* ---- rope_inv_freq: regime (0 RoPE, 1 Llama-3, 2 YaRN, 3 YaRN truncated) ---- */
+
+/* YaRN: gpt-oss-20b's correction range is dims [8.09, 17.39] of 32 (theta 150000, 64 dims, 4096 positions, beta 32
+ * and 1, not truncated): below it the frequencies are RoPE's, above it divided by 32, a linear blend between;
+ * truncated, the range widens to whole dimensions [8, 18]. */
+static void rope_inv_freq_yarn_check(int truncate)
+{
+    rope_params p = {.theta = 150000, .yarn = 1, .factor = 32, .original_max_position = 4096, .beta_fast = 32,
+                     .beta_slow = 1, .truncate = truncate};
+    double inv[32];
+    rope_inv_freq(inv, 64, &p);
+    if (truncate) {
+        EXPECT(inv[8] == 1.0 / pow(150000.0, 16.0 / 64));
+        EXPECT_NEAR(inv[13], 1.0 / pow(150000.0, 26.0 / 64) * (0.5 + 0.5 / 32), 1e-15);
+        return;
+    }
+    const double low = 64 * log(4096 / (32 * 2 * M_PI)) / (2 * log(150000.0));
+    const double high = 64 * log(4096 / (1 * 2 * M_PI)) / (2 * log(150000.0));
+    EXPECT(low > 8 && low < 9 && high > 17 && high < 18);
+    for (int i = 0; i < 32; i++) {
+        double base = 1.0 / pow(150000.0, 2.0 * i / 64), r = (i - low) / (high - low);
+        r = r < 0 ? 0 : r > 1 ? 1 : r;
+        EXPECT_NEAR(inv[i], base * (1 - r) + base / 32 * r, 1e-15 * base);
+        if (i <= 8) EXPECT(inv[i] == base);
+        if (i >= 18) EXPECT_NEAR(inv[i], base / 32, 1e-16 * base);
+        if (i >= 9 && i <= 17) EXPECT(inv[i] < base && inv[i] > base / 32);
+    }
+}
 
 static void rope_inv_freq_cpu_check(const kc_case *c)
 {
+    if (c->p[0] >= 2) {
+        rope_inv_freq_yarn_check(c->p[0] == 3);
+        return;
+    }
     if (!c->p[0]) {
         rope_params p = {.theta = 1e6};
         double inv[11];
@@ -511,9 +543,97 @@ static void attention_cuda_check(const kc_case *c)
     CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_o)); CHECK_CUDA(cudaFree(d_cu));
     free(cu), free(x_f), free(x), free(q), free(k), free(v), free(ref), free(o);
 }
+
+/* The Hopper kernel (attention_sm90.cu: wgmma, TMA) by name against the CPU reference, with attention_cuda_check's
+ * tolerances; then a second run, the cp.async staging (instead of TMA) and attention_causal_forward_cuda (which
+ * chooses this kernel on sm_90) bitwise identical to the first run. On a device other than sm_90 the row is skipped;
+ * on sm_90 a head_dim it should take and does not fails. nh nkv hd amp */
+static void attention_wgmma_cuda_check(const kc_case *c)
+{
+    int nh = c->p[0], nkv = c->p[1], hd = c->p[2], nseq = c->nseqs, T, maxlen, dev = 0, major = 0, minor = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major * 10 + minor != 90) {
+        char why[128];
+        snprintf(why, sizeof why, "the wgmma kernel is built for sm_90a, this device is sm_%d%d", major, minor);
+        kc_skip(why);
+        return;
+    }
+    if (!attention_wgmma_supported(hd)) {
+        printf("FAIL attention_wgmma hd=%d: an sm_90 device, yet attention_wgmma_supported(%d) is 0\n", hd, hd);
+        failures++;
+        return;
+    }
+    double amp = c->p[3];
+    int32_t *cu = cu_of(c, &T, &maxlen);
+    /* q|k|v packed in one (T, (nh + 2 nkv) hd) buffer as in the forward; out with its own stride */
+    const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd, ldo = qd + 8;
+    const size_t nx = (size_t)T * ld, no = (size_t)T * ldo;
+    float *x_f = xmalloc(nx * 4);
+    uint16_t *x = rnd_bf16(nx, amp, x_f);
+    float *q = xmalloc((size_t)T * qd * 4), *k = xmalloc((size_t)T * kd * 4), *v = xmalloc((size_t)T * kd * 4);
+    for (int t = 0; t < T; t++) {
+        memcpy(q + (size_t)t * qd, x_f + (size_t)t * ld, (size_t)qd * 4);
+        memcpy(k + (size_t)t * kd, x_f + (size_t)t * ld + qd, (size_t)kd * 4);
+        memcpy(v + (size_t)t * kd, x_f + (size_t)t * ld + qd + kd, (size_t)kd * 4);
+    }
+    float *ref = xmalloc((size_t)T * qd * 4), scale = 1.0f / sqrtf((float)hd);
+    attention_causal_forward_cpu(ref, q, k, v, cu, nseq, nh, nkv, hd, scale);
+    uint16_t *d_x = dev_upload(x, nx * 2);
+    int32_t *d_cu = dev_upload(cu, sizeof(int32_t) * (size_t)(nseq + 1));
+    enum { kRuns = 4 };
+    /* 0, 1: TMA staging twice; 2: cp.async staging; 3: the automatic choice */
+    static const char *const kSame[kRuns] = {"", "a second run", "cp.async staging", "attention_causal_forward_cuda"};
+    uint16_t *d_o[kRuns], *o[kRuns];
+    for (int r = 0; r < kRuns; r++) d_o[r] = dev_poisoned(no);
+    for (int r = 0; r < kRuns; r++) {
+        if (r < kRuns - 1)
+            attention_wgmma_forward_cuda(d_o[r], ldo, d_x, ld, d_x + qd, ld, d_x + qd + kd, ld, d_cu, nseq, maxlen, nh,
+                                         nkv, hd, scale, r < 2, stream);
+        else
+            attention_causal_forward_cuda(d_o[r], ldo, d_x, ld, d_x + qd, ld, d_x + qd + kd, ld, d_cu, nseq, maxlen,
+                                          nh, nkv, hd, scale, stream);
+        o[r] = dev_get(d_o[r], no * 2);
+    }
+    char name[256];
+    snprintf(name, sizeof name, "attention_wgmma T=%d nseq=%d nh=%d nkv=%d hd=%d maxlen=%d", T, nseq, nh, nkv, hd,
+             maxlen);
+    double nr = 0, e = err_vs_max(o[0], ldo, ref, qd, T, qd, &nr);
+    int ok = e <= 1e-2 && nr <= 5e-3;
+    printf("%s %s max_err/max_ref=%.3g (tol 1e-2) norm_rel=%.3g (tol 5e-3)", ok ? "ok" : "FAIL", name, e, nr);
+    if (!ok) { /* where: the (token, head, column) of the largest error */
+        double w = -1;
+        int wt = 0, wi = 0;
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < qd; i++) {
+                double g = bf16_to_f32(o[0][(size_t)t * ldo + i]);
+                double d = isnan(g) ? INFINITY : fabs(g - ref[(size_t)t * qd + i]);
+                if (d > w) w = d, wt = t, wi = i;
+            }
+        printf(" worst at token %d head %d column %d: got %g want %g", wt, wi / hd, wi % hd,
+               bf16_to_f32(o[0][(size_t)wt * ldo + wi]), ref[(size_t)wt * qd + wi]);
+    }
+    printf("\n");
+    if (!ok) failures++;
+    for (int r = 1; r < kRuns; r++) {
+        size_t diff = 0;
+        for (size_t i = 0; i < no; i++) diff += o[r][i] != o[0][i];
+        printf("%s %s: %s bitwise identical to the first run (%zu of %zu values differ)\n", diff ? "FAIL" : "ok", name,
+               kSame[r], diff, no);
+        if (diff) failures++;
+    }
+    fflush(stdout);
+    for (int r = 0; r < kRuns; r++) {
+        CHECK_CUDA(cudaFree(d_o[r]));
+        free(o[r]);
+    }
+    CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_cu));
+    free(cu), free(x_f), free(x), free(q), free(k), free(v), free(ref);
+}
 #endif
 
-const kc_op kc_rope_inv_freq = {"rope_inv_freq", "f64", "llama3", rope_inv_freq_cpu_check, NULL};
+const kc_op kc_rope_inv_freq = {"rope_inv_freq", "f64", "regime", rope_inv_freq_cpu_check, NULL};
 const kc_op kc_rope_apply = {"rope_apply", "f32", "n heads hd ld theta", rope_apply_cpu_check, NULL};
 const kc_op kc_qk_norm_rope = {"qk_norm_rope", "bf16", "n nh nkv hd with_norm maxpos", qk_norm_rope_cpu_check,
                                KC_CUDA(qk_norm_rope_cuda_check)};
@@ -524,3 +644,6 @@ const kc_op kc_qk_norm_rope_partial = {"qk_norm_rope_partial", "bf16", "n nh nkv
                                        KC_CUDA(qk_norm_rope_partial_cuda_check)};
 const kc_op kc_attention_causal = {"attention_causal_forward", "bf16", "nh nkv hd amp", attention_cpu_check,
                                    KC_CUDA(attention_cuda_check)};
+/* no CPU check of its own: its reference is attention_causal_forward's, checked by that op's rows */
+const kc_op kc_attention_wgmma = {"attention_wgmma", "bf16", "nh nkv hd amp", NULL,
+                                  KC_CUDA(attention_wgmma_cuda_check)};

@@ -1,23 +1,20 @@
-/* The gpt_oss pieces on the CPU: hf_config reads gpt-oss-20b's config.json (experts, windows, biases, sinks, YaRN,
- * MXFP4) and refuses other quantisations by field; the YaRN frequency table (rope_inv_freq) against its correction
- * range and against transformers' own table (the goldens' rope.inv_freq); the attention CPU references with sinks
- * and a sliding window against a direct softmax over the masked score matrix, packed and against a KV cache; the
- * clamped SwiGLU; MXFP4 dequantisation; the experts' reader (HF's interleaved, transposed layout; a missing MXFP4
- * tensor named). The whole forward is checked by the gptoss-* goldens (dflash_golden). */
+/* The gpt_oss family on the CPU: hf_config reads gpt-oss-20b's config.json (experts, windows, biases, sinks, YaRN,
+ * MXFP4) and refuses other quantisations by field; the YaRN frequency table (rope_inv_freq) against transformers' own
+ * table (the goldens' rope.inv_freq); MXFP4 dequantisation; the experts' reader (HF's interleaved, transposed layout;
+ * a missing MXFP4 tensor named). The kernels' options (attention sinks and windows, the MoE GEMMs' biases and clamped
+ * SwiGLU, bias_add, YaRN's correction range) are rows of the kernel case table (tests/kernels/gptoss.c,
+ * rope_inv_freq's regimes). The whole forward is checked by the gptoss-* goldens (dflash_golden). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
 #include "bench/gpt_oss_20b.h"
 #include "gptoss_experts.h"
 #include "hf_config.h"
-#include "kv_attention.h"
 #include "rope.h"
 #include "safetensors.h"
-#include "swiglu.h"
 #include "target_family.h"
 #include "tests/test.h"
 #include "util.h"
@@ -100,32 +97,6 @@ TEST(config_errors_name_the_field)
     free(j);
 }
 
-/* YaRN: gpt-oss-20b's correction range is dims [8.09, 17.39] of 32 (theta 150000, 64 dims, 4096 positions, beta 32
- * and 1, not truncated): below it the frequencies are RoPE's, above it divided by 32, a linear blend between. */
-TEST(yarn_table)
-{
-    rope_params p = {.theta = 150000, .yarn = 1, .factor = 32, .original_max_position = 4096, .beta_fast = 32,
-                     .beta_slow = 1, .truncate = 0};
-    double inv[32];
-    rope_inv_freq(inv, 64, &p);
-    const double low = 64 * log(4096 / (32 * 2 * M_PI)) / (2 * log(150000.0));
-    const double high = 64 * log(4096 / (1 * 2 * M_PI)) / (2 * log(150000.0));
-    EXPECT(low > 8 && low < 9 && high > 17 && high < 18);
-    for (int i = 0; i < 32; i++) {
-        double base = 1.0 / pow(150000.0, 2.0 * i / 64), r = (i - low) / (high - low);
-        r = r < 0 ? 0 : r > 1 ? 1 : r;
-        EXPECT_NEAR(inv[i], base * (1 - r) + base / 32 * r, 1e-15 * base);
-        if (i <= 8) EXPECT(inv[i] == base);
-        if (i >= 18) EXPECT_NEAR(inv[i], base / 32, 1e-16 * base);
-        if (i >= 9 && i <= 17) EXPECT(inv[i] < base && inv[i] > base / 32);
-    }
-    /* truncate: the range widens to whole dimensions [8, 18] */
-    p.truncate = 1;
-    rope_inv_freq(inv, 64, &p);
-    EXPECT(inv[8] == 1.0 / pow(150000.0, 16.0 / 64));
-    EXPECT_NEAR(inv[13], 1.0 / pow(150000.0, 26.0 / 64) * (0.5 + 0.5 / 32), 1e-15);
-}
-
 /* The goldens' configs: the gpt_oss row, their windows; hf_config + rope_inv_freq against transformers' inv_freq
  * buffer (float32 there; bf16-rounded for the bf16 checkpoints, as target_model_load rounds it). */
 TEST(yarn_table_matches_transformers)
@@ -167,100 +138,6 @@ TEST(yarn_table_matches_transformers)
         free(ref);
         st_close(&st);
     }
-}
-
-static float frand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
-}
-
-/* Direct: row t of a sequence starting at `start`, head h: softmax over [scores of keys max(start, t-W+1)..t, sink]
- * in double, the sink dropped. */
-static void direct(double *o, const float *q, const float *k, const float *v, int t, int start, int W, int nh, int nkv,
-                   int hd, int h, float scale, const float *sinks)
-{
-    const int g = nh / nkv, k0 = W > 0 && t - W + 1 > start ? t - W + 1 : start;
-    double s[512], mx = sinks ? sinks[h] : -INFINITY, sum = 0;
-    for (int j = k0; j <= t; j++) {
-        double d = 0;
-        for (int e = 0; e < hd; e++) d += (double)q[(size_t)t * nh * hd + h * hd + e] * k[(size_t)j * nkv * hd + h / g * hd + e];
-        s[j - k0] = d * scale;
-        if (s[j - k0] > mx) mx = s[j - k0];
-    }
-    if (sinks) sum += exp(sinks[h] - mx);
-    for (int j = k0; j <= t; j++) sum += exp(s[j - k0] - mx);
-    for (int e = 0; e < hd; e++) o[e] = 0;
-    for (int j = k0; j <= t; j++)
-        for (int e = 0; e < hd; e++) o[e] += exp(s[j - k0] - mx) / sum * v[(size_t)j * nkv * hd + h / g * hd + e];
-}
-
-TEST(attention_sinks_and_window)
-{
-    const int nh = 4, nkv = 2, hd = 8, lens[] = {9, 1, 20}, nseq = 3, T = 30;
-    const int32_t cu[] = {0, 9, 10, 30};
-    uint64_t seed = 11;
-    float *q = xmalloc(sizeof(float) * T * nh * hd), *k = xmalloc(sizeof(float) * T * nkv * hd);
-    float *v = xmalloc(sizeof(float) * T * nkv * hd), *o = xmalloc(sizeof(float) * T * nh * hd);
-    float *o2 = xmalloc(sizeof(float) * T * nh * hd);
-    for (int i = 0; i < T * nh * hd; i++) q[i] = 2 * frand(&seed);
-    for (int i = 0; i < T * nkv * hd; i++) k[i] = 2 * frand(&seed), v[i] = frand(&seed);
-    const float sinks[4] = {0.5f, -1.0f, 2.5f, 0.0f}, scale = 0.4f;
-    const int windows[] = {0, 1, 4, 100};
-    for (int wi = 0; wi < 4; wi++)
-        for (int with_sinks = 0; with_sinks < 2; with_sinks++) {
-            attention_opts op = {.window = windows[wi], .sinks = with_sinks ? sinks : NULL};
-            attention_causal_opts_forward_cpu(o, q, k, v, cu, nseq, nh, nkv, hd, scale, &op);
-            double worst = 0, ref[8];
-            for (int s = 0; s < nseq; s++)
-                for (int t = cu[s]; t < cu[s + 1]; t++)
-                    for (int h = 0; h < nh; h++) {
-                        direct(ref, q, k, v, t, cu[s], windows[wi], nh, nkv, hd, h, scale, op.sinks);
-                        for (int e = 0; e < hd; e++)
-                            worst = fmax(worst, fabs(ref[e] - o[(size_t)t * nh * hd + h * hd + e]));
-                    }
-            EXPECT(worst < 1e-6);
-            /* the KV-cache reference: the same rows at their positions of one cache sequence each */
-            const size_t stride = (size_t)32 * nkv * hd;
-            float *kc = xcalloc(3 * stride, sizeof(float)), *vc = xcalloc(3 * stride, sizeof(float));
-            int32_t seqs[30], pos[30];
-            for (int s = 0; s < nseq; s++)
-                for (int t = cu[s]; t < cu[s + 1]; t++) seqs[t] = s, pos[t] = t - cu[s];
-            kv_cache_append_cpu(kc, vc, stride, k, nkv * hd, v, nkv * hd, seqs, pos, T, nkv * hd);
-            kv_attention_opts_forward_cpu(o2, nh * hd, q, nh * hd, kc, vc, stride, seqs, pos, T, nh, nkv, hd, scale, &op);
-            EXPECT(!memcmp(o, o2, sizeof(float) * T * nh * hd));
-            free(kc);
-            free(vc);
-        }
-    (void)lens;
-    /* no window and no sinks: the plain kernel, bit for bit; a sink lowers every weight (|out| shrinks) */
-    attention_causal_forward_cpu(o2, q, k, v, cu, nseq, nh, nkv, hd, scale);
-    attention_causal_opts_forward_cpu(o, q, k, v, cu, nseq, nh, nkv, hd, scale, &(attention_opts){0});
-    EXPECT(!memcmp(o, o2, sizeof(float) * T * nh * hd));
-    attention_causal_opts_forward_cpu(o, q, k, v, cu, nseq, nh, nkv, hd, scale,
-                                      &(attention_opts){.sinks = (const float[]){3, 3, 3, 3}});
-    EXPECT(fabsf(o[9 * nh * hd]) < fabsf(o2[9 * nh * hd])); /* the one-token sequence: v * 1/(1+e^(3-s)) */
-    free(q), free(k), free(v), free(o), free(o2);
-}
-
-TEST(swiglu_clamped)
-{
-    const float gate[] = {0.0f, 1.0f, -2.0f, 7.0f, 10.0f, 3.0f, 3.0f, -30.0f};
-    const float up[] = {0.0f, 0.5f, 1.0f, 2.0f, 2.0f, 9.0f, -9.0f, 1.0f};
-    float out[8];
-    swiglu_clamped_forward_cpu(out, gate, up, 8, 1.702f, 7.0f);
-    for (int i = 0; i < 8; i++) {
-        double g = fmin(gate[i], 7.0), u = fmax(fmin(up[i], 7.0), -7.0);
-        EXPECT_NEAR(out[i], (u + 1) * g / (1 + exp(-1.702 * g)), 1e-6 * fmax(1, fabs(out[i])));
-    }
-    EXPECT(out[3] == out[4]);                   /* the gate is clamped above at 7 */
-    EXPECT_NEAR(out[5], -out[6] * 8.0 / 6.0, 1e-5); /* up clamped to +-7: (7+1) vs (-7+1) */
-    EXPECT(out[7] > -1e-15f && out[7] <= 0.0f);  /* no clamp below: -30 * sigmoid(-51) */
-    /* aliasing: out = gate */
-    float g2[8];
-    memcpy(g2, gate, sizeof g2);
-    swiglu_clamped_forward_cpu(g2, g2, up, 8, 1.702f, 7.0f);
-    EXPECT(!memcmp(g2, out, sizeof out));
 }
 
 TEST(mxfp4_dequant_codes)
