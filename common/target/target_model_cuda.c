@@ -361,8 +361,7 @@ static void finish(target_cuda *m, const uint16_t *r, int ldr, int T, uint16_t *
             embedding_forward_cuda(m->x, logit_rows, nlogit, m->u, H, st);
             rows_in = m->x, n = nlogit;
         }
-        matmul_forward_cuda(m->mm, logits, c->vocab_size, NULL, 0, 0.0f, rows_in, H, m->lm_head, n, c->vocab_size, H,
-                            st);
+        target_cuda_linear(m, logits, c->vocab_size, NULL, 0, 0.0f, rows_in, H, m->lm_head, n, c->vocab_size, H);
         target_cuda_mark(m, TARGET_CUDA_MATMUL);
     }
     if (m->profiling && m->nev > 0) {
