@@ -32,7 +32,8 @@ size_t target_cuda_cache_bytes(const target_cuda_cache *c);
 int target_cuda_cache_forward(target_cuda_cache *c, int nrun, const int *seqs, const int *n, const int32_t *ids,
                               const int *taps, int ntaps, uint16_t *aux, int ld_aux, uint16_t *logits, int last_only,
                               errbuf *err);
-/* Whether steps against the cache run as CUDA graphs (on by default; target_decode_cuda.c says which steps and how).
+/* Whether steps against the cache run as CUDA graphs (on by default, off when the environment has
+ * DFLASH_DECODE_GRAPHS=0; target_decode_cuda.c says which steps and how).
  * Off drops the captured graphs. The outputs are the same bits either way. */
 void target_cuda_cache_set_graphs(target_cuda_cache *c, int on);
 /* Graphs captured over the cache's life and steps run as a graph launch. */

@@ -32,7 +32,7 @@ if [ "${1:-}" != bench ]; then
 one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-4000}" timeout 300 bash tests/gpu/gpu_train.sh
 for t in test_train_kernels_gpu test_dflash_attention_gpu test_cross_entropy_gpu test_kernels_gpu test_vmm_pool \
          test_decode_gpu test_logits_mask_gpu test_nonfinite_gpu test_gated_delta_rule_gpu test_gated_delta_chunk_gpu \
-         test_hybrid_kernels_gpu; do
+         test_hybrid_kernels_gpu test_gemv_gpu; do
     [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 300 "$BUILD/gpu/$t"
 done
 # the target forward, one process per family (the hybrid one also writes checkpoints and runs CPU references)
