@@ -1,7 +1,8 @@
 /* bench_decode: greedy decoding with the KV cache (target_decode_cuda) on the Qwen3-8B shape with random bf16
  * weights (--family qwen3_5: the Qwen3.5-9B-shaped hybrid target of bench/qwen35_9b.h, whose cache also carries each
  * sequence's conv histories and fp32 delta-rule states: a step reads and writes those too). For each batch size
- * (default 1, 4, 16, 64), twice: steps launched kernel by kernel, then as CUDA graphs (target_cuda_cache_set_graphs):
+ * (default 1, 4, 16, 64): steps launched kernel by kernel, then as CUDA graphs (target_cuda_cache_set_graphs), then
+ * (batches of at most 16) as graphs with the GEMV kernels for the linear layers (target_cuda_set_gemv_rows):
  * prompts of --prompt random tokens prefilled in packed steps (the first prefill of a shape is timed apart from the
  * second: module loading and GEMM plans), then --new greedy steps, each one token per sequence: forward against the
  * cache, logits of the new rows, argmax on the device, the ids copied to the host (what the next step needs): the
@@ -181,20 +182,24 @@ int main(int argc, char **argv)
         }
         int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)B * prompt);
         int *seqs = xmalloc(sizeof(int) * (size_t)B), *n = xmalloc(sizeof(int) * (size_t)B);
-        int32_t *trace[2]; /* the ids each mode decoded: (nnew - 1, B) */
+        int32_t *trace[3] = {NULL, NULL, NULL}; /* the ids each mode decoded: (nnew - 1, B) */
         uint64_t rs = 0x9e3779b97f4a7c15ull + (uint64_t)B;
         for (size_t i = 0; i < (size_t)B * prompt; i++) {
             rs = rs * 6364136223846793005ull + 1442695040888963407ull;
             ids[i] = (int32_t)((rs >> 33) % (uint64_t)V);
         }
-        double prefill_ms[2], step_ms[2];
+        double prefill_ms[3], step_ms[3];
         int captured = 0;
         long long replayed = 0;
-        /* mode 0: every step kernel by kernel; mode 1: the steps as CUDA graphs. Each mode empties the cache and
-         * prefills the same prompts (mode 0's prefill is this shape's first: module loading, GEMM plans; mode 1's
-         * is warm), then decodes the same greedy tokens. */
-        for (int mode = 0; mode < 2; mode++) {
-            target_cuda_cache_set_graphs(cache, mode);
+        const int nmodes = B <= GEMV_MAX_M ? 3 : 2;
+        /* mode 0: every step kernel by kernel; mode 1: the steps as CUDA graphs; mode 2 (B <= GEMV_MAX_M): graphs
+         * with the GEMV kernels for the steps' linear layers instead of cuBLASLt (target_cuda_set_gemv_rows). Each
+         * mode empties the cache and prefills the same prompts (mode 0's prefill is this shape's first: module
+         * loading, GEMM plans; the others are warm), then decodes greedily. */
+        for (int mode = 0; mode < nmodes; mode++) {
+            target_cuda_cache_set_graphs(cache, 0); /* drops the graphs of the previous mode */
+            target_cuda_cache_set_graphs(cache, mode > 0);
+            target_cuda_set_gemv_rows(m, mode == 2 ? GEMV_MAX_M : 0);
             for (int s = 0; s < B; s++)
                 if (target_cuda_cache_crop(cache, s, 0, &err)) {
                     fprintf(stderr, "bench_decode: %s\n", err.msg);
@@ -233,8 +238,9 @@ int main(int argc, char **argv)
             CHECK_CUDA(cudaEventRecord(e1, st));
             CHECK_CUDA(cudaEventSynchronize(e1));
             step_ms[mode] = now_ms(e0, e1) / (nnew - 3);
-            if (mode) target_cuda_cache_graph_stats(cache, &captured, &replayed);
+            if (mode == 1) target_cuda_cache_graph_stats(cache, &captured, &replayed);
         }
+        target_cuda_set_gemv_rows(m, 0);
         /* one instrumented step (the cache's last free position): device time per kernel class */
         double cls[TARGET_CUDA_NCLASS];
         target_cuda_set_profiling(m, 1);
@@ -245,10 +251,11 @@ int main(int argc, char **argv)
         target_cuda_profile(m, cls);
         target_cuda_set_profiling(m, 0);
         CHECK_CUDA(cudaStreamSynchronize(st));
-        size_t bad = 0, differ = 0;
+        size_t bad = 0, differ = 0, differ_gemv = 0;
         for (size_t i = 0; i < (size_t)(nnew - 1) * B; i++) {
             bad += trace[1][i] < 0 || trace[1][i] >= V;
             differ += trace[0][i] != trace[1][i];
+            if (trace[2]) differ_gemv += trace[0][i] != trace[2][i];
         }
         double kv_bytes = (double)(layers - nlin) * 2 * kd * 2 * (prompt + nnew / 2.0) * B;
         double st_bytes = (double)nlin * state_bytes * B, read = weights_read + kv_bytes + st_bytes;
@@ -265,6 +272,10 @@ int main(int argc, char **argv)
         printf("  decode as CUDA graphs:   %.3f ms/step, %.0f tokens/s, %.2fx the bound (%d graph(s) captured, %lld "
                "steps replayed%s)\n", step_ms[1], B / (step_ms[1] / 1e3), step_ms[1] / bound_ours, captured, replayed,
                captured ? "" : ": the family's step is not capturable");
+        if (nmodes == 3)
+            printf("  decode as graphs + GEMV: %.3f ms/step, %.0f tokens/s, %.2fx the bound (%zu of the %d x %d greedy "
+                   "ids differ from cuBLASLt's: other roundings, random weights' near-ties)\n", step_ms[2],
+                   B / (step_ms[2] / 1e3), step_ms[2] / bound_ours, differ_gemv, nnew - 1, B);
         printf("  one step's device time by kernel class: GEMMs %.3f ms, attention %.3f ms, delta rule %.3f ms, "
                "other %.3f ms, copies %.3f ms\n", cls[TARGET_CUDA_MATMUL], cls[TARGET_CUDA_ATTENTION],
                cls[TARGET_CUDA_DELTA_RULE], cls[TARGET_CUDA_OTHER], cls[TARGET_CUDA_COPY]);
@@ -273,7 +284,7 @@ int main(int argc, char **argv)
         printf("cache: %.2f GiB for %d x %d positions\n", (double)target_cuda_cache_bytes(cache) / (1 << 30), B,
                max_len);
         target_cuda_cache_destroy(&cache);
-        free(ids), free(seqs), free(n), free(trace[0]), free(trace[1]);
+        free(ids), free(seqs), free(n), free(trace[0]), free(trace[1]), free(trace[2]);
     }
     CHECK_CUDA(cudaFree(logits));
     CHECK_CUDA(cudaFree(d_next));

@@ -91,7 +91,7 @@ void target_cuda_mark(target_cuda *m, int cls)
 void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
                         const uint16_t *x, int ldx, const uint16_t *w, int T, int n, int k)
 {
-    if (gemv_cuda_takes(x, ldx, w, T, n, k))
+    if (T <= m->gemv_rows && gemv_cuda_takes(x, ldx, w, T, n, k))
         gemv_forward_cuda(y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);
     else
         matmul_forward_cuda(m->mm, y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);

@@ -18,6 +18,7 @@
 
 #include "cuda_check.h"
 #include "embedding.h"
+#include "gemv.h"
 #include "log.h"
 #include "matmul.h"
 #include "rand_fill.h"
@@ -292,6 +293,11 @@ void *target_cuda_stream(const target_cuda *m) { return m->stream; }
 const uint16_t *target_cuda_embedding(const target_cuda *m) { return m->embed; }
 const uint16_t *target_cuda_lm_head(const target_cuda *m) { return m->lm_head; }
 size_t target_cuda_device_bytes(const target_cuda *m) { return m->device_bytes; }
+
+void target_cuda_set_gemv_rows(target_cuda *m, int rows)
+{
+    m->gemv_rows = rows < 0 ? 0 : rows > GEMV_MAX_M ? GEMV_MAX_M : rows;
+}
 
 void target_cuda_set_profiling(target_cuda *m, int on)
 {

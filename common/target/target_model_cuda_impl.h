@@ -38,6 +38,7 @@ struct target_cuda {
                                       * (target_cuda_load_kept: the weights outlive the process) */
     /* workspaces for max_tokens: the residual stream x and the normed rows u (T, H) */
     int max_tokens, max_seqs;
+    int gemv_rows;                 /* linear layers of at most this many rows run the GEMV (target_cuda_linear) */
     uint16_t *x, *u;
     int32_t *d_ids;                /* device copy of the batch: ids (T) | positions (T) | cu_seqlens (nseq+1) */
     int32_t *h_stage;              /* pinned staging of the same */
@@ -119,9 +120,9 @@ void *target_cuda_alloc(target_cuda *m, size_t bytes);
 void target_cuda_free(void *p);
 /* dst (n bf16, device) = bf16(src[i] + add), through a host staging buffer. */
 void target_cuda_put(uint16_t *dst, const float *src, size_t n, float add);
-/* A linear layer of T rows on m->stream, matmul_forward_cuda's contract (y = x·wᵀ + beta·c): the GEMV kernel
- * (gemv.h) for the few rows of a decoding step (T <= GEMV_MAX_M), where cuBLASLt's GEMMs fall short of the
- * weight-read bound, else cuBLASLt. Every target linear layer whose rows are activations goes through here. */
+/* A linear layer of T rows on m->stream, matmul_forward_cuda's contract (y = x·wᵀ + beta·c): the GEMV kernels
+ * (gemv.h) for the few rows of a decoding step (T <= m->gemv_rows, target_cuda_set_gemv_rows), else cuBLASLt.
+ * Every target linear layer whose rows are activations goes through here. */
 void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
                         const uint16_t *x, int ldx, const uint16_t *w, int T, int n, int k);
 /* Profiling: charge the span since the previous mark to class cls (no-op unless profiling). */

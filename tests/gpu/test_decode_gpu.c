@@ -27,6 +27,7 @@
 #include "cuda_check.h"
 #include "gpu_test.h"
 #include "kv_attention.h"
+#include "gemv.h"
 #include "moe_all_experts.h"
 #include "qk_norm_rope.h"
 #include "rope.h"
@@ -203,7 +204,7 @@ static void take_rows(uint16_t *dst, int row0, const uint16_t *d_src, int n, int
 }
 
 /* (2) one golden target, three decoding schedules of one text against the CPU forward over the whole text. */
-static void check_decode(const char *label, const char *dir, int hybrid)
+static void check_decode(const char *label, const char *dir, int hybrid, int gemv_rows)
 {
     errbuf err = {{0}};
     target_model *cpu = NULL;
@@ -218,6 +219,7 @@ static void check_decode(const char *label, const char *dir, int hybrid)
         target_cuda_destroy(&gpu);
         return;
     }
+    target_cuda_set_gemv_rows(gpu, gemv_rows);
     const hf_config *c = target_model_config(cpu);
     const int H = c->hidden_size, V = c->vocab_size, nl = c->num_layers;
     int taps[3] = {0, nl / 2, nl - 1};
@@ -429,7 +431,7 @@ static void check_crop_exact(const char *label, const char *dir)
  * sequences one token each with taps and every row's logits, a block of 4 of one sequence, two sequences with their
  * last rows' logits only and no taps, and single tokens after a crop. Every step's taps and logits must be the same
  * bits on both, and the graph cache must have replayed steps (a family whose row allows it). */
-static void check_graph_exact(const char *label, const char *dir)
+static void check_graph_exact(const char *label, const char *dir, int gemv_rows)
 {
     errbuf err = {{0}};
     target_cuda *gpu = NULL;
@@ -444,6 +446,7 @@ static void check_graph_exact(const char *label, const char *dir)
         return;
     }
     target_cuda_cache_set_graphs(ce, 0);
+    target_cuda_set_gemv_rows(gpu, gemv_rows);
     const hf_config *c = target_cuda_config(gpu);
     const int H = c->hidden_size, V = c->vocab_size, nl = c->num_layers, W = 2 * H;
     int taps[2] = {0, nl - 1};
@@ -497,9 +500,10 @@ static void check_graph_exact(const char *label, const char *dir)
         failures++;
     } else {
         int ok = !diff_a && !diff_l && captured == 4 && replayed == 15 && !eager_captured && !eager_replayed;
-        printf("%s %s graph_exact: %d steps of 5 shapes, graphs off against on: %zu taps and %zu logits differ; "
-               "%d graphs captured (4 expected), %lld steps replayed (15 expected; graphs off: %d, %lld)\n",
-               ok ? "ok" : "FAIL", label, nsteps, diff_a, diff_l, captured, replayed, eager_captured, eager_replayed);
+        printf("%s %s graph_exact (%s): %d steps of 5 shapes, graphs off against on: %zu taps and %zu logits "
+               "differ; %d graphs captured (4 expected), %lld steps replayed (15 expected; graphs off: %d, %lld)\n",
+               ok ? "ok" : "FAIL", label, gemv_rows ? "GEMV for <= 16 rows" : "cuBLASLt", nsteps, diff_a, diff_l,
+               captured, replayed, eager_captured, eager_replayed);
         if (!ok) failures++;
     }
     for (int i = 0; i < 2; i++) {
@@ -526,9 +530,16 @@ int main(void)
     const char *cases[] = {"tiny", "tiny-bf16", "qwen35-tiny", "qwen35moe-tiny"};
     for (int i = 0; i < 4; i++) {
         snprintf(dir, sizeof dir, "%s/%s/target", g && *g ? g : "tests/goldens", cases[i]);
-        check_decode(cases[i], dir, i >= 2);
-        if (i >= 2) check_crop_exact(cases[i], dir);
-        else check_graph_exact(cases[i], dir);
+        check_decode(cases[i], dir, i >= 2, 0);
+        if (i >= 2) {
+            check_crop_exact(cases[i], dir);
+        } else { /* and with the GEMV kernels for the steps' few rows (target_cuda_set_gemv_rows) */
+            char label[96];
+            snprintf(label, sizeof label, "%s (GEMV)", cases[i]);
+            check_decode(label, dir, 0, GEMV_MAX_M);
+            check_graph_exact(cases[i], dir, 0);
+            check_graph_exact(cases[i], dir, GEMV_MAX_M);
+        }
     }
     /* a random hybrid checkpoint with the Qwen3.5 linear-attention heads (dk = dv = 128): its prefills run the
      * tensor-core delta rule from carried states, its steps the recurrent kernel (the goldens' dk 16 runs neither) */
@@ -539,7 +550,7 @@ int main(void)
         printf("FAIL hybrid-dk128 checkpoint in %s\n", tmp);
         failures++;
     } else {
-        check_decode("hybrid-dk128(3 layers)", tmp, 1);
+        check_decode("hybrid-dk128(3 layers)", tmp, 1, 0);
         check_crop_exact("hybrid-dk128(3 layers)", tmp);
     }
     char path[1200];
@@ -558,8 +569,8 @@ int main(void)
             continue;
         }
         snprintf(label, sizeof label, "%s (every expert routed)", moe_cases[i]);
-        check_decode(label, variant, 0);
-        check_graph_exact(label, variant);
+        check_decode(label, variant, 0, 0);
+        check_graph_exact(label, variant, GEMV_MAX_M);
         moe_all_experts_remove(variant);
     }
     printf("%s test_decode_gpu: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
