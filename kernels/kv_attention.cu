@@ -2,9 +2,7 @@
 // kChunk keys, kv head, query row) scores the chunk for the group's nh/nkv query heads (a warp per key, lanes over
 // head_dim, warp sums), takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
 // (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0. Pass 2: a CTA per (query head, row) rescales
-// the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read once per group. For the
-// usual head_dims the chunk is staged in shared memory first (partial_tiled_kernel): the plain kernel's loads, a
-// warp per key with 2-byte lanes, leave it waiting on memory once per key.
+// the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read once per group.
 #include <cuda_bf16.h>
 #include <cstdint>
 #include <math.h>
@@ -13,7 +11,6 @@
 
 #include "kv_attention.h"
 #include "cuda_check.h"
-#include "mma_sm80.cuh"
 
 namespace {
 
@@ -98,109 +95,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// Pass 1 for hd in {64, 128, 256} with 16-byte aligned cache rows: the chunk's key and value rows are first copied
-// to shared memory with 16-byte cp.async, all at once (one memory round trip a chunk, every byte in flight), then
-// scored (a warp per key, lanes over head_dim) and summed from there. The same partials as partial_kernel's up to
-// the order of the fp32 sums.
-template <int HD>
-__global__ void __launch_bounds__(kThreads)
-    partial_tiled_kernel(float *ws_acc, float *ws_ml, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *kc,
-                         const __nv_bfloat16 *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos, int nh,
-                         int nkv, float scale, int nchunks)
-{
-    extern __shared__ __align__(16) unsigned char kv_smem[];
-    __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(kv_smem), *vs = ks + kChunk * HD;
-    float *qs = reinterpret_cast<float *>(vs + kChunk * HD);
-    const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, group = nh / nkv;
-    float *sc = qs + group * HD;
-    __shared__ float mx[kMaxGroup], sm[kMaxGroup];
-    const int p = pos[t], j0 = c * kChunk, j1 = min(j0 + kChunk, p + 1), nk = j1 - j0;
-    const size_t kd = (size_t)nkv * HD;
-    float *ml = ws_ml + ((size_t)t * nh + (size_t)kvh * group) * nchunks * 2;
-    if (j0 > p) { // past the causal end: an empty partial per head
-        if (threadIdx.x < group) {
-            ml[((size_t)threadIdx.x * nchunks + c) * 2] = -INFINITY;
-            ml[((size_t)threadIdx.x * nchunks + c) * 2 + 1] = 0.0f;
-        }
-        return;
-    }
-    const size_t base = (size_t)seq[t] * seq_stride + (size_t)j0 * kd + (size_t)kvh * HD;
-    constexpr int P = HD / 8; // 16-byte pieces a row
-    for (int i = threadIdx.x; i < nk * P; i += kThreads) {
-        const int j = i / P, o = (i - j * P) * 8;
-        mma_sm80::cp_async16(ks + j * HD + o, kc + base + (size_t)j * kd + o, true);
-        mma_sm80::cp_async16(vs + j * HD + o, vc + base + (size_t)j * kd + o, true);
-    }
-    mma_sm80::cp_async_commit();
-    for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-        int g = i / HD, d = i - g * HD;
-        qs[i] = __bfloat162float(q[(size_t)t * ldq + (size_t)(kvh * group + g) * HD + d]);
-    }
-    mma_sm80::cp_async_wait<0>();
-    __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int j = warp; j < nk; j += kThreads / 32) {
-        float kv[HD / 32];
-#pragma unroll
-        for (int e = 0; e < HD / 32; e++) kv[e] = __bfloat162float(ks[j * HD + lane + 32 * e]);
-        for (int g = 0; g < group; g++) {
-            float d = 0.0f;
-#pragma unroll
-            for (int e = 0; e < HD / 32; e++) d += qs[g * HD + lane + 32 * e] * kv[e];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            if (lane == 0) sc[g * kChunk + j] = d * scale;
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x < group) { // the chunk's max and exp-sum per head (at most kChunk values)
-        const int g = threadIdx.x;
-        float m = -INFINITY, s = 0.0f;
-        for (int j = 0; j < nk; j++) m = fmaxf(m, sc[g * kChunk + j]);
-        for (int j = 0; j < nk; j++) {
-            float e = expf(sc[g * kChunk + j] - m);
-            sc[g * kChunk + j] = e;
-            s += e;
-        }
-        mx[g] = m, sm[g] = s;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-        int g = i / HD, d = i - g * HD;
-        float a = 0.0f;
-        for (int j = 0; j < nk; j++) a += sc[g * kChunk + j] * __bfloat162float(vs[j * HD + d]);
-        ws_acc[(((size_t)t * nh + (size_t)kvh * group + g) * nchunks + c) * HD + d] = a;
-    }
-    if (threadIdx.x < group) {
-        ml[((size_t)threadIdx.x * nchunks + c) * 2] = mx[threadIdx.x];
-        ml[((size_t)threadIdx.x * nchunks + c) * 2 + 1] = sm[threadIdx.x];
-    }
-}
-
-template <int HD>
-size_t partial_tiled_smem(int group)
-{
-    return sizeof(__nv_bfloat16) * 2 * kChunk * HD + sizeof(float) * (size_t)group * (HD + kChunk);
-}
-
-// Launch the tiled pass 1 for HD; the kernel's dynamic shared memory limit is raised once per process (before any
-// capture: the first step of a shape runs uncaptured).
-template <int HD>
-void launch_tiled(dim3 grid, cudaStream_t st, float *ws_acc, float *ws_ml, const __nv_bfloat16 *q, int ldq,
-                  const __nv_bfloat16 *kc, const __nv_bfloat16 *vc, size_t seq_stride, const int32_t *seq,
-                  const int32_t *pos, int nh, int nkv, float scale, int nchunks)
-{
-    static bool raised = false;
-    const size_t bytes = partial_tiled_smem<HD>(nh / nkv), most = partial_tiled_smem<HD>(kMaxGroup);
-    if (!raised && most > 48 * 1024) {
-        CHECK_CUDA(cudaFuncSetAttribute(partial_tiled_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)most));
-        raised = true;
-    }
-    partial_tiled_kernel<HD><<<grid, kThreads, bytes, st>>>(ws_acc, ws_ml, q, ldq, kc, vc, seq_stride, seq, pos, nh,
-                                                            nkv, scale, nchunks);
-}
-
 __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc, const float *ws_ml,
                                const int32_t *pos, int nh, int hd, int nchunks)
 {
@@ -252,19 +146,9 @@ extern "C" void kv_attention_forward_cuda(uint16_t *out, int ldo, const uint16_t
     const int nchunks = max_pos / kChunk + 1;
     float *ws_acc = workspace, *ws_ml = workspace + (size_t)T * nh * nchunks * hd;
     cudaStream_t st = (cudaStream_t)stream;
-    const dim3 grid(nchunks, nkv, T);
-    const __nv_bfloat16 *qq = (const __nv_bfloat16 *)q, *kk = (const __nv_bfloat16 *)kc, *vv = (const __nv_bfloat16 *)vc;
-    const bool tiled = (hd == 64 || hd == 128 || hd == 256) && seq_stride % 8 == 0 && nkv * hd % 8 == 0 &&
-                       (uintptr_t)kc % 16 == 0 && (uintptr_t)vc % 16 == 0;
-    if (tiled && hd == 64)
-        launch_tiled<64>(grid, st, ws_acc, ws_ml, qq, ldq, kk, vv, seq_stride, seq, pos, nh, nkv, scale, nchunks);
-    else if (tiled && hd == 128)
-        launch_tiled<128>(grid, st, ws_acc, ws_ml, qq, ldq, kk, vv, seq_stride, seq, pos, nh, nkv, scale, nchunks);
-    else if (tiled)
-        launch_tiled<256>(grid, st, ws_acc, ws_ml, qq, ldq, kk, vv, seq_stride, seq, pos, nh, nkv, scale, nchunks);
-    else
-        partial_kernel<<<grid, kThreads, 0, st>>>(ws_acc, ws_ml, qq, ldq, kk, vv, seq_stride, seq, pos, nh, nkv, hd,
-                                                  scale, nchunks);
+    partial_kernel<<<dim3(nchunks, nkv, T), kThreads, 0, st>>>(ws_acc, ws_ml, (const __nv_bfloat16 *)q, ldq,
+                                                               (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
+                                                               seq_stride, seq, pos, nh, nkv, hd, scale, nchunks);
     CHECK_CUDA_LAUNCH();
     combine_kernel<<<dim3(nh, T), (hd + 31) / 32 * 32, 0, st>>>((__nv_bfloat16 *)out, ldo, ws_acc, ws_ml, pos, nh,
                                                                  hd, nchunks);
