@@ -1,10 +1,14 @@
 /* bench_decode: greedy decoding with the KV cache (target_decode_cuda) on the Qwen3-8B shape with random bf16
  * weights (--family qwen3_5: the Qwen3.5-9B-shaped hybrid target of bench/qwen35_9b.h, whose cache also carries each
- * sequence's conv histories and fp32 delta-rule states: a step reads and writes those too). For each batch size: prompts of --prompt random tokens prefilled in packed steps, then --new greedy
- * steps, each one token per sequence: forward against the cache, logits of the new rows, argmax on the device, the
- * ids copied to the host (what the next step needs): the loop `dflash generate` runs. Prints ms per decode step,
- * tokens/s, and at batch 1 the step time against the bandwidth bound (every weight read once per step: the
- * issue's 16.4 GB figure, and the bytes this model actually reads: layers + lm_head + the KV cache).
+ * sequence's conv histories and fp32 delta-rule states: a step reads and writes those too). For each batch size
+ * (default 1, 4, 16, 64): steps launched kernel by kernel, then as CUDA graphs (target_cuda_cache_set_graphs), then
+ * (batches of at most 16) as graphs with the GEMV kernels for the linear layers (target_cuda_set_gemv_rows):
+ * prompts of --prompt random tokens prefilled in packed steps (the first prefill of a shape is timed apart from the
+ * second: module loading and GEMM plans), then --new greedy steps, each one token per sequence: forward against the
+ * cache, logits of the new rows, argmax on the device, the ids copied to the host (what the next step needs): the
+ * loop `dflash generate` runs. Prints ms per decode step, tokens/s and the step time against the weight-read bound
+ * (the bytes a step reads: layers + lm_head + the KV cache), the device time by kernel class of one instrumented
+ * step, and whether the two modes decoded the same ids (they must: the same bits).
  * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s] */
 #include <math.h>
 #include <stdint.h>
@@ -53,11 +57,11 @@ int main(int argc, char **argv)
         }
     }
     if (layers < 0) layers = hybrid ? 32 : 36;
-    if (!nbatch) batches[nbatch++] = 1, batches[nbatch++] = 64;
+    if (!nbatch) batches[nbatch++] = 1, batches[nbatch++] = 4, batches[nbatch++] = 16, batches[nbatch++] = 64;
     int maxb = 0;
     for (int i = 0; i < nbatch; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
-    if (layers < 1 || prompt < 1 || nnew < 2 || maxb < 1) {
-        fprintf(stderr, "bench_decode: --layers, --prompt, --batch must be >= 1 and --new >= 2\n");
+    if (layers < 1 || prompt < 1 || nnew < 4 || maxb < 1) {
+        fprintf(stderr, "bench_decode: --layers, --prompt, --batch must be >= 1 and --new >= 4\n");
         return 2;
     }
     hf_config cfg;
@@ -67,6 +71,7 @@ int main(int argc, char **argv)
     /* prefill in packed steps of at most 4096 tokens (whole prompts) */
     int per_step = 4096 / prompt > 0 ? 4096 / prompt : 1;
     const int step_tokens = per_step * prompt > maxb ? per_step * prompt : maxb;
+    if (per_step > maxb) per_step = maxb;
 
     CHECK_CUDA(cudaSetDevice(0));
     struct cudaDeviceProp prop;
@@ -117,47 +122,67 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_decode: %s\n", err.msg);
             return 1;
         }
-        int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)per_step * prompt);
-        int *seqs = xmalloc(sizeof(int) * (size_t)(B > per_step ? B : per_step));
-        int *n = xmalloc(sizeof(int) * (size_t)(B > per_step ? B : per_step));
+        int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)B * prompt);
+        int *seqs = xmalloc(sizeof(int) * (size_t)B), *n = xmalloc(sizeof(int) * (size_t)B);
+        int32_t *trace[3] = {NULL, NULL, NULL}; /* the ids each mode decoded: (nnew - 1, B) */
         uint64_t rs = 0x9e3779b97f4a7c15ull + (uint64_t)B;
-        /* prefill: logits of each prompt's last row, argmax: the first new token */
-        CHECK_CUDA(cudaEventRecord(e0, st));
-        for (int s0 = 0; s0 < B; s0 += per_step) {
-            int k = B - s0 < per_step ? B - s0 : per_step;
-            for (int i = 0; i < k; i++) {
-                seqs[i] = s0 + i, n[i] = prompt;
-                for (int j = 0; j < prompt; j++) {
-                    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-                    ids[i * prompt + j] = (int32_t)((rs >> 33) % (uint64_t)V);
+        for (size_t i = 0; i < (size_t)B * prompt; i++) {
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            ids[i] = (int32_t)((rs >> 33) % (uint64_t)V);
+        }
+        double prefill_ms[3], step_ms[3];
+        int captured = 0;
+        long long replayed = 0;
+        const int nmodes = B <= GEMV_MAX_M ? 3 : 2;
+        /* mode 0: every step kernel by kernel; mode 1: the steps as CUDA graphs; mode 2 (B <= GEMV_MAX_M): graphs
+         * with the GEMV kernels for the steps' linear layers instead of cuBLASLt (target_cuda_set_gemv_rows). Each
+         * mode empties the cache and prefills the same prompts (mode 0's prefill is this shape's first: module
+         * loading, GEMM plans; the others are warm), then decodes greedily. */
+        for (int mode = 0; mode < nmodes; mode++) {
+            target_cuda_cache_set_graphs(cache, 0); /* drops the graphs of the previous mode */
+            target_cuda_cache_set_graphs(cache, mode > 0);
+            target_cuda_set_gemv_rows(m, mode == 2 ? GEMV_MAX_M : 0);
+            for (int s = 0; s < B; s++)
+                if (target_cuda_cache_crop(cache, s, 0, &err)) {
+                    fprintf(stderr, "bench_decode: %s\n", err.msg);
+                    return 1;
                 }
+            /* prefill: logits of each prompt's last row, argmax: the first new token */
+            CHECK_CUDA(cudaEventRecord(e0, st));
+            for (int s0 = 0; s0 < B; s0 += per_step) {
+                int k = B - s0 < per_step ? B - s0 : per_step;
+                for (int i = 0; i < k; i++) seqs[i] = s0 + i, n[i] = prompt;
+                if (target_cuda_cache_forward(cache, k, seqs, n, ids + (size_t)s0 * prompt, NULL, 0, NULL, 0, logits,
+                                              1, &err)) {
+                    fprintf(stderr, "bench_decode: prefill: %s\n", err.msg);
+                    return 1;
+                }
+                argmax_rows_cuda(d_next + s0, logits, V, k, V, st);
             }
-            if (target_cuda_cache_forward(cache, k, seqs, n, ids, NULL, 0, NULL, 0, logits, 1, &err)) {
-                fprintf(stderr, "bench_decode: prefill: %s\n", err.msg);
-                return 1;
-            }
-            argmax_rows_cuda(d_next + s0, logits, V, k, V, st);
-        }
-        CHECK_CUDA(cudaMemcpyAsync(h_next, d_next, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, st));
-        CHECK_CUDA(cudaEventRecord(e1, st));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        double prefill_ms = now_ms(e0, e1);
-        for (int i = 0; i < B; i++) seqs[i] = i, n[i] = 1;
-        /* decode: the first step is a warm-up of this shape, the rest are timed */
-        double step_ms = 0;
-        for (int it = 0; it < nnew - 1; it++) {
-            if (it == 1) CHECK_CUDA(cudaEventRecord(e0, st));
-            if (target_cuda_cache_forward(cache, B, seqs, n, h_next, NULL, 0, NULL, 0, logits, 1, &err)) {
-                fprintf(stderr, "bench_decode: decode step %d: %s\n", it, err.msg);
-                return 1;
-            }
-            argmax_rows_cuda(d_next, logits, V, B, V, st);
             CHECK_CUDA(cudaMemcpyAsync(h_next, d_next, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, st));
-            CHECK_CUDA(cudaStreamSynchronize(st));
+            CHECK_CUDA(cudaEventRecord(e1, st));
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            prefill_ms[mode] = now_ms(e0, e1);
+            for (int i = 0; i < B; i++) seqs[i] = i, n[i] = 1;
+            trace[mode] = xmalloc(sizeof(int32_t) * (size_t)(nnew - 1) * B);
+            /* decode: the first step is a warm-up of this shape (and the second its capture), the rest are timed */
+            for (int it = 0; it < nnew - 1; it++) {
+                if (it == 2) CHECK_CUDA(cudaEventRecord(e0, st));
+                if (target_cuda_cache_forward(cache, B, seqs, n, h_next, NULL, 0, NULL, 0, logits, 1, &err)) {
+                    fprintf(stderr, "bench_decode: decode step %d: %s\n", it, err.msg);
+                    return 1;
+                }
+                argmax_rows_cuda(d_next, logits, V, B, V, st);
+                CHECK_CUDA(cudaMemcpyAsync(h_next, d_next, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, st));
+                CHECK_CUDA(cudaStreamSynchronize(st));
+                memcpy(trace[mode] + (size_t)it * B, h_next, sizeof(int32_t) * (size_t)B);
+            }
+            CHECK_CUDA(cudaEventRecord(e1, st));
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            step_ms[mode] = now_ms(e0, e1) / (nnew - 3);
+            if (mode == 1) target_cuda_cache_graph_stats(cache, &captured, &replayed);
         }
-        CHECK_CUDA(cudaEventRecord(e1, st));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        step_ms = now_ms(e0, e1) / (nnew - 2);
+        target_cuda_set_gemv_rows(m, 0);
         /* one instrumented step (the cache's last free position): device time per kernel class */
         double cls[TARGET_CUDA_NCLASS];
         target_cuda_set_profiling(m, 1);
@@ -168,27 +193,40 @@ int main(int argc, char **argv)
         target_cuda_profile(m, cls);
         target_cuda_set_profiling(m, 0);
         CHECK_CUDA(cudaStreamSynchronize(st));
-        int bad = 0;
-        for (int i = 0; i < B; i++) bad += h_next[i] < 0 || h_next[i] >= V;
+        size_t bad = 0, differ = 0, differ_gemv = 0;
+        for (size_t i = 0; i < (size_t)(nnew - 1) * B; i++) {
+            bad += trace[1][i] < 0 || trace[1][i] >= V;
+            differ += trace[0][i] != trace[1][i];
+            if (trace[2]) differ_gemv += trace[0][i] != trace[2][i];
+        }
         double kv_bytes = (double)(layers - nlin) * 2 * kd * 2 * (prompt + nnew / 2.0) * B;
         double st_bytes = (double)nlin * state_bytes * B, read = weights_read + kv_bytes + st_bytes;
-        double bound_issue = 16.4e9 / (bw * 1e12) * 1e3, bound_ours = read / (bw * 1e12) * 1e3;
-        printf("batch %d: prefill %d x %d tokens %.1f ms (%.0f tok/s); decode %.3f ms/step, %.0f tokens/s",
-               B, B, prompt, prefill_ms, B * prompt / (prefill_ms / 1e3), step_ms, B / (step_ms / 1e3));
-        if (!hybrid) printf("; bandwidth bound at %.1f TB/s: %.2f ms (16.4 GB) -> %.2fx of it", bw, bound_issue,
-                            step_ms / bound_issue);
+        double bound_ours = read / (bw * 1e12) * 1e3;
         char states[96] = "";
         if (hybrid) snprintf(states, sizeof states, " + conv/delta states read and written %.2f", st_bytes / 1e9);
-        printf("; weight-read bound at %.1f TB/s: %.2f ms (%.2f GB read a step: weights %.2f + KV %.2f%s) -> %.2fx\n",
-               bw, bound_ours, read / 1e9, weights_read / 1e9, kv_bytes / 1e9, states, step_ms / bound_ours);
+        printf("batch %d: prefill %d x %d tokens: first %.1f ms (%.0f tok/s), again %.1f ms (%.0f tok/s); "
+               "weight-read bound at %.1f TB/s: %.2f ms (%.2f GB read a step: weights %.2f + KV %.2f%s)\n",
+               B, B, prompt, prefill_ms[0], B * prompt / (prefill_ms[0] / 1e3), prefill_ms[1],
+               B * prompt / (prefill_ms[1] / 1e3), bw, bound_ours, read / 1e9, weights_read / 1e9, kv_bytes / 1e9,
+               states);
+        printf("  decode kernel by kernel: %.3f ms/step, %.0f tokens/s, %.2fx the bound\n", step_ms[0],
+               B / (step_ms[0] / 1e3), step_ms[0] / bound_ours);
+        printf("  decode as CUDA graphs:   %.3f ms/step, %.0f tokens/s, %.2fx the bound (%d graph(s) captured, %lld "
+               "steps replayed%s)\n", step_ms[1], B / (step_ms[1] / 1e3), step_ms[1] / bound_ours, captured, replayed,
+               captured ? "" : ": the family's step is not capturable");
+        if (nmodes == 3)
+            printf("  decode as graphs + GEMV: %.3f ms/step, %.0f tokens/s, %.2fx the bound (%zu of the %d x %d greedy "
+                   "ids differ from cuBLASLt's: other roundings, random weights' near-ties)\n", step_ms[2],
+                   B / (step_ms[2] / 1e3), step_ms[2] / bound_ours, differ_gemv, nnew - 1, B);
         printf("  one step's device time by kernel class: GEMMs %.3f ms, attention %.3f ms, delta rule %.3f ms, "
                "other %.3f ms, copies %.3f ms\n", cls[TARGET_CUDA_MATMUL], cls[TARGET_CUDA_ATTENTION],
                cls[TARGET_CUDA_DELTA_RULE], cls[TARGET_CUDA_OTHER], cls[TARGET_CUDA_COPY]);
-        if (bad) printf("FAIL batch %d: %d token ids out of range\n", B, bad);
+        printf("%s batch %d: the %d x %d greedy ids of the two modes: %zu differ, %zu out of range\n",
+               differ || bad ? "FAIL" : "ok", B, nnew - 1, B, differ, bad);
         printf("cache: %.2f GiB for %d x %d positions\n", (double)target_cuda_cache_bytes(cache) / (1 << 30), B,
                max_len);
         target_cuda_cache_destroy(&cache);
-        free(ids), free(seqs), free(n);
+        free(ids), free(seqs), free(n), free(trace[0]), free(trace[1]), free(trace[2]);
     }
     CHECK_CUDA(cudaFree(logits));
     CHECK_CUDA(cudaFree(d_next));

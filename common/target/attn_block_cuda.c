@@ -144,7 +144,7 @@ void attn_cuda_forward(target_cuda *m, const attn_cuda *w, const attn_cuda_layer
     const attn_cuda_cache *ca = kv ? kv->state : NULL;
     rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    matmul_forward_cuda(m->mm, w->qkv, qkvw, NULL, 0, 0.0f, m->u, H, l->w_qkv, T, qkvw, H, st);
+    target_cuda_linear(m, w->qkv, qkvw, NULL, 0, 0.0f, m->u, H, l->w_qkv, T, qkvw, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     bias_add_bf16_cuda(w->qkv, qkvw, T, qkvw, l->b_qkv, st);
     qk_norm_rope_cuda(w->qkv, qkvw, w->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
@@ -162,7 +162,7 @@ void attn_cuda_forward(target_cuda *m, const attn_cuda *w, const attn_cuda_layer
                                        kv->pos, T, kv->max_pos, nh, nkv, hd, scale, l->window, l->sinks,
                                        ca->workspace, st);
     target_cuda_mark(m, TARGET_CUDA_ATTENTION);
-    matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, w->attn, qd, l->w_o, T, H, qd, st);
+    target_cuda_linear(m, m->x, H, r, ldr, 1.0f, w->attn, qd, l->w_o, T, H, qd);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     bias_add_bf16_cuda(m->x, H, T, H, l->b_o, st);
 }

@@ -1,5 +1,6 @@
 /* target_base_cuda: the pieces of the CUDA target that the generic code and every family use: device allocation
- * counted in the model's bytes (cudaMalloc, or the next buffer of the model's arena: target_arena_cuda.h), uploads of checkpoint tensors as bf16, and the profiling marks. */
+ * counted in the model's bytes (cudaMalloc, or the next buffer of the model's arena: target_arena_cuda.h), uploads of checkpoint tensors as bf16, the linear layer (the one rule for which kernel runs it), and
+ * the profiling marks. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,8 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "gemv.h"
+#include "matmul.h"
 #include "target_arena_cuda.h"
 #include "target_model_cuda_impl.h"
 
@@ -83,4 +86,13 @@ void target_cuda_mark(target_cuda *m, int cls)
     if (!m->profiling || m->nev >= TC_MAX_EVENTS) return;
     m->ev_class[m->nev] = cls;
     CHECK_CUDA(cudaEventRecord(m->ev[m->nev++], m->stream));
+}
+
+void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
+                        const uint16_t *x, int ldx, const uint16_t *w, int T, int n, int k)
+{
+    if (T <= m->gemv_rows && gemv_cuda_takes(x, ldx, w, T, n, k))
+        gemv_forward_cuda(y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);
+    else
+        matmul_forward_cuda(m->mm, y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);
 }

@@ -3,7 +3,13 @@
  * states, whose crop re-runs the kept tokens of the last forward as on the CPU); whether a family decodes at all is
  * its row's can[TARGET_BACKEND_CUDA], checked first. Per step the host builds the rows' ids, absolute positions,
  * sequence indices, cu_seqlens and the rows whose logits are wanted, uploads them through a pinned stage, and runs
- * the target's layer loop (target_cuda_run_layers) with the cache attached. Lengths live on the host. */
+ * the target's layer loop (target_cuda_run_layers) with the cache attached. Lengths live on the host.
+ * CUDA graphs: when the family's row says its step is capturable (target_cuda_ops.step_graph), a step against the
+ * cache (not a packed prefill) is keyed by what its launches bake in (rows, sequences, taps, output buffers); the
+ * second time a key is seen its layer loop is captured once, and from then on that step is the staging upload plus
+ * one graph launch. The captured attention is launched for the cache's whole length (kv max_pos = max_len - 1):
+ * kv_attention's partials and combine depend only on each row's position, so the bits are those of the step
+ * launched kernel by kernel. */
 #include "target_decode_cuda.h"
 
 #include <errno.h>
@@ -15,6 +21,20 @@
 #include "cuda_check.h"
 #include "target_model_cuda_impl.h"
 
+#define TC_GRAPHS 16       /* captured step shapes kept per cache (the least recently used one is replaced) */
+#define TC_GRAPH_TAPS 16
+
+/* A step shape and what its launches bake in: T rows of nrun sequences (the stage's offsets), the taps and the
+ * buffers they and the logits go to. */
+typedef struct step_graph {
+    int T, nrun, last_only, ntaps, ld_aux;
+    int taps[TC_GRAPH_TAPS];
+    const void *aux, *logits;
+    int seen;                    /* steps of this key launched kernel by kernel so far */
+    cudaGraphExec_t exec;        /* NULL until captured */
+    unsigned long long used;     /* the step count at its last use */
+} step_graph;
+
 struct target_cuda_cache {
     target_cuda *m;
     int nseq, max_len, max_step;
@@ -24,6 +44,12 @@ struct target_cuda_cache {
     size_t bytes;
     int32_t *d_stage, *h_stage;  /* ids | pos | seq | cu | logit rows */
     cudaEvent_t staged;
+    int graphs;                  /* 1: capturable steps run as CUDA graphs */
+    step_graph g[TC_GRAPHS];
+    int ngraphs;                 /* slots of g in use */
+    unsigned long long steps;
+    int captured;                /* graphs captured over the cache's life */
+    long long replayed;          /* steps run as a graph launch */
 };
 
 int target_cuda_cache_create(target_cuda_cache **out, target_cuda *m, int nseq, int max_len, int max_step_tokens,
@@ -54,8 +80,34 @@ int target_cuda_cache_create(target_cuda_cache **out, target_cuda *m, int nseq, 
     CHECK_CUDA(cudaMallocHost((void **)&k->h_stage, nstage * sizeof(int32_t)));
     CHECK_CUDA(cudaEventCreateWithFlags(&k->staged, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventRecord(k->staged, m->stream));
+    const char *env = getenv("DFLASH_DECODE_GRAPHS"); /* "0": every step kernel by kernel (a check of the graphs) */
+    k->graphs = !(env && !strcmp(env, "0"));
     *out = k;
     return 0;
+}
+
+static void graph_drop(target_cuda_cache *k, step_graph *g)
+{
+    if (g->exec) {
+        CHECK_CUDA(cudaStreamSynchronize(k->m->stream)); /* a launch of it may still be in flight */
+        CHECK_CUDA(cudaGraphExecDestroy(g->exec));
+    }
+    memset(g, 0, sizeof *g);
+}
+
+void target_cuda_cache_set_graphs(target_cuda_cache *k, int on)
+{
+    k->graphs = on != 0;
+    if (!on) {
+        for (int i = 0; i < k->ngraphs; i++) graph_drop(k, &k->g[i]);
+        k->ngraphs = 0;
+    }
+}
+
+void target_cuda_cache_graph_stats(const target_cuda_cache *k, int *captured, long long *replayed)
+{
+    *captured = k->captured;
+    *replayed = k->replayed;
 }
 
 void target_cuda_cache_destroy(target_cuda_cache **kp)
@@ -63,6 +115,7 @@ void target_cuda_cache_destroy(target_cuda_cache **kp)
     target_cuda_cache *k = *kp;
     if (!k) return;
     CHECK_CUDA(cudaStreamSynchronize(k->m->stream));
+    target_cuda_cache_set_graphs(k, 0);
     k->m->ops->cache_destroy(k->state);
     CHECK_CUDA(cudaFree(k->d_stage));
     CHECK_CUDA(cudaFreeHost(k->h_stage));
@@ -75,6 +128,37 @@ void target_cuda_cache_destroy(target_cuda_cache **kp)
 
 int target_cuda_cache_length(const target_cuda_cache *k, int seq) { return k->len[seq]; }
 size_t target_cuda_cache_bytes(const target_cuda_cache *k) { return k->bytes; }
+
+/* The graph slot of a step against the cache, found or made (replacing the least recently used one); NULL when the
+ * step is not captured: graphs off, a family whose step is not capturable, a packed prefill, a crop's re-run, the
+ * profiling mode (its events), the legacy default stream (not capturable), more taps than a key holds. */
+static step_graph *graph_slot(target_cuda_cache *k, int T, int nrun, const int *taps, int ntaps, const uint16_t *aux,
+                              int ld_aux, const uint16_t *logits, int last_only, int packed, int keep)
+{
+    const target_cuda *m = k->m;
+    if (!k->graphs || !m->ops->step_graph || m->ops->cache_begin || packed || !keep || m->profiling || !m->stream ||
+        ntaps > TC_GRAPH_TAPS)
+        return NULL;
+    step_graph key = {.T = T, .nrun = nrun, .last_only = last_only != 0, .ntaps = ntaps, .ld_aux = ntaps ? ld_aux : 0,
+                      .aux = ntaps ? aux : NULL, .logits = logits};
+    for (int i = 0; i < ntaps; i++) key.taps[i] = taps[i];
+    step_graph *g = NULL, *lru = NULL;
+    for (int i = 0; i < k->ngraphs && !g; i++) {
+        step_graph *e = &k->g[i];
+        if (e->T == key.T && e->nrun == key.nrun && e->last_only == key.last_only && e->ntaps == key.ntaps &&
+            e->ld_aux == key.ld_aux && e->aux == key.aux && e->logits == key.logits &&
+            !memcmp(e->taps, key.taps, sizeof key.taps))
+            g = e;
+        if (!lru || e->used < lru->used) lru = e;
+    }
+    if (!g) {
+        if (k->ngraphs < TC_GRAPHS) g = &k->g[k->ngraphs++];
+        else graph_drop(k, g = lru);
+        *g = key;
+    }
+    g->used = ++k->steps;
+    return g;
+}
 
 /* target_cuda_cache_forward; keep as the family's cache_begin takes it (0: a crop re-runs tokens). */
 static int cache_step(target_cuda_cache *k, int nrun, const int *seqs, const int *n, const int32_t *ids,
@@ -136,8 +220,25 @@ static int cache_step(target_cuda_cache *k, int nrun, const int *seqs, const int
     tc_kv_cache kv = {.state = k->state, .seq = d + 2 * T, .pos = d + T, .max_pos = max_pos, .packed = all_empty};
     m->nev = 0;
     for (int i = 0; i < TARGET_CUDA_NCLASS; i++) m->prof_ms[i] = 0;
-    target_cuda_run_layers(m, &rows, &kv, deepest, taps, ntaps, aux, ld_aux, NULL, logits,
-                           last_only ? d + 3 * T + nrun + 1 : NULL, nrun);
+    const int32_t *logit_rows = last_only ? d + 3 * T + nrun + 1 : NULL;
+    step_graph *g = graph_slot(k, T, nrun, taps, ntaps, aux, ld_aux, logits, last_only, all_empty, keep);
+    if (g) kv.max_pos = k->max_len - 1; /* the launches of any step of this shape (same bits: the file's header) */
+    if (g && !g->exec && g->seen > 0) { /* the second step of this shape: its kernels and GEMM plans exist */
+        cudaGraph_t graph;
+        CHECK_CUDA(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+        target_cuda_run_layers(m, &rows, &kv, deepest, taps, ntaps, aux, ld_aux, NULL, logits, logit_rows, nrun);
+        CHECK_CUDA(cudaStreamEndCapture(m->stream, &graph));
+        CHECK_CUDA(cudaGraphInstantiate(&g->exec, graph, 0));
+        CHECK_CUDA(cudaGraphDestroy(graph));
+        k->captured++;
+    }
+    if (g && g->exec) {
+        CHECK_CUDA(cudaGraphLaunch(g->exec, m->stream));
+        k->replayed++;
+    } else {
+        target_cuda_run_layers(m, &rows, &kv, deepest, taps, ntaps, aux, ld_aux, NULL, logits, logit_rows, nrun);
+        if (g) g->seen++;
+    }
     for (int i = 0; i < nrun; i++) k->len[seqs[i]] += n[i];
     return 0;
 }

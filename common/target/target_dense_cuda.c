@@ -124,15 +124,16 @@ static void dc_layer(target_cuda *m, int li, const tc_rows *rows, const tc_kv_ca
     attn_cuda_forward(m, &d->aw, &l->attn, li, rows, kv, r, ldr);
     rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, (float)c->rms_eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    matmul_forward_cuda(m->mm, d->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
+    target_cuda_linear(m, d->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     swiglu_forward_cuda(d->act, I, d->gu, 2 * I, T, I, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, d->act, I, l->w_down, T, H, I, st);
+    target_cuda_linear(m, dst, ldd, m->x, H, 1.0f, d->act, I, l->w_down, T, H, I);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
 }
 
 const target_cuda_ops target_dense_cuda = {
     .create = dc_create, .destroy = dc_destroy, .load = dc_load, .init_random = dc_init_random, .layer = dc_layer,
     .cache_new = attn_cuda_cache_new, .cache_destroy = attn_cuda_cache_destroy, .cache_crop = NULL,
+    .step_graph = 1, /* the attention block and the layers read the positions from the device */
 };

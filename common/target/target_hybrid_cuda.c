@@ -398,7 +398,7 @@ static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, 
     const int T = rows->T, H = c->hidden_size, HK = c->linear_num_k_heads, HV = c->linear_num_v_heads;
     const int Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim, C = y->C, VD = y->VD, W = y->lin_w;
     cudaStream_t st = m->stream;
-    matmul_forward_cuda(m->mm, y->proj, W, NULL, 0, 0.0f, m->u, H, l->w_lin, T, W, H, st);
+    target_cuda_linear(m, y->proj, W, NULL, 0, 0.0f, m->u, H, l->w_lin, T, W, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     const int32_t *d_in = ca ? ca->d_io : NULL, *d_out = ca ? ca->d_io + rows->nseq : NULL;
     if (ca)
@@ -421,7 +421,7 @@ static void thc_linear(target_cuda *m, const thc_layer *l, const tc_rows *rows, 
     target_cuda_mark(m, TARGET_CUDA_DELTA_RULE);
     gated_rmsnorm_cuda(y->core, VD, y->core, VD, y->proj + C, W, l->gnorm, T, HV, Dv, (float)c->rms_eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, y->core, VD, l->w_out, T, H, VD, st);
+    target_cuda_linear(m, m->x, H, r, ldr, 1.0f, y->core, VD, l->w_out, T, H, VD);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
 }
 
@@ -436,7 +436,7 @@ static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, co
     const int qd = nh * hd, kd = nkv * hd, W = y->attn_w;
     cudaStream_t st = m->stream;
     uint16_t *q = y->proj, *gate = y->proj + qd, *k = y->proj + 2 * qd, *v = y->proj + 2 * qd + kd;
-    matmul_forward_cuda(m->mm, y->proj, W, NULL, 0, 0.0f, m->u, H, l->w_attn, T, W, H, st);
+    target_cuda_linear(m, y->proj, W, NULL, 0, 0.0f, m->u, H, l->w_attn, T, W, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     qk_norm_rope_partial_cuda(q, W, k, W, T, nh, nkv, hd, c->rotary_dim, l->q_norm, l->k_norm, (float)c->rms_eps,
                               rows->pos, m->d_inv_freq, st);
@@ -454,7 +454,7 @@ static void thc_attn(target_cuda *m, const thc_layer *l, const tc_rows *rows, co
     target_cuda_mark(m, TARGET_CUDA_ATTENTION);
     sigmoid_gate_cuda(y->core, qd, y->core, qd, gate, W, T, qd, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    matmul_forward_cuda(m->mm, m->x, H, r, ldr, 1.0f, y->core, qd, l->w_o, T, H, qd, st);
+    target_cuda_linear(m, m->x, H, r, ldr, 1.0f, y->core, qd, l->w_o, T, H, qd);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
 }
 
@@ -478,11 +478,11 @@ static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const
     if (l->moe) {
         moe_cuda_forward(m, y->moe, &l->mw, T, m->u, H, m->x, H, dst, ldd); /* dst = m->x + MoE(u) */
     } else {
-        matmul_forward_cuda(m->mm, y->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
+        target_cuda_linear(m, y->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H);
         target_cuda_mark(m, TARGET_CUDA_MATMUL);
         swiglu_forward_cuda(y->act, I, y->gu, 2 * I, T, I, st);
         target_cuda_mark(m, TARGET_CUDA_OTHER);
-        matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, y->act, I, l->w_down, T, H, I, st);
+        target_cuda_linear(m, dst, ldd, m->x, H, 1.0f, y->act, I, l->w_down, T, H, I);
         target_cuda_mark(m, TARGET_CUDA_MATMUL);
     }
 }
@@ -605,4 +605,5 @@ const target_cuda_ops target_hybrid_cuda = {
     .create = thc_create, .destroy = thc_destroy, .load = thc_load, .init_random = thc_init_random,
     .layer = thc_layer_forward, .cache_new = thc_cache_new, .cache_destroy = thc_cache_destroy,
     .cache_begin = thc_cache_begin, .cache_crop = thc_cache_crop,
+    .step_graph = 0, /* cache_begin stages each step's state bookkeeping from the host */
 };

@@ -18,6 +18,7 @@
 
 #include "cuda_check.h"
 #include "embedding.h"
+#include "gemv.h"
 #include "log.h"
 #include "matmul.h"
 #include "rand_fill.h"
@@ -294,6 +295,11 @@ const uint16_t *target_cuda_embedding(const target_cuda *m) { return m->embed; }
 const uint16_t *target_cuda_lm_head(const target_cuda *m) { return m->lm_head; }
 size_t target_cuda_device_bytes(const target_cuda *m) { return m->device_bytes; }
 
+void target_cuda_set_gemv_rows(target_cuda *m, int rows)
+{
+    m->gemv_rows = rows < 0 ? 0 : rows > GEMV_MAX_M ? GEMV_MAX_M : rows;
+}
+
 void target_cuda_set_profiling(target_cuda *m, int on)
 {
     m->profiling = on;
@@ -362,8 +368,7 @@ static void finish(target_cuda *m, const uint16_t *r, int ldr, int T, uint16_t *
             embedding_forward_cuda(m->x, logit_rows, nlogit, m->u, H, st);
             rows_in = m->x, n = nlogit;
         }
-        matmul_forward_cuda(m->mm, logits, c->vocab_size, NULL, 0, 0.0f, rows_in, H, m->lm_head, n, c->vocab_size, H,
-                            st);
+        target_cuda_linear(m, logits, c->vocab_size, NULL, 0, 0.0f, rows_in, H, m->lm_head, n, c->vocab_size, H);
         target_cuda_mark(m, TARGET_CUDA_MATMUL);
     }
     if (m->profiling && m->nev > 0) {

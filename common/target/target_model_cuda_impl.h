@@ -38,6 +38,7 @@ struct target_cuda {
                                       * (target_cuda_load_kept: the weights outlive the process) */
     /* workspaces for max_tokens: the residual stream x and the normed rows u (T, H) */
     int max_tokens, max_seqs;
+    int gemv_rows;                 /* linear layers of at most this many rows run the GEMV (target_cuda_linear) */
     uint16_t *x, *u;
     int32_t *d_ids;                /* device copy of the batch: ids (T) | positions (T) | cu_seqlens (nseq+1) */
     int32_t *h_stage;              /* pinned staging of the same */
@@ -99,6 +100,12 @@ struct target_cuda_ops {
      * contract). NULL: the lengths say it all. */
     int (*cache_crop)(void *state, int seq, int len, int held, int *rerun_from, const int32_t **rerun_ids,
                       errbuf *err);
+    /* 1: a decoding step's layers (kv != NULL, not packed, kv->max_pos the cache's last position) read every value
+     * that changes from step to step from device memory (the rows' ids, positions, sequences), launch the same
+     * kernels with the same arguments for the same shape, and neither synchronise nor allocate, and cache_begin is
+     * NULL: target_decode_cuda.c captures such a step as one CUDA graph and replays it. 0: every step is launched
+     * kernel by kernel. */
+    int step_graph;
 };
 
 /* The CUDA operations of family f (target_family_cuda.c: the rows of target_families.def). */
@@ -113,6 +120,11 @@ void *target_cuda_alloc(target_cuda *m, size_t bytes);
 void target_cuda_free(void *p);
 /* dst (n bf16, device) = bf16(src[i] + add), through a host staging buffer. */
 void target_cuda_put(uint16_t *dst, const float *src, size_t n, float add);
+/* A linear layer of T rows on m->stream, matmul_forward_cuda's contract (y = x·wᵀ + beta·c): the GEMV kernels
+ * (gemv.h) for the few rows of a decoding step (T <= m->gemv_rows, target_cuda_set_gemv_rows), else cuBLASLt.
+ * Every target linear layer whose rows are activations goes through here. */
+void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
+                        const uint16_t *x, int ldx, const uint16_t *w, int T, int n, int k);
 /* Profiling: charge the span since the previous mark to class cls (no-op unless profiling). */
 void target_cuda_mark(target_cuda *m, int cls);
 

@@ -150,11 +150,11 @@ static void qmc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const
         moe_cuda_forward(m, d->moe, &l->mw, T, m->u, H, m->x, H, dst, ldd);
         return;
     }
-    matmul_forward_cuda(m->mm, d->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H, st);
+    target_cuda_linear(m, d->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     swiglu_forward_cuda(d->act, I, d->gu, 2 * I, T, I, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    matmul_forward_cuda(m->mm, dst, ldd, m->x, H, 1.0f, d->act, I, l->w_down, T, H, I, st);
+    target_cuda_linear(m, dst, ldd, m->x, H, 1.0f, d->act, I, l->w_down, T, H, I);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
 }
 
@@ -162,4 +162,5 @@ const target_cuda_ops target_qwen3_moe_cuda = {
     .create = qmc_create, .destroy = qmc_destroy, .load = qmc_load, .init_random = qmc_init_random,
     .layer = qmc_layer_forward, .cache_new = attn_cuda_cache_new, .cache_destroy = attn_cuda_cache_destroy,
     .cache_crop = NULL,
+    .step_graph = 1, /* the attention block and the layers read the positions from the device */
 };

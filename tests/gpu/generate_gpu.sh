@@ -47,6 +47,10 @@ rc=$?
 grep -qE "^generated 48 answers \([0-9]+ tokens, .* tokens/s on the GPU, batch 16\)" "$T/gpu.out" \
     && grep -q "48/48 prompts done" "$T/gpu.err" && ok generate_gpu_summary_and_progress \
     || [ "$CAND_BACKEND" != cuda ] || fail generate_gpu_summary_and_progress "$(cat "$T/gpu.out" "$T/gpu.err")"
+# the same run with every decoding step launched kernel by kernel (no CUDA graphs): the same answers, byte for byte
+DFLASH_DECODE_GRAPHS=0 "${GPU[@]}" "${ARGS[@]}" --batch 16 -o "$T/gpu_nograph.jsonl" >/dev/null 2>"$T/gpu_nograph.err"
+cmp -s "$T/gpu.jsonl" "$T/gpu_nograph.jsonl" && ok generate_gpu_graphs_same_answers \
+    || [ "$CAND_BACKEND" != cuda ] || fail generate_gpu_graphs_same_answers "$(tail -3 "$T/gpu_nograph.err")"
 "$BIN/dflash-prepare" -o "$T/prep" "$T/gpu.jsonl" >"$T/prep.out" 2>&1 && grep -q "^prepared 48 samples" "$T/prep.out" \
     && ok generate_gpu_output_prepares || fail generate_gpu_output_prepares "$(cat "$T/prep.out")"
 # The walk: prints "ok ..." or "FAIL ..." lines; the CPU regenerations run through $T/regen.sh.

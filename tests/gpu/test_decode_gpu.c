@@ -9,7 +9,8 @@
  * across steps) and a random hybrid checkpoint with dk = dv = 128 (the tensor-core prefill, the recurrent steps) the
  * same way, held to the bf16 emulation's distance as test_target_gpu does. (3) Crops exactly on
  * the hybrid goldens: steps after a crop give the bits of a fresh sequence that ran the kept tokens
- * (check_crop_exact).
+ * (check_crop_exact). (4) CUDA graphs on the dense and qwen3_moe targets: steps replayed from captured graphs give
+ * the bits of the same steps launched kernel by kernel (check_graph_exact); the steps of (2) run with graphs on.
  * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
 #include <errno.h>
 #include <math.h>
@@ -25,6 +26,7 @@
 #include "cuda_check.h"
 #include "gpu_test.h"
 #include "kv_attention.h"
+#include "gemv.h"
 #include "moe_all_experts.h"
 #include "target_decode_cuda.h"
 #include "target_model.h"
@@ -147,7 +149,7 @@ static void take_rows(uint16_t *dst, int row0, const uint16_t *d_src, int n, int
 }
 
 /* (2) one golden target, three decoding schedules of one text against the CPU forward over the whole text. */
-static void check_decode(const char *label, const char *dir, int hybrid)
+static void check_decode(const char *label, const char *dir, int hybrid, int gemv_rows)
 {
     errbuf err = {{0}};
     target_model *cpu = NULL;
@@ -162,6 +164,7 @@ static void check_decode(const char *label, const char *dir, int hybrid)
         target_cuda_destroy(&gpu);
         return;
     }
+    target_cuda_set_gemv_rows(gpu, gemv_rows);
     const hf_config *c = target_model_config(cpu);
     const int H = c->hidden_size, V = c->vocab_size, nl = c->num_layers;
     int taps[3] = {0, nl / 2, nl - 1};
@@ -372,6 +375,96 @@ static void check_crop_exact(const char *label, const char *dir)
     target_cuda_destroy(&gpu);
 }
 
+/* (4) CUDA graphs, exactly: two caches of one model run the same steps, one kernel by kernel (graphs off), one as
+ * captured graphs (the default; a shape is captured the second time it is seen). Steps of several shapes: three
+ * sequences one token each with taps and every row's logits, a block of 4 of one sequence, two sequences with their
+ * last rows' logits only and no taps, and single tokens after a crop. Every step's taps and logits must be the same
+ * bits on both, and the graph cache must have replayed steps (a family whose row allows it). */
+static void check_graph_exact(const char *label, const char *dir, int gemv_rows)
+{
+    errbuf err = {{0}};
+    target_cuda *gpu = NULL;
+    target_cuda_cache *ce = NULL, *cg = NULL;
+    enum { P = 10, NSEQ = 3 };
+    if (target_cuda_load(&gpu, dir, -1, 64, 4, NULL, &err) ||
+        target_cuda_cache_create(&ce, gpu, NSEQ, 96, 32, &err) || target_cuda_cache_create(&cg, gpu, NSEQ, 96, 32, &err)) {
+        printf("FAIL %s graph_exact load: %s\n", label, err.msg);
+        failures++;
+        target_cuda_cache_destroy(&ce);
+        target_cuda_destroy(&gpu);
+        return;
+    }
+    target_cuda_cache_set_graphs(ce, 0);
+    target_cuda_set_gemv_rows(gpu, gemv_rows);
+    const hf_config *c = target_cuda_config(gpu);
+    const int H = c->hidden_size, V = c->vocab_size, nl = c->num_layers, W = 2 * H;
+    int taps[2] = {0, nl - 1};
+    uint16_t *da[2], *dl[2], *ha[2], *hl[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_CUDA(cudaMalloc((void **)&da[i], (size_t)32 * W * 2));
+        CHECK_CUDA(cudaMalloc((void **)&dl[i], (size_t)32 * V * 2));
+        CHECK_CUDA(cudaMemset(da[i], 0, (size_t)32 * W * 2));
+        CHECK_CUDA(cudaMemset(dl[i], 0, (size_t)32 * V * 2));
+        ha[i] = xmalloc((size_t)32 * W * 2), hl[i] = xmalloc((size_t)32 * V * 2);
+    }
+    cudaStream_t st = (cudaStream_t)target_cuda_stream(gpu);
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (int32_t)((rnd_uniform() + 1.0) * 0.5 * V) % V;
+    int rc = 0, nsteps = 0;
+    size_t diff_a = 0, diff_l = 0;
+    /* one step on both caches, outputs compared (rows: how many rows of aux / logits it wrote) */
+#define BOTH(nrun, seqs, ns, idp, with_taps, last_only, arows, lrows)                                                \
+    do {                                                                                                             \
+        target_cuda_cache *cc[2] = {ce, cg};                                                                         \
+        for (int i = 0; !rc && i < 2; i++) {                                                                         \
+            rc = target_cuda_cache_forward(cc[i], nrun, seqs, ns, idp, (with_taps) ? taps : NULL, (with_taps) ? 2 : 0, \
+                                           (with_taps) ? da[i] : NULL, W, dl[i], last_only, &err);                   \
+            if (!rc) CHECK_CUDA(cudaStreamSynchronize(st));                                                          \
+            if (!rc) CHECK_CUDA(cudaMemcpy(ha[i], da[i], (size_t)(arows) * W * 2, cudaMemcpyDeviceToHost));          \
+            if (!rc) CHECK_CUDA(cudaMemcpy(hl[i], dl[i], (size_t)(lrows) * V * 2, cudaMemcpyDeviceToHost));          \
+        }                                                                                                            \
+        if (!rc && (with_taps))                                                                                      \
+            for (size_t j = 0; j < (size_t)(arows) * W; j++) diff_a += ha[0][j] != ha[1][j];                         \
+        if (!rc)                                                                                                     \
+            for (size_t j = 0; j < (size_t)(lrows) * V; j++) diff_l += hl[0][j] != hl[1][j];                         \
+        nsteps++;                                                                                                    \
+    } while (0)
+    int all[NSEQ] = {0, 1, 2}, nP[NSEQ] = {P, P, P}, one[NSEQ] = {1, 1, 1}, four = 4, s0 = 0;
+    int32_t pre[NSEQ * P];
+    for (int i = 0; i < NSEQ * P; i++) pre[i] = ids[i % 40];
+    BOTH(NSEQ, all, nP, pre, 1, 0, NSEQ * P, NSEQ * P); /* packed prefill: never captured */
+    for (int t = 0; t < 6; t++) BOTH(NSEQ, all, one, ids + 3 * t, 1, 0, NSEQ, NSEQ);
+    for (int t = 0; t < 5; t++) BOTH(1, &s0, &four, ids + 20 + 4 * t, 1, 0, 4, 4);
+    for (int t = 0; t < 4; t++) BOTH(2, all + 1, one, ids + 40 + 2 * t, 0, 1, 0, 2);
+    if (!rc) rc = target_cuda_cache_crop(ce, 0, target_cuda_cache_length(ce, 0) - 6, &err);
+    if (!rc) rc = target_cuda_cache_crop(cg, 0, target_cuda_cache_length(cg, 0) - 6, &err);
+    for (int t = 0; t < 4; t++) BOTH(1, &s0, one, ids + 50 + t, 1, 0, 1, 1);
+#undef BOTH
+    int captured = 0, eager_captured = 0;
+    long long replayed = 0, eager_replayed = 0;
+    target_cuda_cache_graph_stats(cg, &captured, &replayed);
+    target_cuda_cache_graph_stats(ce, &eager_captured, &eager_replayed);
+    if (rc) {
+        printf("FAIL %s graph_exact: %s\n", label, err.msg);
+        failures++;
+    } else {
+        int ok = !diff_a && !diff_l && captured == 4 && replayed == 15 && !eager_captured && !eager_replayed;
+        printf("%s %s graph_exact (%s): %d steps of 5 shapes, graphs off against on: %zu taps and %zu logits "
+               "differ; %d graphs captured (4 expected), %lld steps replayed (15 expected; graphs off: %d, %lld)\n",
+               ok ? "ok" : "FAIL", label, gemv_rows ? "GEMV for <= 16 rows" : "cuBLASLt", nsteps, diff_a, diff_l,
+               captured, replayed, eager_captured, eager_replayed);
+        if (!ok) failures++;
+    }
+    for (int i = 0; i < 2; i++) {
+        CHECK_CUDA(cudaFree(da[i]));
+        CHECK_CUDA(cudaFree(dl[i]));
+        free(ha[i]), free(hl[i]);
+    }
+    target_cuda_cache_destroy(&ce);
+    target_cuda_cache_destroy(&cg);
+    target_cuda_destroy(&gpu);
+}
+
 int main(void)
 {
     CHECK_CUDA(cudaSetDevice(0));
@@ -382,8 +475,16 @@ int main(void)
     const char *cases[] = {"tiny", "tiny-bf16", "qwen35-tiny", "qwen35moe-tiny"};
     for (int i = 0; i < 4; i++) {
         snprintf(dir, sizeof dir, "%s/%s/target", g && *g ? g : "tests/goldens", cases[i]);
-        check_decode(cases[i], dir, i >= 2);
-        if (i >= 2) check_crop_exact(cases[i], dir);
+        check_decode(cases[i], dir, i >= 2, 0);
+        if (i >= 2) {
+            check_crop_exact(cases[i], dir);
+        } else { /* and with the GEMV kernels for the steps' few rows (target_cuda_set_gemv_rows) */
+            char label[96];
+            snprintf(label, sizeof label, "%s (GEMV)", cases[i]);
+            check_decode(label, dir, 0, GEMV_MAX_M);
+            check_graph_exact(cases[i], dir, 0);
+            check_graph_exact(cases[i], dir, GEMV_MAX_M);
+        }
     }
     /* a random hybrid checkpoint with the Qwen3.5 linear-attention heads (dk = dv = 128): its prefills run the
      * tensor-core delta rule from carried states, its steps the recurrent kernel (the goldens' dk 16 runs neither) */
@@ -394,7 +495,7 @@ int main(void)
         printf("FAIL hybrid-dk128 checkpoint in %s\n", tmp);
         failures++;
     } else {
-        check_decode("hybrid-dk128(3 layers)", tmp, 1);
+        check_decode("hybrid-dk128(3 layers)", tmp, 1, 0);
         check_crop_exact("hybrid-dk128(3 layers)", tmp);
     }
     char path[1200];
@@ -414,7 +515,8 @@ int main(void)
             continue;
         }
         snprintf(label, sizeof label, "%s (every expert routed)", moe_cases[i]);
-        check_decode(label, variant, 0);
+        check_decode(label, variant, 0, 0);
+        check_graph_exact(label, variant, GEMV_MAX_M);
         moe_all_experts_remove(variant);
     }
     printf("%s test_decode_gpu: %d failure(s)\n", failures ? "FAIL" : "ok", failures);

@@ -1,0 +1,113 @@
+// gemv: y = x·wᵀ (+ beta·c) for m <= 16 rows of x on the tensor cores, reading w once at the memory's rate.
+// A CTA of 8 warps owns 16 output columns (16 rows of w); warp q takes the k-chunks of 128 values q, q+8, ... Within
+// a chunk, lane (g = lane/4, t = lane%4) loads 16 bytes of w's rows g and g+8 and of x's rows g (and g+8 when
+// m > 8) at k offsets 8t + 32u (u = 0..3). The m16n8k16 MMA sums over its 16 k values in any order as long as A and
+// B agree, so each 32-value slice is two MMAs with the lane's own 8 values as its k pairs: A = {w_g[0:2], w_g+8[0:2],
+// w_g[2:4], w_g+8[2:4]}, B = {x_g[0:2], x_g[2:4]}, then the words 2 and 3. The 8 warps' accumulators meet in shared
+// memory and are summed in warp order (deterministic), plus beta·c, rounded once to bf16.
+#include <cuda_bf16.h>
+#include <cstdint>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_check.h"
+#include "gemv.h"
+#include "mma_sm80.cuh"
+
+namespace {
+
+constexpr int kWarps = 8, kRows = 16, kU = 4, kChunk = 32 * kU;
+
+__device__ __forceinline__ uint4 ld_stream(const __nv_bfloat16 *p) // w: read once a step, keep it out of L1
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+template <int NT> // n-tiles of 8 rows of x: m <= 8 * NT
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_kernel(__nv_bfloat16 *y, int ldy, const __nv_bfloat16 *c, int ldc, float beta, const __nv_bfloat16 *x,
+                int ldx, const __nv_bfloat16 *w, int m, int n, int k)
+{
+    __shared__ float red[kWarps][kRows][8 * NT];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int n0 = blockIdx.x * kRows, r0 = n0 + g, r1 = n0 + g + 8;
+    const __nv_bfloat16 *w0 = w + (size_t)(r0 < n ? r0 : 0) * k, *w1 = w + (size_t)(r1 < n ? r1 : 0) * k;
+    const __nv_bfloat16 *xr[NT];
+    bool xv[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) xv[j] = g + 8 * j < m, xr[j] = x + (size_t)(xv[j] ? g + 8 * j : 0) * ldx;
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int kb = warp * kChunk; kb < k; kb += kWarps * kChunk) {
+        uint4 a0[kU], a1[kU], b[NT][kU];
+#pragma unroll
+        for (int u = 0; u < kU; u++) { // every load of the chunk first: 4 KiB of w in flight per warp
+            const int kk = kb + 32 * u + 8 * t;
+            const bool ok = kk < k;
+            a0[u] = ok && r0 < n ? ld_stream(w0 + kk) : zero;
+            a1[u] = ok && r1 < n ? ld_stream(w1 + kk) : zero;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                b[j][u] = ok && xv[j] ? __ldg(reinterpret_cast<const uint4 *>(xr[j] + kk)) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const uint32_t A0[4] = {a0[u].x, a1[u].x, a0[u].y, a1[u].y}, A1[4] = {a0[u].z, a1[u].z, a0[u].w, a1[u].w};
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                mma_sm80::mma_bf16(acc[j], A0, b[j][u].x, b[j][u].y);
+                mma_sm80::mma_bf16(acc[j], A1, b[j][u].z, b[j][u].w);
+            }
+        }
+    }
+    // accumulator (row of w, row of x): c0, c1 = (g, 8j + 2t + {0,1}); c2, c3 = (g + 8, the same)
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        red[warp][g][8 * j + 2 * t] = acc[j][0], red[warp][g][8 * j + 2 * t + 1] = acc[j][1];
+        red[warp][g + 8][8 * j + 2 * t] = acc[j][2], red[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kRows * 8 * NT; i += blockDim.x) {
+        const int col = i % kRows, row = i / kRows, nn = n0 + col;
+        if (nn >= n || row >= m) continue;
+        float s = 0.0f;
+#pragma unroll
+        for (int q = 0; q < kWarps; q++) s += red[q][col][row];
+        if (beta != 0.0f) s += beta * __bfloat162float(c[(size_t)row * ldc + nn]);
+        y[(size_t)row * ldy + nn] = __float2bfloat16_rn(s);
+    }
+}
+
+} // namespace
+
+extern "C" int gemv_cuda_takes(const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k)
+{
+    return m >= 1 && m <= GEMV_MAX_M && n >= 1 && k >= 1 && k % 8 == 0 && ldx % 8 == 0 && (uintptr_t)x % 16 == 0 &&
+           (uintptr_t)w % 16 == 0;
+}
+
+extern "C" void gemv_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta, const uint16_t *x,
+                                  int ldx, const uint16_t *w, int m, int n, int k, void *stream)
+{
+    if (!gemv_cuda_takes(x, ldx, w, m, n, k)) {
+        fprintf(stderr, "gemv_forward_cuda: m=%d (1..%d) n=%d k=%d ldx=%d (multiples of 8), x %p w %p (16-byte "
+                "aligned) not taken\n", m, GEMV_MAX_M, n, k, ldx, (const void *)x, (const void *)w);
+        abort();
+    }
+    const unsigned grid = (unsigned)((n + kRows - 1) / kRows);
+    cudaStream_t st = (cudaStream_t)stream;
+    const __nv_bfloat16 *cc = beta != 0.0f ? (const __nv_bfloat16 *)c : nullptr;
+    if (m <= 8)
+        gemv_kernel<1><<<grid, kWarps * 32, 0, st>>>((__nv_bfloat16 *)y, ldy, cc, ldc, beta,
+                                                     (const __nv_bfloat16 *)x, ldx, (const __nv_bfloat16 *)w, m, n, k);
+    else
+        gemv_kernel<2><<<grid, kWarps * 32, 0, st>>>((__nv_bfloat16 *)y, ldy, cc, ldc, beta,
+                                                     (const __nv_bfloat16 *)x, ldx, (const __nv_bfloat16 *)w, m, n, k);
+    CHECK_CUDA_LAUNCH();
+}

@@ -1,0 +1,34 @@
+/* gemv: the linear layer y = x · wᵀ (+ beta · c) for a few rows of x (decoding: one token, a small batch, a
+ * verified block), where reading w once is the whole cost. Row-major shapes with explicit row strides, as matmul.h;
+ * fp32 accumulation, one rounding of the sum. The CPU version is the reference. No allocation. */
+#ifndef DFLASH_KERNEL_GEMV_H
+#define DFLASH_KERNEL_GEMV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The most rows of x the CUDA kernel takes (above it cuBLASLt's tensor-core GEMMs are at the bandwidth bound). */
+#define GEMV_MAX_M 16
+
+/* y (m, n; ldy) = x (m, k; ldx) · w (n, k)ᵀ + beta · c (m, n; ldc); c may be NULL when beta == 0, and may be y
+ * (ldc == ldy). Sums in double, rounded to float once. */
+void gemv_forward_cpu(float *y, int ldy, const float *c, int ldc, float beta, const float *x, int ldx, const float *w,
+                      int m, int n, int k);
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Whether gemv_forward_cuda takes these operands: 1 <= m <= GEMV_MAX_M, k and ldx multiples of 8, x and w 16-byte
+ * aligned (16-byte loads of w's rows and x's rows). */
+int gemv_cuda_takes(const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k);
+/* CUDA, bf16 operands and output, fp32 accumulation on the tensor cores (mma.sync m16n8k16 with w as the 16-row
+ * operand: 16 output columns a warp, the CTA's 8 warps splitting k and summed in a fixed order, so the same call
+ * gives the same bits); matmul_forward_cuda's contract (c may be y with ldc == ldy; else the residual add reads c
+ * and writes y). Operands gemv_cuda_takes refuses abort with a message. stream is a cudaStream_t. */
+void gemv_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta, const uint16_t *x, int ldx,
+                       const uint16_t *w, int m, int n, int k, void *stream);
+#ifdef __cplusplus
+}
+#endif
+
+#endif
