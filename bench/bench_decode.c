@@ -20,6 +20,7 @@
 
 #include "argmax.h"
 #include "cuda_check.h"
+#include "gemv.h"
 #include "qwen35_9b.h"
 #include "qwen3_8b.h"
 #include "target_decode_cuda.h"
