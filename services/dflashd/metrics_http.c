@@ -357,6 +357,30 @@ static void on_log(void *cls, const char *fmt, va_list ap)
     log_debug("metrics http: %s", text); /* a malformed request each: a flood must not fill the log */
 }
 
+/* The daemon with dflashd's limits: one polling thread, at most METRICS_HTTP_MAX_CONNECTIONS connections (all of
+ * them from one peer at most: every peer is loopback), METRICS_HTTP_TIMEOUT_SEC idle, METRICS_HTTP_CONNECTION_MEMORY
+ * bytes of buffers each; bound to `sa`, or with no listening socket (sa NULL). NULL when MHD cannot start. */
+static metrics_http *start(const struct sockaddr *sa, int v6)
+{
+    metrics_http *m = xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0) |
+                     (sa ? 0 : MHD_USE_NO_LISTEN_SOCKET);
+    m->d = MHD_start_daemon(flags, 0, on_accept, NULL, on_request, m,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL, /* first: MHD says so otherwise */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_MAX_CONNECTIONS,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_MAX_CONNECTIONS,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_SEC,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_CONNECTION_MEMORY,
+                            sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa, MHD_OPTION_END);
+    if (!m->d) {
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
 int metrics_http_new(metrics_http **out, const char *listen, errbuf *err)
 {
     *out = NULL;
@@ -370,26 +394,25 @@ int metrics_http_new(metrics_http **out, const char *listen, errbuf *err)
     struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
     memcpy(&a4.sin_addr, addr, 4);
     memcpy(&a6.sin6_addr, addr, 16);
-    metrics_http *m = xcalloc(1, sizeof *m);
-    pthread_mutex_init(&m->mu, NULL);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
-    m->d = MHD_start_daemon(flags, port, on_accept, NULL, on_request, m,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL, /* first: MHD says so otherwise */
-                            MHD_OPTION_SOCK_ADDR, v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_MAX_CONNECTIONS,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_MAX_CONNECTIONS,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
-                            MHD_OPTION_END);
-    if (!m->d) {
-        pthread_mutex_destroy(&m->mu);
-        free(m);
+    metrics_http *m = start(v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4, v6);
+    if (!m)
         return errbuf_set(err, EADDRNOTAVAIL, "control.metrics_listen = \"%.200s\": cannot serve there (the port in "
                           "use, or the address not on this host)", listen);
-    }
     log_info("metrics: Prometheus /metrics on http://%s/metrics", listen);
     *out = m;
     return 0;
+}
+
+int metrics_http_new_unbound(metrics_http **out, errbuf *err)
+{
+    *out = start(NULL, 0);
+    return *out ? 0 : errbuf_set(err, EIO, "metrics http: libmicrohttpd did not start (no listening socket)");
+}
+
+int metrics_http_add_connection(metrics_http *m, int fd, const struct sockaddr *peer, socklen_t peer_len)
+{
+    errno = 0;
+    return MHD_add_connection(m->d, fd, peer, peer_len) == MHD_YES ? 0 : -(errno ? errno : ECONNREFUSED);
 }
 
 void metrics_http_tick(metrics_http *m, control *c)
