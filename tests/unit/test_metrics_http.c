@@ -11,11 +11,17 @@
 #include "tests/fuzz/metrics_http_client.h"
 #include "tests/test.h"
 
+/* The keeper's status, here one whose step counts the snapshots taken. */
 uint8_t *control_status_pack(control *c, size_t *len)
 {
     (void)c;
-    *len = 0;
-    return xmalloc(1);
+    static uint64_t taken;
+    Dflash__StatusReply s = DFLASH__STATUS_REPLY__INIT;
+    s.step = taken++;
+    *len = dflash__status_reply__get_packed_size(&s);
+    uint8_t *buf = xmalloc(*len + 1);
+    dflash__status_reply__pack(&s, buf);
+    return buf;
 }
 
 TEST(listen_accepts_loopback)
@@ -114,6 +120,12 @@ static char *ask(metrics_http *m, const char *req)
     return metrics_http_client_exchange(client, req, strlen(req), 65536, &got);
 }
 
+/* Publish the next snapshot (the tick builds one at most every METRICS_HTTP_PUBLISH_SEC). */
+static void publish(metrics_http *m)
+{
+    for (uint64_t g = m->gen; m->gen == g; usleep(10000)) metrics_http_tick(m, NULL);
+}
+
 static metrics_http *unbound(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -129,7 +141,7 @@ TEST(requests_get_answers)
     char *r = ask(m, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     EXPECT_CONTAINS(r, "HTTP/1.1 503 "); /* nothing published yet */
     free(r);
-    metrics_http_tick(m, NULL);
+    publish(m);
     r = ask(m, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     EXPECT(!strncmp(r, "HTTP/1.1 200 ", 13));
     EXPECT_CONTAINS(r, "text/plain; version=0.0.4");
@@ -166,6 +178,27 @@ TEST(requests_get_answers)
     metrics_http_destroy(&m);
 }
 
+/* A snapshot is rendered once: the scrapes after the first get that text (their age line added), a new snapshot is
+ * rendered anew. */
+TEST(snapshot_rendered_once)
+{
+    metrics_http *m = unbound();
+    publish(m);
+    char *a = ask(m, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    const char *first = m->text;
+    char *b = ask(m, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT(first && m->text == first);
+    EXPECT_CONTAINS(a, "\ndflash_step 0\n");
+    EXPECT_CONTAINS(b, "\ndflash_step 0\n");
+    EXPECT_CONTAINS(b, "\ndflash_keeper_pid 0\n# HELP dflash_metrics_snapshot_age_seconds ");
+    publish(m);
+    char *c = ask(m, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_CONTAINS(c, "\ndflash_step 1\n");
+    EXPECT(strstr(c, "\ndflash_metrics_snapshot_age_seconds "));
+    free(a), free(b), free(c);
+    metrics_http_destroy(&m);
+}
+
 TEST(non_loopback_peer_refused)
 {
     metrics_http *m = unbound();
@@ -194,7 +227,7 @@ static int threads(void)
 TEST(connection_flood_is_bounded)
 {
     metrics_http *m = unbound();
-    metrics_http_tick(m, NULL);
+    publish(m);
     int before = threads(), held[METRICS_HTTP_MAX_CONNECTIONS];
     for (int i = 0; i < METRICS_HTTP_MAX_CONNECTIONS; i++) REQUIRE(metrics_http_client_connect(m, &held[i]) == 0);
     int extra;
