@@ -2,8 +2,9 @@
  * GET /metrics in the Prometheus text format from libmicrohttpd's own thread, rendering the status reply that
  * `dflashctl status` gets (control_status_pack: one source of the figures). The main loop publishes a packed copy
  * at most every METRICS_HTTP_PUBLISH_SEC through metrics_http_tick, which never waits (trylock: a snapshot the
- * HTTP thread is copying is published on the next tick); the HTTP thread never touches the job state. Connections
- * are bounded, peers other than loopback are refused. Errors at start: -errno with an errbuf naming the setting. */
+ * HTTP thread is copying is published on the next tick); the HTTP thread never touches the job state, and renders
+ * each snapshot once for all the scrapes that show it. Connections are bounded, peers other than loopback refused.
+ * Errors at start: -errno with an errbuf naming the setting. */
 #ifndef DFLASH_METRICS_HTTP_H
 #define DFLASH_METRICS_HTTP_H
 
