@@ -7,7 +7,7 @@
 # Prometheus scraping every 15 s makes 0.07/s), from the job's start until its end (or FLOOD_MAX_SEC). A poller notes when
 # each step's ledger line appears; the commit interval is the mean over the steps after WARM (the job's start and
 # warm-up left out), with the median beside it. Also per run: dflashd's CPU seconds, its largest thread count and
-# resident memory (sampled), and the scrapes answered. A benchmark, not a test: nothing is asserted. On a machine
+# resident memory (sampled), the scrapes answered and the scrapers' own CPU seconds. A benchmark, not a test: nothing is asserted. On a machine
 # with few cores the scrapers' own CPU competes with the job's workers as well: dflashd's CPU seconds say what the
 # flood cost dflashd itself.
 # usage: BUILD=build STEPS=300 WARM=20 SCRAPERS=8 RATE=0 REPEAT=2 bench/metrics_flood.sh
@@ -138,12 +138,13 @@ while seen < steps and time.monotonic() - t0 < max_sec:
 flood_sec = time.monotonic() - t0
 stop.set()
 for p in procs: p.join()
+scrapers_cpu = os.times().children_user + os.times().children_system # the scrapers' processes, joined
 iv = [b - a for a, b in zip(commits[warm:], commits[warm + 1:])]
 res = {"steps": seen, "mean_ms": 1e3 * (commits[-1] - commits[warm]) / (len(commits) - 1 - warm) if len(iv) else None,
        "median_ms": 1e3 * statistics.median(iv) if iv else None,
        "keeper_cpu_s": cpu, "keeper_threads_max": threads, "keeper_rss_max_kib": rss,
        "scrapes_ok": sum(counts[0::3]), "scrapes_not_200": sum(counts[1::3]), "connection_errors": sum(counts[2::3]),
-       "seconds": flood_sec}
+       "scrapers_cpu_s": scrapers_cpu, "seconds": flood_sec}
 json.dump(res, open(out, "w"))
 EOP
 
@@ -160,8 +161,8 @@ line = "%-8s %d steps: commit interval mean %.1f ms (%.2f steps/s), median %.1f 
     sys.argv[2], r["steps"], r["mean_ms"], 1e3 / r["mean_ms"], r["median_ms"], r["keeper_cpu_s"], r["keeper_threads_max"],
     r["keeper_rss_max_kib"])
 if r["scrapes_ok"] or r["scrapes_not_200"] or r["connection_errors"]:
-    line += "; %d scrapes answered 200 (%.0f/s), %d other statuses, %d connection errors" % (
-        r["scrapes_ok"], r["scrapes_ok"] / r["seconds"], r["scrapes_not_200"], r["connection_errors"])
+    line += "; %d scrapes answered 200 (%.0f/s), %d other statuses, %d connection errors; the scrapers %.1f s CPU" % (
+        r["scrapes_ok"], r["scrapes_ok"] / r["seconds"], r["scrapes_not_200"], r["connection_errors"], r["scrapers_cpu_s"])
 print(line)
 EOP
 }
