@@ -21,6 +21,10 @@ struct metrics_http {
     uint8_t *pending;      /* built but not yet published (the HTTP thread held mu) */
     size_t pending_len;
     double pending_at, last_built;
+    uint64_t gen;          /* counts the snapshots published (under mu) */
+    char *text;            /* the rendered text of snapshot `text_gen`, less its age (MHD's one thread only) */
+    size_t text_len;
+    uint64_t text_gen;
 };
 
 /* ---- the listen address ---- */
@@ -179,7 +183,9 @@ static void ring_rows(FILE *f, const char *base, const char *label, Dflash__Ring
     }
 }
 
-char *metrics_http_render(const uint8_t *status, size_t len, double age_sec, size_t *out_len)
+/* Every figure of the status reply but the snapshot's age (which with_age adds): the text a scrape gets, the same for
+ * every scrape of one snapshot. */
+static char *render_body(const uint8_t *status, size_t len, size_t *out_len)
 {
     Dflash__StatusReply *s = dflash__status_reply__unpack(NULL, len, status);
     if (!s) return NULL;
@@ -277,8 +283,6 @@ char *metrics_http_render(const uint8_t *status, size_t len, double age_sec, siz
                s->rolling->total);
     }
     scalar(f, "dflash_keeper_pid", "gauge", "process id of dflashd", s->keeper_pid);
-    scalar(f, "dflash_metrics_snapshot_age_seconds", "gauge", "age of the status snapshot this scrape rendered",
-           age_sec);
     dflash__status_reply__free_unpacked(s, NULL);
     if (fclose(f) != 0) {
         free(buf);
@@ -286,6 +290,33 @@ char *metrics_http_render(const uint8_t *status, size_t len, double age_sec, siz
     }
     *out_len = n;
     return buf;
+}
+
+/* A scrape's text: the rendered body, then the age of the snapshot it shows (malloc'd, NUL-terminated). */
+static char *with_age(const char *body, size_t n, double age_sec, size_t *out_len)
+{
+    char tail[256];
+    FILE *f = fmemopen(tail, sizeof tail, "w");
+    if (!f) return NULL;
+    scalar(f, "dflash_metrics_snapshot_age_seconds", "gauge", "age of the status snapshot this scrape rendered",
+           age_sec);
+    long k = ftell(f);
+    if (fclose(f) != 0 || k <= 0 || (size_t)k >= sizeof tail) return NULL;
+    char *text = xmalloc(n + (size_t)k + 1);
+    memcpy(text, body, n);
+    memcpy(text + n, tail, (size_t)k);
+    text[n + k] = 0;
+    *out_len = n + (size_t)k;
+    return text;
+}
+
+char *metrics_http_render(const uint8_t *status, size_t len, double age_sec, size_t *out_len)
+{
+    size_t n;
+    char *body = render_body(status, len, &n);
+    char *text = body ? with_age(body, n, age_sec, out_len) : NULL;
+    free(body);
+    return text;
 }
 
 /* ---- the HTTP side (MHD's thread) ---- */
@@ -311,22 +342,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n", "GET, HEAD");
     if (*upload_data_size) return reply(conn, MHD_HTTP_BAD_REQUEST, "a GET has no body\n", NULL);
     if (strcmp(url, "/metrics")) return reply(conn, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n", NULL);
+    /* a snapshot is rendered once, by the first scrape that shows it (copied out under the lock, rendered outside
+     * it); the scrapes after it get that text with their own age line: a flood costs a copy each, not a rendering */
     uint8_t *copy = NULL;
     size_t len = 0;
     double at = 0;
+    uint64_t gen = 0;
+    int have;
     pthread_mutex_lock(&m->mu);
-    if (m->snap) {
+    have = m->snap != NULL;
+    gen = m->gen;
+    at = m->snap_at;
+    if (have && (!m->text || m->text_gen != gen)) {
         copy = xmalloc(m->snap_len ? m->snap_len : 1);
         memcpy(copy, m->snap, m->snap_len);
         len = m->snap_len;
-        at = m->snap_at;
     }
     pthread_mutex_unlock(&m->mu);
-    if (!copy) return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "no status published yet\n", NULL);
+    if (!have) return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "no status published yet\n", NULL);
+    if (copy) {
+        size_t bn = 0;
+        char *body = render_body(copy, len, &bn);
+        free(copy);
+        if (!body) return reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "the status snapshot does not decode\n", NULL);
+        free(m->text);
+        m->text = body;
+        m->text_len = bn;
+        m->text_gen = gen;
+    }
     size_t n = 0;
-    char *text = metrics_http_render(copy, len, now_seconds() - at, &n);
-    free(copy);
-    if (!text) return reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "the status snapshot does not decode\n", NULL);
+    char *text = with_age(m->text, m->text_len, now_seconds() - at, &n);
+    if (!text) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
@@ -357,6 +403,30 @@ static void on_log(void *cls, const char *fmt, va_list ap)
     log_debug("metrics http: %s", text); /* a malformed request each: a flood must not fill the log */
 }
 
+/* The daemon with dflashd's limits: one polling thread, at most METRICS_HTTP_MAX_CONNECTIONS connections (all of
+ * them from one peer at most: every peer is loopback), METRICS_HTTP_TIMEOUT_SEC idle, METRICS_HTTP_CONNECTION_MEMORY
+ * bytes of buffers each; bound to `sa`, or with no listening socket (sa NULL). NULL when MHD cannot start. */
+static metrics_http *start(const struct sockaddr *sa, int v6)
+{
+    metrics_http *m = xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0) |
+                     (sa ? 0 : MHD_USE_NO_LISTEN_SOCKET);
+    m->d = MHD_start_daemon(flags, 0, on_accept, NULL, on_request, m,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL, /* first: MHD says so otherwise */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_MAX_CONNECTIONS,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_MAX_CONNECTIONS,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_SEC,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_CONNECTION_MEMORY,
+                            sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa, MHD_OPTION_END);
+    if (!m->d) {
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
 int metrics_http_new(metrics_http **out, const char *listen, errbuf *err)
 {
     *out = NULL;
@@ -370,26 +440,25 @@ int metrics_http_new(metrics_http **out, const char *listen, errbuf *err)
     struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
     memcpy(&a4.sin_addr, addr, 4);
     memcpy(&a6.sin6_addr, addr, 16);
-    metrics_http *m = xcalloc(1, sizeof *m);
-    pthread_mutex_init(&m->mu, NULL);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
-    m->d = MHD_start_daemon(flags, port, on_accept, NULL, on_request, m,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL, /* first: MHD says so otherwise */
-                            MHD_OPTION_SOCK_ADDR, v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_MAX_CONNECTIONS,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_MAX_CONNECTIONS,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
-                            MHD_OPTION_END);
-    if (!m->d) {
-        pthread_mutex_destroy(&m->mu);
-        free(m);
+    metrics_http *m = start(v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4, v6);
+    if (!m)
         return errbuf_set(err, EADDRNOTAVAIL, "control.metrics_listen = \"%.200s\": cannot serve there (the port in "
                           "use, or the address not on this host)", listen);
-    }
     log_info("metrics: Prometheus /metrics on http://%s/metrics", listen);
     *out = m;
     return 0;
+}
+
+int metrics_http_new_unbound(metrics_http **out, errbuf *err)
+{
+    *out = start(NULL, 0);
+    return *out ? 0 : errbuf_set(err, EIO, "metrics http: libmicrohttpd did not start (no listening socket)");
+}
+
+int metrics_http_add_connection(metrics_http *m, int fd, const struct sockaddr *peer, socklen_t peer_len)
+{
+    errno = 0;
+    return MHD_add_connection(m->d, fd, peer, peer_len) == MHD_YES ? 0 : -(errno ? errno : ECONNREFUSED);
 }
 
 void metrics_http_tick(metrics_http *m, control *c)
@@ -405,6 +474,7 @@ void metrics_http_tick(metrics_http *m, control *c)
     m->snap = m->pending;
     m->snap_len = m->pending_len;
     m->snap_at = m->pending_at;
+    m->gen++;
     pthread_mutex_unlock(&m->mu);
     m->pending = NULL;
     free(old);
@@ -418,6 +488,7 @@ void metrics_http_destroy(metrics_http **mp)
     pthread_mutex_destroy(&m->mu);
     free(m->snap);
     free(m->pending);
+    free(m->text);
     free(m);
     *mp = NULL;
 }
