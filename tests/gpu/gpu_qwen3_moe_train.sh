@@ -3,7 +3,7 @@
 # goldens' targets (experts on some layers, a dense MLP on the others), dflash-target-cuda and dflash-drafter-cuda on
 # one GPU, on the target's own greedy text: the run finishes, every step commits once, the loss falls, and the
 # checkpoint's drafter follows the target (hidden 64, vocabulary 256, taps inside its 6 layers). The CPU twin is
-# tests/system/qwen3_moe.sh.
+# tests/system/family_jobs.sh (its qwen3_moe row).
 # Usage: BUILD=build DFLASH_GOLDENS=tests/goldens tests/gpu/gpu_qwen3_moe_train.sh   (needs the -cuda workers)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
