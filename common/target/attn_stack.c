@@ -9,8 +9,43 @@ typedef struct attn_stack_cache {
     void *acts;                          /* a forward's rows (their keys and values are in the cache) */
 } attn_stack_cache;
 
-void *attn_stack_cache_new(const attn_stack_ops *ops, const target_model *m, int nseq, int max_len)
+int attn_stack_load(const attn_stack_ops *ops, target_model *m, const st_file *st, const char *prefix, errbuf *err)
 {
+    attn_stack_layers *s = xcalloc(1, sizeof *s);
+    m->layers = s;
+    s->ops = ops;
+    s->l = xcalloc((size_t)m->nlayers, ops->layer_size);
+    s->n = m->nlayers;
+    s->acts = xcalloc(1, ops->acts_size);
+    for (int i = 0; i < m->nlayers; i++) {
+        int rc = ops->load_layer(st, &m->cfg, prefix, i, s->l + (size_t)i * ops->layer_size, err);
+        if (rc) return rc; /* the caller destroys the model */
+    }
+    return 0;
+}
+
+void attn_stack_destroy(target_model *m)
+{
+    attn_stack_layers *s = m->layers;
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) s->ops->free_layer(s->l + (size_t)i * s->ops->layer_size);
+    free(s->l);
+    s->ops->free(s->acts);
+    free(s->acts);
+    free(s);
+    m->layers = NULL;
+}
+
+void attn_stack_layer_packed(target_model *m, int li, float *x, const target_batch *b)
+{
+    attn_stack_layers *s = m->layers;
+    s->ops->reserve(s->acts, &m->cfg, b->ntok, 1);
+    s->ops->layer(m, li, x, s->acts, b->ntok, b->positions, b->cu_seqlens, b->nseq, NULL);
+}
+
+void *attn_stack_cache_new(const target_model *m, int nseq, int max_len)
+{
+    const attn_stack_ops *ops = ((const attn_stack_layers *)m->layers)->ops;
     attn_stack_cache *k = xcalloc(1, sizeof *k);
     k->ops = ops;
     k->acts = xcalloc(1, ops->acts_size);

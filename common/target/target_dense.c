@@ -30,12 +30,6 @@ typedef struct dense_acts {
     int rows;                            /* rows gate and up hold */
 } dense_acts;
 
-typedef struct dense_layers {
-    int n;
-    dense_layer *l;                      /* (n) */
-    dense_acts act;                      /* the packed forward's */
-} dense_layers;
-
 /* Grow a to T rows (with k and v unless the rows' keys and values live in a cache). */
 static void acts_reserve(void *acts, const hf_config *c, int T, int with_kv)
 {
@@ -65,8 +59,9 @@ static int load_tensor(const st_file *st, const char *name, float **out, int64_t
     return st_load_f32(st, name, out, d1 > 0 ? 2 : 1, shape, NULL, err);
 }
 
-static int load_layer(const st_file *st, const hf_config *c, const char *prefix, int i, dense_layer *l, errbuf *err)
+static int load_layer(const st_file *st, const hf_config *c, const char *prefix, int i, void *layer, errbuf *err)
 {
+    dense_layer *l = layer;
     char n[192];
     int64_t H = c->hidden_size, I = c->intermediate_size;
     int rc = attn_block_load(&l->attn, st, c, prefix, i, err);
@@ -83,35 +78,12 @@ static int load_layer(const st_file *st, const hf_config *c, const char *prefix,
     return rc;
 }
 
-static void free_layer(dense_layer *l)
+static void free_layer(void *layer)
 {
+    dense_layer *l = layer;
     attn_block_free(&l->attn);
     float **p[] = {&l->post_norm, &l->w_gate, &l->w_up, &l->w_down};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
-}
-
-static void dense_destroy(target_model *m)
-{
-    dense_layers *d = m->layers;
-    if (!d) return;
-    for (int i = 0; i < d->n; i++) free_layer(&d->l[i]);
-    free(d->l);
-    acts_free(&d->act);
-    free(d);
-    m->layers = NULL;
-}
-
-static int dense_load(target_model *m, const st_file *st, const char *prefix, errbuf *err)
-{
-    dense_layers *d = xcalloc(1, sizeof *d);
-    m->layers = d;
-    d->l = xcalloc((size_t)m->nlayers, sizeof *d->l);
-    d->n = m->nlayers;
-    for (int i = 0; i < m->nlayers; i++) {
-        int rc = load_layer(st, &m->cfg, prefix, i, &d->l[i], err);
-        if (rc) return rc; /* the caller destroys the model */
-    }
-    return 0;
 }
 
 /* Decoder layer li over T rows x (T, H) at positions pos, in place; kv as attn_block's (cu_seqlens and nseq are
@@ -121,7 +93,7 @@ static void target_dense_layer_cpu(const target_model *m, int li, float *x, void
 {
     dense_acts *a = acts;
     const hf_config *c = &m->cfg;
-    const dense_layer *l = &((const dense_layers *)m->layers)->l[li];
+    const dense_layer *l = attn_stack_layer(m, li);
     const int H = c->hidden_size, I = c->intermediate_size;
     const float eps = (float)c->rms_eps;
     attn_block_forward_cpu(&l->attn, c, m->inv_freq, x, &a->at, T, pos, cu_seqlens, nseq, kv);
@@ -132,26 +104,21 @@ static void target_dense_layer_cpu(const target_model *m, int li, float *x, void
     matmul_forward_cpu(x, H, a->gate, I, l->w_down, T, H, I, 1);
 }
 
-static void dense_layer_packed(target_model *m, int li, float *x, const target_batch *b)
-{
-    dense_layers *d = m->layers;
-    acts_reserve(&d->act, &m->cfg, b->ntok, 1);
-    target_dense_layer_cpu(m, li, x, &d->act, b->ntok, b->positions, b->cu_seqlens, b->nseq, NULL);
-}
-
-/* ---- decoding: attn_stack's cache (every layer's keys and values) ---- */
+/* ---- the family's operations: attn_stack's, with this layer ---- */
 
 static const attn_stack_ops dense_stack = {
+    .layer_size = sizeof(dense_layer), .load_layer = load_layer, .free_layer = free_layer,
     .acts_size = sizeof(dense_acts), .reserve = acts_reserve, .free = acts_free, .layer = target_dense_layer_cpu,
 };
 
-static void *dense_cache_new(const target_model *m, int nseq, int max_len)
+static int dense_load(target_model *m, const st_file *st, const char *prefix, errbuf *err)
 {
-    return attn_stack_cache_new(&dense_stack, m, nseq, max_len);
+    return attn_stack_load(&dense_stack, m, st, prefix, err);
 }
 
 static const target_cpu_ops dense_cpu = {
-    .load = dense_load, .destroy = dense_destroy, .layer = dense_layer_packed, .cache_new = dense_cache_new,
+    .load = dense_load, .destroy = attn_stack_destroy, .layer = attn_stack_layer_packed,
+    .cache_new = attn_stack_cache_new,
     .cache_destroy = attn_stack_cache_destroy, .cache_layer = attn_stack_cache_layer,
     .cache_crop = attn_stack_cache_crop,
 };

@@ -29,12 +29,6 @@ typedef struct goss_acts {
     moe_scratch ms;
 } goss_acts;
 
-typedef struct goss_layers {
-    int n;
-    goss_layer *l;                       /* (n) */
-    goss_acts act;                       /* the packed forward's */
-} goss_layers;
-
 static void acts_reserve(void *acts, const hf_config *c, int T, int with_kv)
 {
     goss_acts *a = acts;
@@ -65,8 +59,9 @@ static int load_moe(const st_file *st, const hf_config *c, const char *prefix, i
     return rc;
 }
 
-static int load_layer(const st_file *st, const hf_config *c, const char *prefix, int i, goss_layer *l, errbuf *err)
+static int load_layer(const st_file *st, const hf_config *c, const char *prefix, int i, void *layer, errbuf *err)
 {
+    goss_layer *l = layer;
     const int64_t H = c->hidden_size;
     char n[192];
     int rc = attn_block_load(&l->attn, st, c, prefix, i, err);
@@ -78,32 +73,12 @@ static int load_layer(const st_file *st, const hf_config *c, const char *prefix,
     return rc;
 }
 
-static void goss_destroy(target_model *m)
+static void free_layer(void *layer)
 {
-    goss_layers *d = m->layers;
-    if (!d) return;
-    for (int i = 0; i < d->n; i++) {
-        attn_block_free(&d->l[i].attn);
-        moe_block_free(&d->l[i].mb);
-        free(d->l[i].post_norm);
-    }
-    free(d->l);
-    acts_free(&d->act);
-    free(d);
-    m->layers = NULL;
-}
-
-static int goss_load(target_model *m, const st_file *st, const char *prefix, errbuf *err)
-{
-    goss_layers *d = xcalloc(1, sizeof *d);
-    m->layers = d;
-    d->l = xcalloc((size_t)m->nlayers, sizeof *d->l);
-    d->n = m->nlayers;
-    for (int i = 0; i < m->nlayers; i++) {
-        int rc = load_layer(st, &m->cfg, prefix, i, &d->l[i], err);
-        if (rc) return rc; /* the caller destroys the model */
-    }
-    return 0;
+    goss_layer *l = layer;
+    attn_block_free(&l->attn);
+    moe_block_free(&l->mb);
+    free(l->post_norm);
 }
 
 /* Decoder layer li over T rows x (T, H) at positions pos, in place; kv as attn_block's. */
@@ -112,33 +87,28 @@ static void goss_layer_cpu(const target_model *m, int li, float *x, void *acts, 
 {
     goss_acts *a = acts;
     const hf_config *c = &m->cfg;
-    const goss_layer *l = &((const goss_layers *)m->layers)->l[li];
+    const goss_layer *l = attn_stack_layer(m, li);
     const int H = c->hidden_size;
     attn_block_forward_cpu(&l->attn, c, m->inv_freq, x, &a->at, T, pos, cu_seqlens, nseq, kv);
     rmsnorm_forward_cpu(a->at.u, H, x, H, l->post_norm, T, H, (float)c->rms_eps);
     moe_block_forward_cpu(&l->mb, c, &a->ms, x, a->at.u, T);
 }
 
-static void goss_layer_packed(target_model *m, int li, float *x, const target_batch *b)
-{
-    goss_layers *d = m->layers;
-    acts_reserve(&d->act, &m->cfg, b->ntok, 1);
-    goss_layer_cpu(m, li, x, &d->act, b->ntok, b->positions, b->cu_seqlens, b->nseq, NULL);
-}
-
-/* ---- decoding: attn_stack's cache (every layer's keys and values) ---- */
+/* ---- the family's operations: attn_stack's, with this layer ---- */
 
 static const attn_stack_ops goss_stack = {
+    .layer_size = sizeof(goss_layer), .load_layer = load_layer, .free_layer = free_layer,
     .acts_size = sizeof(goss_acts), .reserve = acts_reserve, .free = acts_free, .layer = goss_layer_cpu,
 };
 
-static void *goss_cache_new(const target_model *m, int nseq, int max_len)
+static int goss_load(target_model *m, const st_file *st, const char *prefix, errbuf *err)
 {
-    return attn_stack_cache_new(&goss_stack, m, nseq, max_len);
+    return attn_stack_load(&goss_stack, m, st, prefix, err);
 }
 
 static const target_cpu_ops goss_cpu = {
-    .load = goss_load, .destroy = goss_destroy, .layer = goss_layer_packed, .cache_new = goss_cache_new,
+    .load = goss_load, .destroy = attn_stack_destroy, .layer = attn_stack_layer_packed,
+    .cache_new = attn_stack_cache_new,
     .cache_destroy = attn_stack_cache_destroy, .cache_layer = attn_stack_cache_layer,
     .cache_crop = attn_stack_cache_crop,
 };

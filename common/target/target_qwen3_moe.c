@@ -33,12 +33,6 @@ typedef struct qmoe_acts {
     moe_scratch ms;
 } qmoe_acts;
 
-typedef struct qmoe_layers {
-    int n;
-    qmoe_layer *l;                       /* (n) */
-    qmoe_acts act;                       /* the packed forward's */
-} qmoe_layers;
-
 static void acts_reserve(void *acts, const hf_config *c, int T, int with_kv)
 {
     qmoe_acts *a = acts;
@@ -62,8 +56,9 @@ static void acts_free(void *acts)
     *a = (qmoe_acts){0};
 }
 
-static int load_layer(const st_file *st, const hf_config *c, const char *prefix, int i, qmoe_layer *l, errbuf *err)
+static int load_layer(const st_file *st, const hf_config *c, const char *prefix, int i, void *layer, errbuf *err)
 {
+    qmoe_layer *l = layer;
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     char n[192];
     int rc = attn_block_load(&l->attn, st, c, prefix, i, err);
@@ -86,36 +81,13 @@ static int load_layer(const st_file *st, const hf_config *c, const char *prefix,
     return rc;
 }
 
-static void free_layer(qmoe_layer *l)
+static void free_layer(void *layer)
 {
+    qmoe_layer *l = layer;
     attn_block_free(&l->attn);
     moe_block_free(&l->mb);
     float **p[] = {&l->post_norm, &l->w_gate, &l->w_up, &l->w_down};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
-}
-
-static void qmoe_destroy(target_model *m)
-{
-    qmoe_layers *d = m->layers;
-    if (!d) return;
-    for (int i = 0; i < d->n; i++) free_layer(&d->l[i]);
-    free(d->l);
-    acts_free(&d->act);
-    free(d);
-    m->layers = NULL;
-}
-
-static int qmoe_load(target_model *m, const st_file *st, const char *prefix, errbuf *err)
-{
-    qmoe_layers *d = xcalloc(1, sizeof *d);
-    m->layers = d;
-    d->l = xcalloc((size_t)m->nlayers, sizeof *d->l);
-    d->n = m->nlayers;
-    for (int i = 0; i < m->nlayers; i++) {
-        int rc = load_layer(st, &m->cfg, prefix, i, &d->l[i], err);
-        if (rc) return rc; /* the caller destroys the model */
-    }
-    return 0;
 }
 
 /* Decoder layer li over T rows x (T, H) at positions pos, in place; kv as attn_block's. */
@@ -124,7 +96,7 @@ static void qmoe_layer_cpu(const target_model *m, int li, float *x, void *acts, 
 {
     qmoe_acts *a = acts;
     const hf_config *c = &m->cfg;
-    const qmoe_layer *l = &((const qmoe_layers *)m->layers)->l[li];
+    const qmoe_layer *l = attn_stack_layer(m, li);
     const int H = c->hidden_size;
     attn_block_forward_cpu(&l->attn, c, m->inv_freq, x, &a->at, T, pos, cu_seqlens, nseq, kv);
     rmsnorm_forward_cpu(a->at.u, H, x, H, l->post_norm, T, H, (float)c->rms_eps);
@@ -134,26 +106,21 @@ static void qmoe_layer_cpu(const target_model *m, int li, float *x, void *acts, 
         moe_swiglu_mlp_cpu(x, a->at.u, T, H, c->intermediate_size, l->w_gate, l->w_up, l->w_down, a->gate, a->up);
 }
 
-static void qmoe_layer_packed(target_model *m, int li, float *x, const target_batch *b)
-{
-    qmoe_layers *d = m->layers;
-    acts_reserve(&d->act, &m->cfg, b->ntok, 1);
-    qmoe_layer_cpu(m, li, x, &d->act, b->ntok, b->positions, b->cu_seqlens, b->nseq, NULL);
-}
-
-/* ---- decoding: attn_stack's cache (every layer's keys and values) ---- */
+/* ---- the family's operations: attn_stack's, with this layer ---- */
 
 static const attn_stack_ops qmoe_stack = {
+    .layer_size = sizeof(qmoe_layer), .load_layer = load_layer, .free_layer = free_layer,
     .acts_size = sizeof(qmoe_acts), .reserve = acts_reserve, .free = acts_free, .layer = qmoe_layer_cpu,
 };
 
-static void *qmoe_cache_new(const target_model *m, int nseq, int max_len)
+static int qmoe_load(target_model *m, const st_file *st, const char *prefix, errbuf *err)
 {
-    return attn_stack_cache_new(&qmoe_stack, m, nseq, max_len);
+    return attn_stack_load(&qmoe_stack, m, st, prefix, err);
 }
 
 static const target_cpu_ops qmoe_cpu = {
-    .load = qmoe_load, .destroy = qmoe_destroy, .layer = qmoe_layer_packed, .cache_new = qmoe_cache_new,
+    .load = qmoe_load, .destroy = attn_stack_destroy, .layer = attn_stack_layer_packed,
+    .cache_new = attn_stack_cache_new,
     .cache_destroy = attn_stack_cache_destroy, .cache_layer = attn_stack_cache_layer,
     .cache_crop = attn_stack_cache_crop,
 };
