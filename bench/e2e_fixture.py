@@ -10,9 +10,17 @@ the GPU, written by save_pretrained as a sharded safetensors checkpoint) and a d
   qwen3_moe the Qwen3-30B-A3B shape of bench/qwen3_30b_a3b.h (48 layers, H 2048, 32/4 heads of 128, 128 experts of
            width 768, 8 per token, norm_topk_prob, no shared expert, V 151936): Qwen3MoeForCausalLM, written as
            transformers writes it (the arguments of bench/torch_moe_anchor.py)
+  gpt_oss  the gpt-oss-20b shape of bench/gpt_oss_20b.h (24 layers, H 2880, 64/8 heads of 64 with q/k/v/o biases and
+           sinks, sliding window 128 on the even layers, 32 experts of width 2880, 4 per token, YaRN RoPE, V 201088):
+           GptOssForCausalLM (the arguments of bench/torch_gptoss_anchor.py), its experts as bf16 in transformers'
+           layout (mlp.experts.gate_up_proj [E, H, 2I] interleaved, down_proj [E, I, H], their biases) and no
+           quantization_config, as transformers writes a dequantised checkpoint (the published ones ship MXFP4; dflash
+           dequantises those at load, so the run after the load is the same). The full 24 layers are 20.9 B
+           parameters (42 GB in bf16): e2e_gpu.sh takes 8 by default (15 GB, ~30-40 s to write and as long to load)
 --print-config prints the config class and its arguments as JSON and writes nothing (needs no torch: the CPU test
 of e2e.sh checks them against the golden's config.json with dflash's own parser).
-usage: python3 bench/e2e_fixture.py OUT_DIR [--family qwen3|qwen3_5|qwen3_moe] [--samples 400] [--layers N] [--print-config]"""
+usage: python3 bench/e2e_fixture.py OUT_DIR [--family qwen3|qwen3_5|qwen3_moe|gpt_oss] [--samples 400] [--layers N]
+       [--print-config]"""
 import argparse, json, os, random, sys, time
 
 
@@ -42,7 +50,18 @@ def qwen3_moe(layers):   # the arguments of bench/torch_moe_anchor.py
         num_experts_per_tok=8, norm_topk_prob=True, mlp_only_layers=[])
 
 
-FAMILIES = {"qwen3": (qwen3, 36), "qwen3_5": (qwen3_5, 32), "qwen3_moe": (qwen3_moe, 48)}   # family: (config, default layers)
+def gpt_oss(layers):   # the arguments of bench/torch_gptoss_anchor.py
+    return "GptOssConfig", "GptOssForCausalLM", dict(
+        num_hidden_layers=layers, num_local_experts=32, num_experts_per_tok=4, vocab_size=201088, hidden_size=2880,
+        intermediate_size=2880, head_dim=64, num_attention_heads=64, num_key_value_heads=8, sliding_window=128,
+        layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096})
+
+
+FAMILIES = {"qwen3": (qwen3, 36), "qwen3_5": (qwen3_5, 32), "qwen3_moe": (qwen3_moe, 48),   # family: (config,
+            "gpt_oss": (gpt_oss, 24)}                                                     # its full depth)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out"); ap.add_argument("--samples", type=int, default=400)
