@@ -17,7 +17,9 @@
 #      gpt_oss   bench/torch_gptoss_anchor.py --layers LAYERS --lengths SEQ (gpt-oss-20b shape, transformers' eager
 #                attention and default experts path, bf16 experts as transformers runs a dequantised checkpoint),
 #                LAYERS 8 by default: a cut of the 24 layers (the 24-layer bf16 checkpoint is 42 GB; 8 layers are
-#                15 GB, written in ~30-40 s and loaded as fast, so that fixture + load fit ~60 s of the command)
+#                15 GB, written in ~30-40 s and loaded as fast, so that fixture + load fit ~60 s of the command);
+#                MXFP4=1: the fixture's experts as MXFP4 blocks + scales, as the published checkpoints ship them
+#                (e2e_fixture.py --mxfp4: 13 GB at the full 24 layers, dequantised by dflash at load)
 #    ANCHOR_LOG=FILE: a log that already holds an anchor's lines at this shape (the qwen3_moe forward at LAYERS layers
 #    on SEQ tokens, as torch_moe_anchor.py --then LAYERS:SEQ prints it; the gpt_oss forward, as torch_gptoss_anchor.py
 #    --layers LAYERS --lengths SEQ prints it; the drafter step at the derived drafter's
@@ -164,8 +166,9 @@ t=$(limit 75 "$RUN_S")
 if [ $own = 0 ]; then rc=0
 elif [ "$t" -eq 0 ]; then skipped fixture; rc=1
 else
-    say "fixture: bench/e2e_fixture.py --family $FAMILY --layers $LAYERS --samples $((STEPS + 50)) (limit $t s)"
-    timeout -k 5 "$t" python3 bench/e2e_fixture.py "$W" --family "$FAMILY" --layers "$LAYERS" --samples $((STEPS + 50))
+    q=$([ "$FAMILY" = gpt_oss ] && [ "${MXFP4:-0}" = 1 ] && echo --mxfp4)
+    say "fixture: bench/e2e_fixture.py --family $FAMILY --layers $LAYERS --samples $((STEPS + 50)) $q (limit $t s)"
+    timeout -k 5 "$t" python3 bench/e2e_fixture.py "$W" --family "$FAMILY" --layers "$LAYERS" --samples $((STEPS + 50)) $q
     rc=$?
     [ $rc -ne 0 ] && say "fixture: exit $rc$([ $rc -eq 124 ] && echo " (timed out after $t s)")"
 fi

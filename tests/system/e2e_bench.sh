@@ -4,8 +4,9 @@
 # over the key set of the qwen35-tiny (qwen3moe-tiny, gptoss-tiny-bf16) golden's config.json, which transformers wrote
 # from the same class) is accepted by dflash's parser at the full Qwen3.5-9B (Qwen3-30B-A3B, gpt-oss-20b) shape, every
 # argument being a key transformers writes; (2) e2e.sh's job config runs to the end under `dflash run` (BACKEND=cpu)
-# on a tiny hybrid target and on a tiny gpt_oss one (bf16 experts in transformers' layout, no quantization_config, as
-# the fixture writes them) laid out as the fixture's (its layer_types rule, 8 layers, weights under "model." as
+# on a tiny hybrid target and on tiny gpt_oss ones (bf16 experts in transformers' layout and no quantization_config,
+# and MXFP4 blocks + scales with the published quantization_config, as the fixture writes them with and without
+# --mxfp4) laid out as the fixture's (its layer_types rule, 8 layers, weights under "model." as
 # save_pretrained writes them), the drafter taking the spec's default taps of the target's layers; (3) bench/e2e_gpu.sh
 # FAMILY=gpt_oss parses: its family switch, the anchors taken from an ANCHOR_LOG in the anchors' own line formats (the
 # drafter's from torch_drafter_anchor_shape.py --dry-run) and its summary reading them, the GPU steps skipped
@@ -22,15 +23,19 @@ fi
 # (1) the full-shape config.json of each family, read by dflash (a target folder with no weights: the parser's
 # verdict comes first): qwen3_5 over the qwen35-tiny golden's keys, qwen3_moe (the Qwen3-30B-A3B shape) over the
 # qwen3moe-tiny golden's (transformers 5 writes num_experts as num_local_experts; both goldens written by transformers)
-full_config() { # FAMILY GOLDEN_TARGET_DIR
+full_config() { # FAMILY[+mxfp4] GOLDEN_TARGET_DIR
     local fam=$1 g=$2 msg out
     [ -f "$g/config.json" ] || { echo "skipped e2e_bench_fixture_config_$fam: no golden $g"; return; }
     mkdir -p "$T/full-$fam"
     msg=$(python3 - "$g/config.json" "$T/full-$fam/config.json" "$fam" 2>&1 <<'EOP'
 import json, subprocess, sys
 g = json.load(open(sys.argv[1]))
-f = json.loads(subprocess.check_output([sys.executable, "bench/e2e_fixture.py", "-", "--family", sys.argv[3],
-                                        "--print-config"]))
+fam, q = (sys.argv[3].split("+") + [""])[:2]
+f = json.loads(subprocess.check_output([sys.executable, "bench/e2e_fixture.py", "-", "--family", fam,
+                                        "--print-config"] + (["--" + q] if q else [])))
+if f.get("quantization_config") != g.get("quantization_config"):
+    sys.exit("fixture's quantization_config %r, the golden's %r" % (f.get("quantization_config"),
+                                                                   g.get("quantization_config")))
 kw = f["kwargs"]
 if "num_experts" in kw and "num_local_experts" in g: kw["num_local_experts"] = kw.pop("num_experts")
 unknown = sorted(set(kw) - set(g))
@@ -53,10 +58,11 @@ echo '{"input_ids": [1, 2, 3]}' >"$T/p.jsonl"
 full_config qwen3_5 "$G"
 full_config qwen3_moe "$GOLDENS/qwen3moe-tiny/target"
 full_config gpt_oss "$GOLDENS/gptoss-tiny-bf16/target"
+full_config gpt_oss+mxfp4 "$GOLDENS/gptoss-mxfp4/target"
 
 # (2) a tiny target with the fixture's layer pattern: the golden's tensors, a layer's of the same kind (linear or
 # full attention; sliding or full) for each layer; data from a Qwen3 demo target of its vocabulary
-tiny_run() { # FAMILY GOLDEN_TARGET_DIR VOCAB HIDDEN RUNS_TEST_NAME DRAFTER_TEST_NAME
+tiny_run() { # FAMILY[+mxfp4] GOLDEN_TARGET_DIR VOCAB HIDDEN RUNS_TEST_NAME DRAFTER_TEST_NAME
     local fam=$1 g=$2 vocab=$3 hidden=$4 runs=$5 follows=$6 W=$T/w-$1 msg out rc check
     [ -f "$g/model.safetensors" ] || { echo "skipped $runs: no golden $g"; return; }
     mkdir -p "$W"
@@ -66,12 +72,15 @@ tiny_run() { # FAMILY GOLDEN_TARGET_DIR VOCAB HIDDEN RUNS_TEST_NAME DRAFTER_TEST
         --seed 5 >/dev/null 2>>"$T/fixture.log" || { fail "$runs" "data: $(tail -3 "$T/fixture.log")"; return; }
     msg=$(python3 - "$g" "$W/target" 8 "$fam" 2>&1 <<'EOP'
 import json, os, struct, subprocess, sys
-g, out, n, fam = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+g, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fam, q = (sys.argv[4].split("+") + [""])[:2]
 f = json.loads(subprocess.check_output([sys.executable, "bench/e2e_fixture.py", "-", "--family", fam,
-                                        "--layers", str(n), "--print-config"]))
+                                        "--layers", str(n), "--print-config"] + (["--" + q] if q else [])))
 lt = f["kwargs"]["layer_types"]
 cfg = json.load(open(os.path.join(g, "config.json")))
-if "quantization_config" in cfg: sys.exit("golden %s is quantised; the fixture writes bf16" % g)
+if f.get("quantization_config") != cfg.get("quantization_config"):
+    sys.exit("golden %s's quantization_config %r, the fixture's %r" % (g, cfg.get("quantization_config"),
+                                                                        f.get("quantization_config")))
 src = open(os.path.join(g, "model.safetensors"), "rb").read()
 hn = struct.unpack("<Q", src[:8])[0]
 hdr = json.loads(src[8:8 + hn]); meta = hdr.pop("__metadata__", None)
@@ -117,6 +126,8 @@ EOP
 }
 tiny_run qwen3_5 "$G" 512 64 e2e_bench_hybrid_runs e2e_bench_drafter_follows
 tiny_run gpt_oss "$GOLDENS/gptoss-tiny-bf16/target" 256 96 e2e_bench_gpt_oss_runs e2e_bench_drafter_follows_gpt_oss
+tiny_run gpt_oss+mxfp4 "$GOLDENS/gptoss-mxfp4/target" 256 96 e2e_bench_gpt_oss_mxfp4_runs \
+    e2e_bench_drafter_follows_gpt_oss_mxfp4
 
 # (3) e2e_gpu.sh FAMILY=gpt_oss on the CPU: nothing runs (LIMIT=1 leaves no step its 15 s), the anchors come from a
 # log in their own formats, and the summary reads them; no dflash figure, so exit 1
