@@ -10,9 +10,21 @@ the GPU, written by save_pretrained as a sharded safetensors checkpoint) and a d
   qwen3_moe the Qwen3-30B-A3B shape of bench/qwen3_30b_a3b.h (48 layers, H 2048, 32/4 heads of 128, 128 experts of
            width 768, 8 per token, norm_topk_prob, no shared expert, V 151936): Qwen3MoeForCausalLM, written as
            transformers writes it (the arguments of bench/torch_moe_anchor.py)
+  gpt_oss  the gpt-oss-20b shape of bench/gpt_oss_20b.h (24 layers, H 2880, 64/8 heads of 64 with q/k/v/o biases and
+           sinks, sliding window 128 on the even layers, 32 experts of width 2880, 4 per token, YaRN RoPE, V 201088):
+           GptOssForCausalLM (the arguments of bench/torch_gptoss_anchor.py), its experts as bf16 in transformers'
+           layout (mlp.experts.gate_up_proj [E, H, 2I] interleaved, down_proj [E, I, H], their biases) and no
+           quantization_config, as transformers writes a dequantised checkpoint (the published ones ship MXFP4; dflash
+           dequantises those at load, so the run after the load is the same). The full 24 layers are 20.9 B
+           parameters (42 GB in bf16): e2e_gpu.sh takes 8 by default (15 GB, ~30-40 s to write and as long to load).
+           --mxfp4: the experts as the published checkpoints ship them instead (mlp.experts.gate_up_proj_blocks
+           [E, 2I, H/32, 16] + _scales [E, 2I, H/32], down_proj_blocks [E, H, I/32, 16] + _scales [E, H, I/32], U8,
+           random FP4 codes with scales 2^-9..2^-6, and the published quantization_config), 13 GB at the full 24
+           layers; the model is still built in bf16 on the GPU, its bf16 experts dropped before writing
 --print-config prints the config class and its arguments as JSON and writes nothing (needs no torch: the CPU test
 of e2e.sh checks them against the golden's config.json with dflash's own parser).
-usage: python3 bench/e2e_fixture.py OUT_DIR [--family qwen3|qwen3_5|qwen3_moe] [--samples 400] [--layers N] [--print-config]"""
+usage: python3 bench/e2e_fixture.py OUT_DIR [--family qwen3|qwen3_5|qwen3_moe|gpt_oss] [--samples 400] [--layers N]
+       [--mxfp4] [--print-config]"""
 import argparse, json, os, random, sys, time
 
 
@@ -42,19 +54,74 @@ def qwen3_moe(layers):   # the arguments of bench/torch_moe_anchor.py
         num_experts_per_tok=8, norm_topk_prob=True, mlp_only_layers=[])
 
 
-FAMILIES = {"qwen3": (qwen3, 36), "qwen3_5": (qwen3_5, 32), "qwen3_moe": (qwen3_moe, 48)}   # family: (config, default layers)
+def gpt_oss(layers):   # the arguments of bench/torch_gptoss_anchor.py
+    return "GptOssConfig", "GptOssForCausalLM", dict(
+        num_hidden_layers=layers, num_local_experts=32, num_experts_per_tok=4, vocab_size=201088, hidden_size=2880,
+        intermediate_size=2880, head_dim=64, num_attention_heads=64, num_key_value_heads=8, sliding_window=128,
+        layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096})
+
+
+FAMILIES = {"qwen3": (qwen3, 36), "qwen3_5": (qwen3_5, 32), "qwen3_moe": (qwen3_moe, 48),   # family: (config,
+            "gpt_oss": (gpt_oss, 24)}                                                     # its full depth)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out"); ap.add_argument("--samples", type=int, default=400)
 ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3")
 ap.add_argument("--layers", type=int, default=0, help="default: the family's full depth")
+ap.add_argument("--mxfp4", action="store_true", help="gpt_oss: the experts as MXFP4 blocks + scales")
 ap.add_argument("--print-config", action="store_true")
 a = ap.parse_args()
 make_config, full_depth = FAMILIES[a.family]
 cfg_class, model_class, kw = make_config(a.layers or full_depth)
+if a.mxfp4 and a.family != "gpt_oss":
+    sys.exit("e2e_fixture: --mxfp4 is gpt_oss's (family %s)" % a.family)
+QUANT = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                             "model.embed_tokens", "lm_head"]}   # the published one
 if a.print_config:
-    print(json.dumps({"config": cfg_class, "model": model_class, "kwargs": kw}))
+    print(json.dumps(dict({"config": cfg_class, "model": model_class, "kwargs": kw},
+                          **({"quantization_config": QUANT} if a.mxfp4 else {}))))
     sys.exit(0)
+
+
+def save_mxfp4(model, cfg, out):
+    """The state dict with each layer's bf16 experts replaced by random MXFP4 blocks + scales, in ~4 GB shards with
+    their index, and config.json with the quantization_config."""
+    from safetensors.torch import save_file
+    os.makedirs(out, exist_ok=True)
+    E, H, I = cfg.num_local_experts, cfg.hidden_size, cfg.intermediate_size
+    sd = {k: v for k, v in model.state_dict().items()
+          if not k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))}
+    g = torch.Generator(device="cuda").manual_seed(1)
+    for i in range(cfg.num_hidden_layers):
+        for name, rows, cols in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
+            pre = "model.layers.%d.mlp.experts.%s_" % (i, name)
+            sd[pre + "blocks"] = torch.randint(0, 256, (E, rows, cols // 32, 16), generator=g, device="cuda",
+                                               dtype=torch.uint8)
+            sd[pre + "scales"] = torch.randint(118, 122, (E, rows, cols // 32), generator=g, device="cuda",
+                                               dtype=torch.uint8)
+    shards, cur, size = [], {}, 0
+    for k in sorted(sd):
+        n = sd[k].numel() * sd[k].element_size()
+        if cur and size + n > 4 << 30:
+            shards.append(cur); cur, size = {}, 0
+        cur[k] = sd[k]; size += n
+    shards.append(cur)
+    wmap = {}
+    for j, sh in enumerate(shards):
+        fn = "model-%05d-of-%05d.safetensors" % (j + 1, len(shards))
+        save_file({k: v.contiguous().cpu() for k, v in sh.items()}, os.path.join(out, fn), metadata={"format": "pt"})
+        wmap.update({k: fn for k in sh})
+    total = sum(v.numel() * v.element_size() for v in sd.values())
+    json.dump({"metadata": {"total_size": total}, "weight_map": wmap},
+              open(os.path.join(out, "model.safetensors.index.json"), "w"), indent=2)
+    cfg.save_pretrained(out)
+    c = json.load(open(os.path.join(out, "config.json")))
+    c["quantization_config"], c["dtype"] = QUANT, "bfloat16"   # the dtype save_pretrained of a bf16 model writes
+    json.dump(c, open(os.path.join(out, "config.json"), "w"), indent=2)
+    return total
 
 import torch, transformers
 t0 = time.time()
@@ -66,9 +133,14 @@ torch.manual_seed(0)
 torch.set_default_dtype(torch.bfloat16)
 with torch.device("cuda"):
     model = getattr(transformers, model_class)(cfg)
-model.save_pretrained(os.path.join(a.out, "target"), safe_serialization=True, max_shard_size="4GB")
-print("target: %s, %d layers, %.1f B parameters written in %.1f s" % (a.family, kw["num_hidden_layers"],
-      sum(p.numel() for p in model.parameters()) / 1e9, time.time() - t0), flush=True)
+if a.mxfp4:
+    nbytes = save_mxfp4(model, cfg, os.path.join(a.out, "target"))
+    print("target: %s, %d layers, MXFP4 experts, %.1f GB written in %.1f s" % (a.family, kw["num_hidden_layers"],
+          nbytes / 1e9, time.time() - t0), flush=True)
+else:
+    model.save_pretrained(os.path.join(a.out, "target"), safe_serialization=True, max_shard_size="4GB")
+    print("target: %s, %d layers, %.1f B parameters written in %.1f s" % (a.family, kw["num_hidden_layers"],
+          sum(p.numel() for p in model.parameters()) / 1e9, time.time() - t0), flush=True)
 del model
 torch.cuda.empty_cache()
 rng = random.Random(7)

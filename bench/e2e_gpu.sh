@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The end to end on one H200 and its anchors in one GPU command (issue 20 item 6: FAMILY=qwen3_5, the default; issue
-# 21: FAMILY=qwen3_moe):
-#   BUILD=build [FAMILY=qwen3_5|qwen3_moe] bench/e2e_gpu.sh   [LAYERS=N] [STEPS=50] [TORCH=<torch_drafter_anchor.py>]
-#                                                              [LIMIT=230] [SEQ=2936] [ANCHOR_LOG=FILE]
+# 21: FAMILY=qwen3_moe and FAMILY=gpt_oss):
+#   BUILD=build [FAMILY=qwen3_5|qwen3_moe|gpt_oss] bench/e2e_gpu.sh   [LAYERS=N] [STEPS=50] [LIMIT=230] [SEQ=2936]
+#       [TORCH=<torch_drafter_anchor.py>] [ANCHOR_LOG=FILE]
 # 1. the anchors, on the shapes of the run below (one sequence of SEQ=2936 tokens, the mean of e2e_fixture.py's
 #    2800-3072): the target forward of transformers' own model and the PyTorch drafter step
 #    (torch_drafter_anchor.py through bench/torch_drafter_anchor_shape.py --family FAMILY at the drafter a job
@@ -14,8 +14,15 @@
 #      qwen3_moe bench/torch_moe_anchor.py --layers LAYERS --lengths SEQ (Qwen3-30B-A3B shape, transformers' default
 #                MoE path), LAYERS 16 by default: a cut of the 48 layers (the 48-layer checkpoint is 61 GB to write
 #                and read back, past this command's time; the forward anchor's figure is per layer comparable)
+#      gpt_oss   bench/torch_gptoss_anchor.py --layers LAYERS --lengths SEQ (gpt-oss-20b shape, transformers' eager
+#                attention and default experts path, bf16 experts as transformers runs a dequantised checkpoint),
+#                LAYERS 8 by default: a cut of the 24 layers (the 24-layer bf16 checkpoint is 42 GB; 8 layers are
+#                15 GB, written in ~30-40 s and loaded as fast, so that fixture + load fit ~60 s of the command);
+#                MXFP4=1: the fixture's experts as MXFP4 blocks + scales, as the published checkpoints ship them
+#                (e2e_fixture.py --mxfp4: 13 GB at the full 24 layers, dequantised by dflash at load)
 #    ANCHOR_LOG=FILE: a log that already holds an anchor's lines at this shape (the qwen3_moe forward at LAYERS layers
-#    on SEQ tokens, as torch_moe_anchor.py --then LAYERS:SEQ prints it; the drafter step at the derived drafter's
+#    on SEQ tokens, as torch_moe_anchor.py --then LAYERS:SEQ prints it; the gpt_oss forward, as torch_gptoss_anchor.py
+#    --layers LAYERS --lengths SEQ prints it; the drafter step at the derived drafter's
 #    shape with --seq SEQ): that anchor is not run again (tests/gpu/qwen3_moe_bench.sh times them in its first device
 #    command and runs the fixture and the run in a second one). FIXTURE_S, RUN_S (default 50, 60): the seconds kept
 #    for the fixture and the run when the anchors' limits are set. WORK=DIR: a folder already holding the fixture
@@ -39,9 +46,10 @@ FAMILY=${FAMILY:-qwen3_5}
 case $FAMILY in # family: its benchmark shape, default depth
     qwen3_5) SHAPE=Qwen3.5-9B FULL=32 ;;
     qwen3_moe) SHAPE=Qwen3-30B-A3B FULL=48 ;;
-    *) echo "e2e_gpu: FAMILY=$FAMILY: expected qwen3_5 or qwen3_moe" >&2; exit 2 ;;
+    gpt_oss) SHAPE=gpt-oss-20b FULL=24 ;;
+    *) echo "e2e_gpu: FAMILY=$FAMILY: expected qwen3_5, qwen3_moe or gpt_oss" >&2; exit 2 ;;
 esac
-DEF_LAYERS=$FULL; [ "$FAMILY" = qwen3_moe ] && DEF_LAYERS=16
+DEF_LAYERS=$FULL; [ "$FAMILY" = qwen3_moe ] && DEF_LAYERS=16; [ "$FAMILY" = gpt_oss ] && DEF_LAYERS=8
 BUILD=${BUILD:-build} LAYERS=${LAYERS:-$DEF_LAYERS} STEPS=${STEPS:-50} LIMIT=${LIMIT:-230} SEQ=${SEQ:-2936}
 FIXTURE_S=${FIXTURE_S:-50} RUN_S=${RUN_S:-60}   # what the fixture and the run are expected to take: kept for them
 START=$SECONDS
@@ -90,6 +98,18 @@ if [ "$FAMILY" = qwen3_moe ]; then
     else
         say "torch qwen3_moe anchor: bench/torch_moe_anchor.py --layers $LAYERS --lengths $SEQ --iters 3 (limit $t s)"
         timeout -k 5 "$t" python3 bench/torch_moe_anchor.py --layers "$LAYERS" --lengths "$SEQ" --iters 3 2>&1 |
+            tee -a "$alog"
+    fi
+elif [ "$FAMILY" = gpt_oss ]; then
+    fwd_path=gptoss
+    ftag="torch gpt_oss \[$LAYERS layers, 1 x $SEQ padded, $SEQ tokens\] forward alone:"
+    if [ -n "${ANCHOR_LOG:-}" ] && grep -q "^$ftag" "$ANCHOR_LOG"; then
+        say "torch gpt_oss anchor: taken from $ANCHOR_LOG"
+        grep "^$ftag" "$ANCHOR_LOG" | tee -a "$alog"
+    elif [ "$t" -eq 0 ]; then skipped "torch gpt_oss anchor"
+    else
+        say "torch gpt_oss anchor: bench/torch_gptoss_anchor.py --layers $LAYERS --lengths $SEQ --iters 3 (limit $t s)"
+        timeout -k 5 "$t" python3 bench/torch_gptoss_anchor.py --layers "$LAYERS" --lengths "$SEQ" --iters 3 2>&1 |
             tee -a "$alog"
     fi
 elif [ "$t" -eq 0 ]; then skipped "torch hybrid anchor"
@@ -146,8 +166,9 @@ t=$(limit 75 "$RUN_S")
 if [ $own = 0 ]; then rc=0
 elif [ "$t" -eq 0 ]; then skipped fixture; rc=1
 else
-    say "fixture: bench/e2e_fixture.py --family $FAMILY --layers $LAYERS --samples $((STEPS + 50)) (limit $t s)"
-    timeout -k 5 "$t" python3 bench/e2e_fixture.py "$W" --family "$FAMILY" --layers "$LAYERS" --samples $((STEPS + 50))
+    q=$([ "$FAMILY" = gpt_oss ] && [ "${MXFP4:-0}" = 1 ] && echo --mxfp4)
+    say "fixture: bench/e2e_fixture.py --family $FAMILY --layers $LAYERS --samples $((STEPS + 50)) $q (limit $t s)"
+    timeout -k 5 "$t" python3 bench/e2e_fixture.py "$W" --family "$FAMILY" --layers "$LAYERS" --samples $((STEPS + 50)) $q
     rc=$?
     [ $rc -ne 0 ] && say "fixture: exit $rc$([ $rc -eq 124 ] && echo " (timed out after $t s)")"
 fi
@@ -179,8 +200,10 @@ path, layers, steps, seq, heads, family, shape = sys.argv[3:10]
 m = re.search(r"^e2e steady \(steps (\d+)-(\d+), [\d.]+ s\): ([\d.]+) samples/s, (\d+) tokens/s", e2e, re.M)
 sps, span = (float(m.group(3)), "steps %s-%s, %.0f tokens a sample" % (m.group(1), m.group(2),
              float(m.group(4)) / float(m.group(3)))) if m else (None, "")
-fwd_re = (r"^torch qwen3_moe \[%s layers, 1 x %s padded, \d+ tokens\] forward: \d+ tok/s \(([\d.]+) ms" % (layers, seq)
-          if family == "qwen3_moe" else r"^torch hybrid \[%s\] forward: \d+ tok/s \((\d+) ms" % re.escape(path))
+fwd_re = {"qwen3_moe": r"^torch qwen3_moe \[%s layers, 1 x %s padded, \d+ tokens\] forward: \d+ tok/s \(([\d.]+) ms"
+          % (layers, seq), "gpt_oss": r"^torch gpt_oss \[%s layers, 1 x %s padded, \d+ tokens\] forward alone: \d+ "
+          r"tok/s \(([\d.]+) ms" % (layers, seq)}.get(family, r"^torch hybrid \[%s\] forward: \d+ tok/s \((\d+) ms"
+                                                         % re.escape(path))
 m = re.search(fwd_re, anc, re.M)
 fwd = float(m.group(1)) / 1000 if m else None
 m = re.search(r"^torch drafter step: (\d+) ms", anc, re.M)
@@ -189,7 +212,7 @@ out = ["e2e %s summary (%s shape, %s layers, %s steps, anchors at %s tokens%s):"
        (family, shape, layers, steps, seq, ", drafter anchor heads " + heads if heads else "")]
 out.append("dflash %.2f samples/s (%.0f ms a sample; %s)" % (sps, 1000 / sps, span) if sps else "dflash: no steady figure")
 out.append("| anchors: %s forward %s s/sample + PyTorch drafter step %s s/sample" %
-           ("transformers" if family == "qwen3_moe" else path, "%.3f" % fwd if fwd else "n/a",
+           ("transformers" if family in ("qwen3_moe", "gpt_oss") else path, "%.3f" % fwd if fwd else "n/a",
             "%.3f" % dra if dra else "n/a"))
 if fwd and dra:
     out.append("= %.3f s/sample (%.2f samples/s)" % (fwd + dra, 1 / (fwd + dra)))

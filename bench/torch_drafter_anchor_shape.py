@@ -3,9 +3,12 @@ one a dflash drafter checkpoint's config.json gives (hidden, MLP, heads, head_di
 rms eps, rope theta), or the drafter that a job derives from the family's benchmark target when no checkpoint is
 given: --family qwen3_5 (default) the Qwen3.5-9B-shaped target's (5 layers, hidden 4096, 16/4 heads of 256, MLP
 12288, vocabulary 248320, 5 taps, theta 1e7), --family qwen3_moe the Qwen3-30B-A3B-shaped target's (5 layers, hidden
-2048, 32/4 heads of 128, MLP 6144 = the target's intermediate_size, vocabulary 151936, 5 taps, theta 1e6). The
+2048, 32/4 heads of 128, MLP 6144 = the target's intermediate_size, vocabulary 151936, 5 taps, theta 1e6), --family
+gpt_oss the gpt-oss-20b-shaped target's (5 layers, hidden 2880, 64/8 heads of 64, MLP 2880 = the target's
+intermediate_size, vocabulary 201088, 5 taps, rms eps 1e-5, theta 150000: job_plan.c's derive_drafter keeps the
+target's shapes and rope_theta and drops YaRN, sinks, biases and sliding windows, a Qwen3-style drafter). The
 anchor's one line of shape constants is replaced before it runs; nothing else of it changes. Used by bench/e2e_gpu.sh.
-usage: python3 bench/torch_drafter_anchor_shape.py ANCHOR.py [--family qwen3_5|qwen3_moe] [--config CKPT/config.json]
+usage: python3 bench/torch_drafter_anchor_shape.py ANCHOR.py [--family qwen3_5|qwen3_moe|gpt_oss] [--config CKPT/config.json]
        [--heads NH,NKV,HD] [--dry-run] [-- ANCHOR OPTIONS (--seq, --iters, ...)]
 --heads replaces the attention shape (same q/kv widths: the same parameters and FLOPs, e.g. 32,8,128 for 16,4,256);
 --dry-run prints the replaced line and the anchor's arguments, and runs nothing."""
@@ -20,6 +23,7 @@ anchor, opts = args[0], args[1:]
 FAMILIES = {   # family: (the drafter a job derives from its benchmark target, that target's name)
     "qwen3_5": (dict(H=4096, I=12288, NH=16, NKV=4, HD=256, V=248320, K=5, EPS=1e-6, THETA=1e7), "Qwen3.5-9B"),
     "qwen3_moe": (dict(H=2048, I=6144, NH=32, NKV=4, HD=128, V=151936, K=5, EPS=1e-6, THETA=1e6), "Qwen3-30B-A3B"),
+    "gpt_oss": (dict(H=2880, I=2880, NH=64, NKV=8, HD=64, V=201088, K=5, EPS=1e-5, THETA=150000.0), "gpt-oss-20b"),
 }
 fam = opts[opts.index("--family") + 1] if "--family" in opts else "qwen3_5"
 if fam not in FAMILIES:

@@ -7,7 +7,9 @@ sequences (torch_target_anchor.py's: 16 sequences, 19218 tokens), the tapped lay
 the per-sequence pack loop and copy to the host, as torch_target_anchor.py does. Eager attention (transformers'
 gpt-oss has no SDPA path), the default experts implementation. Prints tokens/s for the forward alone and for the
 whole target step; compare with `bench_target --family gpt_oss` run in the same command.
-usage: python3 torch_gptoss_anchor.py [--iters 2] [--layers 24]
+--lengths N,N,...: another batch (bench/e2e_gpu.sh FAMILY=gpt_oss: --lengths 2936, the one sequence of its run);
+the figure lines then name it: "torch gpt_oss [L layers, B x Lmax padded, N tokens] forward alone: ...".
+usage: python3 torch_gptoss_anchor.py [--iters 2] [--layers 24] [--lengths 773,1876,...]
 """
 import argparse, sys, time
 
@@ -17,7 +19,11 @@ TAPS = [1, 9, 17, 25, 33]
 ap = argparse.ArgumentParser()
 ap.add_argument("--iters", type=int, default=2)
 ap.add_argument("--layers", type=int, default=24)
+ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
 a = ap.parse_args()
+LENGTHS = [int(x) for x in a.lengths.split(",")]
+if not LENGTHS or min(LENGTHS) < 1 or a.layers < 1:
+    sys.exit(f"torch gpt_oss: --lengths {a.lengths} --layers {a.layers}: expected positive lengths and layers")
 
 try:
     import torch
@@ -82,7 +88,8 @@ t0 = time.time()
 for _ in range(a.iters): forward(); pack()
 torch.cuda.synchronize()
 step = (time.time() - t0) / a.iters
-print(f"torch gpt_oss forward alone: {ntok / fwd:.0f} tok/s ({fwd * 1e3:.1f} ms, {a.iters} iters; padded batch "
+tag = f"[{L} layers, {B} x {Lmax} padded, {ntok} tokens] "
+print(f"torch gpt_oss {tag}forward alone: {ntok / fwd:.0f} tok/s ({fwd * 1e3:.1f} ms, {a.iters} iters; padded batch "
       f"{B} x {Lmax})")
-print(f"torch gpt_oss target step (forward + capture + pack + host copy): {ntok / step:.0f} tok/s "
+print(f"torch gpt_oss {tag}target step (forward + capture + pack + host copy): {ntok / step:.0f} tok/s "
       f"({step * 1e3:.1f} ms); peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
