@@ -42,12 +42,14 @@ constexpr int kStages = 2;
 
 template <int HD> struct sm90_shape {
     static constexpr int kBN = 128; // keys per K/V tile
-    [[maybe_unused]] static constexpr int kPanels = HD / 64; // 64-column (128-byte) swizzled panels per row
+    static constexpr int kPanels = HD / 64; // 64-column (128-byte) swizzled panels per row
     static constexpr int kQBytes = kBM * HD * 2;
     static constexpr int kTileBytes = kBN * HD * 2; // one K or V tile
     static constexpr int kBarOffset = kQBytes + 2 * kStages * kTileBytes;
     static constexpr int kSmem = kBarOffset + 128 + 1024; // 10 barriers; slack to align the base to 1024 bytes
 };
+// the head dims the kernel takes fill whole 128-byte panels (also read where the sm_90a code is compiled out)
+static_assert(sm90_shape<64>::kPanels == 1 && sm90_shape<128>::kPanels == 2, "head_dim 64 and 128: 1 and 2 panels");
 
 #ifdef DFLASH_SM90A
 // rows [row0, row0 + ROWS) of a (len, HD) slice with row stride ld into swizzled panels PANEL_ROWS rows apart, rows
