@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "tests/compare_bf16.h"
 #include "util.h"
 
 #ifndef GPU_TEST_SEED
@@ -72,20 +73,7 @@ static inline void *dev_get(const void *d, size_t bytes)
 static inline void compare_bf16(const char *name, const uint16_t *got, const float *ref, size_t n, double tol_norm,
                                 double tol_max)
 {
-    double se = 0, sr = 0, e = 0, mx = 0;
-    int nan = 0;
-    for (size_t i = 0; i < n; i++) {
-        double g = bf16_to_f32(got[i]), w = ref[i];
-        if (isnan(g)) nan = 1;
-        se += (g - w) * (g - w), sr += w * w;
-        e = fmax(e, fabs(g - w)), mx = fmax(mx, fabs(w));
-    }
-    double nr = sr > 0 ? sqrt(se / sr) : sqrt(se), maxrel = e / fmax(1.0, mx);
-    int ok = !nan && nr <= tol_norm && maxrel <= tol_max;
-    printf("%s %s norm_rel=%.3g (tol %.0e) max_err/max(1,max|ref|)=%.3g (tol %.0e) max|ref|=%.3g\n",
-           ok ? "ok" : "FAIL", name, nr, tol_norm, maxrel, tol_max, mx);
-    fflush(stdout);
-    if (!ok) failures++;
+    if (!compare_bf16_line(name, got, ref, n, tol_norm, tol_max)) failures++;
 }
 
 #endif
