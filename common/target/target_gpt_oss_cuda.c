@@ -146,4 +146,6 @@ const target_cuda_ops target_gpt_oss_cuda = {
     .create = goc_create, .destroy = goc_destroy, .load = goc_load, .init_random = goc_init_random,
     .layer = goc_layer_forward, .cache_new = attn_cuda_cache_new, .cache_destroy = attn_cuda_cache_destroy,
     .cache_crop = NULL,
+    .step_graph = 1, /* as qwen3_moe's: the attention block (window, sinks) and the layers read the positions from
+                      * the device */
 };

@@ -24,7 +24,7 @@ make_target 11 &&
 "$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
     { fail gpu_keep_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 
-gpu_config() { # NAME [KEEP [MODEL [STEPS]]]
+gpu_config() { # NAME [KEEP [MODEL [STEPS [DATA]]]]
     cat >"$T/$1.ini" <<EOC
 [job]
 name = t$$-$1
@@ -32,7 +32,7 @@ run_dir = $T/$1
 seed = 77
 backend = cuda
 [data]
-path = $T/data
+path = ${5:-$T/data}
 max_batch_tokens = 256
 max_batch_seqs = 8
 [target]
@@ -154,8 +154,13 @@ GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
 SH=${STEPS_HYBRID:-600}
 for g in qwen35-tiny qwen35moe-tiny qwen3moe-tiny; do
     [ -d "$GOLDENS/$g/target" ] || { fail "gpu_keep_${g}_fixture" "no target at $GOLDENS/$g/target"; continue; }
-    gpu_config "$g-ref" true "$GOLDENS/$g/target" $SH
-    gpu_config "$g" true "$GOLDENS/$g/target" $SH
+    # data in the golden target's own vocabulary (qwen3moe-tiny's is 256 ids, the random target's 512)
+    "$BIN/dflash-demo" make-data -q --target "$GOLDENS/$g/target" -o "$T/$g-data.jsonl" --samples 64 \
+        --answer-len 40 --seed 5 >/dev/null 2>>"$T/fixture.log" &&
+        "$BIN/dflash-prepare" -o "$T/$g-data" "$T/$g-data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
+        { fail "gpu_keep_${g}_fixture" "$(tail -3 "$T/fixture.log")"; continue; }
+    gpu_config "$g-ref" true "$GOLDENS/$g/target" $SH "$T/$g-data"
+    gpu_config "$g" true "$GOLDENS/$g/target" $SH "$T/$g-data"
     run_job "$g-ref" || { fail "gpu_keep_${g}_reference" "$(tail -3 "$T/$g-ref.out")"; continue; }
     "$BIN/dflash" run -c "$T/$g.ini" >"$T/$g.out" 2>&1 &
     sup=$!

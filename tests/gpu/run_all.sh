@@ -43,7 +43,7 @@ one test_target_gpu_gpt_oss timeout 300 "$BUILD/gpu/test_target_gpu" gpt_oss
 one gpu_pipeline env BUILD="$BUILD" timeout 180 bash tests/gpu/gpu_pipeline.sh
 one gpu_keep_weights env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_keep_weights.sh
 one gpu_hybrid_train env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_hybrid_train.sh
-one gpu_qwen3_moe_train env BUILD="$BUILD" timeout 240 bash tests/gpu/gpu_qwen3_moe_train.sh
+one gpu_moe_train env BUILD="$BUILD" timeout 300 bash tests/gpu/gpu_moe_train.sh
 one generate_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/generate_gpu.sh
 one eval_gpu env BUILD="$BUILD" timeout 300 bash tests/gpu/eval_gpu.sh
 one swa_eval_gpu env BUILD="$BUILD" timeout 180 bash tests/gpu/swa_eval_gpu.sh

@@ -5,7 +5,7 @@
 # (experts, sliding windows, biases, YaRN, quantisation) and full-attention layers only; and dflash eval of the
 # drafter (speculative decoding over the target's KV cache -- with its windows for gpt_oss -- crops inside verified
 # blocks) commits the target's greedy tokens and agrees with the walk over its greedy text. A new family is a row.
-# The GPU twin of the qwen3_moe row is tests/gpu/gpu_qwen3_moe_train.sh.
+# The GPU twin of the qwen3_moe and gpt_oss rows is tests/gpu/gpu_moe_train.sh.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
