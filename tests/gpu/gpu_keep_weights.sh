@@ -151,7 +151,9 @@ rc=$?
 # arena: a SIGKILLed target re-imports them; each run ends bitwise equal to its run without the kills (the MoE ones
 # since the router's padding is zeroed at load, not at layout, which wiped a re-imported router: not yet run on a GPU)
 GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
-SH=${STEPS_HYBRID:-600}
+# steps enough that the second kill lands before the run ends (qwen3moe-tiny, the smallest, ran 600 steps in ~3 s on
+# the H200 and once finished before it: one re-import, not two)
+SH=${STEPS_HYBRID:-1500}
 for g in qwen35-tiny qwen35moe-tiny qwen3moe-tiny; do
     [ -d "$GOLDENS/$g/target" ] || { fail "gpu_keep_${g}_fixture" "no target at $GOLDENS/$g/target"; continue; }
     # data in the golden target's own vocabulary (qwen3moe-tiny's is 256 ids, the random target's 512)
@@ -172,7 +174,7 @@ for g in qwen35-tiny qwen35moe-tiny qwen3moe-tiny; do
     rc=$?
     n=$(tlog "$g" | grep -c "re-imported the target's weights from dflashd")
     [ $rc -eq 0 ] && [ "$n" -eq 2 ] && ok "gpu_keep_${g}_reimports_weights ($n times)" ||
-        fail "gpu_keep_${g}_reimports_weights" "exit $rc, re-imported $n times: $(tlog "$g" | grep -i 'weights' | tail -3)"
+        fail "gpu_keep_${g}_reimports_weights" "exit $rc, re-imported $n times: $(tlog "$g" | grep -i 'weights' | tail -3); the run: $(tail -4 "$T/$g.out")"
     if msg=$(check_ledger "$g" $SH 1); then ok "gpu_keep_${g}_ledger_exactly_once ($msg)"; else fail "gpu_keep_${g}_ledger_exactly_once" "$msg"; fi
     cmp -s "$(final_weights "$g-ref")" "$(final_weights "$g")" && ok "gpu_keep_${g}_bitwise_identical" ||
         fail "gpu_keep_${g}_bitwise_identical" "the run with target kills differs from the one without"
