@@ -33,6 +33,9 @@ const kc_case kernel_cases[] = {
     {KC(kc_rmsnorm_forward, 3, 5000, 5003, 5001, 0), .why = "more elements than threads per block"},
     {KC(kc_rmsnorm_forward, 1, 7, 7, 7, 0), .why = "fewer elements than a warp"},
     {KC(kc_rmsnorm_forward, 9, 1000, 1024, 1024, 1), .why = "in place"},
+    {KC(kc_rmsnorm_forward, 1000, 4096, 4096, 4096, 0), .only = KC_CUDA_ONLY, .why = "hidden 4096: a warp per row"},
+    {KC(kc_rmsnorm_forward, 7, 2560, 2568, 2576, 1), .why = "a warp per row, 10 of 12 vectors per lane, in place"},
+    {KC(kc_rmsnorm_forward, 5, 8192, 8192, 8200, 0), .why = "above 4096: a block per row, 16-byte vectors"},
     {KC(kc_rmsnorm_backward, 4, 11, 13, 12, 14, 0, 1)},
     {KC(kc_rmsnorm_backward, 1, 64, 64, 64, 64, 0, 1)},
     {KC(kc_rmsnorm_backward, 1, 128, 128, 128, 128, 1, 1)},
@@ -76,6 +79,8 @@ const kc_case kernel_cases[] = {
     {KC(kc_swiglu_forward, 37, 768, 768), .why = "vector path"},
     {KC(kc_swiglu_forward, 9, 160, 168), .why = "vector path, strided"},
     {KC(kc_swiglu_forward, 7, 13, 13), .why = "scalar path"},
+    {KC(kc_swiglu_forward, 100, 12288, 12288), .only = KC_CUDA_ONLY, .why = "Qwen3-8B's intermediate"},
+    {KC(kc_swiglu_forward, 70000, 16, 24), .only = KC_CUDA_ONLY, .why = "more rows than the grid's y dimension"},
     {KC(kc_swiglu_backward, 1, 37, 74, 37, 0)},
     {KC(kc_swiglu_backward, 1, 64, 128, 64, 0)},
     {KC(kc_swiglu_backward, 7, 128, 264, 136, 0)},
@@ -97,6 +102,11 @@ const kc_case kernel_cases[] = {
     {KC(kc_qk_norm_rope, 11, 3, 1, 10, 1, 100), .why = "head_dim not a multiple of 4: one pair per lane"},
     {KC(kc_qk_norm_rope, 1, 6, 2, 128, 1, 10), .why = "GQA 3, one token"},
     {KC(kc_qk_norm_rope, 37, 6, 2, 64, 1, 3001), .why = "GQA 3, odd length"},
+    {KC(kc_qk_norm_rope, 301, 32, 8, 128, 1, 40000), .only = KC_CUDA_ONLY, .why = "Qwen3-8B heads, odd token count"},
+    {KC(kc_qk_norm_rope, 5, 4, 1, 256, 1, 500), .why = "head_dim 256: a warp per head"},
+    {KC(kc_qk_norm_rope, 9, 3, 1, 32, 0, 77), .why = "rope only, head_dim 32"},
+    {KC(kc_qk_norm_rope, 7, 6, 2, 48, 1, 100), .why = "head_dim 48 (not a power of two): a warp per head row"},
+    {KC(kc_qk_norm_rope, 3, 32, 8, 256, 1, 1000), .why = "40 heads of 256: too many lanes, a warp per head row"},
     {KC(kc_qk_norm_rope_backward, 1, 6, 2, 128, 1, 10, 0), .why = "GQA 3, one token"},
     {KC(kc_qk_norm_rope_backward, 7, 6, 2, 128, 1, 3000, 0)},
     {KC(kc_qk_norm_rope_backward, 333, 6, 2, 64, 1, 40000, 0), .only = KC_CUDA_ONLY},
@@ -425,6 +435,7 @@ const kc_timing kernel_timings[] = {
     {"rmsnorm_backward", kc_time_rmsnorm_backward},
     {"adamw_apply", kc_time_adamw},
     {"matmul_backward", kc_time_matmul_backward},
+    {"dense_layer_other", kc_time_dense_layer_other},
 };
 const int kernel_ntimings = (int)(sizeof kernel_timings / sizeof kernel_timings[0]);
 #endif
