@@ -1,4 +1,4 @@
-# TIMEOUT=85
+# TIMEOUT=80
 # issue 23, run 1: the dense layer's memory-bound kernels before (HEAD~ kernels) / after, their case rows, the
 # whole-forward tests of the families that run them, bench_target's time split.
 export DFLASH_GOLDENS=tests/goldens
@@ -6,6 +6,7 @@ t() { local s=$SECONDS; "$@"; echo "[exit $? after $((SECONDS - s)) s: $*]"; }
 echo "build be4d9dd (kernels), scratch_other_before = a920a53 kernels"; nvidia-smi -L
 t timeout 10 build/bench/scratch_other_before before
 t timeout 10 build/bench/scratch_other_after after
+for v in B C; do t timeout 10 build/bench/scratch_other_$v $v; done  # B: rms 2 warps/blk, swiglu 1 vec/thr, qk 1 tok/blk; C: rms 1 warp/blk, swiglu 4, qk 2 tok uncapped regs
 o=$(timeout 30 build/gpu/test_kernel_cases_gpu --timing dense_layer_other rmsnorm_forward swiglu_forward "qk_norm_rope bf16" qk_norm_rope_partial 2>&1)
 echo "kernel cases: $(grep -c '^ok' <<<"$o") ok, $(grep -c '^FAIL' <<<"$o") FAIL"; grep -E '^FAIL|^timing|^skip|test_kernel_cases_gpu' <<<"$o"
 t timeout 25 build/bench/bench_target
