@@ -103,6 +103,8 @@ const kc_case kernel_cases[] = {
     {KC(kc_qk_norm_rope, 1, 6, 2, 128, 1, 10), .why = "GQA 3, one token"},
     {KC(kc_qk_norm_rope, 37, 6, 2, 64, 1, 3001), .why = "GQA 3, odd length"},
     {KC(kc_qk_norm_rope, 301, 32, 8, 128, 1, 40000), .only = KC_CUDA_ONLY, .why = "Qwen3-8B heads, odd token count"},
+    {KC(kc_qk_norm_rope, 1201, 8, 2, 128, 1, 40000), .why = "more token pairs than 2 blocks per SM: blocks loop"},
+    {KC(kc_qk_norm_rope, 37, 64, 8, 64, 0, 4000), .why = "gpt-oss-20b heads: rope only, 72 heads of 64"},
     {KC(kc_qk_norm_rope, 5, 4, 1, 256, 1, 500), .why = "head_dim 256: a warp per head"},
     {KC(kc_qk_norm_rope, 9, 3, 1, 32, 0, 77), .why = "rope only, head_dim 32"},
     {KC(kc_qk_norm_rope, 7, 6, 2, 48, 1, 100), .why = "head_dim 48 (not a power of two): a warp per head row"},
