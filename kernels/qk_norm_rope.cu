@@ -1,7 +1,9 @@
 // qk_norm_rope: CUDA per-head RMSNorm + rotate-half RoPE, in place, bf16 with fp32 math. One warp per (token,
 // head) row: lane l holds the pairs (i, i + hd/2) for i = l, l+32, ...; the sum of squares is a warp reduction.
 // The angle pos·inv_freq is formed in double and reduced to [-π, π] before sincosf, so long positions keep the
-// CPU reference's accuracy. The backward is described above its kernel.
+// CPU reference's accuracy. When head_dim is 16..256 (a power of two) and the rows are 16-byte aligned, blocks that
+// each do all heads of two tokens at a time run instead (described above qk_norm_rope_tok_kernel; the reduced angle
+// goes through __sincosf there). The backward is described above its kernel.
 #include <cuda_bf16.h>
 #include <cstdint>
 
@@ -126,6 +128,138 @@ static __global__ void qk_norm_rope_x2_kernel(__nv_bfloat16 *q, int ldq, __nv_bf
     }
 }
 
+// Groups of QKR_TOK_TOKENS tokens, 16-byte vectors: G = hd/8 lanes per (token, head) row, a block holds all nh + nkv
+// rows of a group (one vector per thread per token). The blocks are persistent (two per SM) and walk the groups
+// with a stride, loading the next group while they work on this one, so the loads of one group overlap the math and
+// stores of the previous. Each group's hd/2 angles per token are formed once into shared memory (the per-row
+// kernels above redo them for every head: at 40 heads that was most of their work), in one of two buffers by
+// iteration parity (a block passes the next iteration's barrier only when every thread has read this one's). The
+// sum of squares is a reduction over the row's G lanes and each value's rotate-half partner comes from the lane G/2
+// away. Each lane writes only what it read. G is a power of two (hd 16..256); the caller checks alignment and
+// (nh+nkv)·G <= QKR_TOK_THREADS.
+#define QKR_TOK_TOKENS 2
+#define QKR_TOK_THREADS 640 /* Qwen3's 32 + 8 heads of 128: two blocks per SM at <= 48 registers */
+#define QKR_TOK_BLOCKS_PER_SM 2
+template <int G>
+static __global__ void __launch_bounds__(QKR_TOK_THREADS, QKR_TOK_BLOCKS_PER_SM)
+    qk_norm_rope_tok_kernel(uint4 *q, int ldq8, uint4 *k, int ldk8, int n, int nh, int nkv, const uint4 *q_w,
+                            const uint4 *k_w, float eps, const int32_t *pos, const double *inv_freq)
+{
+    constexpr int HD = 8 * G, HALF = HD / 2, TT = QKR_TOK_TOKENS;
+    __shared__ float cs[2][TT][HALF], sn[2][TT][HALF];
+    const int head = threadIdx.x / G, v = threadIdx.x % G, groups = (n + TT - 1) / TT;
+    const bool on = head < nh + nkv;
+    const uint4 *w = head < nh ? q_w : k_w;
+    const int ld8 = head < nh ? ldq8 : ldk8; // this thread's vector of token t is x0[t * ld8]
+    uint4 *const x0 = (head < nh ? q + (size_t)head * G : k + (size_t)(head - nh) * G) + v;
+    uint4 wv = make_uint4(0, 0, 0, 0);
+    if (on && w) wv = w[v];
+    const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+    const bool first = v < G / 2; // this lane holds x1 (i < hd/2), its partner x2 = x[i + hd/2]; else the reverse
+    const int f0 = (first ? v : v - G / 2) * 8;
+    const double two_pi = 6.283185307179586476925, inv_two_pi = 0.15915494309189533577;
+    uint4 xv[TT];
+#pragma unroll
+    for (int tt = 0; tt < TT; tt++) {
+        const int t = blockIdx.x * TT + tt;
+        xv[tt] = on && t < n ? x0[(size_t)t * ld8] : make_uint4(0, 0, 0, 0);
+    }
+    for (int g = blockIdx.x, it = 0; g < groups; g += gridDim.x, it ^= 1) {
+        const int t0 = g * TT, gn = g + gridDim.x;
+        uint4 xn[TT];
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++) {
+            const int t = gn * TT + tt;
+            xn[tt] = on && gn < groups && t < n ? x0[(size_t)t * ld8] : make_uint4(0, 0, 0, 0);
+        }
+        for (int e = threadIdx.x; e < TT * HALF; e += blockDim.x) {
+            const int tt = e / HALF, f = e % HALF;
+            if (t0 + tt >= n) continue;
+            double ang = (double)pos[t0 + tt] * inv_freq[f];
+            ang -= two_pi * rint(ang * inv_two_pi);
+            __sincosf((float)ang, &sn[it][tt][f], &cs[it][tt][f]); // |ang| <= pi: abs error <= 2^-21.4
+        }
+        __syncthreads();
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++) {
+            const __nv_bfloat162 *x2 = reinterpret_cast<const __nv_bfloat162 *>(&xv[tt]);
+            float a[8], b[8], ss = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float2 f = __bfloat1622float2(x2[j]);
+                a[2 * j] = f.x, a[2 * j + 1] = f.y;
+                ss += f.x * f.x + f.y * f.y;
+            }
+#pragma unroll
+            for (int o = G / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (w) {
+                const float rstd = rsqrtf(ss / (float)HD + eps);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float2 f = __bfloat1622float2(w2[j]);
+                    a[2 * j] = f.x * (a[2 * j] * rstd), a[2 * j + 1] = f.y * (a[2 * j + 1] * rstd);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) b[j] = __shfl_xor_sync(0xffffffffu, a[j], G / 2);
+            if (!on || t0 + tt >= n) continue;
+            uint4 ov;
+            __nv_bfloat162 *o2 = reinterpret_cast<__nv_bfloat162 *>(&ov);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float o[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int jj = 2 * j + e;
+                    const float c = cs[it][tt][f0 + jj], s = sn[it][tt][f0 + jj];
+                    o[e] = first ? a[jj] * c - b[jj] * s : a[jj] * c + b[jj] * s;
+                }
+                o2[j] = __floats2bfloat162_rn(o[0], o[1]);
+            }
+            x0[(size_t)(t0 + tt) * ld8] = ov;
+        }
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++) xv[tt] = xn[tt];
+    }
+}
+
+template <int G>
+static void qk_norm_rope_tok_launch(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv,
+                                    const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
+                                    const double *inv_freq, cudaStream_t st)
+{
+    static int sms = 0; /* the device's SM count, asked once (the process uses one device) */
+    if (!sms) {
+        int dev = 0;
+        CHECK_CUDA(cudaGetDevice(&dev));
+        CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    const int threads = ((nh + nkv) * G + 31) / 32 * 32, groups = (n + QKR_TOK_TOKENS - 1) / QKR_TOK_TOKENS;
+    const int grid = groups < QKR_TOK_BLOCKS_PER_SM * sms ? groups : QKR_TOK_BLOCKS_PER_SM * sms;
+    qk_norm_rope_tok_kernel<G><<<grid, threads, 0, st>>>((uint4 *)q, ldq / 8, (uint4 *)k, ldk / 8, n, nh, nkv,
+                                                         (const uint4 *)q_w, (const uint4 *)k_w, eps, pos, inv_freq);
+}
+
+/* Whether the per-token vector kernel takes the call; launched when it does. */
+static bool qk_norm_rope_tok(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd,
+                             const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
+                             const double *inv_freq, cudaStream_t st)
+{
+    const int G = hd / 8;
+    if (hd % 8 != 0 || G < 2 || G > 32 || (G & (G - 1)) != 0 || (nh + nkv) * G > QKR_TOK_THREADS) return false;
+    if (ldq % 8 || ldk % 8 || (uintptr_t)q % 16 || (uintptr_t)k % 16 || (uintptr_t)q_w % 16 || (uintptr_t)k_w % 16)
+        return false;
+    switch (G) {
+    case 2: qk_norm_rope_tok_launch<2>(q, ldq, k, ldk, n, nh, nkv, q_w, k_w, eps, pos, inv_freq, st); break;
+    case 4: qk_norm_rope_tok_launch<4>(q, ldq, k, ldk, n, nh, nkv, q_w, k_w, eps, pos, inv_freq, st); break;
+    case 8: qk_norm_rope_tok_launch<8>(q, ldq, k, ldk, n, nh, nkv, q_w, k_w, eps, pos, inv_freq, st); break;
+    case 16: qk_norm_rope_tok_launch<16>(q, ldq, k, ldk, n, nh, nkv, q_w, k_w, eps, pos, inv_freq, st); break;
+    default: qk_norm_rope_tok_launch<32>(q, ldq, k, ldk, n, nh, nkv, q_w, k_w, eps, pos, inv_freq, st); break;
+    }
+    CHECK_CUDA_LAUNCH();
+    return true;
+}
+
 extern "C" void qk_norm_rope_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd,
                                   const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
                                   const double *inv_freq, void *stream)
@@ -136,6 +270,7 @@ extern "C" void qk_norm_rope_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, in
         exit(1);
     }
     // q heads use q_w and k heads k_w; a NULL weight means no norm for that tensor (both NULL for Llama)
+    if (qk_norm_rope_tok(q, ldq, k, ldk, n, nh, nkv, hd, q_w, k_w, eps, pos, inv_freq, (cudaStream_t)stream)) return;
     const int warps = 8;
     long long rows = (long long)n * (nh + nkv);
     unsigned grid = (unsigned)((rows + warps - 1) / warps);

@@ -1,7 +1,8 @@
 // rmsnorm: CUDA forward and backward, bf16 in/out with fp32 math. Forward: one block per row; each thread sums x²
 // over a strided slice, a warp-shuffle then shared-memory reduction gives the row's mean, and the same threads write
 // y = bf16(w * (x * rstd)), the form the CPU reference computes. When the row is a multiple of 8 elements (at most
-// 8192), 16-byte aligned with aligned strides, each thread holds one 16-byte vector in registers: x is read once.
+// 8192), 16-byte aligned with aligned strides, each thread holds one 16-byte vector in registers: x is read once;
+// up to 4096 such rows go one warp per row instead (rmsnorm_forward_row_kernel).
 // The backward is described above its kernels.
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -71,10 +72,79 @@ static __global__ void rmsnorm_forward_vec8_kernel(uint4 *y, int ldy8, const uin
     y[(size_t)blockIdx.x * ldy8 + i] = yv;
 }
 
+// Warp-per-row path (dim <= 32·8·16 = 4096): lane l holds the vectors l, l+32, ... (VPL of them) of its row, all
+// loaded before the first use, so a warp keeps VPL 16-byte loads in flight and no block barrier separates the
+// reduction from the loads (the block-per-row kernel above has one load per thread in flight, then waits on
+// __syncthreads). Each lane writes only what it read: y may alias x.
+#define RMSNORM_ROW_WARPS 4 /* ~150 registers at VPL 16: 3 blocks, 12 warps per SM */
+template <int VPL>
+static __global__ void __launch_bounds__(RMSNORM_ROW_WARPS * 32)
+    rmsnorm_forward_row_kernel(uint4 *y, int ldy8, const uint4 *x, int ldx8, const uint4 *w, int rows, int dim8,
+                               float eps)
+{
+    const int lane = threadIdx.x & 31;
+    const long long row = (long long)blockIdx.x * RMSNORM_ROW_WARPS + threadIdx.x / 32;
+    if (row >= rows) return;
+    const uint4 *xr = x + (size_t)row * ldx8;
+    uint4 xv[VPL];
+#pragma unroll
+    for (int j = 0; j < VPL; j++) {
+        const int i = lane + 32 * j;
+        xv[j] = i < dim8 ? xr[i] : make_uint4(0, 0, 0, 0);
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VPL; j++) {
+        const uint16_t *xh = reinterpret_cast<const uint16_t *>(&xv[j]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float v = rmsnorm_bf16_load(xh + e);
+            ss += v * v;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float rstd = rsqrtf(ss / (float)(dim8 * 8) + eps);
+    uint4 *yr = y + (size_t)row * ldy8;
+#pragma unroll
+    for (int j = 0; j < VPL; j++) {
+        const int i = lane + 32 * j;
+        if (i >= dim8) break;
+        uint4 wv = w[i], yv;
+        const uint16_t *xh = reinterpret_cast<const uint16_t *>(&xv[j]), *wh = reinterpret_cast<const uint16_t *>(&wv);
+        uint16_t *yh = reinterpret_cast<uint16_t *>(&yv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) yh[e] = rmsnorm_bf16_store(rmsnorm_bf16_load(wh + e) * (rmsnorm_bf16_load(xh + e) * rstd));
+        yr[i] = yv;
+    }
+}
+
+template <int VPL>
+static void rmsnorm_row_launch(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int rows, int dim,
+                               float eps, cudaStream_t st)
+{
+    const unsigned grid = (unsigned)((rows + RMSNORM_ROW_WARPS - 1) / RMSNORM_ROW_WARPS);
+    rmsnorm_forward_row_kernel<VPL><<<grid, RMSNORM_ROW_WARPS * 32, 0, st>>>(
+        (uint4 *)y, ldy / 8, (const uint4 *)x, ldx / 8, (const uint4 *)w, rows, dim / 8, eps);
+}
+
 extern "C" void rmsnorm_forward_cuda(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int rows,
                                      int dim, float eps, void *stream)
 {
     if (rows <= 0 || dim <= 0) return;
+    const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldy % 8 == 0 && (uintptr_t)x % 16 == 0 &&
+                     (uintptr_t)y % 16 == 0 && (uintptr_t)w % 16 == 0;
+    if (vec && dim <= 32 * 8 * 16) {
+        const int vpl = (dim / 8 + 31) / 32;
+        cudaStream_t st = (cudaStream_t)stream;
+        if (vpl <= 1) rmsnorm_row_launch<1>(y, ldy, x, ldx, w, rows, dim, eps, st);
+        else if (vpl <= 2) rmsnorm_row_launch<2>(y, ldy, x, ldx, w, rows, dim, eps, st);
+        else if (vpl <= 4) rmsnorm_row_launch<4>(y, ldy, x, ldx, w, rows, dim, eps, st);
+        else if (vpl <= 8) rmsnorm_row_launch<8>(y, ldy, x, ldx, w, rows, dim, eps, st);
+        else if (vpl <= 12) rmsnorm_row_launch<12>(y, ldy, x, ldx, w, rows, dim, eps, st);
+        else rmsnorm_row_launch<16>(y, ldy, x, ldx, w, rows, dim, eps, st);
+        CHECK_CUDA_LAUNCH();
+        return;
+    }
     if (dim % 8 == 0 && dim <= 8192 && ldx % 8 == 0 && ldy % 8 == 0 && (uintptr_t)x % 16 == 0 &&
         (uintptr_t)y % 16 == 0 && (uintptr_t)w % 16 == 0) {
         int threads = (dim / 8 + 31) / 32 * 32;

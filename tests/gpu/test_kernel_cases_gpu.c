@@ -6,8 +6,9 @@
  * error exits, a fault kills) fails alone ("FAIL <row>: the check died ..."), and a fresh child, with a fresh CUDA
  * context, goes on with the next row. A row whose kernel does not run on this device (kc_skip) says so once
  * ("skip <row>: <why>") and counts as skipped, neither passed nor failed. Exit status 0 only when every line passed.
- *   test_kernel_cases_gpu [--no-timings] [--list] [SUBSTRING...]   only the rows whose name contains one of the
- *                         SUBSTRINGs (the timings only when none is given); --list: print those rows, touch no GPU */
+ *   test_kernel_cases_gpu [--no-timings] [--timing NAME] [--list] [SUBSTRING...]   only the rows whose name contains
+ *                         one of the SUBSTRINGs (the timings only when none is given, or the timings whose name
+ *                         contains NAME); --list: print those rows, touch no GPU */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -84,7 +85,7 @@ static int run_row(const kc_case *c, const char *name, int *skipped)
 }
 
 /* The child: rows[from..nrows) then, when asked, the timings; tells the parent each row it starts. */
-static void child(int fd, const int *rows, int nrows, int from, int timings)
+static void child(int fd, const int *rows, int nrows, int from, int timings, const char *timing)
 {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -108,6 +109,7 @@ static void child(int fd, const int *rows, int nrows, int from, int timings)
     say(fd, 'S', nrows); /* past the rows: a death now is the timings' */
     if (timings)
         for (int i = 0; i < kernel_ntimings; i++) {
+            if (timing && !strstr(kernel_timings[i].name, timing)) continue;
             printf("== timing %s\n", kernel_timings[i].name);
             fflush(stdout);
             failures = 0;
@@ -125,17 +127,20 @@ int main(int argc, char **argv)
 {
     const char *filters[64];
     int nfilters = 0, timings = 1, list = 0;
+    const char *timing = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: test_kernel_cases_gpu [--no-timings] [--list] [SUBSTRING...]\nRuns the CUDA check of every "
+            printf("usage: test_kernel_cases_gpu [--no-timings] [--timing NAME] [--list] [SUBSTRING...]\nRuns the CUDA check of every "
                    "row of the kernel case table (tests/kernel_cases.c) whose name contains one of the SUBSTRINGs (all "
                    "rows when none is given), twice (the second run's device downloads must be bitwise identical to "
-                   "the first's), then the timings (when no SUBSTRING is given). A row whose check dies fails alone; "
+                   "the first's), then the timings (when no SUBSTRING is given; --timing NAME: only those whose name contains NAME, "
+                   "with or without SUBSTRINGs). A row whose check dies fails alone; "
                    "a row whose kernel does not run on this device is skipped, saying so. --list prints the rows "
                    "that would run (and why each is there) without touching the GPU.\n");
             return 0;
         }
         if (!strcmp(argv[i], "--no-timings")) timings = 0;
+        else if (!strcmp(argv[i], "--timing") && i + 1 < argc) timing = argv[++i];
         else if (!strcmp(argv[i], "--list")) list = 1;
         else if (nfilters < 64) filters[nfilters++] = argv[i];
     }
@@ -164,7 +169,7 @@ int main(int argc, char **argv)
         free(rows);
         return 0;
     }
-    if (nfilters) timings = 0;
+    if (nfilters && !timing) timings = 0;
     int total_fail = 0, from = 0, died = 0, nskipped = 0;
     for (;;) {
         int p[2];
@@ -180,7 +185,7 @@ int main(int argc, char **argv)
         }
         if (pid == 0) {
             close(p[0]);
-            child(p[1], rows, nrows, from, timings);
+            child(p[1], rows, nrows, from, timings, timing);
         }
         close(p[1]);
         msg m;

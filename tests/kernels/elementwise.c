@@ -13,7 +13,10 @@
 #include "cast.h"
 #include "colsum.h"
 #include "embedding.h"
+#include "qk_norm_rope.h"
 #include "rand_fill.h"
+#include "rmsnorm.h"
+#include "rope.h"
 #include "swiglu.h"
 #include "tests/kernel_cases.h"
 #include "tests/test.h"
@@ -335,6 +338,59 @@ static void rand_fill_cuda_check(const kc_case *c)
     kc_report(name, (double)diff, 0.0);
     CHECK_CUDA(cudaFree(d));
     free(ref), free(got);
+}
+
+/* The memory-bound kernels of one dense target layer (target_dense_cuda + attn_block_cuda) at bench_target's Qwen3-8B
+ * shape (19218 tokens, hidden 4096, 32/8 heads of 128, intermediate 12288): per kernel the time, the bytes it must
+ * move (each operand read once, each output written once) and the rate; the sum is the "other kernels" share of one
+ * layer in bench_target's time split. */
+#define HBM_GBS 4800.0 /* H200 peak bandwidth, GB/s */
+void kc_time_dense_layer_other(void)
+{
+    const int T = 19218, H = 4096, nh = 32, nkv = 8, hd = 128, I = 12288, qkvw = (nh + 2 * nkv) * hd;
+    uint16_t *d_x = dev_upload(NULL, (size_t)T * H * 2), *d_u = dev_upload(NULL, (size_t)T * H * 2);
+    uint16_t *d_w = dev_upload(NULL, (size_t)H * 2), *d_qkv = dev_upload(NULL, (size_t)T * qkvw * 2);
+    uint16_t *d_gu = dev_upload(NULL, (size_t)T * 2 * I * 2), *d_act = dev_upload(NULL, (size_t)T * I * 2);
+    rand_fill_bf16_cuda(d_x, (size_t)T * H, 1, 2.0f, 0.0f, stream);
+    rand_fill_bf16_cuda(d_w, (size_t)H, 2, 0.0f, 1.0f, stream);
+    rand_fill_bf16_cuda(d_qkv, (size_t)T * qkvw, 3, 2.0f, 0.0f, stream);
+    rand_fill_bf16_cuda(d_gu, (size_t)T * 2 * I, 4, 2.0f, 0.0f, stream);
+    int32_t *pos = xmalloc((size_t)T * 4);
+    for (int t = 0; t < T; t++) pos[t] = t % 2048;
+    double inv[64];
+    rope_params rp = {.theta = 1e6};
+    rope_inv_freq(inv, hd, &rp);
+    int32_t *d_pos = dev_upload(pos, (size_t)T * 4);
+    double *d_inv = dev_upload(inv, sizeof inv);
+    cudaEvent_t a, b;
+    CHECK_CUDA(cudaEventCreate(&a)); CHECK_CUDA(cudaEventCreate(&b));
+    const char *names[3] = {"rmsnorm_forward_cuda (x -> u, hidden 4096)", "qk_norm_rope_cuda (q|k of qkv in place)",
+                            "swiglu_forward_cuda (gate|up -> act)"};
+    const double bytes[3] = {2.0 * T * H * 2, 2.0 * T * (nh + nkv) * hd * 2, 3.0 * T * I * 2};
+    double total_ms = 0, total_bytes = 0;
+    for (int k = 0; k < 3; k++) {
+        const int iters = 20;
+        for (int i = -1; i < iters; i++) {
+            if (i == 0) CHECK_CUDA(cudaEventRecord(a, stream));
+            if (k == 0) rmsnorm_forward_cuda(d_u, H, d_x, H, d_w, T, H, 1e-6f, stream);
+            if (k == 1)
+                qk_norm_rope_cuda(d_qkv, qkvw, d_qkv + nh * hd, qkvw, T, nh, nkv, hd, d_w, d_w, 1e-6f, d_pos, d_inv,
+                                  stream);
+            if (k == 2) swiglu_forward_cuda(d_act, I, d_gu, 2 * I, T, I, stream);
+        }
+        CHECK_CUDA(cudaEventRecord(b, stream));
+        double ms = elapsed_ms(a, b) / iters;
+        total_ms += (k == 0 ? 2 : 1) * ms, total_bytes += (k == 0 ? 2 : 1) * bytes[k];
+        printf("timing %s T=%d: %.1f us, %.0f GB/s (%.0f%% of %.0f GB/s)\n", names[k], T, ms * 1e3,
+               bytes[k] / ms / 1e6, 100.0 * bytes[k] / ms / 1e6 / HBM_GBS, HBM_GBS);
+    }
+    printf("timing one dense layer's memory-bound kernels (2 rmsnorm + qk_norm_rope + swiglu): %.1f us, %.0f GB/s; "
+           "x 36 layers %.1f ms (at %.0f GB/s: %.1f ms)\n", total_ms * 1e3, total_bytes / total_ms / 1e6,
+           36 * total_ms, HBM_GBS, 36 * total_bytes / HBM_GBS / 1e6);
+    CHECK_CUDA(cudaEventDestroy(a)); CHECK_CUDA(cudaEventDestroy(b));
+    void *f[] = {d_x, d_u, d_w, d_qkv, d_gu, d_act, d_pos, d_inv};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) CHECK_CUDA(cudaFree(f[i]));
+    free(pos);
 }
 #endif
 
