@@ -21,6 +21,7 @@
 #include "argmax.h"
 #include "cuda_check.h"
 #include "gemv.h"
+#include "matmul.h"
 #include "qwen35_9b.h"
 #include "qwen3_8b.h"
 #include "target_decode_cuda.h"
@@ -32,6 +33,61 @@ static double now_ms(cudaEvent_t a, cudaEvent_t b)
     float ms = 0;
     CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
     return ms;
+}
+
+/* The linear layers of a decoding step alone, back to back on one stream, each call reading its weights from another
+ * place of a 2 GiB ring (so that L2 holds none of them): microseconds a call and the rate at which w is read, for
+ * cuBLASLt and the two GEMV kernels (gemv.h), at m = 1, 4, 8, 16 rows, on the Qwen3-8B shapes. */
+static void bench_linear(const hf_config *c, double bw)
+{
+    const int H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int qkvw = (c->num_heads + 2 * c->num_kv_heads) * c->head_dim, qd = c->num_heads * c->head_dim;
+    const struct { const char *name; int n, k; } sh[] = {
+        {"q|k|v", qkvw, H}, {"o_proj", H, qd}, {"gate|up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
+    const int ms[] = {1, 4, 8, 16}, reps = 30;
+    const size_t ring = (size_t)2 << 30;
+    uint16_t *w = NULL, *x = NULL, *y = NULL;
+    CHECK_CUDA(cudaMalloc((void **)&w, ring));
+    CHECK_CUDA(cudaMemset(w, 0, ring));
+    CHECK_CUDA(cudaMalloc((void **)&x, (size_t)16 * I * 2));
+    CHECK_CUDA(cudaMemset(x, 0, (size_t)16 * I * 2));
+    CHECK_CUDA(cudaMalloc((void **)&y, (size_t)16 * V * 2));
+    cudaStream_t st;
+    CHECK_CUDA(cudaStreamCreate(&st));
+    matmul_cuda *mm = matmul_cuda_create(0);
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    printf("linear layers alone (us a call, w read at TB/s; bound %.1f TB/s):\n", bw);
+    for (size_t si = 0; si < sizeof sh / sizeof sh[0]; si++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int n = sh[si].n, k = sh[si].k, m = ms[mi];
+            const size_t wb = (size_t)n * k * 2, slots = ring / wb;
+            printf("  %-8s n=%6d k=%5d m=%2d:", sh[si].name, n, k, m);
+            for (int kern = 0; kern < 3; kern++) { /* 0 cuBLASLt, 1 GEMV mma, 2 GEMV fma */
+                if (kern == 2 && m > GEMV_FMA_MAX_M) continue;
+                for (int r = -2; r < reps; r++) {
+                    if (r == 0) CHECK_CUDA(cudaEventRecord(e0, st));
+                    const uint16_t *wr = w + ((size_t)(r + 2) % slots) * (wb / 2);
+                    if (kern == 0) matmul_forward_cuda(mm, y, n, NULL, 0, 0.0f, x, k, wr, m, n, k, st);
+                    else gemv_forward_cuda_with(kern == 1 ? GEMV_KERNEL_MMA : GEMV_KERNEL_FMA, y, n, NULL, 0, 0.0f, x,
+                                                k, wr, m, n, k, st);
+                }
+                CHECK_CUDA(cudaEventRecord(e1, st));
+                CHECK_CUDA(cudaEventSynchronize(e1));
+                double us = now_ms(e0, e1) * 1e3 / reps;
+                printf("  %s %7.1f us %4.2f TB/s", kern == 0 ? "cublasLt" : kern == 1 ? "gemv-mma" : "gemv-fma", us,
+                       wb / (us * 1e-6) / 1e12);
+            }
+            printf("\n");
+        }
+    matmul_cuda_destroy(&mm);
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    CHECK_CUDA(cudaStreamDestroy(st));
+    CHECK_CUDA(cudaFree(w));
+    CHECK_CUDA(cudaFree(x));
+    CHECK_CUDA(cudaFree(y));
 }
 
 int main(int argc, char **argv)
@@ -115,6 +171,7 @@ int main(int argc, char **argv)
     printf("device: %s, %d SMs; %s shape, %d layers%s, random bf16 weights; prompts of %d tokens, %d new tokens\n",
            prop.name, prop.multiProcessorCount, hybrid ? "Qwen3.5-9B" : "Qwen3-8B", layers,
            hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", prompt, nnew);
+    if (!hybrid) bench_linear(&cfg, bw);
 
     for (int bi = 0; bi < nbatch; bi++) {
         const int B = batches[bi];

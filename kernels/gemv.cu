@@ -84,6 +84,64 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 }
 
+// The CUDA-core kernel for m <= 8 (GEMV_KERNEL_FMA): a warp per output column (row n of w) reads the row in 512-byte
+// contiguous pieces (lane l: the 16 bytes at 8l + 256i), kFmaU pieces in flight, multiplies them with the same 16
+// bytes of each row of x (L1-resident: every warp reads them) into m fp32 sums, then a warp reduction in a fixed
+// order (deterministic).
+constexpr int kFmaU = 8;
+
+template <int M>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_fma_kernel(__nv_bfloat16 *y, int ldy, const __nv_bfloat16 *c, int ldc, float beta, const __nv_bfloat16 *x,
+                    int ldx, const __nv_bfloat16 *w, int m, int n, int k)
+{
+    const int lane = threadIdx.x % 32, nn = blockIdx.x * kWarps + threadIdx.x / 32;
+    if (nn >= n) return;
+    const __nv_bfloat16 *wr = w + (size_t)nn * k;
+    float acc[M];
+#pragma unroll
+    for (int j = 0; j < M; j++) acc[j] = 0.0f;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int kb = 0; kb < k; kb += 256 * kFmaU) {
+        uint4 a[kFmaU];
+#pragma unroll
+        for (int u = 0; u < kFmaU; u++) {
+            const int kk = kb + 256 * u + 8 * lane;
+            a[u] = kk < k ? ld_stream(wr + kk) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < kFmaU; u++) {
+            const int kk = kb + 256 * u + 8 * lane;
+            if (kk >= k) break;
+            const __nv_bfloat162 *wv = reinterpret_cast<const __nv_bfloat162 *>(&a[u]);
+#pragma unroll
+            for (int j = 0; j < M; j++) {
+                if (j >= m) break;
+                const uint4 xb = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)j * ldx + kk));
+                const __nv_bfloat162 *xv = reinterpret_cast<const __nv_bfloat162 *>(&xb);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 wf = __bfloat1622float2(wv[e]), xf = __bfloat1622float2(xv[e]);
+                    acc[j] = fmaf(wf.x, xf.x, acc[j]);
+                    acc[j] = fmaf(wf.y, xf.y, acc[j]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < M; j++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+    if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < M; j++) {
+            if (j >= m) break;
+            float s = acc[j];
+            if (beta != 0.0f) s += beta * __bfloat162float(c[(size_t)j * ldc + nn]);
+            y[(size_t)j * ldy + nn] = __float2bfloat16_rn(s);
+        }
+}
+
 } // namespace
 
 extern "C" int gemv_cuda_takes(const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k)
@@ -92,22 +150,39 @@ extern "C" int gemv_cuda_takes(const uint16_t *x, int ldx, const uint16_t *w, in
            (uintptr_t)w % 16 == 0;
 }
 
+extern "C" void gemv_forward_cuda_with(int kernel, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
+                                       const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k,
+                                       void *stream)
+{
+    if (!gemv_cuda_takes(x, ldx, w, m, n, k) || (kernel == GEMV_KERNEL_FMA && m > GEMV_FMA_MAX_M)) {
+        fprintf(stderr, "gemv_forward_cuda: kernel %d, m=%d (1..%d) n=%d k=%d ldx=%d (multiples of 8), x %p w %p "
+                "(16-byte aligned) not taken\n", kernel, m, GEMV_MAX_M, n, k, ldx, (const void *)x, (const void *)w);
+        abort();
+    }
+    if (kernel == GEMV_KERNEL_AUTO) kernel = m <= GEMV_FMA_AUTO_M ? GEMV_KERNEL_FMA : GEMV_KERNEL_MMA;
+    cudaStream_t st = (cudaStream_t)stream;
+    const __nv_bfloat16 *cc = beta != 0.0f ? (const __nv_bfloat16 *)c : nullptr;
+    __nv_bfloat16 *yy = (__nv_bfloat16 *)y;
+    const __nv_bfloat16 *xx = (const __nv_bfloat16 *)x, *ww = (const __nv_bfloat16 *)w;
+    if (kernel == GEMV_KERNEL_FMA) {
+        const unsigned grid = (unsigned)((n + kWarps - 1) / kWarps);
+        if (m <= 1) gemv_fma_kernel<1><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
+        else if (m <= 2) gemv_fma_kernel<2><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
+        else if (m <= 4) gemv_fma_kernel<4><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
+        else gemv_fma_kernel<8><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
+        CHECK_CUDA_LAUNCH();
+        return;
+    }
+    const unsigned grid = (unsigned)((n + kRows - 1) / kRows);
+    if (m <= 8)
+        gemv_kernel<1><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
+    else
+        gemv_kernel<2><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
+    CHECK_CUDA_LAUNCH();
+}
+
 extern "C" void gemv_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta, const uint16_t *x,
                                   int ldx, const uint16_t *w, int m, int n, int k, void *stream)
 {
-    if (!gemv_cuda_takes(x, ldx, w, m, n, k)) {
-        fprintf(stderr, "gemv_forward_cuda: m=%d (1..%d) n=%d k=%d ldx=%d (multiples of 8), x %p w %p (16-byte "
-                "aligned) not taken\n", m, GEMV_MAX_M, n, k, ldx, (const void *)x, (const void *)w);
-        abort();
-    }
-    const unsigned grid = (unsigned)((n + kRows - 1) / kRows);
-    cudaStream_t st = (cudaStream_t)stream;
-    const __nv_bfloat16 *cc = beta != 0.0f ? (const __nv_bfloat16 *)c : nullptr;
-    if (m <= 8)
-        gemv_kernel<1><<<grid, kWarps * 32, 0, st>>>((__nv_bfloat16 *)y, ldy, cc, ldc, beta,
-                                                     (const __nv_bfloat16 *)x, ldx, (const __nv_bfloat16 *)w, m, n, k);
-    else
-        gemv_kernel<2><<<grid, kWarps * 32, 0, st>>>((__nv_bfloat16 *)y, ldy, cc, ldc, beta,
-                                                     (const __nv_bfloat16 *)x, ldx, (const __nv_bfloat16 *)w, m, n, k);
-    CHECK_CUDA_LAUNCH();
+    gemv_forward_cuda_with(GEMV_KERNEL_AUTO, y, ldy, c, ldc, beta, x, ldx, w, m, n, k, stream);
 }

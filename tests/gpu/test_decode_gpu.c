@@ -69,10 +69,11 @@ static void compare(const char *name, const uint16_t *got, const float *ref, siz
 
 #define upload dev_upload
 
-/* (1a) kv_attention: 3 sequences of a cache of 300 positions, 7 query rows at positions from 0 to 299. */
-static void check_kv_attention(void)
+/* (1a) kv_attention: 3 sequences of a cache of 300 positions, 7 query rows at positions from 0 to 299; head_dims of
+ * the shared-memory kernel (64, 128, 256) and of the plain one (32), GQA groups of 1 to 8. */
+static void check_kv_attention(int nh, int nkv, int hd)
 {
-    const int nseq = 3, max_len = 300, nh = 8, nkv = 2, hd = 128, kd = nkv * hd, T = 7;
+    const int nseq = 3, max_len = 300, kd = nkv * hd, T = 7;
     const int32_t seq[7] = {0, 0, 1, 2, 2, 2, 1}, pos[7] = {0, 64, 299, 5, 6, 130, 63};
     const size_t stride = (size_t)max_len * kd, ncache = (size_t)nseq * stride;
     float *kc = xmalloc(ncache * 4), *vc = xmalloc(ncache * 4), *q = xmalloc((size_t)T * nh * hd * 4);
@@ -95,7 +96,9 @@ static void check_kv_attention(void)
                               ws, NULL);
     uint16_t *got = xmalloc((size_t)T * nh * hd * 2);
     CHECK_CUDA(cudaMemcpy(got, d_out, (size_t)T * nh * hd * 2, cudaMemcpyDeviceToHost));
-    compare("kv_attention T=7 positions 0..299 (5 chunks) nh=8 nkv=2 hd=128", got, ref, (size_t)T * nh * hd, 1e-2);
+    char name[160];
+    snprintf(name, sizeof name, "kv_attention T=7 positions 0..299 (5 chunks) nh=%d nkv=%d hd=%d", nh, nkv, hd);
+    compare(name, got, ref, (size_t)T * nh * hd, 1e-2);
 
     /* append: the new rows land at (seq, pos) and nowhere else */
     uint16_t *rows = xmalloc((size_t)T * kd * 2);
@@ -468,7 +471,10 @@ static void check_graph_exact(const char *label, const char *dir, int gemv_rows)
 int main(void)
 {
     CHECK_CUDA(cudaSetDevice(0));
-    check_kv_attention();
+    check_kv_attention(8, 2, 128);
+    check_kv_attention(8, 8, 64);
+    check_kv_attention(16, 2, 256);
+    check_kv_attention(6, 2, 32);
     check_argmax();
     const char *g = getenv("DFLASH_GOLDENS");
     char dir[1024];

@@ -1,4 +1,5 @@
-/* gemv_forward_cuda (kernels/gemv.h) against its CPU reference: every row count 1..16 of x (one and two MMA n-tiles),
+/* gemv_forward_cuda (kernels/gemv.h), both of its kernels (the tensor-core one for every m, the CUDA-core one for
+ * m <= GEMV_FMA_MAX_M), against the CPU reference: every row count 1..16 of x (one and two MMA n-tiles),
  * output widths that are not multiples of the CTA's 16 columns, k from 8 to 12288 (one warp's chunk, partial chunks,
  * several rounds of the 8 warps), row strides wider than the rows, a residual read from another buffer and in place
  * (c == y), the Qwen3-8B decoding shapes (q|k|v, o_proj, gate|up, down_proj, lm_head at m = 1 and 16). Each case
@@ -22,7 +23,7 @@ typedef struct gcase {
     int m, n, k, ldx_pad, ldy_pad, resid; /* resid: 0 none, 1 from c, 2 in place */
 } gcase;
 
-static void run_case(const gcase *g, matmul_cuda *mm)
+static void run_case(const gcase *g, matmul_cuda *mm, int kernel)
 {
     const int m = g->m, n = g->n, k = g->k, ldx = k + g->ldx_pad, ldy = n + g->ldy_pad, ldc = n + 3;
     const float beta = g->resid ? 1.0f : 0.0f;
@@ -44,7 +45,7 @@ static void run_case(const gcase *g, matmul_cuda *mm)
                                     cudaMemcpyDeviceToDevice));
             c = dy, lc = ldy;
         }
-        gemv_forward_cuda(dy, ldy, c, lc, beta, dx, ldx, dw, m, n, k, stream);
+        gemv_forward_cuda_with(kernel, dy, ldy, c, lc, beta, dx, ldx, dw, m, n, k, stream);
         got[rep] = dev_get(dy, (size_t)m * ldy * 2);
         CHECK_CUDA(cudaFree(dy));
     }
@@ -56,7 +57,8 @@ static void run_case(const gcase *g, matmul_cuda *mm)
     }
     char name[200];
     const char *how[3] = {"", " + residual", " + residual in place"};
-    snprintf(name, sizeof name, "gemv m=%d n=%d k=%d ldx=%d ldy=%d%s", m, n, k, ldx, ldy, how[g->resid]);
+    const char *kn = kernel == GEMV_KERNEL_FMA ? "fma" : "mma";
+    snprintf(name, sizeof name, "gemv %s m=%d n=%d k=%d ldx=%d ldy=%d%s", kn, m, n, k, ldx, ldy, how[g->resid]);
     compare_bf16(name, block, ref, (size_t)m * n, 4e-3, 1e-2);
     int same = !memcmp(got[0], got[1], (size_t)m * ldy * 2);
     printf("%s %s: twice the same bits (%s), %zu values past the block written\n", same && !stray ? "ok" : "FAIL",
@@ -69,7 +71,7 @@ static void run_case(const gcase *g, matmul_cuda *mm)
         float *fcb = xmalloc(sizeof(float) * (size_t)m * n);
         for (int r = 0; r < m; r++)
             for (int j = 0; j < n; j++) fcb[(size_t)r * n + j] = bf16_to_f32(cb[(size_t)r * ldy + j]);
-        snprintf(name, sizeof name, "gemv m=%d n=%d k=%d%s against cuBLASLt", m, n, k, how[g->resid]);
+        snprintf(name, sizeof name, "gemv %s m=%d n=%d k=%d%s against cuBLASLt", kn, m, n, k, how[g->resid]);
         compare_bf16(name, block, fcb, (size_t)m * n, 6e-3, 2e-2);
         CHECK_CUDA(cudaFree(dy));
         free(cb), free(fcb);
@@ -89,14 +91,20 @@ int main(void)
         {9, 64, 264, 0, 0, 0},  {10, 31, 4096, 8, 0, 1}, {11, 16, 24, 0, 0, 0},   {12, 500, 1024, 0, 7, 2},
         {13, 129, 2056, 0, 0, 1}, {14, 3, 12288, 0, 0, 0}, {15, 80, 640, 24, 2, 0}, {16, 1000, 1024, 0, 0, 2},
     };
-    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) run_case(&small[i], NULL);
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+        run_case(&small[i], NULL, GEMV_KERNEL_MMA);
+        if (small[i].m <= GEMV_FMA_MAX_M) run_case(&small[i], NULL, GEMV_KERNEL_FMA);
+    }
     /* the Qwen3-8B decoding shapes (H 4096, I 12288, q|k|v 6144, vocab 151936), against cuBLASLt as well */
     matmul_cuda *mm = matmul_cuda_create(0);
     static const gcase qwen[] = {
         {1, 6144, 4096, 0, 0, 0},  {1, 4096, 4096, 0, 0, 1}, {1, 24576, 4096, 0, 0, 0}, {1, 4096, 12288, 0, 0, 2},
-        {16, 6144, 4096, 0, 0, 0}, {16, 4096, 12288, 0, 0, 1}, {1, 151936, 4096, 0, 0, 0},
+        {4, 4096, 12288, 0, 0, 1}, {16, 6144, 4096, 0, 0, 0}, {16, 4096, 12288, 0, 0, 1}, {1, 151936, 4096, 0, 0, 0},
     };
-    for (size_t i = 0; i < sizeof qwen / sizeof qwen[0]; i++) run_case(&qwen[i], mm);
+    for (size_t i = 0; i < sizeof qwen / sizeof qwen[0]; i++) {
+        run_case(&qwen[i], mm, GEMV_KERNEL_MMA);
+        if (qwen[i].m <= GEMV_FMA_MAX_M) run_case(&qwen[i], mm, GEMV_KERNEL_FMA);
+    }
     matmul_cuda_destroy(&mm);
     printf("%s test_gemv_gpu: %d failures\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
