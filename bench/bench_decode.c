@@ -1,8 +1,10 @@
 /* bench_decode: greedy decoding with the KV cache (target_decode_cuda) on the Qwen3-8B shape with random bf16
  * weights (--family qwen3_5: the Qwen3.5-9B-shaped hybrid target of bench/qwen35_9b.h, whose cache also carries each
  * sequence's conv histories and fp32 delta-rule states: a step reads and writes those too). For each batch size
- * (default 1, 4, 16, 64): steps launched kernel by kernel, then as CUDA graphs (target_cuda_cache_set_graphs), then
- * (batches of at most 16) as graphs with the GEMV kernels for the linear layers (target_cuda_set_gemv_rows):
+ * (default 1, 4, 16, 64): steps launched kernel by kernel, then as CUDA graphs (target_cuda_cache_set_graphs), both
+ * with the default kernels for the linear layers (gemv.h's GEMV_DEFAULT_ROWS), then (batches of at most 16) as graphs
+ * with the other choice (cuBLASLt or the GEMV kernels: target_cuda_set_gemv_rows); first, the linear layers alone
+ * (bench_linear):
  * prompts of --prompt random tokens prefilled in packed steps (the first prefill of a shape is timed apart from the
  * second: module loading and GEMM plans), then --new greedy steps, each one token per sequence: forward against the
  * cache, logits of the new rows, argmax on the device, the ids copied to the host (what the next step needs): the
@@ -192,14 +194,16 @@ int main(int argc, char **argv)
         int captured = 0;
         long long replayed = 0;
         const int nmodes = B <= GEMV_MAX_M ? 3 : 2;
-        /* mode 0: every step kernel by kernel; mode 1: the steps as CUDA graphs; mode 2 (B <= GEMV_MAX_M): graphs
-         * with the GEMV kernels for the steps' linear layers instead of cuBLASLt (target_cuda_set_gemv_rows). Each
-         * mode empties the cache and prefills the same prompts (mode 0's prefill is this shape's first: module
-         * loading, GEMM plans; the others are warm), then decodes greedily. */
+        /* mode 0: every step kernel by kernel; mode 1: the steps as CUDA graphs (both with the default choice of
+         * kernel for the linear layers, GEMV_DEFAULT_ROWS); mode 2 (B <= GEMV_MAX_M): graphs with the other choice
+         * (cuBLASLt where the default is the GEMV, the tensor-core GEMV where it is cuBLASLt). Each mode empties the
+         * cache and prefills the same prompts (mode 0's prefill is this shape's first: module loading, GEMM plans;
+         * the others are warm), then decodes greedily. */
+        const int other_rows = B <= GEMV_DEFAULT_ROWS ? 0 : GEMV_MAX_M;
         for (int mode = 0; mode < nmodes; mode++) {
             target_cuda_cache_set_graphs(cache, 0); /* drops the graphs of the previous mode */
             target_cuda_cache_set_graphs(cache, mode > 0);
-            target_cuda_set_gemv_rows(m, mode == 2 ? GEMV_MAX_M : 0);
+            target_cuda_set_gemv_rows(m, mode == 2 ? other_rows : GEMV_DEFAULT_ROWS);
             for (int s = 0; s < B; s++)
                 if (target_cuda_cache_crop(cache, s, 0, &err)) {
                     fprintf(stderr, "bench_decode: %s\n", err.msg);
@@ -240,7 +244,7 @@ int main(int argc, char **argv)
             step_ms[mode] = now_ms(e0, e1) / (nnew - 3);
             if (mode == 1) target_cuda_cache_graph_stats(cache, &captured, &replayed);
         }
-        target_cuda_set_gemv_rows(m, 0);
+        target_cuda_set_gemv_rows(m, GEMV_DEFAULT_ROWS);
         /* one instrumented step (the cache's last free position): device time per kernel class */
         double cls[TARGET_CUDA_NCLASS];
         target_cuda_set_profiling(m, 1);
@@ -260,6 +264,7 @@ int main(int argc, char **argv)
         double kv_bytes = (double)(layers - nlin) * 2 * kd * 2 * (prompt + nnew / 2.0) * B;
         double st_bytes = (double)nlin * state_bytes * B, read = weights_read + kv_bytes + st_bytes;
         double bound_ours = read / (bw * 1e12) * 1e3;
+        const char *lin = B <= GEMV_DEFAULT_ROWS ? "CUDA-core GEMV" : "cuBLASLt";
         char states[96] = "";
         if (hybrid) snprintf(states, sizeof states, " + conv/delta states read and written %.2f", st_bytes / 1e9);
         printf("batch %d: prefill %d x %d tokens: first %.1f ms (%.0f tok/s), again %.1f ms (%.0f tok/s); "
@@ -267,15 +272,16 @@ int main(int argc, char **argv)
                B, B, prompt, prefill_ms[0], B * prompt / (prefill_ms[0] / 1e3), prefill_ms[1],
                B * prompt / (prefill_ms[1] / 1e3), bw, bound_ours, read / 1e9, weights_read / 1e9, kv_bytes / 1e9,
                states);
-        printf("  decode kernel by kernel: %.3f ms/step, %.0f tokens/s, %.2fx the bound\n", step_ms[0],
-               B / (step_ms[0] / 1e3), step_ms[0] / bound_ours);
+        printf("  decode kernel by kernel: %.3f ms/step, %.0f tokens/s, %.2fx the bound (linear layers: %s)\n",
+               step_ms[0], B / (step_ms[0] / 1e3), step_ms[0] / bound_ours, lin);
         printf("  decode as CUDA graphs:   %.3f ms/step, %.0f tokens/s, %.2fx the bound (%d graph(s) captured, %lld "
                "steps replayed%s)\n", step_ms[1], B / (step_ms[1] / 1e3), step_ms[1] / bound_ours, captured, replayed,
                captured ? "" : ": the family's step is not capturable");
         if (nmodes == 3)
-            printf("  decode as graphs + GEMV: %.3f ms/step, %.0f tokens/s, %.2fx the bound (%zu of the %d x %d greedy "
-                   "ids differ from cuBLASLt's: other roundings, random weights' near-ties)\n", step_ms[2],
-                   B / (step_ms[2] / 1e3), step_ms[2] / bound_ours, differ_gemv, nnew - 1, B);
+            printf("  decode as graphs, %s for the linear layers instead of the default %s: %.3f ms/step, %.0f "
+                   "tokens/s, %.2fx the bound (%zu of the %d x %d greedy ids differ from the default's: other "
+                   "roundings, random weights' near-ties)\n", other_rows ? "tensor-core GEMV" : "cuBLASLt", lin,
+                   step_ms[2], B / (step_ms[2] / 1e3), step_ms[2] / bound_ours, differ_gemv, nnew - 1, B);
         printf("  one step's device time by kernel class: GEMMs %.3f ms, attention %.3f ms, delta rule %.3f ms, "
                "other %.3f ms, copies %.3f ms\n", cls[TARGET_CUDA_MATMUL], cls[TARGET_CUDA_ATTENTION],
                cls[TARGET_CUDA_DELTA_RULE], cls[TARGET_CUDA_OTHER], cls[TARGET_CUDA_COPY]);

@@ -84,61 +84,84 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 }
 
-// The CUDA-core kernel for m <= 8 (GEMV_KERNEL_FMA): a warp per output column (row n of w) reads the row in 512-byte
-// contiguous pieces (lane l: the 16 bytes at 8l + 256i), kFmaU pieces in flight, multiplies them with the same 16
-// bytes of each row of x (L1-resident: every warp reads them) into m fp32 sums, then a warp reduction in a fixed
-// order (deterministic).
-constexpr int kFmaU = 8;
+// The CUDA-core kernel for m <= 8 (GEMV_KERNEL_FMA): a warp owns kFmaR output columns (rows of w) and reads them
+// in 512-byte contiguous pieces (lane l: the 16 bytes at 8l + 256i of each row), kFmaU pieces of each row loaded
+// before any is used (kFmaR * kFmaU * 512 bytes of w in flight per warp), multiplied with the same 16 bytes of each
+// row of x (read through L1: every warp of the SM reads them) into kFmaR x m fp32 sums, then a warp reduction in a
+// fixed order (deterministic). Whole rounds of kFmaU pieces run unchecked; the last partial round checks k.
+constexpr int kFmaU = 4, kFmaR = 2;
+
+template <int M>
+__device__ __forceinline__ void fma_piece(float (&acc)[kFmaR][M], const uint4 (&a)[kFmaR], const __nv_bfloat16 *x,
+                                          int ldx, int m, int kk)
+{
+#pragma unroll
+    for (int j = 0; j < M; j++) {
+        if (j >= m) break;
+        const uint4 xb = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)j * ldx + kk));
+        const __nv_bfloat162 *xv = reinterpret_cast<const __nv_bfloat162 *>(&xb);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 xf = __bfloat1622float2(xv[e]);
+#pragma unroll
+            for (int r = 0; r < kFmaR; r++) {
+                const float2 wf = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162 *>(&a[r])[e]);
+                acc[r][j] = fmaf(wf.x, xf.x, acc[r][j]);
+                acc[r][j] = fmaf(wf.y, xf.y, acc[r][j]);
+            }
+        }
+    }
+}
 
 template <int M>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_fma_kernel(__nv_bfloat16 *y, int ldy, const __nv_bfloat16 *c, int ldc, float beta, const __nv_bfloat16 *x,
                     int ldx, const __nv_bfloat16 *w, int m, int n, int k)
 {
-    const int lane = threadIdx.x % 32, nn = blockIdx.x * kWarps + threadIdx.x / 32;
-    if (nn >= n) return;
-    const __nv_bfloat16 *wr = w + (size_t)nn * k;
-    float acc[M];
+    const int lane = threadIdx.x % 32, n0 = (blockIdx.x * kWarps + threadIdx.x / 32) * kFmaR;
+    if (n0 >= n) return;
+    const __nv_bfloat16 *wr[kFmaR];
 #pragma unroll
-    for (int j = 0; j < M; j++) acc[j] = 0.0f;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (int kb = 0; kb < k; kb += 256 * kFmaU) {
-        uint4 a[kFmaU];
+    for (int r = 0; r < kFmaR; r++) wr[r] = w + (size_t)(n0 + r < n ? n0 + r : n0) * k + 8 * lane;
+    float acc[kFmaR][M];
 #pragma unroll
-        for (int u = 0; u < kFmaU; u++) {
-            const int kk = kb + 256 * u + 8 * lane;
-            a[u] = kk < k ? ld_stream(wr + kk) : zero;
-        }
+    for (int r = 0; r < kFmaR; r++)
 #pragma unroll
-        for (int u = 0; u < kFmaU; u++) {
-            const int kk = kb + 256 * u + 8 * lane;
-            if (kk >= k) break;
-            const __nv_bfloat162 *wv = reinterpret_cast<const __nv_bfloat162 *>(&a[u]);
+        for (int j = 0; j < M; j++) acc[r][j] = 0.0f;
+    const int whole = k / (256 * kFmaU) * (256 * kFmaU);
+    for (int kb = 0; kb < whole; kb += 256 * kFmaU) {
+        uint4 a[kFmaU][kFmaR];
+#pragma unroll
+        for (int u = 0; u < kFmaU; u++)
+#pragma unroll
+            for (int r = 0; r < kFmaR; r++) a[u][r] = ld_stream(wr[r] + kb + 256 * u);
+#pragma unroll
+        for (int u = 0; u < kFmaU; u++) fma_piece<M>(acc, a[u], x, ldx, m, kb + 256 * u + 8 * lane);
+    }
+    for (int kk = whole + 8 * lane; kk < k; kk += 256) { // the last partial round (k is a multiple of 8)
+        uint4 a[kFmaR];
+#pragma unroll
+        for (int r = 0; r < kFmaR; r++) a[r] = ld_stream(wr[r] + kk - 8 * lane);
+        fma_piece<M>(acc, a, x, ldx, m, kk);
+    }
+#pragma unroll
+    for (int r = 0; r < kFmaR; r++)
+#pragma unroll
+        for (int j = 0; j < M; j++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], o);
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < kFmaR; r++) {
+            const int nn = n0 + r;
+            if (nn >= n) break;
 #pragma unroll
             for (int j = 0; j < M; j++) {
                 if (j >= m) break;
-                const uint4 xb = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)j * ldx + kk));
-                const __nv_bfloat162 *xv = reinterpret_cast<const __nv_bfloat162 *>(&xb);
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float2 wf = __bfloat1622float2(wv[e]), xf = __bfloat1622float2(xv[e]);
-                    acc[j] = fmaf(wf.x, xf.x, acc[j]);
-                    acc[j] = fmaf(wf.y, xf.y, acc[j]);
-                }
+                float s = acc[r][j];
+                if (beta != 0.0f) s += beta * __bfloat162float(c[(size_t)j * ldc + nn]);
+                y[(size_t)j * ldy + nn] = __float2bfloat16_rn(s);
             }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < M; j++)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-    if (lane == 0)
-#pragma unroll
-        for (int j = 0; j < M; j++) {
-            if (j >= m) break;
-            float s = acc[j];
-            if (beta != 0.0f) s += beta * __bfloat162float(c[(size_t)j * ldc + nn]);
-            y[(size_t)j * ldy + nn] = __float2bfloat16_rn(s);
         }
 }
 
@@ -165,9 +188,10 @@ extern "C" void gemv_forward_cuda_with(int kernel, uint16_t *y, int ldy, const u
     __nv_bfloat16 *yy = (__nv_bfloat16 *)y;
     const __nv_bfloat16 *xx = (const __nv_bfloat16 *)x, *ww = (const __nv_bfloat16 *)w;
     if (kernel == GEMV_KERNEL_FMA) {
-        const unsigned grid = (unsigned)((n + kWarps - 1) / kWarps);
+        const unsigned grid = (unsigned)((n + kWarps * kFmaR - 1) / (kWarps * kFmaR));
         if (m <= 1) gemv_fma_kernel<1><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
         else if (m <= 2) gemv_fma_kernel<2><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
+        else if (m <= 3) gemv_fma_kernel<3><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
         else if (m <= 4) gemv_fma_kernel<4><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
         else gemv_fma_kernel<8><<<grid, kWarps * 32, 0, st>>>(yy, ldy, cc, ldc, beta, xx, ldx, ww, m, n, k);
         CHECK_CUDA_LAUNCH();

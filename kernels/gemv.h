@@ -24,12 +24,16 @@ int gemv_cuda_takes(const uint16_t *x, int ldx, const uint16_t *w, int m, int n,
 /* CUDA, bf16 operands and output, fp32 accumulation; matmul_forward_cuda's contract (c may be y with ldc == ldy;
  * else the residual add reads c and writes y). Two kernels: GEMV_KERNEL_MMA on the tensor cores (mma.sync m16n8k16
  * with w as the 16-row operand: 16 output columns a CTA, its 8 warps splitting k, summed in a fixed order) and, for
- * m <= GEMV_FMA_MAX_M, GEMV_KERNEL_FMA on the CUDA cores (a warp per output column reading w's row in 512-byte
- * pieces); GEMV_KERNEL_AUTO takes the FMA one up to GEMV_FMA_AUTO_M rows. Either gives the same bits for the same
- * call (not the same as each other). Operands gemv_cuda_takes refuses abort with a message. stream: cudaStream_t. */
+ * m <= GEMV_FMA_MAX_M, GEMV_KERNEL_FMA on the CUDA cores (a warp per two output columns reading w's rows in
+ * 512-byte pieces, 4 KiB in flight); GEMV_KERNEL_AUTO takes the FMA one up to GEMV_FMA_AUTO_M rows. Either
+ * gives the same bits for the same call (not the same as each other). Operands gemv_cuda_takes refuses abort with a message. stream: cudaStream_t. */
 enum { GEMV_KERNEL_AUTO, GEMV_KERNEL_MMA, GEMV_KERNEL_FMA };
 #define GEMV_FMA_MAX_M 8
 #define GEMV_FMA_AUTO_M 4
+/* The decoding default (target_cuda_set_gemv_rows): the linear layers of at most this many rows run the GEMV, the
+ * CUDA-core kernel (bench_decode's "linear layers alone" lines: it streams w near the memory's rate at m <= 4, where
+ * cuBLASLt reads it at about half that). */
+#define GEMV_DEFAULT_ROWS GEMV_FMA_AUTO_M
 void gemv_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta, const uint16_t *x, int ldx,
                        const uint16_t *w, int m, int n, int k, void *stream);
 /* The same with the kernel named (the tests and the benchmark compare them). */

@@ -1,7 +1,7 @@
 // kv_attention: decoding attention against a bf16 KV cache (flash-decoding). Pass 1: a CTA per (key chunk of
-// kChunk keys, kv head, query row) scores the chunk for the group's nh/nkv query heads (a warp per key, lanes over
-// head_dim, warp sums), takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
-// (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0. Pass 2: a CTA per (query head, row) rescales
+// kChunk keys, kv head, query row) stages the chunk's keys and values in shared memory, scores them for the group's
+// nh/nkv query heads, takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
+// (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0 (partial_kernel says how). Pass 2: a CTA per (query head, row) rescales
 // the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read once per group.
 // gpt-oss's options (kv_attention_opts_forward_cuda): a window (keys pos-window+1 .. pos: the chunks before it write
 // empty partials and are not combined) and a sink logit per head, one more term of the total (fp32, device).
@@ -13,10 +13,12 @@
 
 #include "kv_attention.h"
 #include "cuda_check.h"
+#include "mma_sm80.cuh"
 
 namespace {
 
 constexpr int kChunk = 64, kThreads = 128, kMaxHd = 256, kMaxGroup = 16;
+static_assert(kChunk == 64, "pass 1's softmax takes a chunk's scores as two per lane");
 
 __global__ void append_kernel(__nv_bfloat16 *kc, __nv_bfloat16 *vc, size_t seq_stride, const __nv_bfloat16 *k,
                               int ldk, const __nv_bfloat16 *v, int ldv, const int32_t *seq, const int32_t *pos,
@@ -30,67 +32,119 @@ __global__ void append_kernel(__nv_bfloat16 *kc, __nv_bfloat16 *vc, size_t seq_s
     }
 }
 
+// Shared memory of pass 1: the chunk's key and value rows (hd rounded up to 8 values, zeros past hd, plus 8 values of
+// padding, so that the 16-byte reads of a warp's 32 keys at one offset fall in distinct banks), the group's q rows
+// in fp32 (zeros past hd) and the chunk's scores, then probabilities, per head.
+__host__ __device__ constexpr int kv_row(int hd) { return (hd + 7) / 8 * 8 + 8; }
+__host__ __device__ constexpr size_t partial_smem(int hd, int group)
+{
+    return sizeof(__nv_bfloat16) * 2 * kChunk * kv_row(hd) + sizeof(float) * (size_t)group * (kv_row(hd) + kChunk);
+}
+
+// Pass 1. The chunk's keys and values are staged in shared memory first, all at once (16-byte cp.async when the
+// cache rows are 16-byte aligned, else element by element): one memory round trip a chunk with every byte in
+// flight, each K/V row read once for the whole GQA group. Then a thread per (key, head) scores it (8 values at a
+// time from shared memory), a warp per head takes the chunk's max and exp-sum (shuffles in a fixed order), and a
+// thread per (head, two values of head_dim) sums the probabilities times the values in key order. Deterministic:
+// every sum has one order, whatever the launch (the chunk count, set by max_pos, only adds empty chunks).
 __global__ void __launch_bounds__(kThreads)
     partial_kernel(float *ws_acc, float *ws_ml, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *kc,
                    const __nv_bfloat16 *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos, int nh,
-                   int nkv, int hd, float scale, int nchunks, int window)
+                   int nkv, int hd, float scale, int nchunks, int window, int vec)
 {
-    __shared__ float qs[kMaxGroup * kMaxHd];
-    __shared__ float sc[kMaxGroup][kChunk];
+    extern __shared__ __align__(16) unsigned char kv_smem[];
+    const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, group = nh / nkv, R = kv_row(hd), hd8 = R - 8;
+    __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(kv_smem), *vs = ks + kChunk * R;
+    float *qs = reinterpret_cast<float *>(vs + kChunk * R), *sc = qs + group * R;
     __shared__ float mx[kMaxGroup], sm[kMaxGroup];
-    const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, group = nh / nkv;
     const int p = pos[t], j1 = min(c * kChunk + kChunk, p + 1);
-    const int j0 = window > 0 ? max(c * kChunk, p - window + 1) : c * kChunk;
+    const int j0 = window > 0 ? max(c * kChunk, p - window + 1) : c * kChunk, nk = j1 - j0;
     const size_t kd = (size_t)nkv * hd;
     float *ml = ws_ml + ((size_t)t * nh + (size_t)kvh * group) * nchunks * 2;
-    if (j0 >= j1) { // past the causal end or before the window: an empty partial per head
+    if (nk <= 0) { // past the causal end or before the window: an empty partial per head
         if (threadIdx.x < group) {
             ml[((size_t)threadIdx.x * nchunks + c) * 2] = -INFINITY;
             ml[((size_t)threadIdx.x * nchunks + c) * 2 + 1] = 0.0f;
         }
         return;
     }
-    for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
-        int g = i / hd, d = i - g * hd;
-        qs[i] = __bfloat162float(q[(size_t)t * ldq + (size_t)(kvh * group + g) * hd + d]);
+    const size_t base = (size_t)seq[t] * seq_stride + (size_t)j0 * kd + (size_t)kvh * hd;
+    if (vec) { // hd % 8 == 0, 16-byte aligned rows
+        const int P = hd / 8;
+        for (int i = threadIdx.x; i < nk * P; i += kThreads) {
+            const int j = i / P, o = (i - j * P) * 8;
+            mma_sm80::cp_async16(ks + j * R + o, kc + base + (size_t)j * kd + o, true);
+            mma_sm80::cp_async16(vs + j * R + o, vc + base + (size_t)j * kd + o, true);
+        }
+        mma_sm80::cp_async_commit();
+    } else {
+        for (int i = threadIdx.x; i < nk * hd; i += kThreads) {
+            const int j = i / hd, o = i - j * hd;
+            ks[j * R + o] = kc[base + (size_t)j * kd + o];
+            vs[j * R + o] = vc[base + (size_t)j * kd + o];
+        }
+    }
+    const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+    for (int i = threadIdx.x; i < nk * (hd8 - hd); i += kThreads) { // the values past hd: zeros
+        const int j = i / (hd8 - hd), o = hd + i - j * (hd8 - hd);
+        ks[j * R + o] = zero, vs[j * R + o] = zero;
+    }
+    for (int i = threadIdx.x; i < group * hd8; i += kThreads) {
+        const int g = i / hd8, d = i - g * hd8;
+        qs[g * R + d] = d < hd ? __bfloat162float(q[(size_t)t * ldq + (size_t)(kvh * group + g) * hd + d]) : 0.0f;
+    }
+    if (vec) mma_sm80::cp_async_wait<0>();
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * kChunk; i += kThreads) { // scores: a thread per (key, head)
+        const int g = i / kChunk, j = i - g * kChunk;
+        if (j >= nk) continue;
+        const __nv_bfloat16 *kr = ks + j * R;
+        const float *qr = qs + g * R;
+        float d = 0.0f;
+        for (int o = 0; o < hd8; o += 8) {
+            const uint4 kk = *reinterpret_cast<const uint4 *>(kr + o);
+            const float4 q0 = *reinterpret_cast<const float4 *>(qr + o), q1 = *reinterpret_cast<const float4 *>(qr + o + 4);
+            const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kk);
+            float2 f = __bfloat1622float2(k2[0]);
+            d = fmaf(q0.x, f.x, d), d = fmaf(q0.y, f.y, d);
+            f = __bfloat1622float2(k2[1]);
+            d = fmaf(q0.z, f.x, d), d = fmaf(q0.w, f.y, d);
+            f = __bfloat1622float2(k2[2]);
+            d = fmaf(q1.x, f.x, d), d = fmaf(q1.y, f.y, d);
+            f = __bfloat1622float2(k2[3]);
+            d = fmaf(q1.z, f.x, d), d = fmaf(q1.w, f.y, d);
+        }
+        sc[g * kChunk + j] = d * scale;
     }
     __syncthreads();
-    const __nv_bfloat16 *ks = kc + (size_t)seq[t] * seq_stride + (size_t)kvh * hd;
-    const __nv_bfloat16 *vs = vc + (size_t)seq[t] * seq_stride + (size_t)kvh * hd;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int j = j0 + warp; j < j1; j += kThreads / 32) {
-        const __nv_bfloat16 *kj = ks + (size_t)j * kd;
-        float kv[kMaxHd / 32];
+    for (int g = warp; g < group; g += kThreads / 32) { // the chunk's max and exp-sum per head: a warp per head
+        float *s = sc + g * kChunk;
+        const float a = lane < nk ? s[lane] : -INFINITY, b = lane + 32 < nk ? s[lane + 32] : -INFINITY;
+        float m = fmaxf(a, b);
 #pragma unroll
-        for (int e = 0; e < kMaxHd / 32; e++) kv[e] = lane + 32 * e < hd ? __bfloat162float(kj[lane + 32 * e]) : 0.0f;
-        for (int g = 0; g < group; g++) {
-            float d = 0.0f;
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float ea = lane < nk ? expf(a - m) : 0.0f, eb = lane + 32 < nk ? expf(b - m) : 0.0f;
+        s[lane] = ea, s[lane + 32] = eb;
+        float l = ea + eb;
 #pragma unroll
-            for (int e = 0; e < kMaxHd / 32; e++)
-                if (lane + 32 * e < hd) d += qs[g * hd + lane + 32 * e] * kv[e];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            if (lane == 0) sc[g][j - j0] = d * scale;
-        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) mx[g] = m, sm[g] = l;
     }
     __syncthreads();
-    if (threadIdx.x < group) { // the chunk's max and exp-sum per head (at most kChunk values)
-        const int g = threadIdx.x;
-        float m = -INFINITY, s = 0.0f;
-        for (int j = 0; j < j1 - j0; j++) m = fmaxf(m, sc[g][j]);
-        for (int j = 0; j < j1 - j0; j++) {
-            float e = expf(sc[g][j] - m);
-            sc[g][j] = e;
-            s += e;
+    const int half = hd8 / 2;
+    for (int i = threadIdx.x; i < group * half; i += kThreads) { // a thread per (head, two values of head_dim)
+        const int g = i / half, d = 2 * (i - g * half);
+        const float *pr = sc + g * kChunk;
+        float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll 8
+        for (int j = 0; j < nk; j++) {
+            const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(vs + j * R + d));
+            a0 = fmaf(pr[j], v.x, a0), a1 = fmaf(pr[j], v.y, a1);
         }
-        mx[g] = m, sm[g] = s;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
-        int g = i / hd, d = i - g * hd;
-        float a = 0.0f;
-        for (int j = j0; j < j1; j++) a += sc[g][j - j0] * __bfloat162float(vs[(size_t)j * kd + d]);
-        ws_acc[(((size_t)t * nh + (size_t)kvh * group + g) * nchunks + c) * hd + d] = a;
+        float *acc = ws_acc + (((size_t)t * nh + (size_t)kvh * group + g) * nchunks + c) * hd;
+        if (d < hd) acc[d] = a0;
+        if (d + 1 < hd) acc[d + 1] = a1;
     }
     if (threadIdx.x < group) {
         ml[((size_t)threadIdx.x * nchunks + c) * 2] = mx[threadIdx.x];
@@ -159,10 +213,17 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
     const int nchunks = max_pos / kChunk + 1;
     float *ws_acc = workspace, *ws_ml = workspace + (size_t)T * nh * nchunks * hd;
     cudaStream_t st = (cudaStream_t)stream;
-    partial_kernel<<<dim3(nchunks, nkv, T), kThreads, 0, st>>>(ws_acc, ws_ml, (const __nv_bfloat16 *)q, ldq,
-                                                               (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
-                                                               seq_stride, seq, pos, nh, nkv, hd, scale, nchunks,
-                                                               window);
+    static bool raised = false; // the most shared memory a launch takes (hd 256, a group of 16), allowed once
+    if (!raised) {
+        CHECK_CUDA(cudaFuncSetAttribute(partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)partial_smem(kMaxHd, kMaxGroup)));
+        raised = true;
+    }
+    const int vec = hd % 8 == 0 && seq_stride % 8 == 0 && (nkv * hd) % 8 == 0 && (uintptr_t)kc % 16 == 0 &&
+                    (uintptr_t)vc % 16 == 0;
+    partial_kernel<<<dim3(nchunks, nkv, T), kThreads, partial_smem(hd, nh / nkv), st>>>(
+        ws_acc, ws_ml, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
+        seq_stride, seq, pos, nh, nkv, hd, scale, nchunks, window, vec);
     CHECK_CUDA_LAUNCH();
     combine_kernel<<<dim3(nh, T), (hd + 31) / 32 * 32, 0, st>>>((__nv_bfloat16 *)out, ldo, ws_acc, ws_ml, pos, nh,
                                                                  hd, nchunks, window, sinks);
