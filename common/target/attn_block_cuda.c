@@ -142,9 +142,7 @@ void attn_cuda_forward(target_cuda *m, const attn_cuda *w, const attn_cuda_layer
     const float eps = (float)c->rms_eps, scale = hf_attn_scale(c);
     cudaStream_t st = m->stream;
     const attn_cuda_cache *ca = kv ? kv->state : NULL;
-    rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
-    target_cuda_mark(m, TARGET_CUDA_OTHER);
-    target_cuda_linear(m, w->qkv, qkvw, NULL, 0, 0.0f, m->u, H, l->w_qkv, T, qkvw, H);
+    target_cuda_norm_linear(m, w->qkv, qkvw, m->u, r, ldr, l->input_norm, eps, l->w_qkv, T, qkvw, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     bias_add_bf16_cuda(w->qkv, qkvw, T, qkvw, l->b_qkv, st);
     if (kv) /* norm, rotation and the cache's append of the rows' keys and values in one launch */
