@@ -11,7 +11,9 @@
  * loop `dflash generate` runs. Prints ms per decode step, tokens/s and the step time against the weight-read bound
  * (the bytes a step reads: layers + lm_head + the KV cache), the device time by kernel class of one instrumented
  * step, and whether the two modes decoded the same ids (they must: the same bits).
- * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s] */
+ * DFLASH_GEMV_PDL=0 launches the GEMV without programmatic dependent launch (gemv.cu), to compare.
+ * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s]
+ *                     [--no-linear (skip the linear layers alone)] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,7 +96,7 @@ static void bench_linear(const hf_config *c, double bw)
 
 int main(int argc, char **argv)
 {
-    int layers = -1, prompt = 512, nnew = 128, nbatch = 0, batches[8], hybrid = 0;
+    int layers = -1, prompt = 512, nnew = 128, nbatch = 0, batches[8], hybrid = 0, linear = 1;
     double bw = 4.3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--family") && i + 1 < argc) {
@@ -109,9 +111,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--new") && i + 1 < argc) nnew = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc && nbatch < 8) batches[nbatch++] = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--no-linear")) linear = 0;
         else {
             fprintf(stderr, "usage: %s [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... "
-                    "[--bw TB/s]\n", argv[0]);
+                    "[--bw TB/s] [--no-linear]\n", argv[0]);
             return 2;
         }
     }
@@ -173,7 +176,7 @@ int main(int argc, char **argv)
     printf("device: %s, %d SMs; %s shape, %d layers%s, random bf16 weights; prompts of %d tokens, %d new tokens\n",
            prop.name, prop.multiProcessorCount, hybrid ? "Qwen3.5-9B" : "Qwen3-8B", layers,
            hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", prompt, nnew);
-    if (!hybrid) bench_linear(&cfg, bw);
+    if (!hybrid && linear) bench_linear(&cfg, bw);
 
     for (int bi = 0; bi < nbatch; bi++) {
         const int B = batches[bi];

@@ -155,6 +155,9 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc, const float *ws_ml,
                                const int32_t *pos, int nh, int hd, int nchunks, int window, const float *sinks)
 {
+    // the next kernel (the o_proj GEMV, launched as a programmatic dependent: gemv.cu) may start loading its
+    // weights now; it waits for this grid's completion before it reads out
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     const int used = pos[t] / kChunk + 1, first = window > 0 ? max(0, pos[t] - window + 1) / kChunk : 0;
     const float *ml = ws_ml + ((size_t)t * nh + h) * nchunks * 2;
