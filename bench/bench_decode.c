@@ -11,7 +11,7 @@
  * loop `dflash generate` runs. Prints ms per decode step, tokens/s and the step time against the weight-read bound
  * (the bytes a step reads: layers + lm_head + the KV cache), the device time by kernel class of one instrumented
  * step, and whether the two modes decoded the same ids (they must: the same bits).
- * DFLASH_GEMV_PDL=0 launches the GEMV without programmatic dependent launch (gemv.cu), to compare.
+ * DFLASH_PDL=0 launches the step's kernels without programmatic dependent launch (kernels/pdl.cuh), to compare.
  * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s]
  *                     [--no-linear (skip the linear layers alone)] */
 #include <math.h>
@@ -283,7 +283,7 @@ int main(int argc, char **argv)
         if (nmodes == 3)
             printf("  decode as graphs, %s for the linear layers instead of the default %s: %.3f ms/step, %.0f "
                    "tokens/s, %.2fx the bound (%zu of the %d x %d greedy ids differ from the default's: other "
-                   "roundings, random weights' near-ties)\n", other_rows ? "tensor-core GEMV" : "cuBLASLt", lin,
+                   "roundings, random weights' near-ties)\n", other_rows ? "the GEMV kernels" : "cuBLASLt", lin,
                    step_ms[2], B / (step_ms[2] / 1e3), step_ms[2] / bound_ours, differ_gemv, nnew - 1, B);
         printf("  one step's device time by kernel class: GEMMs %.3f ms, attention %.3f ms, delta rule %.3f ms, "
                "other %.3f ms, copies %.3f ms\n", cls[TARGET_CUDA_MATMUL], cls[TARGET_CUDA_ATTENTION],

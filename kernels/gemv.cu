@@ -9,11 +9,11 @@
 #include <cstdint>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cuda_check.h"
 #include "gemv.h"
 #include "mma_sm80.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -27,13 +27,6 @@ __device__ __forceinline__ uint4 ld_stream(const __nv_bfloat16 *p) // w: read on
                  : "l"(p));
     return r;
 }
-
-// Programmatic dependent launch (sm_90): the CUDA-core kernel is launched so that it may start before the kernel
-// ahead of it has finished (gemv_pdl); it lets the next kernel start at once, loads its first round of w (weights
-// are never written by a step) and waits for the kernels before it (griddepcontrol.wait: their completion and their
-// memory) before it reads x, c or writes y. Launched without the attribute, both are no-ops.
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 template <int NT> // n-tiles of 8 rows of x: m <= 8 * NT
 __global__ void __launch_bounds__(kWarps * 32)
@@ -139,7 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     gemv_fma_kernel(__nv_bfloat16 *y, int ldy, const __nv_bfloat16 *c, int ldc, float beta, const __nv_bfloat16 *x,
                     int ldx, const __nv_bfloat16 *nw, float eps, const __nv_bfloat16 *w, int m, int n, int k)
 {
-    pdl_launch_dependents();
+    pdl::launch_dependents(); // the CUDA-core kernel runs as a programmatic dependent launch (pdl.cuh)
     const int lane = threadIdx.x % 32, n0 = (blockIdx.x * kWarps + threadIdx.x / 32) * kFmaR;
     if (n0 >= n) return;
     const __nv_bfloat16 *wr[kFmaR];
@@ -159,7 +152,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int u = 0; u < kFmaU; u++)
 #pragma unroll
             for (int r = 0; r < kFmaR; r++) a[u][r] = ld_stream(wr[r] + 256 * u);
-    pdl_wait();
+    pdl::wait(); // the first round of w is in flight; x, c and y belong to the kernels before
     for (int kb = 0; kb < whole; kb += 256 * kFmaU) {
         if (kb > 0)
 #pragma unroll
@@ -204,41 +197,20 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
 }
 
-// Whether the CUDA-core kernel is launched with programmatic stream serialization (DFLASH_GEMV_PDL=0: never; read
-// once). The bits do not depend on it: only when the kernel starts.
-bool gemv_pdl()
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DFLASH_GEMV_PDL");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on != 0;
-}
-
-template <typename... Args, typename... Act>
-void launch_pdl(void (*kernel)(Args...), unsigned grid, cudaStream_t st, Act... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid), cfg.blockDim = dim3(kWarps * 32), cfg.dynamicSmemBytes = 0, cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at, cfg.numAttrs = gemv_pdl() ? 1 : 0;
-    CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
 template <bool NORM>
 void launch_fma(__nv_bfloat16 *y, int ldy, const __nv_bfloat16 *c, int ldc, float beta, const __nv_bfloat16 *x,
                 int ldx, const __nv_bfloat16 *nw, float eps, const __nv_bfloat16 *w, int m, int n, int k,
                 cudaStream_t st)
 {
     const unsigned grid = (unsigned)((n + kWarps * kFmaR - 1) / (kWarps * kFmaR));
-    if (m <= 1) launch_pdl(gemv_fma_kernel<1, NORM>, grid, st, y, ldy, c, ldc, beta, x, ldx, nw, eps, w, m, n, k);
-    else if (m <= 2) launch_pdl(gemv_fma_kernel<2, NORM>, grid, st, y, ldy, c, ldc, beta, x, ldx, nw, eps, w, m, n, k);
-    else if (m <= 3) launch_pdl(gemv_fma_kernel<3, NORM>, grid, st, y, ldy, c, ldc, beta, x, ldx, nw, eps, w, m, n, k);
-    else if (m <= 4) launch_pdl(gemv_fma_kernel<4, NORM>, grid, st, y, ldy, c, ldc, beta, x, ldx, nw, eps, w, m, n, k);
-    else launch_pdl(gemv_fma_kernel<8, NORM>, grid, st, y, ldy, c, ldc, beta, x, ldx, nw, eps, w, m, n, k);
+    auto go = [&](auto kernel) {
+        pdl::launch(kernel, dim3(grid), dim3(kWarps * 32), 0, st, y, ldy, c, ldc, beta, x, ldx, nw, eps, w, m, n, k);
+    };
+    if (m <= 1) go(gemv_fma_kernel<1, NORM>);
+    else if (m <= 2) go(gemv_fma_kernel<2, NORM>);
+    else if (m <= 3) go(gemv_fma_kernel<3, NORM>);
+    else if (m <= 4) go(gemv_fma_kernel<4, NORM>);
+    else go(gemv_fma_kernel<8, NORM>);
     CHECK_CUDA_LAUNCH();
 }
 

@@ -26,14 +26,17 @@ int gemv_cuda_takes(const uint16_t *x, int ldx, const uint16_t *w, int m, int n,
  * with w as the 16-row operand: 16 output columns a CTA, its 8 warps splitting k, summed in a fixed order) and, for
  * m <= GEMV_FMA_MAX_M, GEMV_KERNEL_FMA on the CUDA cores (a warp per two output columns reading w's rows in
  * 512-byte pieces, 4 KiB in flight); GEMV_KERNEL_AUTO takes the FMA one up to GEMV_FMA_AUTO_M rows. Either
- * gives the same bits for the same call (not the same as each other). Operands gemv_cuda_takes refuses abort with a message. stream: cudaStream_t. */
+ * gives the same bits for the same call (not the same as each other). Operands gemv_cuda_takes refuses abort with a
+ * message. stream: cudaStream_t. */
 enum { GEMV_KERNEL_AUTO, GEMV_KERNEL_MMA, GEMV_KERNEL_FMA };
 #define GEMV_FMA_MAX_M 8
 #define GEMV_FMA_AUTO_M 4
 /* The decoding default (target_cuda_set_gemv_rows): the linear layers of at most this many rows run the GEMV, the
- * CUDA-core kernel (bench_decode's "linear layers alone" lines: it streams w near the memory's rate at m <= 4, where
- * cuBLASLt reads it at about half that). */
-#define GEMV_DEFAULT_ROWS GEMV_FMA_AUTO_M
+ * CUDA-core kernel. bench_decode's "linear layers alone" on the H200 (bench/RESULTS.md, issue 23): at m = 1 it
+ * reads the Qwen3-8B q|k|v, o_proj, gate|up and lm_head weights faster than cuBLASLt (3.18 / 2.56 / 4.25 / 4.58
+ * TB/s against 2.86 / 1.68 / 4.12 / 4.37) and down_proj a little slower (3.07 against 3.31); at m = 4 cuBLASLt
+ * wins every shape, so 2 rows and more stay with cuBLASLt. */
+#define GEMV_DEFAULT_ROWS 1
 void gemv_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta, const uint16_t *x, int ldx,
                        const uint16_t *w, int m, int n, int k, void *stream);
 /* The same with the kernel named (the tests and the benchmark compare them). */

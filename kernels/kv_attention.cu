@@ -1,8 +1,9 @@
 // kv_attention: decoding attention against a bf16 KV cache (flash-decoding). Pass 1: a CTA per (key chunk of
 // kChunk keys, kv head, query row) stages the chunk's keys and values in shared memory, scores them for the group's
 // nh/nkv query heads, takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
-// (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0 (partial_kernel says how). Pass 2: a CTA per (query head, row) rescales
-// the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read once per group.
+// (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0 (partial_kernel says how). Pass 2: a CTA per
+// (query head, row) rescales the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read
+// once per group. Both passes are programmatic dependent launches (pdl.cuh).
 // gpt-oss's options (kv_attention_opts_forward_cuda): a window (keys pos-window+1 .. pos: the chunks before it write
 // empty partials and are not combined) and a sink logit per head, one more term of the total (fp32, device).
 #include <cuda_bf16.h>
@@ -14,6 +15,7 @@
 #include "kv_attention.h"
 #include "cuda_check.h"
 #include "mma_sm80.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -53,6 +55,8 @@ __global__ void __launch_bounds__(kThreads)
                    int nkv, int hd, float scale, int nchunks, int window, int vec)
 {
     extern __shared__ __align__(16) unsigned char kv_smem[];
+    pdl::launch_dependents(); // a programmatic dependent launch (pdl.cuh), as the combine after it
+    pdl::wait();
     const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, group = nh / nkv, R = kv_row(hd), hd8 = R - 8;
     __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(kv_smem), *vs = ks + kChunk * R;
     float *qs = reinterpret_cast<float *>(vs + kChunk * R), *sc = qs + group * R;
@@ -103,7 +107,8 @@ __global__ void __launch_bounds__(kThreads)
         float d = 0.0f;
         for (int o = 0; o < hd8; o += 8) {
             const uint4 kk = *reinterpret_cast<const uint4 *>(kr + o);
-            const float4 q0 = *reinterpret_cast<const float4 *>(qr + o), q1 = *reinterpret_cast<const float4 *>(qr + o + 4);
+            const float4 q0 = *reinterpret_cast<const float4 *>(qr + o);
+            const float4 q1 = *reinterpret_cast<const float4 *>(qr + o + 4);
             const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kk);
             float2 f = __bfloat1622float2(k2[0]);
             d = fmaf(q0.x, f.x, d), d = fmaf(q0.y, f.y, d);
@@ -155,9 +160,9 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc, const float *ws_ml,
                                const int32_t *pos, int nh, int hd, int nchunks, int window, const float *sinks)
 {
-    // the next kernel (the o_proj GEMV, launched as a programmatic dependent: gemv.cu) may start loading its
-    // weights now; it waits for this grid's completion before it reads out
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    // the next kernel (the o_proj GEMV, a programmatic dependent launch: pdl.cuh) may start loading its weights
+    pdl::launch_dependents();
+    pdl::wait();
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     const int used = pos[t] / kChunk + 1, first = window > 0 ? max(0, pos[t] - window + 1) / kChunk : 0;
     const float *ml = ws_ml + ((size_t)t * nh + h) * nchunks * 2;
@@ -216,19 +221,19 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
     const int nchunks = max_pos / kChunk + 1;
     float *ws_acc = workspace, *ws_ml = workspace + (size_t)T * nh * nchunks * hd;
     cudaStream_t st = (cudaStream_t)stream;
-    static bool raised = false; // the most shared memory a launch takes (hd 256, a group of 16), allowed once
-    if (!raised) {
+    static unsigned long long raised = 0; // the devices that allow the most shared memory a launch takes (hd 256, a
+    int dev = 0;                          // group of 16), each once
+    CHECK_CUDA(cudaGetDevice(&dev));
+    if (dev >= 64 || !(raised >> dev & 1)) {
         CHECK_CUDA(cudaFuncSetAttribute(partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)partial_smem(kMaxHd, kMaxGroup)));
-        raised = true;
+        if (dev < 64) raised |= 1ull << dev;
     }
     const int vec = hd % 8 == 0 && seq_stride % 8 == 0 && (nkv * hd) % 8 == 0 && (uintptr_t)kc % 16 == 0 &&
                     (uintptr_t)vc % 16 == 0;
-    partial_kernel<<<dim3(nchunks, nkv, T), kThreads, partial_smem(hd, nh / nkv), st>>>(
-        ws_acc, ws_ml, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
-        seq_stride, seq, pos, nh, nkv, hd, scale, nchunks, window, vec);
-    CHECK_CUDA_LAUNCH();
-    combine_kernel<<<dim3(nh, T), (hd + 31) / 32 * 32, 0, st>>>((__nv_bfloat16 *)out, ldo, ws_acc, ws_ml, pos, nh,
-                                                                 hd, nchunks, window, sinks);
-    CHECK_CUDA_LAUNCH();
+    pdl::launch(partial_kernel, dim3(nchunks, nkv, T), dim3(kThreads), partial_smem(hd, nh / nkv), st, ws_acc, ws_ml,
+                (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, seq_stride, seq,
+                pos, nh, nkv, hd, scale, nchunks, window, vec);
+    pdl::launch(combine_kernel, dim3(nh, T), dim3((hd + 31) / 32 * 32), 0, st, (__nv_bfloat16 *)out, ldo,
+                (const float *)ws_acc, (const float *)ws_ml, pos, nh, hd, nchunks, window, sinks);
 }

@@ -7,6 +7,7 @@
 
 #include "colsum.h"
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "qk_norm_rope.h"
 
 #define QKR_MAX_PAIRS 8 /* hd/2 <= 256 */
@@ -93,6 +94,8 @@ static __global__ void qk_norm_rope_kernel(__nv_bfloat16 *q, int ldq, __nv_bfloa
                                            int nkv, int hd, const __nv_bfloat16 *q_w, const __nv_bfloat16 *k_w,
                                            float eps, const int32_t *pos, const double *inv_freq, qkr_cache ca)
 {
+    pdl::launch_dependents(); // a programmatic dependent launch (pdl.cuh): the GEMV before it may still run
+    pdl::wait();
     const int lane = threadIdx.x & 31;
     int t;
     __nv_bfloat16 *x;
@@ -132,6 +135,8 @@ static __global__ void qk_norm_rope_x2_kernel(__nv_bfloat16 *q, int ldq, __nv_bf
                                               int nkv, int hd, const __nv_bfloat16 *q_w, const __nv_bfloat16 *k_w,
                                               float eps, const int32_t *pos, const double *inv_freq, qkr_cache ca)
 {
+    pdl::launch_dependents(); // a programmatic dependent launch (pdl.cuh): the GEMV before it may still run
+    pdl::wait();
     const int lane = threadIdx.x & 31;
     int t;
     __nv_bfloat16 *x;
@@ -183,16 +188,14 @@ static void qkr_launch(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh
     unsigned grid = (unsigned)((rows + warps - 1) / warps);
     const bool kc_ok = !ca.kc || ((uintptr_t)ca.kc % 4 == 0 && ca.seq_stride % 2 == 0); // 4-byte stores there too
     if (hd % 4 == 0 && ldq % 2 == 0 && ldk % 2 == 0 && (uintptr_t)q % 4 == 0 && (uintptr_t)k % 4 == 0 && kc_ok) {
-        qk_norm_rope_x2_kernel<<<grid, warps * 32, 0, (cudaStream_t)stream>>>(
-            (__nv_bfloat16 *)q, ldq, (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w,
-            (const __nv_bfloat16 *)k_w, eps, pos, inv_freq, ca);
-        CHECK_CUDA_LAUNCH();
+        pdl::launch(qk_norm_rope_x2_kernel, dim3(grid), dim3(warps * 32), 0, (cudaStream_t)stream,
+                    (__nv_bfloat16 *)q, ldq, (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w,
+                    (const __nv_bfloat16 *)k_w, eps, pos, inv_freq, ca);
         return;
     }
-    qk_norm_rope_kernel<<<grid, warps * 32, 0, (cudaStream_t)stream>>>(
-        (__nv_bfloat16 *)q, ldq, (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w,
-        (const __nv_bfloat16 *)k_w, eps, pos, inv_freq, ca);
-    CHECK_CUDA_LAUNCH();
+    pdl::launch(qk_norm_rope_kernel, dim3(grid), dim3(warps * 32), 0, (cudaStream_t)stream, (__nv_bfloat16 *)q, ldq,
+                (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w, (const __nv_bfloat16 *)k_w, eps,
+                pos, inv_freq, ca);
 }
 
 extern "C" void qk_norm_rope_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd,

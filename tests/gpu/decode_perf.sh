@@ -1,23 +1,24 @@
-# TIMEOUT=85
+# TIMEOUT=50
 # Issue 23's device run: the decoding step at batch 1 and 64 against its weight-read bound (bench_decode: the linear
-# layers alone, cuBLASLt against both GEMVs; the step kernel by kernel and as graphs), then the tests of what it runs
-# (test_gemv_gpu, the kv_attention rows of the kernel case table, test_decode_gpu with the goldens: graph_exact).
+# layers alone, cuBLASLt against both GEMVs; the step kernel by kernel and as graphs; with and without programmatic
+# dependent launch, DFLASH_PDL), then the tests of what it runs (the kv_attention rows of the kernel case table,
+# test_decode_gpu with the goldens: graph_exact; test_gemv_gpu).
 # Usage (the GPU queue): /work/gpuq/submit.sh decode tests/gpu/decode_perf.sh, after make all.
 export DFLASH_GOLDENS=tests/goldens
 summary() { # LABEL: the ok/FAIL counts and every line that is not an ok
     local label=$1 out=$2 rc=$3
     echo "=== $label: $(grep -cE '^ok ' <<<"$out") ok, $(grep -cE '^FAIL ' <<<"$out") FAIL, exit $rc"
-    grep -vE '^ok ' <<<"$out" | head -40
+    grep -vE '^ok |^== ' <<<"$out" | head -30
 }
 nvidia-smi -L
 t0=$SECONDS
-DFLASH_GEMV_PDL=0 timeout 30 build/bench/bench_decode --batch 1 --batch 64 --new 48
-echo "bench_decode (GEMV without programmatic dependent launch): exit $?, $((SECONDS - t0)) s"
+timeout 11 build/bench/bench_decode --batch 1 --batch 64 --new 48
+echo "bench_decode (the default: programmatic dependent launches): exit $?, $((SECONDS - t0)) s"
 t0=$SECONDS
-timeout 13 build/bench/bench_decode --batch 1 --new 48 --no-linear
-echo "bench_decode (the default: with it): exit $?, $((SECONDS - t0)) s"
-t0=$SECONDS; out=$(timeout 10 build/gpu/test_gemv_gpu 2>&1); summary test_gemv_gpu "$out" $?; echo "($((SECONDS - t0)) s)"
-t0=$SECONDS; out=$(timeout 8 build/gpu/test_kernel_cases_gpu --no-timings kv_attention 2>&1)
+DFLASH_PDL=0 timeout 8 build/bench/bench_decode --batch 1 --batch 64 --new 48 --no-linear
+echo "bench_decode DFLASH_PDL=0: exit $?, $((SECONDS - t0)) s"
+t0=$SECONDS; out=$(timeout 4 build/gpu/test_kernel_cases_gpu --no-timings kv_attention 2>&1)
 summary "test_kernel_cases_gpu kv_attention" "$out" $?; echo "($((SECONDS - t0)) s)"
-t0=$SECONDS; out=$(timeout 22 build/gpu/test_decode_gpu 2>&1); summary test_decode_gpu "$out" $?; echo "($((SECONDS - t0)) s)"
-grep -E 'graph_exact|graphs' <<<"$out" | head -20
+t0=$SECONDS; out=$(timeout 6 build/gpu/test_decode_gpu 2>&1); summary test_decode_gpu "$out" $?; echo "($((SECONDS - t0)) s)"
+grep -E 'graph_exact' <<<"$out" | head -12
+t0=$SECONDS; out=$(timeout 20 build/gpu/test_gemv_gpu 2>&1); summary test_gemv_gpu "$out" $?; echo "($((SECONDS - t0)) s)"
