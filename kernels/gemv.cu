@@ -87,10 +87,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // The CUDA-core kernel for m <= 8 (GEMV_KERNEL_FMA): a warp owns kFmaR output columns (rows of w) and reads them
 // in 512-byte contiguous pieces (lane l: the 16 bytes at 8l + 256i of each row), kFmaU pieces of each row loaded
-// before any is used (kFmaR * kFmaU * 512 bytes of w in flight per warp), multiplied with the same 16 bytes of each
+// before any is used (kFmaR * kFmaU * 512 bytes of w in flight per warp: 8 KiB for m <= 2, whose registers allow
+// it, 4 KiB above), multiplied with the same 16 bytes of each
 // row of x (read through L1: every warp of the SM reads them) into kFmaR x m fp32 sums, then a warp reduction in a
 // fixed order (deterministic). Whole rounds of kFmaU pieces run unchecked; the last partial round checks k.
-constexpr int kFmaU = 4, kFmaR = 2;
+constexpr int kFmaR = 2;
 
 // NORM (gemv_rmsnorm_forward_cuda): x's rows are first RMS-normalised with the weight nw. The row's 1/rms is a
 // scalar of the whole dot product, so the warp multiplies x by nw on the fly, sums x² beside the products (every warp
@@ -145,6 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int r = 0; r < kFmaR; r++) acc[r][j] = 0.0f;
     }
+    constexpr int kFmaU = M <= 2 ? 8 : 4;
     const int whole = k / (256 * kFmaU) * (256 * kFmaU);
     uint4 a[kFmaU][kFmaR];
     if (whole > 0) // the first round before the wait

@@ -36,19 +36,34 @@ __global__ void append_kernel(__nv_bfloat16 *kc, __nv_bfloat16 *vc, size_t seq_s
 
 // Shared memory of pass 1: the chunk's key and value rows (hd rounded up to 8 values, zeros past hd, plus 8 values of
 // padding, so that the 16-byte reads of a warp's 32 keys at one offset fall in distinct banks), the group's q rows
-// in fp32 (zeros past hd) and the chunk's scores, then probabilities, per head.
+// in fp32 (zeros past hd), the chunk's scores per head, its probabilities per key (the group's heads side by side,
+// padded to 4), and the partial sums of the threads that split a sum (256 per head).
+__device__ __forceinline__ void bf16x8_to_float(uint4 u, float (&f)[8])
+{
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float2 x = __bfloat1622float2(h[e]);
+        f[2 * e] = x.x, f[2 * e + 1] = x.y;
+    }
+}
+
 __host__ __device__ constexpr int kv_row(int hd) { return (hd + 7) / 8 * 8 + 8; }
+__host__ __device__ constexpr int group4(int group) { return (group + 3) / 4 * 4; }
 __host__ __device__ constexpr size_t partial_smem(int hd, int group)
 {
-    return sizeof(__nv_bfloat16) * 2 * kChunk * kv_row(hd) + sizeof(float) * (size_t)group * (kv_row(hd) + kChunk);
+    return sizeof(__nv_bfloat16) * 2 * kChunk * kv_row(hd) +
+           sizeof(float) * ((size_t)group * (kv_row(hd) + kChunk + 256) + (size_t)kChunk * group4(group));
 }
 
 // Pass 1. The chunk's keys and values are staged in shared memory first, all at once (16-byte cp.async when the
 // cache rows are 16-byte aligned, else element by element): one memory round trip a chunk with every byte in
-// flight, each K/V row read once for the whole GQA group. Then a thread per (key, head) scores it (8 values at a
-// time from shared memory), a warp per head takes the chunk's max and exp-sum (shuffles in a fixed order), and a
-// thread per (head, two values of head_dim) sums the probabilities times the values in key order. Deterministic:
-// every sum has one order, whatever the launch (the chunk count, set by max_pos, only adds empty chunks).
+// flight, each K/V row read once for the whole GQA group. Then the scores (each warp a quarter of head_dim for two
+// keys a lane and every head: a q read serves two keys), a warp per head for the chunk's max and exp-sum (shuffles
+// in a fixed order), and the probabilities times the values (a thread per two values of head_dim and class of keys,
+// every head: a value read serves the group). Shared memory's reads, not the FMAs, bound these loops; the layout
+// keeps them few and conflict-free. Deterministic: every sum has one order, whatever the launch (the chunk count,
+// set by max_pos, only adds empty chunks).
 __global__ void __launch_bounds__(kThreads)
     partial_kernel(float *ws_acc, float *ws_ml, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *kc,
                    const __nv_bfloat16 *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos, int nh,
@@ -59,7 +74,8 @@ __global__ void __launch_bounds__(kThreads)
     pdl::wait();
     const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, group = nh / nkv, R = kv_row(hd), hd8 = R - 8;
     __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(kv_smem), *vs = ks + kChunk * R;
-    float *qs = reinterpret_cast<float *>(vs + kChunk * R), *sc = qs + group * R;
+    float *qs = reinterpret_cast<float *>(vs + kChunk * R), *sc = qs + group * R, *pt = sc + group * kChunk;
+    float *red = pt + kChunk * group4(group);
     __shared__ float mx[kMaxGroup], sm[kMaxGroup];
     const int p = pos[t], j1 = min(c * kChunk + kChunk, p + 1);
     const int j0 = window > 0 ? max(c * kChunk, p - window + 1) : c * kChunk, nk = j1 - j0;
@@ -99,30 +115,40 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (vec) mma_sm80::cp_async_wait<0>();
     __syncthreads();
-    for (int i = threadIdx.x; i < group * kChunk; i += kThreads) { // scores: a thread per (key, head)
-        const int g = i / kChunk, j = i - g * kChunk;
-        if (j >= nk) continue;
-        const __nv_bfloat16 *kr = ks + j * R;
-        const float *qr = qs + g * R;
-        float d = 0.0f;
-        for (int o = 0; o < hd8; o += 8) {
-            const uint4 kk = *reinterpret_cast<const uint4 *>(kr + o);
-            const float4 q0 = *reinterpret_cast<const float4 *>(qr + o);
-            const float4 q1 = *reinterpret_cast<const float4 *>(qr + o + 4);
-            const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kk);
-            float2 f = __bfloat1622float2(k2[0]);
-            d = fmaf(q0.x, f.x, d), d = fmaf(q0.y, f.y, d);
-            f = __bfloat1622float2(k2[1]);
-            d = fmaf(q0.z, f.x, d), d = fmaf(q0.w, f.y, d);
-            f = __bfloat1622float2(k2[2]);
-            d = fmaf(q1.x, f.x, d), d = fmaf(q1.y, f.y, d);
-            f = __bfloat1622float2(k2[3]);
-            d = fmaf(q1.z, f.x, d), d = fmaf(q1.w, f.y, d);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    { // scores: warp w takes the 8-value pieces w, w+4, ... of head_dim for keys lane and lane + 32 and every head
+        // of the group (q read once for two keys), its partial dots go to red, then summed in warp order
+        float s0[kMaxGroup], s1[kMaxGroup];
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; g++) s0[g] = s1[g] = 0.0f;
+        for (int o = warp * 8; o < hd8; o += 32) {
+            float k0[8], k1[8];
+            bf16x8_to_float(*reinterpret_cast<const uint4 *>(ks + lane * R + o), k0);
+            bf16x8_to_float(*reinterpret_cast<const uint4 *>(ks + (lane + 32) * R + o), k1);
+#pragma unroll
+            for (int g = 0; g < kMaxGroup; g++) {
+                if (g >= group) break;
+                const float4 qa = *reinterpret_cast<const float4 *>(qs + g * R + o);
+                const float4 qb = *reinterpret_cast<const float4 *>(qs + g * R + o + 4);
+                const float q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) s0[g] = fmaf(q[e], k0[e], s0[g]), s1[g] = fmaf(q[e], k1[e], s1[g]);
+            }
         }
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; g++) {
+            if (g >= group) break;
+            red[(warp * group + g) * kChunk + lane] = s0[g], red[(warp * group + g) * kChunk + lane + 32] = s1[g];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * kChunk; i += kThreads) {
+        const int g = i / kChunk, j = i - g * kChunk;
+        float d = red[g * kChunk + j];
+        for (int w = 1; w < kThreads / 32; w++) d += red[(w * group + g) * kChunk + j];
         sc[g * kChunk + j] = d * scale;
     }
     __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int g = warp; g < group; g += kThreads / 32) { // the chunk's max and exp-sum per head: a warp per head
         float *s = sc + g * kChunk;
         const float a = lane < nk ? s[lane] : -INFINITY, b = lane + 32 < nk ? s[lane + 32] : -INFINITY;
@@ -130,26 +156,46 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         const float ea = lane < nk ? expf(a - m) : 0.0f, eb = lane + 32 < nk ? expf(b - m) : 0.0f;
-        s[lane] = ea, s[lane + 32] = eb;
+        pt[lane * group4(group) + g] = ea, pt[(lane + 32) * group4(group) + g] = eb;
         float l = ea + eb;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
         if (lane == 0) mx[g] = m, sm[g] = l;
     }
     __syncthreads();
-    const int half = hd8 / 2;
-    for (int i = threadIdx.x; i < group * half; i += kThreads) { // a thread per (head, two values of head_dim)
-        const int g = i / half, d = 2 * (i - g * half);
-        const float *pr = sc + g * kChunk;
-        float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll 8
-        for (int j = 0; j < nk; j++) {
+    // probabilities times values: thread (two values d of head_dim, key class kq) sums keys kq, kq + KQ, ... for
+    // every head of the group (a value read once for the group, the group's probabilities of a key in one 16-byte
+    // read), the KQ partial sums go to red, then summed in kq order
+    const int half = hd8 / 2, KQ = kThreads / half, G4 = group4(group);
+    if (threadIdx.x < half * KQ) {
+        const int kq = threadIdx.x / half, d = 2 * (threadIdx.x - kq * half);
+        float a0[kMaxGroup], a1[kMaxGroup];
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; g++) a0[g] = a1[g] = 0.0f;
+        for (int j = kq; j < nk; j += KQ) {
             const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(vs + j * R + d));
-            a0 = fmaf(pr[j], v.x, a0), a1 = fmaf(pr[j], v.y, a1);
+#pragma unroll
+            for (int g = 0; g < kMaxGroup; g += 4) {
+                if (g >= group) break;
+                const float4 p4 = *reinterpret_cast<const float4 *>(pt + j * G4 + g);
+                a0[g] = fmaf(p4.x, v.x, a0[g]), a1[g] = fmaf(p4.x, v.y, a1[g]);
+                a0[g + 1] = fmaf(p4.y, v.x, a0[g + 1]), a1[g + 1] = fmaf(p4.y, v.y, a1[g + 1]);
+                a0[g + 2] = fmaf(p4.z, v.x, a0[g + 2]), a1[g + 2] = fmaf(p4.z, v.y, a1[g + 2]);
+                a0[g + 3] = fmaf(p4.w, v.x, a0[g + 3]), a1[g + 3] = fmaf(p4.w, v.y, a1[g + 3]);
+            }
         }
-        float *acc = ws_acc + (((size_t)t * nh + (size_t)kvh * group + g) * nchunks + c) * hd;
-        if (d < hd) acc[d] = a0;
-        if (d + 1 < hd) acc[d + 1] = a1;
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; g++) {
+            if (g >= group) break;
+            red[(kq * group + g) * hd8 + d] = a0[g], red[(kq * group + g) * hd8 + d + 1] = a1[g];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * hd; i += kThreads) {
+        const int g = i / hd, d = i - g * hd;
+        float a = red[g * hd8 + d];
+        for (int kq = 1; kq < KQ; kq++) a += red[(kq * group + g) * hd8 + d];
+        ws_acc[(((size_t)t * nh + (size_t)kvh * group + g) * nchunks + c) * hd + d] = a;
     }
     if (threadIdx.x < group) {
         ml[((size_t)threadIdx.x * nchunks + c) * 2] = mx[threadIdx.x];

@@ -12,13 +12,16 @@ summary() { # LABEL: the ok/FAIL counts and every line that is not an ok
 }
 nvidia-smi -L
 t0=$SECONDS
-timeout 11 build/bench/bench_decode --batch 1 --batch 64 --new 48
+timeout 10 build/bench/bench_decode --batch 1 --batch 64 --new 48
 echo "bench_decode (the default: programmatic dependent launches): exit $?, $((SECONDS - t0)) s"
 t0=$SECONDS
-DFLASH_PDL=0 timeout 8 build/bench/bench_decode --batch 1 --batch 64 --new 48 --no-linear
+DFLASH_PDL=0 timeout 7 build/bench/bench_decode --batch 1 --batch 64 --new 48 --no-linear
 echo "bench_decode DFLASH_PDL=0: exit $?, $((SECONDS - t0)) s"
-t0=$SECONDS; out=$(timeout 4 build/gpu/test_kernel_cases_gpu --no-timings kv_attention 2>&1)
-summary "test_kernel_cases_gpu kv_attention" "$out" $?; echo "($((SECONDS - t0)) s)"
-t0=$SECONDS; out=$(timeout 6 build/gpu/test_decode_gpu 2>&1); summary test_decode_gpu "$out" $?; echo "($((SECONDS - t0)) s)"
-grep -E 'graph_exact' <<<"$out" | head -12
-t0=$SECONDS; out=$(timeout 20 build/gpu/test_gemv_gpu 2>&1); summary test_gemv_gpu "$out" $?; echo "($((SECONDS - t0)) s)"
+for pdl in 1 0; do # the tests with programmatic dependent launch (the default) and without
+    t0=$SECONDS; out=$(DFLASH_PDL=$pdl timeout 3 build/gpu/test_kernel_cases_gpu --no-timings kv_attention 2>&1)
+    summary "DFLASH_PDL=$pdl test_kernel_cases_gpu kv_attention" "$out" $?; echo "($((SECONDS - t0)) s)"
+    t0=$SECONDS; out=$(DFLASH_PDL=$pdl timeout 5 build/gpu/test_decode_gpu 2>&1)
+    summary "DFLASH_PDL=$pdl test_decode_gpu" "$out" $?; echo "($((SECONDS - t0)) s)"
+    grep -E 'graph_exact' <<<"$out" | head -12
+done
+t0=$SECONDS; out=$(timeout 16 build/gpu/test_gemv_gpu 2>&1); summary test_gemv_gpu "$out" $?; echo "($((SECONDS - t0)) s)"
