@@ -11,7 +11,7 @@
  * loop `dflash generate` runs. Prints ms per decode step, tokens/s and the step time against the weight-read bound
  * (the bytes a step reads: layers + lm_head + the KV cache), the device time by kernel class of one instrumented
  * step, and whether the two modes decoded the same ids (they must: the same bits).
- * DFLASH_PDL=0 launches the step's kernels without programmatic dependent launch (kernels/pdl.cuh), to compare.
+ * DFLASH_PDL=1 launches the step's small kernels as programmatic dependent launches (kernels/pdl.cuh), to compare.
  * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s]
  *                     [--no-linear (skip the linear layers alone)] */
 #include <math.h>

@@ -87,11 +87,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // The CUDA-core kernel for m <= 8 (GEMV_KERNEL_FMA): a warp owns kFmaR output columns (rows of w) and reads them
 // in 512-byte contiguous pieces (lane l: the 16 bytes at 8l + 256i of each row), kFmaU pieces of each row loaded
-// before any is used (kFmaR * kFmaU * 512 bytes of w in flight per warp: 8 KiB for m <= 2, whose registers allow
-// it, 4 KiB above), multiplied with the same 16 bytes of each
+// before any is used (kFmaR * kFmaU * 512 bytes of w in flight per warp: 4 KiB. 8 KiB for m <= 2 was tried: the
+// batch-1 step as a graph measured 5.20 ms against 4.78 in the run before, the cuBLASLt step the same in both; it
+// halves the CTAs a SM, and a warp has nothing in flight while it multiplies), multiplied with the same 16 bytes of each
 // row of x (read through L1: every warp of the SM reads them) into kFmaR x m fp32 sums, then a warp reduction in a
 // fixed order (deterministic). Whole rounds of kFmaU pieces run unchecked; the last partial round checks k.
-constexpr int kFmaR = 2;
+constexpr int kFmaU = 4, kFmaR = 2;
 
 // NORM (gemv_rmsnorm_forward_cuda): x's rows are first RMS-normalised with the weight nw. The row's 1/rms is a
 // scalar of the whole dot product, so the warp multiplies x by nw on the fly, sums x² beside the products (every warp
@@ -133,7 +134,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     gemv_fma_kernel(__nv_bfloat16 *y, int ldy, const __nv_bfloat16 *c, int ldc, float beta, const __nv_bfloat16 *x,
                     int ldx, const __nv_bfloat16 *nw, float eps, const __nv_bfloat16 *w, int m, int n, int k)
 {
-    pdl::launch_dependents(); // the CUDA-core kernel runs as a programmatic dependent launch (pdl.cuh)
+    pdl::launch_dependents(); // the CUDA-core kernel may run as a programmatic dependent launch (pdl.cuh)
     const int lane = threadIdx.x % 32, n0 = (blockIdx.x * kWarps + threadIdx.x / 32) * kFmaR;
     if (n0 >= n) return;
     const __nv_bfloat16 *wr[kFmaR];
@@ -146,7 +147,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int r = 0; r < kFmaR; r++) acc[r][j] = 0.0f;
     }
-    constexpr int kFmaU = M <= 2 ? 8 : 4;
     const int whole = k / (256 * kFmaU) * (256 * kFmaU);
     uint4 a[kFmaU][kFmaR];
     if (whole > 0) // the first round before the wait

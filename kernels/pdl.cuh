@@ -4,8 +4,10 @@
 // kernels before it have completed and their memory is visible) before it reads anything they write and before it
 // writes anything at all; before the wait it may only read what no kernel of the step writes (weights). A kernel
 // calls pdl::launch_dependents() to let the next pdl::launch-ed kernel start early (otherwise it starts when this
-// one's blocks have exited). Launched without the attribute (DFLASH_PDL=0, read once, or a plain <<<>>> launch) both
-// are no-ops, so the bits never depend on it: only when a kernel starts. Stream capture keeps the edges in a graph.
+// one's blocks have exited). Launched without the attribute (a plain <<<>>> launch, or pdl::launch while it is off)
+// both are no-ops, so the bits never depend on it: only when a kernel starts. Stream capture keeps the edges.
+// Off unless DFLASH_PDL=1 (read once): on the H200 the Qwen3-8B batch-1 step as a graph took 5.36 ms with it
+// against 5.20 ms without in one run (bench/RESULTS.md, issue 23).
 #ifndef DFLASH_KERNEL_PDL_CUH
 #define DFLASH_KERNEL_PDL_CUH
 
@@ -28,7 +30,7 @@ inline bool enabled()
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("DFLASH_PDL");
-        on = !(e && !strcmp(e, "0"));
+        on = e && !strcmp(e, "1");
     }
     return on != 0;
 }
