@@ -1,15 +1,19 @@
 /* bench_decode: greedy decoding with the KV cache (target_decode_cuda) on the Qwen3-8B shape with random bf16
  * weights (--family qwen3_5: the Qwen3.5-9B-shaped hybrid target of bench/qwen35_9b.h, whose cache also carries each
  * sequence's conv histories and fp32 delta-rule states: a step reads and writes those too). For each batch size
- * (default 1, 4, 16, 64): steps launched kernel by kernel, then as CUDA graphs (target_cuda_cache_set_graphs), then
- * (batches of at most 16) as graphs with the GEMV kernels for the linear layers (target_cuda_set_gemv_rows):
+ * (default 1, 4, 16, 64): steps launched kernel by kernel, then as CUDA graphs (target_cuda_cache_set_graphs), both
+ * with the default kernels for the linear layers (gemv.h's GEMV_DEFAULT_ROWS), then (batches of at most 16) as graphs
+ * with the other choice (cuBLASLt or the GEMV kernels: target_cuda_set_gemv_rows); first, the linear layers alone
+ * (bench_linear):
  * prompts of --prompt random tokens prefilled in packed steps (the first prefill of a shape is timed apart from the
  * second: module loading and GEMM plans), then --new greedy steps, each one token per sequence: forward against the
  * cache, logits of the new rows, argmax on the device, the ids copied to the host (what the next step needs): the
  * loop `dflash generate` runs. Prints ms per decode step, tokens/s and the step time against the weight-read bound
  * (the bytes a step reads: layers + lm_head + the KV cache), the device time by kernel class of one instrumented
  * step, and whether the two modes decoded the same ids (they must: the same bits).
- * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s] */
+ * DFLASH_PDL=1 launches the step's small kernels as programmatic dependent launches (kernels/pdl.cuh), to compare.
+ * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s]
+ *                     [--no-linear (skip the linear layers alone)] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +25,7 @@
 #include "argmax.h"
 #include "cuda_check.h"
 #include "gemv.h"
+#include "matmul.h"
 #include "qwen35_9b.h"
 #include "qwen3_8b.h"
 #include "target_decode_cuda.h"
@@ -34,9 +39,64 @@ static double now_ms(cudaEvent_t a, cudaEvent_t b)
     return ms;
 }
 
+/* The linear layers of a decoding step alone, back to back on one stream, each call reading its weights from another
+ * place of a 2 GiB ring (so that L2 holds none of them): microseconds a call and the rate at which w is read, for
+ * cuBLASLt and the two GEMV kernels (gemv.h), at m = 1, 4, 8, 16 rows, on the Qwen3-8B shapes. */
+static void bench_linear(const hf_config *c, double bw)
+{
+    const int H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int qkvw = (c->num_heads + 2 * c->num_kv_heads) * c->head_dim, qd = c->num_heads * c->head_dim;
+    const struct { const char *name; int n, k; } sh[] = {
+        {"q|k|v", qkvw, H}, {"o_proj", H, qd}, {"gate|up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
+    const int ms[] = {1, 4, 8, 16}, reps = 30;
+    const size_t ring = (size_t)2 << 30;
+    uint16_t *w = NULL, *x = NULL, *y = NULL;
+    CHECK_CUDA(cudaMalloc((void **)&w, ring));
+    CHECK_CUDA(cudaMemset(w, 0, ring));
+    CHECK_CUDA(cudaMalloc((void **)&x, (size_t)16 * I * 2));
+    CHECK_CUDA(cudaMemset(x, 0, (size_t)16 * I * 2));
+    CHECK_CUDA(cudaMalloc((void **)&y, (size_t)16 * V * 2));
+    cudaStream_t st;
+    CHECK_CUDA(cudaStreamCreate(&st));
+    matmul_cuda *mm = matmul_cuda_create(0);
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    printf("linear layers alone (us a call, w read at TB/s; bound %.1f TB/s):\n", bw);
+    for (size_t si = 0; si < sizeof sh / sizeof sh[0]; si++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int n = sh[si].n, k = sh[si].k, m = ms[mi];
+            const size_t wb = (size_t)n * k * 2, slots = ring / wb;
+            printf("  %-8s n=%6d k=%5d m=%2d:", sh[si].name, n, k, m);
+            for (int kern = 0; kern < 3; kern++) { /* 0 cuBLASLt, 1 GEMV mma, 2 GEMV fma */
+                if (kern == 2 && m > GEMV_FMA_MAX_M) continue;
+                for (int r = -2; r < reps; r++) {
+                    if (r == 0) CHECK_CUDA(cudaEventRecord(e0, st));
+                    const uint16_t *wr = w + ((size_t)(r + 2) % slots) * (wb / 2);
+                    if (kern == 0) matmul_forward_cuda(mm, y, n, NULL, 0, 0.0f, x, k, wr, m, n, k, st);
+                    else gemv_forward_cuda_with(kern == 1 ? GEMV_KERNEL_MMA : GEMV_KERNEL_FMA, y, n, NULL, 0, 0.0f, x,
+                                                k, wr, m, n, k, st);
+                }
+                CHECK_CUDA(cudaEventRecord(e1, st));
+                CHECK_CUDA(cudaEventSynchronize(e1));
+                double us = now_ms(e0, e1) * 1e3 / reps;
+                printf("  %s %7.1f us %4.2f TB/s", kern == 0 ? "cublasLt" : kern == 1 ? "gemv-mma" : "gemv-fma", us,
+                       wb / (us * 1e-6) / 1e12);
+            }
+            printf("\n");
+        }
+    matmul_cuda_destroy(&mm);
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    CHECK_CUDA(cudaStreamDestroy(st));
+    CHECK_CUDA(cudaFree(w));
+    CHECK_CUDA(cudaFree(x));
+    CHECK_CUDA(cudaFree(y));
+}
+
 int main(int argc, char **argv)
 {
-    int layers = -1, prompt = 512, nnew = 128, nbatch = 0, batches[8], hybrid = 0;
+    int layers = -1, prompt = 512, nnew = 128, nbatch = 0, batches[8], hybrid = 0, linear = 1;
     double bw = 4.3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--family") && i + 1 < argc) {
@@ -51,9 +111,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--new") && i + 1 < argc) nnew = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc && nbatch < 8) batches[nbatch++] = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--no-linear")) linear = 0;
         else {
             fprintf(stderr, "usage: %s [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... "
-                    "[--bw TB/s]\n", argv[0]);
+                    "[--bw TB/s] [--no-linear]\n", argv[0]);
             return 2;
         }
     }
@@ -115,6 +176,7 @@ int main(int argc, char **argv)
     printf("device: %s, %d SMs; %s shape, %d layers%s, random bf16 weights; prompts of %d tokens, %d new tokens\n",
            prop.name, prop.multiProcessorCount, hybrid ? "Qwen3.5-9B" : "Qwen3-8B", layers,
            hybrid ? " (3 Gated DeltaNet : 1 gated attention)" : "", prompt, nnew);
+    if (!hybrid && linear) bench_linear(&cfg, bw);
 
     for (int bi = 0; bi < nbatch; bi++) {
         const int B = batches[bi];
@@ -135,14 +197,16 @@ int main(int argc, char **argv)
         int captured = 0;
         long long replayed = 0;
         const int nmodes = B <= GEMV_MAX_M ? 3 : 2;
-        /* mode 0: every step kernel by kernel; mode 1: the steps as CUDA graphs; mode 2 (B <= GEMV_MAX_M): graphs
-         * with the GEMV kernels for the steps' linear layers instead of cuBLASLt (target_cuda_set_gemv_rows). Each
-         * mode empties the cache and prefills the same prompts (mode 0's prefill is this shape's first: module
-         * loading, GEMM plans; the others are warm), then decodes greedily. */
+        /* mode 0: every step kernel by kernel; mode 1: the steps as CUDA graphs (both with the default choice of
+         * kernel for the linear layers, GEMV_DEFAULT_ROWS); mode 2 (B <= GEMV_MAX_M): graphs with the other choice
+         * (cuBLASLt where the default is the GEMV, the tensor-core GEMV where it is cuBLASLt). Each mode empties the
+         * cache and prefills the same prompts (mode 0's prefill is this shape's first: module loading, GEMM plans;
+         * the others are warm), then decodes greedily. */
+        const int other_rows = B <= GEMV_DEFAULT_ROWS ? 0 : GEMV_MAX_M;
         for (int mode = 0; mode < nmodes; mode++) {
             target_cuda_cache_set_graphs(cache, 0); /* drops the graphs of the previous mode */
             target_cuda_cache_set_graphs(cache, mode > 0);
-            target_cuda_set_gemv_rows(m, mode == 2 ? GEMV_MAX_M : 0);
+            target_cuda_set_gemv_rows(m, mode == 2 ? other_rows : GEMV_DEFAULT_ROWS);
             for (int s = 0; s < B; s++)
                 if (target_cuda_cache_crop(cache, s, 0, &err)) {
                     fprintf(stderr, "bench_decode: %s\n", err.msg);
@@ -183,7 +247,7 @@ int main(int argc, char **argv)
             step_ms[mode] = now_ms(e0, e1) / (nnew - 3);
             if (mode == 1) target_cuda_cache_graph_stats(cache, &captured, &replayed);
         }
-        target_cuda_set_gemv_rows(m, 0);
+        target_cuda_set_gemv_rows(m, GEMV_DEFAULT_ROWS);
         /* one instrumented step (the cache's last free position): device time per kernel class */
         double cls[TARGET_CUDA_NCLASS];
         target_cuda_set_profiling(m, 1);
@@ -203,6 +267,7 @@ int main(int argc, char **argv)
         double kv_bytes = (double)(layers - nlin) * 2 * kd * 2 * (prompt + nnew / 2.0) * B;
         double st_bytes = (double)nlin * state_bytes * B, read = weights_read + kv_bytes + st_bytes;
         double bound_ours = read / (bw * 1e12) * 1e3;
+        const char *lin = B <= GEMV_DEFAULT_ROWS ? "CUDA-core GEMV" : "cuBLASLt";
         char states[96] = "";
         if (hybrid) snprintf(states, sizeof states, " + conv/delta states read and written %.2f", st_bytes / 1e9);
         printf("batch %d: prefill %d x %d tokens: first %.1f ms (%.0f tok/s), again %.1f ms (%.0f tok/s); "
@@ -210,15 +275,16 @@ int main(int argc, char **argv)
                B, B, prompt, prefill_ms[0], B * prompt / (prefill_ms[0] / 1e3), prefill_ms[1],
                B * prompt / (prefill_ms[1] / 1e3), bw, bound_ours, read / 1e9, weights_read / 1e9, kv_bytes / 1e9,
                states);
-        printf("  decode kernel by kernel: %.3f ms/step, %.0f tokens/s, %.2fx the bound\n", step_ms[0],
-               B / (step_ms[0] / 1e3), step_ms[0] / bound_ours);
+        printf("  decode kernel by kernel: %.3f ms/step, %.0f tokens/s, %.2fx the bound (linear layers: %s)\n",
+               step_ms[0], B / (step_ms[0] / 1e3), step_ms[0] / bound_ours, lin);
         printf("  decode as CUDA graphs:   %.3f ms/step, %.0f tokens/s, %.2fx the bound (%d graph(s) captured, %lld "
                "steps replayed%s)\n", step_ms[1], B / (step_ms[1] / 1e3), step_ms[1] / bound_ours, captured, replayed,
                captured ? "" : ": the family's step is not capturable");
         if (nmodes == 3)
-            printf("  decode as graphs + GEMV: %.3f ms/step, %.0f tokens/s, %.2fx the bound (%zu of the %d x %d greedy "
-                   "ids differ from cuBLASLt's: other roundings, random weights' near-ties)\n", step_ms[2],
-                   B / (step_ms[2] / 1e3), step_ms[2] / bound_ours, differ_gemv, nnew - 1, B);
+            printf("  decode as graphs, %s for the linear layers instead of the default %s: %.3f ms/step, %.0f "
+                   "tokens/s, %.2fx the bound (%zu of the %d x %d greedy ids differ from the default's: other "
+                   "roundings, random weights' near-ties)\n", other_rows ? "the GEMV kernels" : "cuBLASLt", lin,
+                   step_ms[2], B / (step_ms[2] / 1e3), step_ms[2] / bound_ours, differ_gemv, nnew - 1, B);
         printf("  one step's device time by kernel class: GEMMs %.3f ms, attention %.3f ms, delta rule %.3f ms, "
                "other %.3f ms, copies %.3f ms\n", cls[TARGET_CUDA_MATMUL], cls[TARGET_CUDA_ATTENTION],
                cls[TARGET_CUDA_DELTA_RULE], cls[TARGET_CUDA_OTHER], cls[TARGET_CUDA_COPY]);

@@ -1,8 +1,9 @@
 // kv_attention: decoding attention against a bf16 KV cache (flash-decoding). Pass 1: a CTA per (key chunk of
-// kChunk keys, kv head, query row) scores the chunk for the group's nh/nkv query heads (a warp per key, lanes over
-// head_dim, warp sums), takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
-// (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0. Pass 2: a CTA per (query head, row) rescales
-// the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read once per group.
+// kChunk keys, kv head, query row) stages the chunk's keys and values in shared memory, scores them for the group's
+// nh/nkv query heads, takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
+// (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0 (partial_kernel says how). Pass 2: a CTA per
+// (query head, row) rescales the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read
+// once per group. Both passes are programmatic dependent launches (pdl.cuh).
 // gpt-oss's options (kv_attention_opts_forward_cuda): a window (keys pos-window+1 .. pos: the chunks before it write
 // empty partials and are not combined) and a sink logit per head, one more term of the total (fp32, device).
 #include <cuda_bf16.h>
@@ -13,10 +14,13 @@
 
 #include "kv_attention.h"
 #include "cuda_check.h"
+#include "mma_sm80.cuh"
+#include "pdl.cuh"
 
 namespace {
 
 constexpr int kChunk = 64, kThreads = 128, kMaxHd = 256, kMaxGroup = 16;
+static_assert(kChunk == 64, "pass 1's softmax takes a chunk's scores as two per lane");
 
 __global__ void append_kernel(__nv_bfloat16 *kc, __nv_bfloat16 *vc, size_t seq_stride, const __nv_bfloat16 *k,
                               int ldk, const __nv_bfloat16 *v, int ldv, const int32_t *seq, const int32_t *pos,
@@ -30,66 +34,167 @@ __global__ void append_kernel(__nv_bfloat16 *kc, __nv_bfloat16 *vc, size_t seq_s
     }
 }
 
+// Shared memory of pass 1: the chunk's key and value rows (hd rounded up to 8 values, zeros past hd, plus 8 values of
+// padding, so that the 16-byte reads of a warp's 32 keys at one offset fall in distinct banks), the group's q rows
+// in fp32 (zeros past hd), the chunk's scores per head, its probabilities per key (the group's heads side by side,
+// padded to 4), and the partial sums of the threads that split a sum (256 per head).
+__device__ __forceinline__ void bf16x8_to_float(uint4 u, float (&f)[8])
+{
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float2 x = __bfloat1622float2(h[e]);
+        f[2 * e] = x.x, f[2 * e + 1] = x.y;
+    }
+}
+
+__host__ __device__ constexpr int kv_row(int hd) { return (hd + 7) / 8 * 8 + 8; }
+__host__ __device__ constexpr int group4(int group) { return (group + 3) / 4 * 4; }
+__host__ __device__ constexpr size_t partial_smem(int hd, int group)
+{
+    return sizeof(__nv_bfloat16) * 2 * kChunk * kv_row(hd) +
+           sizeof(float) * ((size_t)group * (kv_row(hd) + kChunk + 256) + (size_t)kChunk * group4(group));
+}
+
+// Pass 1. The chunk's keys and values are staged in shared memory first, all at once (16-byte cp.async when the
+// cache rows are 16-byte aligned, else element by element): one memory round trip a chunk with every byte in
+// flight, each K/V row read once for the whole GQA group. Then the scores (each warp a quarter of head_dim for two
+// keys a lane and every head: a q read serves two keys), a warp per head for the chunk's max and exp-sum (shuffles
+// in a fixed order), and the probabilities times the values (a thread per two values of head_dim and class of keys,
+// every head: a value read serves the group). Shared memory's reads, not the FMAs, bound these loops; the layout
+// keeps them few and conflict-free. Deterministic: every sum has one order, whatever the launch (the chunk count,
+// set by max_pos, only adds empty chunks).
 __global__ void __launch_bounds__(kThreads)
     partial_kernel(float *ws_acc, float *ws_ml, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *kc,
                    const __nv_bfloat16 *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos, int nh,
-                   int nkv, int hd, float scale, int nchunks, int window)
+                   int nkv, int hd, float scale, int nchunks, int window, int vec)
 {
-    __shared__ float qs[kMaxGroup * kMaxHd];
-    __shared__ float sc[kMaxGroup][kChunk];
+    extern __shared__ __align__(16) unsigned char kv_smem[];
+    pdl::launch_dependents(); // a programmatic dependent launch (pdl.cuh), as the combine after it
+    pdl::wait();
+    const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, group = nh / nkv, R = kv_row(hd), hd8 = R - 8;
+    __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(kv_smem), *vs = ks + kChunk * R;
+    float *qs = reinterpret_cast<float *>(vs + kChunk * R), *sc = qs + group * R, *pt = sc + group * kChunk;
+    float *red = pt + kChunk * group4(group);
     __shared__ float mx[kMaxGroup], sm[kMaxGroup];
-    const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, group = nh / nkv;
     const int p = pos[t], j1 = min(c * kChunk + kChunk, p + 1);
-    const int j0 = window > 0 ? max(c * kChunk, p - window + 1) : c * kChunk;
+    const int j0 = window > 0 ? max(c * kChunk, p - window + 1) : c * kChunk, nk = j1 - j0;
     const size_t kd = (size_t)nkv * hd;
     float *ml = ws_ml + ((size_t)t * nh + (size_t)kvh * group) * nchunks * 2;
-    if (j0 >= j1) { // past the causal end or before the window: an empty partial per head
+    if (nk <= 0) { // past the causal end or before the window: an empty partial per head
         if (threadIdx.x < group) {
             ml[((size_t)threadIdx.x * nchunks + c) * 2] = -INFINITY;
             ml[((size_t)threadIdx.x * nchunks + c) * 2 + 1] = 0.0f;
         }
         return;
     }
-    for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
-        int g = i / hd, d = i - g * hd;
-        qs[i] = __bfloat162float(q[(size_t)t * ldq + (size_t)(kvh * group + g) * hd + d]);
+    const size_t base = (size_t)seq[t] * seq_stride + (size_t)j0 * kd + (size_t)kvh * hd;
+    if (vec) { // hd % 8 == 0, 16-byte aligned rows
+        const int P = hd / 8;
+        for (int i = threadIdx.x; i < nk * P; i += kThreads) {
+            const int j = i / P, o = (i - j * P) * 8;
+            mma_sm80::cp_async16(ks + j * R + o, kc + base + (size_t)j * kd + o, true);
+            mma_sm80::cp_async16(vs + j * R + o, vc + base + (size_t)j * kd + o, true);
+        }
+        mma_sm80::cp_async_commit();
+    } else {
+        for (int i = threadIdx.x; i < nk * hd; i += kThreads) {
+            const int j = i / hd, o = i - j * hd;
+            ks[j * R + o] = kc[base + (size_t)j * kd + o];
+            vs[j * R + o] = vc[base + (size_t)j * kd + o];
+        }
     }
+    const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+    for (int i = threadIdx.x; i < nk * (hd8 - hd); i += kThreads) { // the values past hd: zeros
+        const int j = i / (hd8 - hd), o = hd + i - j * (hd8 - hd);
+        ks[j * R + o] = zero, vs[j * R + o] = zero;
+    }
+    for (int i = threadIdx.x; i < group * hd8; i += kThreads) {
+        const int g = i / hd8, d = i - g * hd8;
+        qs[g * R + d] = d < hd ? __bfloat162float(q[(size_t)t * ldq + (size_t)(kvh * group + g) * hd + d]) : 0.0f;
+    }
+    if (vec) mma_sm80::cp_async_wait<0>();
     __syncthreads();
-    const __nv_bfloat16 *ks = kc + (size_t)seq[t] * seq_stride + (size_t)kvh * hd;
-    const __nv_bfloat16 *vs = vc + (size_t)seq[t] * seq_stride + (size_t)kvh * hd;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int j = j0 + warp; j < j1; j += kThreads / 32) {
-        const __nv_bfloat16 *kj = ks + (size_t)j * kd;
-        float kv[kMaxHd / 32];
+    { // scores: warp w takes the 8-value pieces w, w+4, ... of head_dim for keys lane and lane + 32 and every head
+        // of the group (q read once for two keys), its partial dots go to red, then summed in warp order
+        float s0[kMaxGroup], s1[kMaxGroup];
 #pragma unroll
-        for (int e = 0; e < kMaxHd / 32; e++) kv[e] = lane + 32 * e < hd ? __bfloat162float(kj[lane + 32 * e]) : 0.0f;
-        for (int g = 0; g < group; g++) {
-            float d = 0.0f;
+        for (int g = 0; g < kMaxGroup; g++) s0[g] = s1[g] = 0.0f;
+        for (int o = warp * 8; o < hd8; o += 32) {
+            float k0[8], k1[8];
+            bf16x8_to_float(*reinterpret_cast<const uint4 *>(ks + lane * R + o), k0);
+            bf16x8_to_float(*reinterpret_cast<const uint4 *>(ks + (lane + 32) * R + o), k1);
 #pragma unroll
-            for (int e = 0; e < kMaxHd / 32; e++)
-                if (lane + 32 * e < hd) d += qs[g * hd + lane + 32 * e] * kv[e];
+            for (int g = 0; g < kMaxGroup; g++) {
+                if (g >= group) break;
+                const float4 qa = *reinterpret_cast<const float4 *>(qs + g * R + o);
+                const float4 qb = *reinterpret_cast<const float4 *>(qs + g * R + o + 4);
+                const float q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            if (lane == 0) sc[g][j - j0] = d * scale;
+                for (int e = 0; e < 8; e++) s0[g] = fmaf(q[e], k0[e], s0[g]), s1[g] = fmaf(q[e], k1[e], s1[g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; g++) {
+            if (g >= group) break;
+            red[(warp * group + g) * kChunk + lane] = s0[g], red[(warp * group + g) * kChunk + lane + 32] = s1[g];
         }
     }
     __syncthreads();
-    if (threadIdx.x < group) { // the chunk's max and exp-sum per head (at most kChunk values)
-        const int g = threadIdx.x;
-        float m = -INFINITY, s = 0.0f;
-        for (int j = 0; j < j1 - j0; j++) m = fmaxf(m, sc[g][j]);
-        for (int j = 0; j < j1 - j0; j++) {
-            float e = expf(sc[g][j] - m);
-            sc[g][j] = e;
-            s += e;
-        }
-        mx[g] = m, sm[g] = s;
+    for (int i = threadIdx.x; i < group * kChunk; i += kThreads) {
+        const int g = i / kChunk, j = i - g * kChunk;
+        float d = red[g * kChunk + j];
+        for (int w = 1; w < kThreads / 32; w++) d += red[(w * group + g) * kChunk + j];
+        sc[g * kChunk + j] = d * scale;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
-        int g = i / hd, d = i - g * hd;
-        float a = 0.0f;
-        for (int j = j0; j < j1; j++) a += sc[g][j - j0] * __bfloat162float(vs[(size_t)j * kd + d]);
+    for (int g = warp; g < group; g += kThreads / 32) { // the chunk's max and exp-sum per head: a warp per head
+        float *s = sc + g * kChunk;
+        const float a = lane < nk ? s[lane] : -INFINITY, b = lane + 32 < nk ? s[lane + 32] : -INFINITY;
+        float m = fmaxf(a, b);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float ea = lane < nk ? expf(a - m) : 0.0f, eb = lane + 32 < nk ? expf(b - m) : 0.0f;
+        pt[lane * group4(group) + g] = ea, pt[(lane + 32) * group4(group) + g] = eb;
+        float l = ea + eb;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) mx[g] = m, sm[g] = l;
+    }
+    __syncthreads();
+    // probabilities times values: thread (two values d of head_dim, key class kq) sums keys kq, kq + KQ, ... for
+    // every head of the group (a value read once for the group, the group's probabilities of a key in one 16-byte
+    // read), the KQ partial sums go to red, then summed in kq order
+    const int half = hd8 / 2, KQ = kThreads / half, G4 = group4(group);
+    if (threadIdx.x < half * KQ) {
+        const int kq = threadIdx.x / half, d = 2 * (threadIdx.x - kq * half);
+        float a0[kMaxGroup], a1[kMaxGroup];
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; g++) a0[g] = a1[g] = 0.0f;
+        for (int j = kq; j < nk; j += KQ) {
+            const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(vs + j * R + d));
+#pragma unroll
+            for (int g = 0; g < kMaxGroup; g += 4) {
+                if (g >= group) break;
+                const float4 p4 = *reinterpret_cast<const float4 *>(pt + j * G4 + g);
+                a0[g] = fmaf(p4.x, v.x, a0[g]), a1[g] = fmaf(p4.x, v.y, a1[g]);
+                a0[g + 1] = fmaf(p4.y, v.x, a0[g + 1]), a1[g + 1] = fmaf(p4.y, v.y, a1[g + 1]);
+                a0[g + 2] = fmaf(p4.z, v.x, a0[g + 2]), a1[g + 2] = fmaf(p4.z, v.y, a1[g + 2]);
+                a0[g + 3] = fmaf(p4.w, v.x, a0[g + 3]), a1[g + 3] = fmaf(p4.w, v.y, a1[g + 3]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; g++) {
+            if (g >= group) break;
+            red[(kq * group + g) * hd8 + d] = a0[g], red[(kq * group + g) * hd8 + d + 1] = a1[g];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * hd; i += kThreads) {
+        const int g = i / hd, d = i - g * hd;
+        float a = red[g * hd8 + d];
+        for (int kq = 1; kq < KQ; kq++) a += red[(kq * group + g) * hd8 + d];
         ws_acc[(((size_t)t * nh + (size_t)kvh * group + g) * nchunks + c) * hd + d] = a;
     }
     if (threadIdx.x < group) {
@@ -101,6 +206,9 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc, const float *ws_ml,
                                const int32_t *pos, int nh, int hd, int nchunks, int window, const float *sinks)
 {
+    // the next kernel (the o_proj GEMV, a programmatic dependent launch: pdl.cuh) may start loading its weights
+    pdl::launch_dependents();
+    pdl::wait();
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     const int used = pos[t] / kChunk + 1, first = window > 0 ? max(0, pos[t] - window + 1) / kChunk : 0;
     const float *ml = ws_ml + ((size_t)t * nh + h) * nchunks * 2;
@@ -159,12 +267,19 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
     const int nchunks = max_pos / kChunk + 1;
     float *ws_acc = workspace, *ws_ml = workspace + (size_t)T * nh * nchunks * hd;
     cudaStream_t st = (cudaStream_t)stream;
-    partial_kernel<<<dim3(nchunks, nkv, T), kThreads, 0, st>>>(ws_acc, ws_ml, (const __nv_bfloat16 *)q, ldq,
-                                                               (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
-                                                               seq_stride, seq, pos, nh, nkv, hd, scale, nchunks,
-                                                               window);
-    CHECK_CUDA_LAUNCH();
-    combine_kernel<<<dim3(nh, T), (hd + 31) / 32 * 32, 0, st>>>((__nv_bfloat16 *)out, ldo, ws_acc, ws_ml, pos, nh,
-                                                                 hd, nchunks, window, sinks);
-    CHECK_CUDA_LAUNCH();
+    static unsigned long long raised = 0; // the devices that allow the most shared memory a launch takes (hd 256, a
+    int dev = 0;                          // group of 16), each once
+    CHECK_CUDA(cudaGetDevice(&dev));
+    if (dev >= 64 || !(raised >> dev & 1)) {
+        CHECK_CUDA(cudaFuncSetAttribute(partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)partial_smem(kMaxHd, kMaxGroup)));
+        if (dev < 64) raised |= 1ull << dev;
+    }
+    const int vec = hd % 8 == 0 && seq_stride % 8 == 0 && (nkv * hd) % 8 == 0 && (uintptr_t)kc % 16 == 0 &&
+                    (uintptr_t)vc % 16 == 0;
+    pdl::launch(partial_kernel, dim3(nchunks, nkv, T), dim3(kThreads), partial_smem(hd, nh / nkv), st, ws_acc, ws_ml,
+                (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, seq_stride, seq,
+                pos, nh, nkv, hd, scale, nchunks, window, vec);
+    pdl::launch(combine_kernel, dim3(nh, T), dim3((hd + 31) / 32 * 32), 0, st, (__nv_bfloat16 *)out, ldo,
+                (const float *)ws_acc, (const float *)ws_ml, pos, nh, hd, nchunks, window, sinks);
 }

@@ -9,9 +9,45 @@
 
 #include "colsum.h"
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "qk_norm_rope.h"
 
 #define QKR_MAX_PAIRS 8 /* hd/2 <= 256 */
+
+/* The decoding cache the k rows (after norm and rotation) and the v rows go to (qk_norm_rope_append_cuda); kc NULL:
+ * none. Row t's are written at (seq[t], pos[t]), rows of nkv*hd values, sequences seq_stride apart. */
+struct qkr_cache {
+    __nv_bfloat16 *kc, *vc;
+    size_t seq_stride;
+    const int32_t *seq;
+    const __nv_bfloat16 *v;
+    int ldv;
+};
+
+/* The warp rows after the n*(nh+nkv) q/k rows, when the cache is given: (token, v head) rows copied into vc.
+ * Returns 1 when this warp's row is one of them (or past every row). */
+static __device__ __forceinline__ int qkr_v_rows(const qkr_cache &ca, int n, int nh, int nkv, int hd,
+                                                 const int32_t *pos)
+{
+    long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32 - (long long)n * (nh + nkv);
+    if (!ca.kc || row < 0) return 0;
+    if (row >= (long long)n * nkv) return 1;
+    const int t = (int)(row / nkv), h = (int)(row - (long long)t * nkv);
+    __nv_bfloat16 *dst = ca.vc + (size_t)ca.seq[t] * ca.seq_stride + ((size_t)pos[t] * nkv + h) * hd;
+    const __nv_bfloat16 *src = ca.v + (size_t)t * ca.ldv + (size_t)h * hd;
+    for (int i = threadIdx.x & 31; i < hd; i += 32) dst[i] = src[i];
+    return 1;
+}
+
+/* Where row t's k head h (h >= nh: a k row) goes in the cache, or NULL (a q row, or no cache). */
+static __device__ __forceinline__ __nv_bfloat16 *qkr_k_dst(const qkr_cache &ca, int t, int nh, int nkv, int hd,
+                                                           const int32_t *pos)
+{
+    long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int h = (int)(row - (long long)t * (nh + nkv));
+    if (!ca.kc || h < nh) return nullptr;
+    return ca.kc + (size_t)ca.seq[t] * ca.seq_stride + ((size_t)pos[t] * nkv + (h - nh)) * hd;
+}
 
 /* The (token, head) row of this warp: q heads first, then k heads, each with its own norm weight. 0 past the end. */
 static __device__ __forceinline__ int qkr_row(__nv_bfloat16 *q, int ldq, __nv_bfloat16 *k, int ldk, int n, int nh,
@@ -58,13 +94,17 @@ static __device__ __forceinline__ void qkr_rotate(float x1, float x2, const __nv
 
 static __global__ void qk_norm_rope_kernel(__nv_bfloat16 *q, int ldq, __nv_bfloat16 *k, int ldk, int n, int nh,
                                            int nkv, int hd, const __nv_bfloat16 *q_w, const __nv_bfloat16 *k_w,
-                                           float eps, const int32_t *pos, const double *inv_freq)
+                                           float eps, const int32_t *pos, const double *inv_freq, qkr_cache ca)
 {
+    pdl::launch_dependents(); // a programmatic dependent launch (pdl.cuh): the GEMV before it may still run
+    pdl::wait();
     const int lane = threadIdx.x & 31;
     int t;
     __nv_bfloat16 *x;
     const __nv_bfloat16 *w;
+    if (qkr_v_rows(ca, n, nh, nkv, hd, pos)) return;
     if (!qkr_row(q, ldq, k, ldk, n, nh, nkv, hd, q_w, k_w, &t, &x, &w)) return;
+    __nv_bfloat16 *kd = qkr_k_dst(ca, t, nh, nkv, hd, pos);
     const int half = hd / 2;
     float a[QKR_MAX_PAIRS], b[QKR_MAX_PAIRS];
     float ss = 0.0f;
@@ -87,6 +127,7 @@ static __global__ void qk_norm_rope_kernel(__nv_bfloat16 *q, int ldq, __nv_bfloa
         qkr_rotate(a[j], b[j], w, i, half, rstd, p, inv_freq, &o1, &o2);
         x[i] = __float2bfloat16_rn(o1);
         x[i + half] = __float2bfloat16_rn(o2);
+        if (kd) kd[i] = x[i], kd[i + half] = x[i + half];
     }
 }
 
@@ -94,13 +135,17 @@ static __global__ void qk_norm_rope_kernel(__nv_bfloat16 *q, int ldq, __nv_bfloa
 // partners at i + hd/2. Needs hd % 4 == 0, even strides and 4-byte aligned q/k.
 static __global__ void qk_norm_rope_x2_kernel(__nv_bfloat16 *q, int ldq, __nv_bfloat16 *k, int ldk, int n, int nh,
                                               int nkv, int hd, const __nv_bfloat16 *q_w, const __nv_bfloat16 *k_w,
-                                              float eps, const int32_t *pos, const double *inv_freq)
+                                              float eps, const int32_t *pos, const double *inv_freq, qkr_cache ca)
 {
+    pdl::launch_dependents(); // a programmatic dependent launch (pdl.cuh): the GEMV before it may still run
+    pdl::wait();
     const int lane = threadIdx.x & 31;
     int t;
     __nv_bfloat16 *x;
     const __nv_bfloat16 *w;
+    if (qkr_v_rows(ca, n, nh, nkv, hd, pos)) return;
     if (!qkr_row(q, ldq, k, ldk, n, nh, nkv, hd, q_w, k_w, &t, &x, &w)) return;
+    __nv_bfloat16 *kd = qkr_k_dst(ca, t, nh, nkv, hd, pos);
     const int half = hd / 2;
     float2 a[QKR_MAX_PAIRS / 2], b[QKR_MAX_PAIRS / 2];
     float ss = 0.0f;
@@ -123,8 +168,10 @@ static __global__ void qk_norm_rope_x2_kernel(__nv_bfloat16 *q, int ldq, __nv_bf
         float o1[2], o2[2];
         qkr_rotate(a[j].x, b[j].x, w, i, half, rstd, p, inv_freq, &o1[0], &o2[0]);
         qkr_rotate(a[j].y, b[j].y, w, i + 1, half, rstd, p, inv_freq, &o1[1], &o2[1]);
-        *reinterpret_cast<__nv_bfloat162 *>(x + i) = __floats2bfloat162_rn(o1[0], o1[1]);
-        *reinterpret_cast<__nv_bfloat162 *>(x + i + half) = __floats2bfloat162_rn(o2[0], o2[1]);
+        const __nv_bfloat162 r1 = __floats2bfloat162_rn(o1[0], o1[1]), r2 = __floats2bfloat162_rn(o2[0], o2[1]);
+        *reinterpret_cast<__nv_bfloat162 *>(x + i) = r1;
+        *reinterpret_cast<__nv_bfloat162 *>(x + i + half) = r2;
+        if (kd) *reinterpret_cast<__nv_bfloat162 *>(kd + i) = r1, *reinterpret_cast<__nv_bfloat162 *>(kd + i + half) = r2;
     }
 }
 
@@ -260,31 +307,49 @@ static bool qk_norm_rope_tok(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, 
     return true;
 }
 
+
+static void qkr_launch(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd,
+                       const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos, const double *inv_freq,
+                       const qkr_cache &ca, const char *who, void *stream)
+{
+    if (n <= 0) return;
+    if (hd % 2 != 0 || hd / 2 > 32 * QKR_MAX_PAIRS) {
+        fprintf(stderr, "%s: head_dim %d unsupported (even, at most %d)\n", who, hd, 64 * QKR_MAX_PAIRS);
+        exit(1);
+    }
+    // q heads use q_w and k heads k_w; a NULL weight means no norm for that tensor (both NULL for Llama)
+    if (!ca.kc && qk_norm_rope_tok(q, ldq, k, ldk, n, nh, nkv, hd, q_w, k_w, eps, pos, inv_freq, (cudaStream_t)stream))
+        return;
+    const int warps = 8;
+    long long rows = (long long)n * (nh + nkv + (ca.kc ? nkv : 0));
+    unsigned grid = (unsigned)((rows + warps - 1) / warps);
+    const bool kc_ok = !ca.kc || ((uintptr_t)ca.kc % 4 == 0 && ca.seq_stride % 2 == 0); // 4-byte stores there too
+    if (hd % 4 == 0 && ldq % 2 == 0 && ldk % 2 == 0 && (uintptr_t)q % 4 == 0 && (uintptr_t)k % 4 == 0 && kc_ok) {
+        pdl::launch(qk_norm_rope_x2_kernel, dim3(grid), dim3(warps * 32), 0, (cudaStream_t)stream,
+                    (__nv_bfloat16 *)q, ldq, (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w,
+                    (const __nv_bfloat16 *)k_w, eps, pos, inv_freq, ca);
+        return;
+    }
+    pdl::launch(qk_norm_rope_kernel, dim3(grid), dim3(warps * 32), 0, (cudaStream_t)stream, (__nv_bfloat16 *)q, ldq,
+                (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w, (const __nv_bfloat16 *)k_w, eps,
+                pos, inv_freq, ca);
+}
+
 extern "C" void qk_norm_rope_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd,
                                   const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
                                   const double *inv_freq, void *stream)
 {
-    if (n <= 0) return;
-    if (hd % 2 != 0 || hd / 2 > 32 * QKR_MAX_PAIRS) {
-        fprintf(stderr, "qk_norm_rope_cuda: head_dim %d unsupported (even, at most %d)\n", hd, 64 * QKR_MAX_PAIRS);
-        exit(1);
-    }
-    // q heads use q_w and k heads k_w; a NULL weight means no norm for that tensor (both NULL for Llama)
-    if (qk_norm_rope_tok(q, ldq, k, ldk, n, nh, nkv, hd, q_w, k_w, eps, pos, inv_freq, (cudaStream_t)stream)) return;
-    const int warps = 8;
-    long long rows = (long long)n * (nh + nkv);
-    unsigned grid = (unsigned)((rows + warps - 1) / warps);
-    if (hd % 4 == 0 && ldq % 2 == 0 && ldk % 2 == 0 && (uintptr_t)q % 4 == 0 && (uintptr_t)k % 4 == 0) {
-        qk_norm_rope_x2_kernel<<<grid, warps * 32, 0, (cudaStream_t)stream>>>(
-            (__nv_bfloat16 *)q, ldq, (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w,
-            (const __nv_bfloat16 *)k_w, eps, pos, inv_freq);
-        CHECK_CUDA_LAUNCH();
-        return;
-    }
-    qk_norm_rope_kernel<<<grid, warps * 32, 0, (cudaStream_t)stream>>>(
-        (__nv_bfloat16 *)q, ldq, (__nv_bfloat16 *)k, ldk, n, nh, nkv, hd, (const __nv_bfloat16 *)q_w,
-        (const __nv_bfloat16 *)k_w, eps, pos, inv_freq);
-    CHECK_CUDA_LAUNCH();
+    const qkr_cache none = {nullptr, nullptr, 0, nullptr, nullptr, 0};
+    qkr_launch(q, ldq, k, ldk, n, nh, nkv, hd, q_w, k_w, eps, pos, inv_freq, none, "qk_norm_rope_cuda", stream);
+}
+
+extern "C" void qk_norm_rope_append_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, const uint16_t *v, int ldv,
+                                         int n, int nh, int nkv, int hd, const uint16_t *q_w, const uint16_t *k_w,
+                                         float eps, const int32_t *pos, const double *inv_freq, uint16_t *kc,
+                                         uint16_t *vc, size_t seq_stride, const int32_t *seq, void *stream)
+{
+    const qkr_cache ca = {(__nv_bfloat16 *)kc, (__nv_bfloat16 *)vc, seq_stride, seq, (const __nv_bfloat16 *)v, ldv};
+    qkr_launch(q, ldq, k, ldk, n, nh, nkv, hd, q_w, k_w, eps, pos, inv_freq, ca, "qk_norm_rope_append_cuda", stream);
 }
 
 // Partial rotary (hybrid targets): one warp per (token, head) row. The normalised row goes to the warp's slice of

@@ -34,6 +34,13 @@ extern "C" {
 void qk_norm_rope_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd,
                        const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
                        const double *inv_freq, void *stream);
+/* qk_norm_rope_cuda and, in the same launch, the decoding cache's append (kv_attention.h's kv_cache_append_cuda):
+ * the normed and rotated k rows and the v rows (n, nkv*hd; ldv) written at row pos[t] of sequence seq[t] of kc / vc
+ * (seq and pos device arrays). The same bits as the two calls one after the other. */
+void qk_norm_rope_append_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, const uint16_t *v, int ldv, int n, int nh,
+                              int nkv, int hd, const uint16_t *q_w, const uint16_t *k_w, float eps,
+                              const int32_t *pos, const double *inv_freq, uint16_t *kc, uint16_t *vc,
+                              size_t seq_stride, const int32_t *seq, void *stream);
 /* CUDA partial rotary (qk_norm_rope_partial_cpu), bf16 in place, fp32 math; hd <= 256, rd even, rd <= hd. */
 void qk_norm_rope_partial_cuda(uint16_t *q, int ldq, uint16_t *k, int ldk, int n, int nh, int nkv, int hd, int rd,
                                const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,

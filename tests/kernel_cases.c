@@ -410,6 +410,8 @@ const kc_case kernel_cases[] = {
     {KC(kc_kv_attention, 16, 4, 256, 200), KC_SEQS(3, 1), KC_AUX(0, 150), .why = "head_dim 256"},
     {KC(kc_kv_attention, 16, 1, 64, 50), KC_SEQS(2), KC_AUX(10), .why = "a group of 16 (the most)"},
     {KC(kc_kv_attention, 4, 4, 24, 40), KC_SEQS(5), KC_AUX(7), .why = "head_dim 24, MHA"},
+    {KC(kc_kv_attention, 6, 2, 20, 140), KC_SEQS(1, 3), KC_AUX(64, 0),
+     .why = "head_dim 20: rows staged value by value, zeros up to 24; a chunk's first key alone"},
     {KC(kc_argmax, 1, 1, 1)},
     {KC(kc_argmax, 10, 37, 41), .why = "ties, NaN, equal rows, odd stride"},
     {KC(kc_argmax, 5, 151936, 152000), .why = "Qwen3's vocabulary"},

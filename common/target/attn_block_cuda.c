@@ -142,17 +142,17 @@ void attn_cuda_forward(target_cuda *m, const attn_cuda *w, const attn_cuda_layer
     const float eps = (float)c->rms_eps, scale = hf_attn_scale(c);
     cudaStream_t st = m->stream;
     const attn_cuda_cache *ca = kv ? kv->state : NULL;
-    rmsnorm_forward_cuda(m->u, H, r, ldr, l->input_norm, T, H, eps, st);
-    target_cuda_mark(m, TARGET_CUDA_OTHER);
-    target_cuda_linear(m, w->qkv, qkvw, NULL, 0, 0.0f, m->u, H, l->w_qkv, T, qkvw, H);
+    target_cuda_norm_linear(m, w->qkv, qkvw, m->u, r, ldr, l->input_norm, eps, l->w_qkv, T, qkvw, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     bias_add_bf16_cuda(w->qkv, qkvw, T, qkvw, l->b_qkv, st);
-    qk_norm_rope_cuda(w->qkv, qkvw, w->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
-                      m->d_inv_freq, st);
+    if (kv) /* norm, rotation and the cache's append of the rows' keys and values in one launch */
+        qk_norm_rope_append_cuda(w->qkv, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw, T, nh, nkv, hd, l->q_norm,
+                                 l->k_norm, eps, rows->pos, m->d_inv_freq, ca->kc[li], ca->vc[li], ca->seq_stride,
+                                 kv->seq, st);
+    else
+        qk_norm_rope_cuda(w->qkv, qkvw, w->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
+                          m->d_inv_freq, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    if (kv)
-        kv_cache_append_cuda(ca->kc[li], ca->vc[li], ca->seq_stride, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw,
-                             kv->seq, kv->pos, T, kd, st);
     if (!kv || kv->packed)
         attention_causal_opts_forward_cuda(w->attn, qd, w->qkv, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw,
                                            rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, l->window,

@@ -10,6 +10,7 @@
 #include "cuda_check.h"
 #include "gemv.h"
 #include "matmul.h"
+#include "rmsnorm.h"
 #include "target_arena_cuda.h"
 #include "target_model_cuda_impl.h"
 
@@ -95,4 +96,16 @@ void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c,
         gemv_forward_cuda(y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);
     else
         matmul_forward_cuda(m->mm, y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);
+}
+
+void target_cuda_norm_linear(target_cuda *m, uint16_t *y, int ldy, uint16_t *u, const uint16_t *x, int ldx,
+                             const uint16_t *norm_w, float eps, const uint16_t *w, int T, int n, int k)
+{
+    if (T <= m->gemv_rows && T <= GEMV_FMA_AUTO_M && gemv_rmsnorm_cuda_takes(x, ldx, norm_w, w, T, n, k)) {
+        gemv_rmsnorm_forward_cuda(y, ldy, NULL, 0, 0.0f, x, ldx, norm_w, eps, w, T, n, k, m->stream);
+    } else {
+        rmsnorm_forward_cuda(u, k, x, ldx, norm_w, T, k, eps, m->stream);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
+        target_cuda_linear(m, y, ldy, NULL, 0, 0.0f, u, k, w, T, n, k);
+    }
 }

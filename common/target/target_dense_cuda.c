@@ -122,9 +122,7 @@ static void dc_layer(target_cuda *m, int li, const tc_rows *rows, const tc_kv_ca
     const int T = rows->T, H = c->hidden_size, I = c->intermediate_size;
     cudaStream_t st = m->stream;
     attn_cuda_forward(m, &d->aw, &l->attn, li, rows, kv, r, ldr);
-    rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, (float)c->rms_eps, st);
-    target_cuda_mark(m, TARGET_CUDA_OTHER);
-    target_cuda_linear(m, d->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H);
+    target_cuda_norm_linear(m, d->gu, 2 * I, m->u, m->x, H, l->post_norm, (float)c->rms_eps, l->w_gu, T, 2 * I, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     swiglu_forward_cuda(d->act, I, d->gu, 2 * I, T, I, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);

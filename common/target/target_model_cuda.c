@@ -125,6 +125,7 @@ static int tc_create(target_cuda **out, const hf_config *cfg, int nlayers, int f
     m->nlayers = nlayers;
     m->full = full;
     m->max_tokens = max_tokens, m->max_seqs = max_seqs;
+    m->gemv_rows = GEMV_DEFAULT_ROWS;
     if (stream) {
         m->stream = (cudaStream_t)stream;
     } else {

@@ -77,8 +77,8 @@ size_t target_cuda_device_bytes(const target_cuda *m);
 int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, int ntaps, uint16_t *aux, int ld_aux,
                         uint16_t *last, uint16_t *logits, errbuf *err);
 
-/* Linear layers of at most rows rows (at most GEMV_MAX_M, gemv.h) run the GEMV kernels, more rows cuBLASLt; 0 (the
- * default): cuBLASLt for every layer. Set it before a decoding cache captures steps (target_decode_cuda.h: a
+/* Linear layers of at most rows rows (at most GEMV_MAX_M, gemv.h) run the GEMV kernels, more rows cuBLASLt; 0:
+ * cuBLASLt for every layer; the default GEMV_DEFAULT_ROWS (gemv.h: where the GEMV beats cuBLASLt on the H200). Set it before a decoding cache captures steps (target_decode_cuda.h: a
  * captured step keeps the kernels it was captured with until its graphs are dropped). bench_decode compares both. */
 void target_cuda_set_gemv_rows(target_cuda *m, int rows);
 /* Profiling: while on, a forward records an event around every kernel and waits for the device at its end; then

@@ -125,6 +125,11 @@ void target_cuda_put(uint16_t *dst, const float *src, size_t n, float add);
  * Every target linear layer whose rows are activations goes through here. */
 void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
                         const uint16_t *x, int ldx, const uint16_t *w, int T, int n, int k);
+/* y = rmsnorm(x; norm_w, eps)·wᵀ (a layer's input norm and its first linear layer): for the few rows of a decoding
+ * step one GEMV with the norm on the fly (gemv_rmsnorm_forward_cuda; u is not written), else rmsnorm_forward_cuda
+ * into u (T rows of k) and target_cuda_linear. */
+void target_cuda_norm_linear(target_cuda *m, uint16_t *y, int ldy, uint16_t *u, const uint16_t *x, int ldx,
+                             const uint16_t *norm_w, float eps, const uint16_t *w, int T, int n, int k);
 /* Profiling: charge the span since the previous mark to class cls (no-op unless profiling). */
 void target_cuda_mark(target_cuda *m, int cls);
 

@@ -11,6 +11,7 @@
  * the hybrid goldens: steps after a crop give the bits of a fresh sequence that ran the kept tokens
  * (check_crop_exact). (4) CUDA graphs on the dense and qwen3_moe targets: steps replayed from captured graphs give
  * the bits of the same steps launched kernel by kernel (check_graph_exact); the steps of (2) run with graphs on.
+ * (1c) The fused norm + RoPE + cache append (qk_norm_rope_append_cuda) gives the bits of the two kernels it replaces.
  * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
 #include <errno.h>
 #include <math.h>
@@ -28,6 +29,8 @@
 #include "kv_attention.h"
 #include "gemv.h"
 #include "moe_all_experts.h"
+#include "qk_norm_rope.h"
+#include "rope.h"
 #include "target_decode_cuda.h"
 #include "target_model.h"
 #include "target_model_cuda.h"
@@ -69,10 +72,11 @@ static void compare(const char *name, const uint16_t *got, const float *ref, siz
 
 #define upload dev_upload
 
-/* (1a) kv_attention: 3 sequences of a cache of 300 positions, 7 query rows at positions from 0 to 299. */
-static void check_kv_attention(void)
+/* (1a) kv_attention: 3 sequences of a cache of 300 positions, 7 query rows at positions from 0 to 299; head_dims of
+ * the shared-memory kernel (64, 128, 256) and of the plain one (32), GQA groups of 1 to 8. */
+static void check_kv_attention(int nh, int nkv, int hd)
 {
-    const int nseq = 3, max_len = 300, nh = 8, nkv = 2, hd = 128, kd = nkv * hd, T = 7;
+    const int nseq = 3, max_len = 300, kd = nkv * hd, T = 7;
     const int32_t seq[7] = {0, 0, 1, 2, 2, 2, 1}, pos[7] = {0, 64, 299, 5, 6, 130, 63};
     const size_t stride = (size_t)max_len * kd, ncache = (size_t)nseq * stride;
     float *kc = xmalloc(ncache * 4), *vc = xmalloc(ncache * 4), *q = xmalloc((size_t)T * nh * hd * 4);
@@ -95,7 +99,9 @@ static void check_kv_attention(void)
                               ws, NULL);
     uint16_t *got = xmalloc((size_t)T * nh * hd * 2);
     CHECK_CUDA(cudaMemcpy(got, d_out, (size_t)T * nh * hd * 2, cudaMemcpyDeviceToHost));
-    compare("kv_attention T=7 positions 0..299 (5 chunks) nh=8 nkv=2 hd=128", got, ref, (size_t)T * nh * hd, 1e-2);
+    char name[160];
+    snprintf(name, sizeof name, "kv_attention T=7 positions 0..299 (5 chunks) nh=%d nkv=%d hd=%d", nh, nkv, hd);
+    compare(name, got, ref, (size_t)T * nh * hd, 1e-2);
 
     /* append: the new rows land at (seq, pos) and nowhere else */
     uint16_t *rows = xmalloc((size_t)T * kd * 2);
@@ -112,6 +118,57 @@ static void check_kv_attention(void)
     void *dev[] = {d_k, d_v, d_q, d_seq, d_pos, d_out, ws, d_rows};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CHECK_CUDA(cudaFree(dev[i]));
     free(kc), free(vc), free(q), free(hk), free(hv), free(hq), free(ref), free(got), free(rows);
+}
+
+/* (1c) qk_norm_rope_append_cuda against qk_norm_rope_cuda then kv_cache_append_cuda: the same q, k rows and cache,
+ * bit for bit, on the 4-byte path (even strides) and the scalar one (an odd row stride). */
+static void check_norm_rope_append(void)
+{
+    const int nseq = 3, max_len = 40, nh = 8, nkv = 2, hd = 64, kd = nkv * hd, T = 5;
+    const int32_t seq[5] = {0, 2, 2, 1, 0}, pos[5] = {0, 7, 8, 39, 1};
+    const size_t stride = (size_t)max_len * kd, ncache = (size_t)nseq * stride;
+    rope_params rp = {.theta = 1e6};
+    double inv[32];
+    rope_inv_freq(inv, hd, &rp);
+    uint16_t *hw = rnd_bf16(2 * (size_t)hd, 1.0, NULL);
+    for (int i = 0; i < 2 * hd; i++) hw[i] = f32_to_bf16(1.0f + 0.5f * bf16_to_f32(hw[i]));
+    double *d_inv = upload(inv, sizeof inv);
+    uint16_t *d_w = upload(hw, 4 * (size_t)hd);
+    int32_t *d_seq = upload(seq, sizeof seq), *d_pos = upload(pos, sizeof pos);
+    for (int pad = 0; pad < 2; pad++) {
+        const int ld = nh * hd + 2 * kd + pad;
+        uint16_t *rows = rnd_bf16((size_t)T * ld, 2.0, NULL), *cache0 = rnd_bf16(2 * ncache, 1.0, NULL);
+        uint16_t *d_r[2], *d_c[2];
+        for (int i = 0; i < 2; i++) d_r[i] = upload(rows, (size_t)T * ld * 2), d_c[i] = upload(cache0, 4 * ncache);
+        qk_norm_rope_cuda(d_r[0], ld, d_r[0] + nh * hd, ld, T, nh, nkv, hd, d_w, d_w + hd, 1e-6f, d_pos, d_inv, NULL);
+        kv_cache_append_cuda(d_c[0], d_c[0] + ncache, stride, d_r[0] + nh * hd, ld, d_r[0] + nh * hd + kd, ld, d_seq,
+                             d_pos, T, kd, NULL);
+        qk_norm_rope_append_cuda(d_r[1], ld, d_r[1] + nh * hd, ld, d_r[1] + nh * hd + kd, ld, T, nh, nkv, hd, d_w,
+                                 d_w + hd, 1e-6f, d_pos, d_inv, d_c[1], d_c[1] + ncache, stride, d_seq, NULL);
+        uint16_t *r[2], *cc[2];
+        for (int i = 0; i < 2; i++) {
+            r[i] = xmalloc((size_t)T * ld * 2), cc[i] = xmalloc(4 * ncache);
+            CHECK_CUDA(cudaMemcpy(r[i], d_r[i], (size_t)T * ld * 2, cudaMemcpyDeviceToHost));
+            CHECK_CUDA(cudaMemcpy(cc[i], d_c[i], 4 * ncache, cudaMemcpyDeviceToHost));
+        }
+        size_t dr = 0, dc = 0, moved = 0;
+        for (size_t i = 0; i < (size_t)T * ld; i++) dr += r[0][i] != r[1][i];
+        for (size_t i = 0; i < 2 * ncache; i++) dc += cc[0][i] != cc[1][i], moved += cc[0][i] != cache0[i];
+        int ok = !dr && !dc && moved > 0;
+        printf("%s qk_norm_rope_append (row stride %d): %zu of %zu q/k/v values and %zu of %zu cache values differ "
+               "from norm+rope then append (%zu cache values written)\n", ok ? "ok" : "FAIL", ld, dr, (size_t)T * ld,
+               dc, 2 * ncache, moved);
+        if (!ok) failures++;
+        for (int i = 0; i < 2; i++) {
+            CHECK_CUDA(cudaFree(d_r[i]));
+            CHECK_CUDA(cudaFree(d_c[i]));
+            free(r[i]), free(cc[i]);
+        }
+        free(rows), free(cache0);
+    }
+    void *dev[] = {d_inv, d_w, d_seq, d_pos};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CHECK_CUDA(cudaFree(dev[i]));
+    free(hw);
 }
 
 /* (1b) argmax: rows with a unique maximum, ties (the lowest index wins) and an all-equal row. */
@@ -468,8 +525,12 @@ static void check_graph_exact(const char *label, const char *dir, int gemv_rows)
 int main(void)
 {
     CHECK_CUDA(cudaSetDevice(0));
-    check_kv_attention();
+    check_kv_attention(8, 2, 128);
+    check_kv_attention(8, 8, 64);
+    check_kv_attention(16, 2, 256);
+    check_kv_attention(6, 2, 32);
     check_argmax();
+    check_norm_rope_append();
     const char *g = getenv("DFLASH_GOLDENS");
     char dir[1024];
     const char *cases[] = {"tiny", "tiny-bf16", "qwen35-tiny", "qwen35moe-tiny"};
