@@ -45,8 +45,8 @@ template <int HD> struct sm90_shape {
     static constexpr int kPanels = HD / 64; // 64-column (128-byte) swizzled panels per row
     static constexpr int kQBytes = kBM * HD * 2;
     static constexpr int kTileBytes = kBN * HD * 2; // one K or V tile
-    static constexpr int kBarOffset = kQBytes + 2 * kStages * kTileBytes;
-    static constexpr int kSmem = kBarOffset + 128 + 1024; // 10 barriers; slack to align the base to 1024 bytes
+    static constexpr int kBarOffset = 2 * kQBytes + 2 * kStages * kTileBytes; // two Q buffers, the K and V stages
+    static constexpr int kSmem = kBarOffset + 128 + 1024; // 12 barriers; slack to align the base to 1024 bytes
 };
 // the head dims the kernel takes fill whole 128-byte panels (also read where the sm_90a code is compiled out)
 static_assert(sm90_shape<64>::kPanels == 1 && sm90_shape<128>::kPanels == 2, "head_dim 64 and 128: 1 and 2 panels");
@@ -183,9 +183,55 @@ template <int HD> __device__ __forceinline__ void rescale(float (&o)[HD / 2], co
         o[4 * i + 2] *= st.corr_b, o[4 * i + 3] *= st.corr_b;
     }
 }
+
+// the consumers' turns at the tensor cores (FlashAttention-3's warp scheduler barrier): in each step (S(j) with
+// P(j-1)·V(j-1)) warpgroup w waits on named barrier 1 + w before it issues its wgmmas and arrives on the other's
+// after, so the two alternate and the softmax of one runs while the other's GEMMs do (256 threads each: 128 waiting,
+// 128 arriving). Both walk the same steps; the last arrival (consumer 1's, on barrier 1) is left unmatched at exit.
+__device__ __forceinline__ void named_arrive(int id, int nthreads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+template <bool ON> __device__ __forceinline__ void turn_begin(int cw)
+{
+    if (ON) named_sync(1 + cw, 2 * 128);
+}
+template <bool ON> __device__ __forceinline__ void turn_end(int cw)
+{
+    if (ON) named_arrive(1 + (cw ^ 1), 2 * 128);
+}
+
+// The work items in order: query blocks from the last (the longest causal rows) to the first, within one the
+// sequences that reach it, heads fastest (a GQA group's heads are neighbours in time and share K/V in L2). CTA b takes
+// the b-th, (b + gridDim.x)-th, ... of the items that exist (a round robin over them only: over every (query block,
+// sequence, head), the blocks past a sequence's end left holes that unbalanced the CTAs by ~9% on the benchmark
+// batch). Producer and consumers walk it alike. cursor (qb, seq): the pair under the walk, c: its head 0's index
+// among the existing items, next: the index this CTA takes next.
+struct item_walk {
+    int qb, seq, c, next;
+};
+struct work_item {
+    int qb, head, start, len;
+};
+__device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlens, int nseq, int nh, work_item &it)
+{
+    while (w.qb >= 0) {
+        const int start = cu_seqlens[w.seq], len = cu_seqlens[w.seq + 1] - start;
+        if (w.qb * kBM < len) {
+            if (w.next < w.c + nh) {
+                it.qb = w.qb, it.head = w.next - w.c, it.start = start, it.len = len;
+                w.next += gridDim.x;
+                return true;
+            }
+            w.c += nh;
+        }
+        if (++w.seq == nseq) w.seq = 0, w.qb--;
+    }
+    return false;
+}
 #endif
 
-template <int HD>
+template <int HD, bool PINGPONG>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
@@ -197,10 +243,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kBN = S::kBN;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    unsigned char *sq = smem, *sk = sq + S::kQBytes, *sv = sk + kStages * S::kTileBytes;
+    unsigned char *sq = smem, *sk = sq + 2 * S::kQBytes, *sv = sk + kStages * S::kTileBytes; // Q double-buffered
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::kBarOffset);
     uint64_t *full_k = bars, *full_v = bars + kStages, *empty_k = bars + 2 * kStages, *empty_v = bars + 3 * kStages;
-    uint64_t *full_q = bars + 4 * kStages, *empty_q = full_q + 1;
+    uint64_t *full_q = bars + 4 * kStages, *empty_q = full_q + 2;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
@@ -209,29 +255,32 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_init(empty_k + s, kConsumers * 4); // one arrival per consumer warp
             mbar_init(empty_v + s, kConsumers * 4);
         }
-        mbar_init(full_q, 1);
-        mbar_init(empty_q, kConsumers * 4);
+        for (int b = 0; b < 2; b++) mbar_init(full_q + b, 1), mbar_init(empty_q + b, kConsumers * 4);
         mbar_init_fence();
     }
     __syncthreads();
 
-    // Persistent: CTA b takes work items b, b + gridDim.x, ... of (query block, sequence, head), query blocks from
-    // the last (the longest causal rows) to the first, heads fastest (a GQA group's heads are neighbours in time and
-    // share K/V in L2). Items past a sequence's end are skipped. Producer and consumers walk the same items, so the
-    // tile counter t (stage t % kStages, parity (t / kStages) & 1) and the item counter n agree between them.
-    const int items = nqb * nseq * nh;
+    // Persistent: CTA b walks its work items (next_item). Producer and consumers walk the same items, so the tile
+    // counter t (stage t % kStages, parity (t / kStages) & 1) and the item counter n (Q buffer n & 1, parity
+    // (n >> 1) & 1) agree between them.
     const int wg = threadIdx.x / 128;
+    item_walk walk{nqb - 1, 0, 0, (int)blockIdx.x};
+    work_item it;
     if (wg == 0) { // producer
         setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x >= 32) return;
         const int lane = threadIdx.x;
         if (use_tma && lane == 0) tma_prefetch_map(&tm_q), tma_prefetch_map(&tm_k), tma_prefetch_map(&tm_v);
-        // one tile (rows [row0, row0 + 128) of a sequence slice at base) into dst: TMA when inside the sequence,
-        // else cp.async with the rows past it zero; completes on full
+        // TMA reads a box whole: a tile that ends past its sequence (its last, partial one) reads the next
+        // sequence's first rows, which only keys masked for every stored row (p exactly 0) and query rows never
+        // stored see; only a box past the packed rows' end (the last sequence's last tile) comes by cp.async instead
+        const int total = cu_seqlens[nseq];
+        // one tile (rows [row0, row0 + 128) of a sequence slice at base) into dst: TMA when the box stays inside
+        // the packed rows, else cp.async with the rows past the sequence zero; completes on full
         auto load = [&](bool is_q, unsigned char *dst, const CUtensorMap *map, const __nv_bfloat16 *base, int ld,
                         int col, int start, int row0, int len, uint64_t *full) {
             const int rows = is_q ? kBM : kBN;
-            if (use_tma && row0 + rows <= len) {
+            if (use_tma && start + row0 + rows <= total) {
                 if (lane == 0) {
                     mbar_arrive_expect_tx(full, is_q ? S::kQBytes : S::kTileBytes);
 #pragma unroll
@@ -250,22 +299,22 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         };
         int t = 0, n = 0;
-        for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const int head = item % nh, seq = (item / nh) % nseq, qb = nqb - 1 - item / (nh * nseq);
-            const int start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
-            if (qb * kBM >= len) continue;
-            const int nkb = (min(len, qb * kBM + kBM) + kBN - 1) / kBN, kcol = (head / group) * HD;
+        while (next_item(walk, cu_seqlens, nseq, nh, it)) {
+            const int nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN, kcol = (it.head / group) * HD;
+            // this item's queries into the buffer item n - 2 used (long free: the consumers release a Q once its
+            // item's last S is done), so they land while the previous item still runs
+            const int qs = n & 1;
+            if (n >= 2) mbar_wait(empty_q + qs, (uint32_t)(((n >> 1) - 1) & 1));
+            load(true, sq + qs * S::kQBytes, &tm_q, q, ldq, it.head * HD, it.start, it.qb * kBM, it.len, full_q + qs);
             for (int j = 0; j < nkb; j++, t++) {
                 const int stage = t % kStages;
                 const uint32_t parity = (uint32_t)((t / kStages) & 1);
                 if (t >= kStages) mbar_wait(empty_k + stage, parity ^ 1); // tile t - kStages consumed
-                load(false, sk + stage * S::kTileBytes, &tm_k, k, ldk, kcol, start, j * kBN, len, full_k + stage);
-                if (j == 0) { // this item's queries, once the consumers are done with the previous item's
-                    if (n > 0) mbar_wait(empty_q, (uint32_t)((n - 1) & 1));
-                    load(true, sq, &tm_q, q, ldq, head * HD, start, qb * kBM, len, full_q);
-                }
+                load(false, sk + stage * S::kTileBytes, &tm_k, k, ldk, kcol, it.start, j * kBN, it.len,
+                     full_k + stage);
                 if (t >= kStages) mbar_wait(empty_v + stage, parity ^ 1);
-                load(false, sv + stage * S::kTileBytes, &tm_v, v, ldv, kcol, start, j * kBN, len, full_v + stage);
+                load(false, sv + stage * S::kTileBytes, &tm_v, v, ldv, kcol, it.start, j * kBN, it.len,
+                     full_v + stage);
             }
             n++;
         }
@@ -276,16 +325,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1, tid = threadIdx.x - wg * 128;
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
-    const uint32_t sq_addr = smem_u32(sq + cw * 64 * 128); // its 64 rows in each Q panel (panels kBM rows apart)
     const uint32_t sk0 = smem_u32(sk), sv0 = smem_u32(sv);
+    if (cw == 1) turn_end<PINGPONG>(cw); // consumer 0 takes the first turn
     int t = 0, n = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        const int head = item % nh, seq = (item / nh) % nseq, qb = nqb - 1 - item / (nh * nseq);
-        const int start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
-        if (qb * kBM >= len) continue;
-        const int nkb = (min(len, qb * kBM + kBM) + kBN - 1) / kBN;
-        const int r0 = qb * kBM + cw * 64; // this warpgroup's first query row (sequence-local)
+    while (next_item(walk, cu_seqlens, nseq, nh, it)) {
+        const int start = it.start, len = it.len, head = it.head;
+        const int nkb = (min(len, it.qb * kBM + kBM) + kBN - 1) / kBN;
+        const int r0 = it.qb * kBM + cw * 64; // this warpgroup's first query row (sequence-local)
         const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
+        const int qs = n & 1;
+        // its 64 rows in each Q panel (panels kBM rows apart) of this item's buffer
+        const uint32_t sq_addr = smem_u32(sq + qs * S::kQBytes + cw * 64 * 128);
 
         float o[HD / 2];
 #pragma unroll
@@ -295,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         softmax_state st{-INFINITY, -INFINITY, 0.0f, 0.0f, 0.0f, 0.0f};
         float s[kBN / 2];
         uint32_t pa[kBN / 16][4];
-        mbar_wait(full_q, (uint32_t)(n & 1));
+        mbar_wait(full_q + qs, (uint32_t)((n >> 1) & 1));
         {
             // S of tile j is computed while P(j-1)·V(j-1) runs on the tensor cores: the softmax of tile j (exp2 on
             // the SFU, shuffles) overlaps the previous tile's second GEMM. O stays relative to the running max of
@@ -318,10 +368,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 mbar_wait(full_k + stage, parity);
                 mbar_wait(full_v + pstage, pparity);
                 fence_regs_u<kBN>(p_prev);
+                turn_begin<PINGPONG>(cw);
                 issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
                 wgmma_commit();
                 issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
                 wgmma_commit();
+                turn_end<PINGPONG>(cw);
                 wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
                 fence_regs(s);
                 release(empty_k + stage, lane);
@@ -338,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             const bool last_in_pn = j < nkb;
             if (last_in_pn) step(j, pa, pn);
-            release(empty_q, lane); // every S of this item is done
+            release(empty_q + qs, lane); // every S of this item is done
             const int stage = (t + nkb - 1) % kStages;
             mbar_wait(full_v + stage, (uint32_t)(((t + nkb - 1) / kStages) & 1));
             if (last_in_pn) fence_regs_u<kBN>(pn), issue_pv<HD, kBN>(o, pn, sv0 + stage * S::kTileBytes);
@@ -419,11 +471,20 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
                  int want_tma, cudaStream_t st)
 {
     constexpr int smem = sm90_shape<HD>::kSmem;
+    static_assert(smem <= 227 * 1024, "the shared memory of one CTA on sm_90");
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        smem));
+        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, false>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
+    }
+    // DFLASH_ATTENTION_PINGPONG=0: the consumers issue their wgmmas without taking turns (measured against)
+    static int pingpong = -1;
+    if (pingpong < 0) {
+        const char *e = getenv("DFLASH_ATTENTION_PINGPONG");
+        pingpong = !(e && !strcmp(e, "0"));
     }
     // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence)
     CUtensorMap tm_q, tm_k, tm_v;
@@ -446,7 +507,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         exit(1);
     }
     const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
-    flash_fwd_sm90_kernel<HD><<<grid, kThreads, smem, st>>>(
+    (pingpong ? flash_fwd_sm90_kernel<HD, true> : flash_fwd_sm90_kernel<HD, false>)<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
         ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f);
     CHECK_CUDA_LAUNCH();
