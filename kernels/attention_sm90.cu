@@ -2,21 +2,25 @@
 // (sm_90a): the tensor cores fed by wgmma from shared memory, the tiles staged by the bulk tensor copy engine (TMA).
 //
 // Persistent: one CTA per SM walks work items (a block of 128 queries of one head of one sequence), query blocks from
-// the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2). Three warpgroups.
-// Warpgroup 0 is the producer: one warp brings each item's Q tile and streams the K and V tiles (128 keys x head_dim)
-// of its causal range through two shared-memory stages, each buffer guarded by a "full" mbarrier (the copy landed)
-// and an "empty" one (both consumers are done with it); it runs ahead into the next item as stages free up. Tiles
-// wholly inside the sequence come by TMA (one 64-column box per panel, completing on the full barrier with its byte
-// count); a sequence's last, partial tile by cp.async from the producer warp with the rows past the sequence zero (a
-// TMA box would read the next sequence's rows, or past the end of the buffer, whose row count this API does not
-// carry). Warpgroups 1 and 2 are consumers, 64 query rows each: S = Q·Kᵀ (wgmma, Q and K from shared memory, 64 x 128
-// fp32 in registers), the causal mask on the diagonal tile, the online softmax in registers (fp32 running max and
-// sum, exp2 with the scale folded in), P rounded to bf16 in registers as the A operand of O += P·V (wgmma with V from
-// shared memory, transposed by its descriptor). S of tile j is issued together with P(j-1)·V(j-1), so the softmax of
-// tile j runs while the tensor cores do the previous tile's second GEMM. setmaxnreg moves registers from the producer
-// to the consumers. Shared-memory tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written identically
-// by TMA and by the cp.async path. Fixed order everywhere and no atomics: the result is deterministic. head_dim 64 and
-// 128 (attention.cu's mma.sync kernel takes the others).
+// the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2), CTA b taking the
+// b-th, (b + grid)-th, ... of the items that exist. Three warpgroups. Warpgroup 0 is the producer: one warp brings
+// each item's Q tile into one of two Q buffers (so it lands while the previous item runs) and streams the K and V
+// tiles (128 keys x head_dim) of its causal range through two shared-memory stages, each buffer guarded by a "full"
+// mbarrier (the copy landed) and an "empty" one (both consumers are done with it); it runs ahead into the next item as
+// stages free up. Tiles come by TMA (one 64-column box per panel, completing on the full barrier with its byte
+// count); a sequence's last, partial tile reads the next sequence's first rows with it (keys masked for every stored
+// row, query rows never stored), and only a box past the end of the packed rows (whose count this API does not
+// carry) comes by cp.async from the producer warp with the rows past the sequence zero. Warpgroups 1 and 2 are
+// consumers, 64 query rows each: S = Q·Kᵀ (wgmma, Q and K from shared memory, 64 x 128 fp32 in registers), the
+// causal mask on the diagonal tile, the online softmax in registers (fp32 running max and sum, exp2 with the scale
+// folded in), P rounded to bf16 in registers as the A operand of O += P·V (wgmma with V from shared memory,
+// transposed by its descriptor). S of tile j is issued together with P(j-1)·V(j-1), so the softmax of tile j runs
+// while the tensor cores do the previous tile's second GEMM; an item's last P·V goes with the next item's first S.
+// The two consumers take turns issuing (a named-barrier ping-pong, as FlashAttention-3), so one's softmax overlaps
+// the other's GEMMs. setmaxnreg moves registers from the producer to the consumers. Shared-memory tiles are 128-byte
+// swizzled 64-column panels (wgmma_sm90.cuh), written identically by TMA and by the cp.async path. Fixed order
+// within an item and no atomics: the result is deterministic. head_dim 64 and 128 (attention.cu's mma.sync kernel
+// takes the others).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -327,98 +331,148 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const uint32_t sk0 = smem_u32(sk), sv0 = smem_u32(sv);
     if (cw == 1) turn_end<PINGPONG>(cw); // consumer 0 takes the first turn
-    int t = 0, n = 0;
-    while (next_item(walk, cu_seqlens, nseq, nh, it)) {
-        const int start = it.start, len = it.len, head = it.head;
-        const int nkb = (min(len, it.qb * kBM + kBM) + kBN - 1) / kBN;
-        const int r0 = it.qb * kBM + cw * 64; // this warpgroup's first query row (sequence-local)
-        const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
-        const int qs = n & 1;
-        // its 64 rows in each Q panel (panels kBM rows apart) of this item's buffer
-        const uint32_t sq_addr = smem_u32(sq + qs * S::kQBytes + cw * 64 * 128);
+    if (!next_item(walk, cu_seqlens, nseq, nh, it)) return;
 
-        float o[HD / 2];
+    // the item under way (it): t its first tile's counter, n its own, nkb its tiles, r0 this warpgroup's first query
+    // row (sequence-local), row_a / row_b this thread's, sq_addr its 64 rows in each Q panel (panels kBM rows apart)
+    int t = 0, n = 0, nkb = 0, r0 = 0, row_a = 0, row_b = 0;
+    uint32_t sq_addr = 0;
+    auto begin = [&]() {
+        nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
+        r0 = it.qb * kBM + cw * 64;
+        row_a = r0 + warp * 16 + g, row_b = row_a + 8;
+        sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
+        mbar_wait(full_q + (n & 1), (uint32_t)((n >> 1) & 1));
+    };
+    // O of the item, relative to the running max of the tile whose P is being added; rescaled after that GEMM
+    float o[HD / 2];
 #pragma unroll
-        for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
-        // key 0 is visible to every row (rows past len too, whose results are never stored), and tile 0 comes
-        // first, so the running max is finite from the first tile on
-        softmax_state st{-INFINITY, -INFINITY, 0.0f, 0.0f, 0.0f, 0.0f};
-        float s[kBN / 2];
-        uint32_t pa[kBN / 16][4];
-        mbar_wait(full_q + qs, (uint32_t)((n >> 1) & 1));
-        {
-            // S of tile j is computed while P(j-1)·V(j-1) runs on the tensor cores: the softmax of tile j (exp2 on
-            // the SFU, shuffles) overlaps the previous tile's second GEMM. O stays relative to the running max of
-            // the tile whose P is being added, and is rescaled after that GEMM completes.
-            mbar_wait(full_k + t % kStages, (uint32_t)((t / kStages) & 1));
-            issue_qk<HD, kBN>(s, sq_addr, sk0 + (t % kStages) * S::kTileBytes);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(s);
-            release(empty_k + t % kStages, lane);
-            online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, pa);
-            // one step: S(j) and P(j-1)·V(j-1) in flight together, then the softmax of S(j) into p_next. Unrolled
-            // by two so that P alternates between pa and pn without copies (a copy the compiler placed among the
-            // wgmmas would serialise them)
-            uint32_t pn[kBN / 16][4];
-            auto step = [&](int j, uint32_t(&p_prev)[kBN / 16][4], uint32_t(&p_next)[kBN / 16][4]) {
-                const int stage = (t + j) % kStages, pstage = (t + j - 1) % kStages;
-                const uint32_t parity = (uint32_t)(((t + j) / kStages) & 1);
-                const uint32_t pparity = (uint32_t)(((t + j - 1) / kStages) & 1);
-                mbar_wait(full_k + stage, parity);
-                mbar_wait(full_v + pstage, pparity);
-                fence_regs_u<kBN>(p_prev);
-                turn_begin<PINGPONG>(cw);
-                issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
-                wgmma_commit();
-                issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
-                wgmma_commit();
-                turn_end<PINGPONG>(cw);
-                wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
-                fence_regs(s);
-                release(empty_k + stage, lane);
-                online_softmax<kBN>(s, j * kBN + kBN - 1 > r0, j * kBN, row_a, row_b, scale_log2, st, p_next);
-                wgmma_wait<0>();
-                fence_regs(o);
-                release(empty_v + pstage, lane);
-                rescale<HD>(o, st);
-            };
-            int j = 1;
-            for (; j + 1 < nkb; j += 2) {
-                step(j, pa, pn);
-                step(j + 1, pn, pa);
-            }
-            const bool last_in_pn = j < nkb;
-            if (last_in_pn) step(j, pa, pn);
-            release(empty_q + qs, lane); // every S of this item is done
-            const int stage = (t + nkb - 1) % kStages;
-            mbar_wait(full_v + stage, (uint32_t)(((t + nkb - 1) / kStages) & 1));
-            if (last_in_pn) fence_regs_u<kBN>(pn), issue_pv<HD, kBN>(o, pn, sv0 + stage * S::kTileBytes);
-            else fence_regs_u<kBN>(pa), issue_pv<HD, kBN>(o, pa, sv0 + stage * S::kTileBytes);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(o);
-            release(empty_v + stage, lane);
-        }
-        t += nkb, n++;
+    for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+    // key 0 is visible to every row (rows past len too, whose results are never stored), and tile 0 comes first,
+    // so the running max is finite from the first tile on
+    const softmax_state fresh{-INFINITY, -INFINITY, 0.0f, 0.0f, 0.0f, 0.0f};
+    softmax_state st = fresh;
+    float s[kBN / 2];
+    uint32_t pa[kBN / 16][4], pn[kBN / 16][4];
 
-        // the row sums are partial per thread: reduce over the 4 threads of a row
-        float l_a = st.l_a, l_b = st.l_b;
+    // the first S of the CTA's first item, alone (every later item's goes with its predecessor's last P·V)
+    begin();
+    mbar_wait(full_k, 0);
+    issue_qk<HD, kBN>(s, sq_addr, sk0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    release(empty_k, lane);
+    online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, pa);
+
+    // one step: S(j) and P(j-1)·V(j-1) in flight together, then the softmax of S(j) (exp2 on the SFU, shuffles)
+    // into p_next while the tensor cores do the second GEMM. P alternates between pa and pn without copies (a copy
+    // the compiler placed among the wgmmas would serialise them)
+    auto step = [&](int j, uint32_t(&p_prev)[kBN / 16][4], uint32_t(&p_next)[kBN / 16][4]) {
+        const int stage = (t + j) % kStages, pstage = (t + j - 1) % kStages;
+        const uint32_t parity = (uint32_t)(((t + j) / kStages) & 1);
+        const uint32_t pparity = (uint32_t)(((t + j - 1) / kStages) & 1);
+        mbar_wait(full_k + stage, parity);
+        mbar_wait(full_v + pstage, pparity);
+        fence_regs_u<kBN>(p_prev);
+        turn_begin<PINGPONG>(cw);
+        issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
+        wgmma_commit();
+        issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
+        wgmma_commit();
+        turn_end<PINGPONG>(cw);
+        wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
+        fence_regs(s);
+        release(empty_k + stage, lane);
+        online_softmax<kBN>(s, j * kBN + kBN - 1 > r0, j * kBN, row_a, row_b, scale_log2, st, p_next);
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(empty_v + pstage, lane);
+        rescale<HD>(o, st);
+    };
+
+    // O / l into rows [0, len) of the item's sequence (the row sums are partial per thread: reduced over the 4
+    // threads of a row)
+    auto store = [&](const work_item &w, float l_a, float l_b) {
+        const int ra = w.qb * kBM + cw * 64 + warp * 16 + g, rb = ra + 8;
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
         const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
-        __nv_bfloat16 *obase = out + (size_t)start * ldo + (size_t)head * HD;
+        __nv_bfloat16 *obase = out + (size_t)w.start * ldo + (size_t)w.head * HD;
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
             const int col = i * 8 + t4 * 2;
-            if (row_a < len)
-                *reinterpret_cast<uint32_t *>(obase + (size_t)row_a * ldo + col) =
+            if (ra < w.len)
+                *reinterpret_cast<uint32_t *>(obase + (size_t)ra * ldo + col) =
                     mma_sm80::pack_bf16(o[4 * i] * inv_a, o[4 * i + 1] * inv_a);
-            if (row_b < len)
-                *reinterpret_cast<uint32_t *>(obase + (size_t)row_b * ldo + col) =
+            if (rb < w.len)
+                *reinterpret_cast<uint32_t *>(obase + (size_t)rb * ldo + col) =
                     mma_sm80::pack_bf16(o[4 * i + 2] * inv_b, o[4 * i + 3] * inv_b);
+        }
+    };
+
+    // the item's last P·V (P in p_last), issued together with the next item's first S, whose softmax (fresh state)
+    // goes into p_free while the GEMM runs; then the item's O is stored and cleared. Returns whether there is a next
+    // item (it, t, n and the rest describe it then).
+    auto finish = [&](uint32_t(&p_last)[kBN / 16][4], uint32_t(&p_free)[kBN / 16][4]) -> bool {
+        const int vstage = (t + nkb - 1) % kStages;
+        const uint32_t vparity = (uint32_t)(((t + nkb - 1) / kStages) & 1);
+        const work_item done = it;
+        const float l_a = st.l_a, l_b = st.l_b;
+        const bool more = next_item(walk, cu_seqlens, nseq, nh, it);
+        mbar_wait(full_v + vstage, vparity);
+        if (more) {
+            t += nkb, n++;
+            begin();
+            const int stage = t % kStages;
+            mbar_wait(full_k + stage, (uint32_t)((t / kStages) & 1));
+            fence_regs_u<kBN>(p_last);
+            turn_begin<PINGPONG>(cw);
+            issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
+            wgmma_commit();
+            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
+            wgmma_commit();
+            turn_end<PINGPONG>(cw);
+            wgmma_wait<1>();
+            fence_regs(s);
+            release(empty_k + stage, lane);
+            st = fresh;
+            online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, p_free);
+        } else {
+            fence_regs_u<kBN>(p_last);
+            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
+            wgmma_commit();
+        }
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(empty_v + vstage, lane);
+        store(done, l_a, l_b);
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+        return more;
+    };
+
+    // one item from its tile 0's P in p0: its steps, then finish. Returns 0 after the CTA's last item, else where
+    // the next item's tile 0 P is: 1 in p0, 2 in p1
+    auto item = [&](uint32_t(&p0)[kBN / 16][4], uint32_t(&p1)[kBN / 16][4]) -> int {
+        int j = 1;
+        for (; j + 1 < nkb; j += 2) {
+            step(j, p0, p1);
+            step(j + 1, p1, p0);
+        }
+        const bool last_in_p1 = j < nkb;
+        if (last_in_p1) step(j, p0, p1);
+        release(empty_q + (n & 1), lane); // every S of this item is done
+        if (last_in_p1) return finish(p1, p0) ? 1 : 0;
+        return finish(p0, p1) ? 2 : 0;
+    };
+    for (int where = 1; where;) { // where the current item's tile 0 P is: 1 pa, 2 pn
+        if (where == 1) where = item(pa, pn);
+        else {
+            const int r = item(pn, pa);
+            where = r ? 3 - r : 0;
         }
     }
 #else
