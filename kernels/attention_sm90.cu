@@ -3,11 +3,11 @@
 //
 // Persistent: one CTA per SM walks work items (a block of 128 queries of one head of one sequence), query blocks from
 // the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2), CTA b taking the
-// b-th, (b + grid)-th, ... of the items that exist. Three warpgroups. Warpgroup 0 is the producer: one warp brings
-// each item's Q tile into one of two Q buffers (so it lands while the previous item runs) and streams the K and V
-// tiles (128 keys x head_dim) of its causal range through two shared-memory stages, each buffer guarded by a "full"
-// mbarrier (the copy landed) and an "empty" one (both consumers are done with it); it runs ahead into the next item as
-// stages free up. Tiles come by TMA (one 64-column box per panel, completing on the full barrier with its byte
+// b-th, (b + grid)-th, ... of the items that exist (dealt as a snake). Three warpgroups. Warpgroup 0 is the producer:
+// one warp brings each item's Q tile into one of two Q buffers (so it lands while the previous item runs), one
+// streams the K tiles and one the V tiles (128 keys x head_dim) of its causal range through two shared-memory stages
+// each, every buffer guarded by a "full" mbarrier (the copy landed) and an "empty" one (both consumers are done with
+// it); each runs ahead into the next item as its buffers free up. Tiles come by TMA (one 64-column box per panel, completing on the full barrier with its byte
 // count); a sequence's last, partial tile reads the next sequence's first rows with it (keys masked for every stored
 // row, query rows never stored), and only a box past the end of the packed rows (whose count this API does not
 // carry) comes by cp.async from the producer warp with the rows past the sequence zero. Warpgroups 1 and 2 are
@@ -274,11 +274,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int wg = threadIdx.x / 128;
     item_walk walk{nqb - 1, 0, 0, (int)blockIdx.x, 0};
     work_item it;
-    if (wg == 0) { // producer
+    if (wg == 0) { // producer: warp 0 streams the K tiles, warp 1 the V tiles, warp 2 the Q tiles
         setmaxnreg_dec<kProducerRegs>();
-        if (threadIdx.x >= 32) return;
-        const int lane = threadIdx.x;
-        if (use_tma && lane == 0) tma_prefetch_map(&tm_q), tma_prefetch_map(&tm_k), tma_prefetch_map(&tm_v);
+        const int pw = threadIdx.x / 32, lane = threadIdx.x % 32;
+        if (pw > 2) return;
+        if (use_tma && threadIdx.x == 0) tma_prefetch_map(&tm_q), tma_prefetch_map(&tm_k), tma_prefetch_map(&tm_v);
         // TMA reads a box whole: a tile that ends past its sequence (its last, partial one) reads the next
         // sequence's first rows, which only keys masked for every stored row (p exactly 0) and query rows never
         // stored see; only a box past the packed rows' end (the last sequence's last tile) comes by cp.async instead
@@ -306,25 +306,31 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if (lane == 0) mbar_arrive(full);
             }
         };
-        int t = 0, n = 0;
-        while (next_item(walk, cu_seqlens, nseq, nh, it)) {
+        // Each warp walks the items on its own and waits only for its own buffers: a K tile goes as soon as the S
+        // two tiles back is done (not behind the V before it, which waits for a P·V), and an item's queries as
+        // soon as the item two back has done its last S (about an item ahead of their use, not a tile)
+        if (pw == 2) { // each item's queries into the buffer item n - 2 used
+            for (int n = 0; next_item(walk, cu_seqlens, nseq, nh, it); n++) {
+                const int qs = n & 1;
+                if (n >= 2) mbar_wait(empty_q + qs, (uint32_t)(((n >> 1) - 1) & 1));
+                load(true, sq + qs * S::kQBytes, &tm_q, q, ldq, it.head * HD, it.start, it.qb * kBM, it.len,
+                     full_q + qs);
+            }
+            return;
+        }
+        const bool is_k = pw == 0; // the K tiles, or the V tiles
+        unsigned char *const buf = is_k ? sk : sv;
+        const CUtensorMap *const map = is_k ? &tm_k : &tm_v;
+        const __nv_bfloat16 *const src = is_k ? k : v;
+        const int ld = is_k ? ldk : ldv;
+        uint64_t *const full = is_k ? full_k : full_v, *const empty = is_k ? empty_k : empty_v;
+        for (int t = 0; next_item(walk, cu_seqlens, nseq, nh, it);) {
             const int nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN, kcol = (it.head / group) * HD;
-            // this item's queries into the buffer item n - 2 used (long free: the consumers release a Q once its
-            // item's last S is done), so they land while the previous item still runs
-            const int qs = n & 1;
-            if (n >= 2) mbar_wait(empty_q + qs, (uint32_t)(((n >> 1) - 1) & 1));
-            load(true, sq + qs * S::kQBytes, &tm_q, q, ldq, it.head * HD, it.start, it.qb * kBM, it.len, full_q + qs);
             for (int j = 0; j < nkb; j++, t++) {
                 const int stage = t % kStages;
-                const uint32_t parity = (uint32_t)((t / kStages) & 1);
-                if (t >= kStages) mbar_wait(empty_k + stage, parity ^ 1); // tile t - kStages consumed
-                load(false, sk + stage * S::kTileBytes, &tm_k, k, ldk, kcol, it.start, j * kBN, it.len,
-                     full_k + stage);
-                if (t >= kStages) mbar_wait(empty_v + stage, parity ^ 1);
-                load(false, sv + stage * S::kTileBytes, &tm_v, v, ldv, kcol, it.start, j * kBN, it.len,
-                     full_v + stage);
+                if (t >= kStages) mbar_wait(empty + stage, (uint32_t)(((t / kStages) & 1) ^ 1)); // t - kStages done
+                load(false, buf + stage * S::kTileBytes, map, src, ld, kcol, it.start, j * kBN, it.len, full + stage);
             }
-            n++;
         }
         return;
     }
