@@ -4,23 +4,23 @@
 // Persistent: one CTA per SM walks work items (a block of 128 queries of one head of one sequence), query blocks from
 // the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2), CTA b taking the
 // b-th, (b + grid)-th, ... of the items that exist (dealt as a snake). Three warpgroups. Warpgroup 0 is the producer:
-// one warp brings each item's Q tile into one of two Q buffers (so it lands while the previous item runs), one
-// streams the K tiles and one the V tiles (128 keys x head_dim) of its causal range through two shared-memory stages
-// each, every buffer guarded by a "full" mbarrier (the copy landed) and an "empty" one (both consumers are done with
-// it); each runs ahead into the next item as its buffers free up. Tiles come by TMA (one 64-column box per panel, completing on the full barrier with its byte
-// count); a sequence's last, partial tile reads the next sequence's first rows with it (keys masked for every stored
-// row, query rows never stored), and only a box past the end of the packed rows (whose count this API does not
-// carry) comes by cp.async from the producer warp with the rows past the sequence zero. Warpgroups 1 and 2 are
-// consumers, 64 query rows each: S = Q·Kᵀ (wgmma, Q and K from shared memory, 64 x 128 fp32 in registers), the
-// causal mask on the diagonal tile, the online softmax in registers (fp32 running max and sum, exp2 with the scale
-// folded in), P rounded to bf16 in registers as the A operand of O += P·V (wgmma with V from shared memory,
-// transposed by its descriptor). S of tile j is issued together with P(j-1)·V(j-1), so the softmax of tile j runs
-// while the tensor cores do the previous tile's second GEMM; an item's last P·V goes with the next item's first S.
-// The two consumers take turns issuing (a named-barrier ping-pong, as FlashAttention-3), so one's softmax overlaps
-// the other's GEMMs. setmaxnreg moves registers from the producer to the consumers. Shared-memory tiles are 128-byte
-// swizzled 64-column panels (wgmma_sm90.cuh), written identically by TMA and by the cp.async path. Fixed order
-// within an item and no atomics: the result is deterministic. head_dim 64 and 128 (attention.cu's mma.sync kernel
-// takes the others).
+// one warp brings each item's Q tile into one of two Q buffers (so it lands while the previous item runs), one streams
+// the K tiles and one the V tiles (128 keys x head_dim) of its causal range through two shared-memory stages each,
+// every buffer guarded by a "full" mbarrier (the copy landed) and an "empty" one (both consumers are done with it);
+// each runs ahead into the next item as its buffers free up. Tiles come by TMA (one 64-column box per panel, completing
+// on the full barrier with its byte count); a sequence's last, partial tile reads the next sequence's first rows with
+// it (keys masked for every stored row, query rows never stored), and only a box past the end of the packed rows (whose
+// count this API does not carry) comes by cp.async from the producer warp with the rows past the sequence zero.
+// Warpgroups 1 and 2 are consumers, 64 query rows each: S = Q·Kᵀ (wgmma, Q and K from shared memory, 64 x 128 fp32 in
+// registers), the causal mask on the diagonal tile, the online softmax in registers (fp32 running max and sum, exp2
+// with the scale folded in), P rounded to bf16 in registers as the A operand of O += P·V (wgmma with V from shared
+// memory, transposed by its descriptor). S of tile j is issued together with P(j-1)·V(j-1), so the softmax of tile j
+// runs while the tensor cores do the previous tile's second GEMM; an item's last P·V goes with the next item's first S.
+// The two consumers take turns issuing (a named-barrier ping-pong, as FlashAttention-3), so one's softmax overlaps the
+// other's GEMMs. setmaxnreg moves registers from the producer to the consumers. Shared-memory tiles are 128-byte
+// swizzled 64-column panels (wgmma_sm90.cuh), written identically by TMA and by the cp.async path. Fixed order within
+// an item and no atomics: the result is deterministic. head_dim 64 and 128 (attention.cu's mma.sync kernel takes the
+// others).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
