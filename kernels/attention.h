@@ -60,8 +60,11 @@ void attention_causal_forward_cuda_with(enum attention_cuda_kernel kernel, uint1
                                         float scale, void *stream);
 int attention_wgmma_supported(int hd);
 /* The Hopper kernel itself (hd 64 or 128, on a device where attention_wgmma_supported). tma 1 stages the Q, K and V
- * tiles inside a sequence by the bulk tensor copy, 0 every tile by cp.async (also what happens when the driver cannot
- * make a tensor map); both give the same bits. */
+ * tiles by the bulk tensor copy (a sequence's last, partial tile with the next sequence's first rows, which enter no
+ * stored result: their keys' p is exactly 0; only a tile past the end of the packed rows by cp.async), 0 every tile
+ * by cp.async with the rows past the sequence zero (also what happens when the driver cannot make a tensor map); both
+ * give the same bits while the K/V rows are finite. DFLASH_ATTENTION_PINGPONG=0 in the environment (read once) has
+ * its two consumer warpgroups issue their wgmmas without taking turns, to measure the ping-pong. */
 void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
                                   const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen,
                                   int nh, int nkv, int hd, float scale, int tma, void *stream);

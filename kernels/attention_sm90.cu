@@ -2,21 +2,25 @@
 // (sm_90a): the tensor cores fed by wgmma from shared memory, the tiles staged by the bulk tensor copy engine (TMA).
 //
 // Persistent: one CTA per SM walks work items (a block of 128 queries of one head of one sequence), query blocks from
-// the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2). Three warpgroups.
-// Warpgroup 0 is the producer: one warp brings each item's Q tile and streams the K and V tiles (128 keys x head_dim)
-// of its causal range through two shared-memory stages, each buffer guarded by a "full" mbarrier (the copy landed)
-// and an "empty" one (both consumers are done with it); it runs ahead into the next item as stages free up. Tiles
-// wholly inside the sequence come by TMA (one 64-column box per panel, completing on the full barrier with its byte
-// count); a sequence's last, partial tile by cp.async from the producer warp with the rows past the sequence zero (a
-// TMA box would read the next sequence's rows, or past the end of the buffer, whose row count this API does not
-// carry). Warpgroups 1 and 2 are consumers, 64 query rows each: S = Q·Kᵀ (wgmma, Q and K from shared memory, 64 x 128
-// fp32 in registers), the causal mask on the diagonal tile, the online softmax in registers (fp32 running max and
-// sum, exp2 with the scale folded in), P rounded to bf16 in registers as the A operand of O += P·V (wgmma with V from
-// shared memory, transposed by its descriptor). S of tile j is issued together with P(j-1)·V(j-1), so the softmax of
-// tile j runs while the tensor cores do the previous tile's second GEMM. setmaxnreg moves registers from the producer
-// to the consumers. Shared-memory tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written identically
-// by TMA and by the cp.async path. Fixed order everywhere and no atomics: the result is deterministic. head_dim 64 and
-// 128 (attention.cu's mma.sync kernel takes the others).
+// the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2), CTA b taking the
+// b-th, (b + grid)-th, ... of the items that exist (dealt as a snake). Three warpgroups. Warpgroup 0 is the producer:
+// one warp brings each item's Q tile into one of two Q buffers (so it lands while the previous item runs), one streams
+// the K tiles and one the V tiles (128 keys x head_dim) of its causal range through two shared-memory stages each,
+// every buffer guarded by a "full" mbarrier (the copy landed) and an "empty" one (both consumers are done with it);
+// each runs ahead into the next item as its buffers free up. Tiles come by TMA (one 64-column box per panel, completing
+// on the full barrier with its byte count); a sequence's last, partial tile reads the next sequence's first rows with
+// it (keys masked for every stored row, query rows never stored), and only a box past the end of the packed rows (whose
+// count this API does not carry) comes by cp.async from the producer warp with the rows past the sequence zero.
+// Warpgroups 1 and 2 are consumers, 64 query rows each: S = Q·Kᵀ (wgmma, Q and K from shared memory, 64 x 128 fp32 in
+// registers), the causal mask on the diagonal tile, the online softmax in registers (fp32 running max and sum, exp2
+// with the scale folded in), P rounded to bf16 in registers as the A operand of O += P·V (wgmma with V from shared
+// memory, transposed by its descriptor). S of tile j is issued together with P(j-1)·V(j-1), so the softmax of tile j
+// runs while the tensor cores do the previous tile's second GEMM; an item's last P·V goes with the next item's first S.
+// The two consumers take turns issuing (a named-barrier ping-pong, as FlashAttention-3), so one's softmax overlaps the
+// other's GEMMs. setmaxnreg moves registers from the producer to the consumers. Shared-memory tiles are 128-byte
+// swizzled 64-column panels (wgmma_sm90.cuh), written identically by TMA and by the cp.async path. Fixed order within
+// an item and no atomics: the result is deterministic. head_dim 64 and 128 (attention.cu's mma.sync kernel takes the
+// others).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -45,8 +49,8 @@ template <int HD> struct sm90_shape {
     static constexpr int kPanels = HD / 64; // 64-column (128-byte) swizzled panels per row
     static constexpr int kQBytes = kBM * HD * 2;
     static constexpr int kTileBytes = kBN * HD * 2; // one K or V tile
-    static constexpr int kBarOffset = kQBytes + 2 * kStages * kTileBytes;
-    static constexpr int kSmem = kBarOffset + 128 + 1024; // 10 barriers; slack to align the base to 1024 bytes
+    static constexpr int kBarOffset = 2 * kQBytes + 2 * kStages * kTileBytes; // two Q buffers, the K and V stages
+    static constexpr int kSmem = kBarOffset + 128 + 1024; // 12 barriers; slack to align the base to 1024 bytes
 };
 // the head dims the kernel takes fill whole 128-byte panels (also read where the sm_90a code is compiled out)
 static_assert(sm90_shape<64>::kPanels == 1 && sm90_shape<128>::kPanels == 2, "head_dim 64 and 128: 1 and 2 panels");
@@ -183,9 +187,59 @@ template <int HD> __device__ __forceinline__ void rescale(float (&o)[HD / 2], co
         o[4 * i + 2] *= st.corr_b, o[4 * i + 3] *= st.corr_b;
     }
 }
+
+// the consumers' turns at the tensor cores (FlashAttention-3's warp scheduler barrier): in each step (S(j) with
+// P(j-1)·V(j-1)) warpgroup w waits on named barrier 1 + w before it issues its wgmmas and arrives on the other's
+// after, so the two alternate and the softmax of one runs while the other's GEMMs do (256 threads each: 128 waiting,
+// 128 arriving). Both walk the same steps; the last arrival (consumer 1's, on barrier 1) is left unmatched at exit.
+__device__ __forceinline__ void named_arrive(int id, int nthreads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+template <bool ON> __device__ __forceinline__ void turn_begin(int cw)
+{
+    if (ON) named_sync(1 + cw, 2 * 128);
+}
+template <bool ON> __device__ __forceinline__ void turn_end(int cw)
+{
+    if (ON) named_arrive(1 + (cw ^ 1), 2 * 128);
+}
+
+// The work items in order: query blocks from the last (the longest causal rows) to the first, within one the
+// sequences that reach it, heads fastest (a GQA group's heads are neighbours in time and share K/V in L2). The items
+// that exist are dealt to the CTAs in rounds of gridDim.x, CTA b taking the b-th of a round and the b-th from the
+// end of the next (a snake: the longer items of each round go to the CTAs that got the shorter ones of the one
+// before). Dealt over every (query block, sequence, head) slot, the blocks past a sequence's end left holes that
+// unbalanced the CTAs by ~9% on the benchmark batch; dealt round robin over the existing ones ~3%, as a snake ~1.6%
+// (in tiles). Producer and consumers walk it alike. cursor (qb, seq): the pair under the walk, c: its head 0's
+// index among the existing items, next: the index this CTA takes next, in round `round`.
+struct item_walk {
+    int qb, seq, c, next, round;
+};
+struct work_item {
+    int qb, head, start, len;
+};
+__device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlens, int nseq, int nh, work_item &it)
+{
+    while (w.qb >= 0) {
+        const int start = cu_seqlens[w.seq], len = cu_seqlens[w.seq + 1] - start;
+        if (w.qb * kBM < len) {
+            if (w.next < w.c + nh) {
+                it.qb = w.qb, it.head = w.next - w.c, it.start = start, it.len = len;
+                w.round++;
+                w.next = w.round * (int)gridDim.x +
+                         ((w.round & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x);
+                return true;
+            }
+            w.c += nh;
+        }
+        if (++w.seq == nseq) w.seq = 0, w.qb--;
+    }
+    return false;
+}
 #endif
 
-template <int HD>
+template <int HD, bool PINGPONG>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
@@ -197,10 +251,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kBN = S::kBN;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    unsigned char *sq = smem, *sk = sq + S::kQBytes, *sv = sk + kStages * S::kTileBytes;
+    unsigned char *sq = smem, *sk = sq + 2 * S::kQBytes, *sv = sk + kStages * S::kTileBytes; // Q double-buffered
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::kBarOffset);
     uint64_t *full_k = bars, *full_v = bars + kStages, *empty_k = bars + 2 * kStages, *empty_v = bars + 3 * kStages;
-    uint64_t *full_q = bars + 4 * kStages, *empty_q = full_q + 1;
+    uint64_t *full_q = bars + 4 * kStages, *empty_q = full_q + 2;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
@@ -209,29 +263,32 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_init(empty_k + s, kConsumers * 4); // one arrival per consumer warp
             mbar_init(empty_v + s, kConsumers * 4);
         }
-        mbar_init(full_q, 1);
-        mbar_init(empty_q, kConsumers * 4);
+        for (int b = 0; b < 2; b++) mbar_init(full_q + b, 1), mbar_init(empty_q + b, kConsumers * 4);
         mbar_init_fence();
     }
     __syncthreads();
 
-    // Persistent: CTA b takes work items b, b + gridDim.x, ... of (query block, sequence, head), query blocks from
-    // the last (the longest causal rows) to the first, heads fastest (a GQA group's heads are neighbours in time and
-    // share K/V in L2). Items past a sequence's end are skipped. Producer and consumers walk the same items, so the
-    // tile counter t (stage t % kStages, parity (t / kStages) & 1) and the item counter n agree between them.
-    const int items = nqb * nseq * nh;
+    // Persistent: CTA b walks its work items (next_item). Producer and consumers walk the same items, so the tile
+    // counter t (stage t % kStages, parity (t / kStages) & 1) and the item counter n (Q buffer n & 1, parity
+    // (n >> 1) & 1) agree between them.
     const int wg = threadIdx.x / 128;
-    if (wg == 0) { // producer
+    item_walk walk{nqb - 1, 0, 0, (int)blockIdx.x, 0};
+    work_item it;
+    if (wg == 0) { // producer: warp 0 streams the K tiles, warp 1 the V tiles, warp 2 the Q tiles
         setmaxnreg_dec<kProducerRegs>();
-        if (threadIdx.x >= 32) return;
-        const int lane = threadIdx.x;
-        if (use_tma && lane == 0) tma_prefetch_map(&tm_q), tma_prefetch_map(&tm_k), tma_prefetch_map(&tm_v);
-        // one tile (rows [row0, row0 + 128) of a sequence slice at base) into dst: TMA when inside the sequence,
-        // else cp.async with the rows past it zero; completes on full
+        const int pw = threadIdx.x / 32, lane = threadIdx.x % 32;
+        if (pw > 2) return;
+        if (use_tma && threadIdx.x == 0) tma_prefetch_map(&tm_q), tma_prefetch_map(&tm_k), tma_prefetch_map(&tm_v);
+        // TMA reads a box whole: a tile that ends past its sequence (its last, partial one) reads the next
+        // sequence's first rows, which only keys masked for every stored row (p exactly 0) and query rows never
+        // stored see; only a box past the packed rows' end (the last sequence's last tile) comes by cp.async instead
+        const int total = cu_seqlens[nseq];
+        // one tile (rows [row0, row0 + 128) of a sequence slice at base) into dst: TMA when the box stays inside
+        // the packed rows, else cp.async with the rows past the sequence zero; completes on full
         auto load = [&](bool is_q, unsigned char *dst, const CUtensorMap *map, const __nv_bfloat16 *base, int ld,
                         int col, int start, int row0, int len, uint64_t *full) {
             const int rows = is_q ? kBM : kBN;
-            if (use_tma && row0 + rows <= len) {
+            if (use_tma && start + row0 + rows <= total) {
                 if (lane == 0) {
                     mbar_arrive_expect_tx(full, is_q ? S::kQBytes : S::kTileBytes);
 #pragma unroll
@@ -249,25 +306,31 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if (lane == 0) mbar_arrive(full);
             }
         };
-        int t = 0, n = 0;
-        for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const int head = item % nh, seq = (item / nh) % nseq, qb = nqb - 1 - item / (nh * nseq);
-            const int start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
-            if (qb * kBM >= len) continue;
-            const int nkb = (min(len, qb * kBM + kBM) + kBN - 1) / kBN, kcol = (head / group) * HD;
+        // Each warp walks the items on its own and waits only for its own buffers: a K tile goes as soon as the S
+        // two tiles back is done (not behind the V before it, which waits for a P·V), and an item's queries as
+        // soon as the item two back has done its last S (about an item ahead of their use, not a tile)
+        if (pw == 2) { // each item's queries into the buffer item n - 2 used
+            for (int n = 0; next_item(walk, cu_seqlens, nseq, nh, it); n++) {
+                const int qs = n & 1;
+                if (n >= 2) mbar_wait(empty_q + qs, (uint32_t)(((n >> 1) - 1) & 1));
+                load(true, sq + qs * S::kQBytes, &tm_q, q, ldq, it.head * HD, it.start, it.qb * kBM, it.len,
+                     full_q + qs);
+            }
+            return;
+        }
+        const bool is_k = pw == 0; // the K tiles, or the V tiles
+        unsigned char *const buf = is_k ? sk : sv;
+        const CUtensorMap *const map = is_k ? &tm_k : &tm_v;
+        const __nv_bfloat16 *const src = is_k ? k : v;
+        const int ld = is_k ? ldk : ldv;
+        uint64_t *const full = is_k ? full_k : full_v, *const empty = is_k ? empty_k : empty_v;
+        for (int t = 0; next_item(walk, cu_seqlens, nseq, nh, it);) {
+            const int nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN, kcol = (it.head / group) * HD;
             for (int j = 0; j < nkb; j++, t++) {
                 const int stage = t % kStages;
-                const uint32_t parity = (uint32_t)((t / kStages) & 1);
-                if (t >= kStages) mbar_wait(empty_k + stage, parity ^ 1); // tile t - kStages consumed
-                load(false, sk + stage * S::kTileBytes, &tm_k, k, ldk, kcol, start, j * kBN, len, full_k + stage);
-                if (j == 0) { // this item's queries, once the consumers are done with the previous item's
-                    if (n > 0) mbar_wait(empty_q, (uint32_t)((n - 1) & 1));
-                    load(true, sq, &tm_q, q, ldq, head * HD, start, qb * kBM, len, full_q);
-                }
-                if (t >= kStages) mbar_wait(empty_v + stage, parity ^ 1);
-                load(false, sv + stage * S::kTileBytes, &tm_v, v, ldv, kcol, start, j * kBN, len, full_v + stage);
+                if (t >= kStages) mbar_wait(empty + stage, (uint32_t)(((t / kStages) & 1) ^ 1)); // t - kStages done
+                load(false, buf + stage * S::kTileBytes, map, src, ld, kcol, it.start, j * kBN, it.len, full + stage);
             }
-            n++;
         }
         return;
     }
@@ -276,97 +339,150 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1, tid = threadIdx.x - wg * 128;
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
-    const uint32_t sq_addr = smem_u32(sq + cw * 64 * 128); // its 64 rows in each Q panel (panels kBM rows apart)
     const uint32_t sk0 = smem_u32(sk), sv0 = smem_u32(sv);
-    int t = 0, n = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        const int head = item % nh, seq = (item / nh) % nseq, qb = nqb - 1 - item / (nh * nseq);
-        const int start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
-        if (qb * kBM >= len) continue;
-        const int nkb = (min(len, qb * kBM + kBM) + kBN - 1) / kBN;
-        const int r0 = qb * kBM + cw * 64; // this warpgroup's first query row (sequence-local)
-        const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
+    if (cw == 1) turn_end<PINGPONG>(cw); // consumer 0 takes the first turn
+    if (!next_item(walk, cu_seqlens, nseq, nh, it)) return;
 
-        float o[HD / 2];
+    // the item under way (it): t its first tile's counter, n its own, nkb its tiles, r0 this warpgroup's first query
+    // row (sequence-local), row_a / row_b this thread's, sq_addr its 64 rows in each Q panel (panels kBM rows apart)
+    int t = 0, n = 0, nkb = 0, r0 = 0, row_a = 0, row_b = 0;
+    uint32_t sq_addr = 0;
+    auto begin = [&]() {
+        nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
+        r0 = it.qb * kBM + cw * 64;
+        row_a = r0 + warp * 16 + g, row_b = row_a + 8;
+        sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
+        mbar_wait(full_q + (n & 1), (uint32_t)((n >> 1) & 1));
+    };
+    // O of the item, relative to the running max of the tile whose P is being added; rescaled after that GEMM
+    float o[HD / 2];
 #pragma unroll
-        for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
-        // key 0 is visible to every row (rows past len too, whose results are never stored), and tile 0 comes
-        // first, so the running max is finite from the first tile on
-        softmax_state st{-INFINITY, -INFINITY, 0.0f, 0.0f, 0.0f, 0.0f};
-        float s[kBN / 2];
-        uint32_t pa[kBN / 16][4];
-        mbar_wait(full_q, (uint32_t)(n & 1));
-        {
-            // S of tile j is computed while P(j-1)·V(j-1) runs on the tensor cores: the softmax of tile j (exp2 on
-            // the SFU, shuffles) overlaps the previous tile's second GEMM. O stays relative to the running max of
-            // the tile whose P is being added, and is rescaled after that GEMM completes.
-            mbar_wait(full_k + t % kStages, (uint32_t)((t / kStages) & 1));
-            issue_qk<HD, kBN>(s, sq_addr, sk0 + (t % kStages) * S::kTileBytes);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(s);
-            release(empty_k + t % kStages, lane);
-            online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, pa);
-            // one step: S(j) and P(j-1)·V(j-1) in flight together, then the softmax of S(j) into p_next. Unrolled
-            // by two so that P alternates between pa and pn without copies (a copy the compiler placed among the
-            // wgmmas would serialise them)
-            uint32_t pn[kBN / 16][4];
-            auto step = [&](int j, uint32_t(&p_prev)[kBN / 16][4], uint32_t(&p_next)[kBN / 16][4]) {
-                const int stage = (t + j) % kStages, pstage = (t + j - 1) % kStages;
-                const uint32_t parity = (uint32_t)(((t + j) / kStages) & 1);
-                const uint32_t pparity = (uint32_t)(((t + j - 1) / kStages) & 1);
-                mbar_wait(full_k + stage, parity);
-                mbar_wait(full_v + pstage, pparity);
-                fence_regs_u<kBN>(p_prev);
-                issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
-                wgmma_commit();
-                issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
-                wgmma_commit();
-                wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
-                fence_regs(s);
-                release(empty_k + stage, lane);
-                online_softmax<kBN>(s, j * kBN + kBN - 1 > r0, j * kBN, row_a, row_b, scale_log2, st, p_next);
-                wgmma_wait<0>();
-                fence_regs(o);
-                release(empty_v + pstage, lane);
-                rescale<HD>(o, st);
-            };
-            int j = 1;
-            for (; j + 1 < nkb; j += 2) {
-                step(j, pa, pn);
-                step(j + 1, pn, pa);
-            }
-            const bool last_in_pn = j < nkb;
-            if (last_in_pn) step(j, pa, pn);
-            release(empty_q, lane); // every S of this item is done
-            const int stage = (t + nkb - 1) % kStages;
-            mbar_wait(full_v + stage, (uint32_t)(((t + nkb - 1) / kStages) & 1));
-            if (last_in_pn) fence_regs_u<kBN>(pn), issue_pv<HD, kBN>(o, pn, sv0 + stage * S::kTileBytes);
-            else fence_regs_u<kBN>(pa), issue_pv<HD, kBN>(o, pa, sv0 + stage * S::kTileBytes);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(o);
-            release(empty_v + stage, lane);
-        }
-        t += nkb, n++;
+    for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+    // key 0 is visible to every row (rows past len too, whose results are never stored), and tile 0 comes first,
+    // so the running max is finite from the first tile on
+    const softmax_state fresh{-INFINITY, -INFINITY, 0.0f, 0.0f, 0.0f, 0.0f};
+    softmax_state st = fresh;
+    float s[kBN / 2];
+    uint32_t pa[kBN / 16][4], pn[kBN / 16][4];
 
-        // the row sums are partial per thread: reduce over the 4 threads of a row
-        float l_a = st.l_a, l_b = st.l_b;
+    // the first S of the CTA's first item, alone (every later item's goes with its predecessor's last P·V)
+    begin();
+    mbar_wait(full_k, 0);
+    issue_qk<HD, kBN>(s, sq_addr, sk0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    release(empty_k, lane);
+    online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, pa);
+
+    // one step: S(j) and P(j-1)·V(j-1) in flight together, then the softmax of S(j) (exp2 on the SFU, shuffles)
+    // into p_next while the tensor cores do the second GEMM. P alternates between pa and pn without copies (a copy
+    // the compiler placed among the wgmmas would serialise them)
+    auto step = [&](int j, uint32_t(&p_prev)[kBN / 16][4], uint32_t(&p_next)[kBN / 16][4]) {
+        const int stage = (t + j) % kStages, pstage = (t + j - 1) % kStages;
+        const uint32_t parity = (uint32_t)(((t + j) / kStages) & 1);
+        const uint32_t pparity = (uint32_t)(((t + j - 1) / kStages) & 1);
+        mbar_wait(full_k + stage, parity);
+        mbar_wait(full_v + pstage, pparity);
+        fence_regs_u<kBN>(p_prev);
+        turn_begin<PINGPONG>(cw);
+        issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
+        wgmma_commit();
+        issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
+        wgmma_commit();
+        turn_end<PINGPONG>(cw);
+        wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
+        fence_regs(s);
+        release(empty_k + stage, lane);
+        online_softmax<kBN>(s, j * kBN + kBN - 1 > r0, j * kBN, row_a, row_b, scale_log2, st, p_next);
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(empty_v + pstage, lane);
+        rescale<HD>(o, st);
+    };
+
+    // O / l into rows [0, len) of the item's sequence (the row sums are partial per thread: reduced over the 4
+    // threads of a row)
+    auto store = [&](const work_item &w, float l_a, float l_b) {
+        const int ra = w.qb * kBM + cw * 64 + warp * 16 + g, rb = ra + 8;
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
         const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
-        __nv_bfloat16 *obase = out + (size_t)start * ldo + (size_t)head * HD;
+        __nv_bfloat16 *obase = out + (size_t)w.start * ldo + (size_t)w.head * HD;
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
             const int col = i * 8 + t4 * 2;
-            if (row_a < len)
-                *reinterpret_cast<uint32_t *>(obase + (size_t)row_a * ldo + col) =
+            if (ra < w.len)
+                *reinterpret_cast<uint32_t *>(obase + (size_t)ra * ldo + col) =
                     mma_sm80::pack_bf16(o[4 * i] * inv_a, o[4 * i + 1] * inv_a);
-            if (row_b < len)
-                *reinterpret_cast<uint32_t *>(obase + (size_t)row_b * ldo + col) =
+            if (rb < w.len)
+                *reinterpret_cast<uint32_t *>(obase + (size_t)rb * ldo + col) =
                     mma_sm80::pack_bf16(o[4 * i + 2] * inv_b, o[4 * i + 3] * inv_b);
+        }
+    };
+
+    // the item's last P·V (P in p_last), issued together with the next item's first S, whose softmax (fresh state)
+    // goes into p_free while the GEMM runs; then the item's O is stored and cleared. Returns whether there is a next
+    // item (it, t, n and the rest describe it then).
+    auto finish = [&](uint32_t(&p_last)[kBN / 16][4], uint32_t(&p_free)[kBN / 16][4]) -> bool {
+        const int vstage = (t + nkb - 1) % kStages;
+        const uint32_t vparity = (uint32_t)(((t + nkb - 1) / kStages) & 1);
+        const work_item done = it;
+        const float l_a = st.l_a, l_b = st.l_b;
+        const bool more = next_item(walk, cu_seqlens, nseq, nh, it);
+        mbar_wait(full_v + vstage, vparity);
+        if (more) {
+            t += nkb, n++;
+            begin();
+            const int stage = t % kStages;
+            mbar_wait(full_k + stage, (uint32_t)((t / kStages) & 1));
+            fence_regs_u<kBN>(p_last);
+            turn_begin<PINGPONG>(cw);
+            issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
+            wgmma_commit();
+            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
+            wgmma_commit();
+            turn_end<PINGPONG>(cw);
+            wgmma_wait<1>();
+            fence_regs(s);
+            release(empty_k + stage, lane);
+            st = fresh;
+            online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, p_free);
+        } else {
+            fence_regs_u<kBN>(p_last);
+            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
+            wgmma_commit();
+        }
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(empty_v + vstage, lane);
+        store(done, l_a, l_b);
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+        return more;
+    };
+
+    // one item from its tile 0's P in p0: its steps, then finish. Returns 0 after the CTA's last item, else where
+    // the next item's tile 0 P is: 1 in p0, 2 in p1
+    auto item = [&](uint32_t(&p0)[kBN / 16][4], uint32_t(&p1)[kBN / 16][4]) -> int {
+        int j = 1;
+        for (; j + 1 < nkb; j += 2) {
+            step(j, p0, p1);
+            step(j + 1, p1, p0);
+        }
+        const bool last_in_p1 = j < nkb;
+        if (last_in_p1) step(j, p0, p1);
+        release(empty_q + (n & 1), lane); // every S of this item is done
+        if (last_in_p1) return finish(p1, p0) ? 1 : 0;
+        return finish(p0, p1) ? 2 : 0;
+    };
+    for (int where = 1; where;) { // where the current item's tile 0 P is: 1 pa, 2 pn
+        if (where == 1) where = item(pa, pn);
+        else {
+            const int r = item(pn, pa);
+            where = r ? 3 - r : 0;
         }
     }
 #else
@@ -419,11 +535,20 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
                  int want_tma, cudaStream_t st)
 {
     constexpr int smem = sm90_shape<HD>::kSmem;
+    static_assert(smem <= 227 * 1024, "the shared memory of one CTA on sm_90");
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        smem));
+        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, false>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
+    }
+    // DFLASH_ATTENTION_PINGPONG=0: the consumers issue their wgmmas without taking turns (measured against)
+    static int pingpong = -1;
+    if (pingpong < 0) {
+        const char *e = getenv("DFLASH_ATTENTION_PINGPONG");
+        pingpong = !(e && !strcmp(e, "0"));
     }
     // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence)
     CUtensorMap tm_q, tm_k, tm_v;
@@ -440,13 +565,13 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     }
     const int nqb = (max_seqlen + kBM - 1) / kBM;
     const long long items = (long long)nqb * nseq * nh;
-    if (items > INT32_MAX) {
+    if (items > INT32_MAX - 2LL * sms) { // the walk's indices go up to a round past the items
         fprintf(stderr, "attention_wgmma_forward_cuda: %lld work items (query blocks x sequences x heads) overflow\n",
                 items);
         exit(1);
     }
     const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
-    flash_fwd_sm90_kernel<HD><<<grid, kThreads, smem, st>>>(
+    (pingpong ? flash_fwd_sm90_kernel<HD, true> : flash_fwd_sm90_kernel<HD, false>)<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
         ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f);
     CHECK_CUDA_LAUNCH();

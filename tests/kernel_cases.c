@@ -150,6 +150,8 @@ const kc_case kernel_cases[] = {
     {KC(kc_attention_wgmma, 12, 4, 128, 2), KC_SEQS(300, 1, 517, 128, 255, 2),
      .why = "group 3, lengths across tile edges"},
     {KC(kc_attention_wgmma, 8, 2, 128, 1), KC_SEQS(1500, 777), .why = "group 4, two long sequences"},
+    {KC(kc_attention_wgmma, 16, 2, 128, 2), KC_SEQS(5, 700, 64, 1, 129, 300, 17),
+     .why = "group 8, more items than SMs, one- to six-tile items back to back, partial tiles over a neighbour's rows"},
     {KC(kc_attention_wgmma, 8, 8, 128, 1), KC_SEQS(640), .why = "MHA, exactly five tiles"},
     {KC(kc_attention_wgmma, 8, 2, 128, 8), KC_SEQS(250, 391), .why = "peaked softmax (amplitude 8)"},
     {KC(kc_attention_wgmma, 6, 2, 64, 4), KC_SEQS(1, 200, 333), .why = "head_dim 64, group 3"},
