@@ -15,10 +15,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# make_fixture: a tiny target and a small self-distilled data set under $T.
+# make_fixture [make-target options]: a tiny target (those options added, e.g. --kind repeat) and a small
+# self-distilled data set under $T.
 make_fixture() {
     "$BIN/dflash-demo" make-target "$T/target" --seed 11 --hidden 32 --layers 4 --heads 4 --kv-heads 2 \
-        --head-dim 8 --intermediate 64 --vocab 256 >/dev/null 2>"$T/fixture.log" &&
+        --head-dim 8 --intermediate 64 --vocab 256 "$@" >/dev/null 2>"$T/fixture.log" &&
     prepared_data "$T/target" "$T/data" --samples 48 --answer-len 24 --seed 5
 }
 
