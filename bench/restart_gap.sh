@@ -11,6 +11,7 @@
 cd "$(dirname "$0")/.." || exit 1
 . tests/system/lib.bash
 . tests/gpu/lib.bash
+. bench/e2e_job.bash
 STEPS=${STEPS:-150}
 GAP_STEPS=${GAP_STEPS:-12}
 if [ -n "${FIXTURE:-}" ]; then
@@ -18,39 +19,7 @@ if [ -n "${FIXTURE:-}" ]; then
 else python3 bench/e2e_fixture.py "$T" --samples $((2 * STEPS + 50)) --layers ${LAYERS:-36} || exit 1; fi
 "$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" | tail -1 || exit 1
 
-config() { # NAME KEEP
-    cat >"$T/$1.ini" <<EOC
-[job]
-name = gap-$1
-run_dir = $T/$1
-seed = 1
-backend = $BACKEND
-[data]
-path = $T/data
-max_batch_tokens = 3072
-max_batch_seqs = 1
-[target]
-model = $T/target
-keep_weights = $2
-[drafter]
-layers = 5
-block_size = 16
-num_taps = 5
-max_anchors = 512
-[train]
-steps = $STEPS
-warmup_steps = 10
-checkpoint_every = 0
-[workers]
-targets = 1
-drafters = 1
-watchdog_sec = 300
-heartbeat_timeout_sec = 300
-[ring]
-token_slots = 4
-pool_slots = 3
-EOC
-}
+config() { e2e_job_config "$T/$1.ini" "gap-$1" "$T/$1" "$T" && set_ini "$T/$1.ini" target.keep_weights="$2"; } # NAME KEEP
 
 one_run() { # NAME KEEP
     local name=$1 sup poller done_at rc
