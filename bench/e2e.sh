@@ -23,36 +23,8 @@ else
         exit 1
 fi
 "$BIN/dflash-prepare" -o "$W/data" "$W/data.jsonl" | tail -1 || exit 1
-cat >"$W/e2e.ini" <<EOC
-[job]
-name = e2e
-run_dir = $W/run
-seed = 1
-backend = ${BACKEND:-cuda}
-[data]
-path = $W/data
-max_batch_tokens = 3072
-max_batch_seqs = 1
-[target]
-model = $W/target
-[drafter]
-layers = 5
-block_size = 16
-num_taps = 5
-max_anchors = 512
-[train]
-steps = $STEPS
-warmup_steps = 10
-checkpoint_every = 0
-[workers]
-targets = 1
-drafters = 1
-watchdog_sec = 300
-heartbeat_timeout_sec = 300
-[ring]
-token_slots = 4
-pool_slots = 3
-EOC
+. bench/e2e_job.bash
+e2e_job_config "$W/e2e.ini" e2e "$W/run" "$W"
 # pmon's lines and the ledger's growth, each with the time it was seen: the steady part is read off them below
 stamp='import sys, time
 for l in sys.stdin: print("%.3f %s" % (time.time(), l.rstrip()), flush=True)'

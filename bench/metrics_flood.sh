@@ -12,7 +12,7 @@
 # flood cost dflashd itself.
 # usage: BUILD=build STEPS=300 WARM=20 SCRAPERS=8 RATE=0 REPEAT=2 bench/metrics_flood.sh
 cd "$(dirname "$0")/.." || exit 1
-BIN=${BUILD:-build}/bin
+. tests/system/lib.bash
 STEPS=${STEPS:-300}
 WARM=${WARM:-20}
 SCRAPERS=${SCRAPERS:-8}
@@ -20,55 +20,16 @@ REPEAT=${REPEAT:-2}
 RATE=${RATE:-0}
 FLOOD_MAX_SEC=${FLOOD_MAX_SEC:-600}
 [ "$SCRAPERS" -ge 1 ] && [ "$SCRAPERS" -le 16 ] || { echo "SCRAPERS must be 1..16 (dflashd serves 16 connections)" >&2; exit 2; }
-W=$(mktemp -d /tmp/dflash-flood-XXXXXX)
-trap 'rm -rf "$W"' EXIT
-"$BIN/dflash-demo" make-target "$W/target" --seed 7 --kind repeat --period 8 >/dev/null &&
-"$BIN/dflash-demo" make-data -q --target "$W/target" -o "$W/data.jsonl" --samples 256 --seed 7 >/dev/null &&
-"$BIN/dflash-prepare" -o "$W/data" "$W/data.jsonl" >/dev/null || { echo "fixture failed" >&2; exit 1; }
+"$BIN/dflash-demo" make-target "$T/target" --seed 7 --kind repeat --period 8 >/dev/null 2>>"$T/fixture.log" &&
+prepared_data "$T/target" "$T/data" --samples 256 --seed 7 ||
+    { echo "fixture failed: $(tail -3 "$T/fixture.log")" >&2; exit 1; }
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
-config() { # NAME
-    cat >"$W/$1.ini" <<EOC
-[job]
-name = flood-$1
-run_dir = $W/$1
-seed = 1234
-backend = cpu
-[data]
-path = $W/data
-max_batch_tokens = 512
-max_batch_seqs = 16
-[target]
-model = $W/target
-[drafter]
-layers = 1
-block_size = 8
-num_taps = 3
-max_anchors = 64
-[train]
-steps = $STEPS
-warmup_steps = 20
-checkpoint_every = 0
-lr = 1e-2
-min_lr = 1e-3
-weight_decay = 0
-clip = 1.0
-[workers]
-targets = 2
-drafters = 2
-watchdog_sec = 10
-heartbeat_timeout_sec = 10
-[ring]
-token_slots = 8
-pool_slots = 4
-[control]
-metrics_listen = 127.0.0.1:$PORT
-EOC
-}
+config() { demo_config "$1" "$STEPS" train.checkpoint_every=0 control.metrics_listen="127.0.0.1:$PORT"; } # NAME
 
 # watch.py LEDGER OUT KEEPER_CFG [SCRAPERS]: polls the ledger (2 ms) until STEPS lines, samples dflashd's
 # /proc (CPU, threads, RSS) and runs the scrapers meanwhile; writes one JSON line of results to OUT
-cat >"$W/watch.py" <<'EOP'
+cat >"$T/watch.py" <<'EOP'
 import json, multiprocessing as mp, os, socket, statistics, sys, time, http.client
 ledger, out, cfg, scrapers, steps, warm, port, max_sec, rate = sys.argv[1], sys.argv[2], sys.argv[3], \
     int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8]), float(sys.argv[9])
@@ -150,11 +111,11 @@ EOP
 
 run() { # NAME SCRAPERS
     config "$1"
-    "$BIN/dflash" run -c "$W/$1.ini" >"$W/$1.out" 2>&1 &
+    "$BIN/dflash" run -c "$T/$1.ini" >"$T/$1.out" 2>&1 &
     local sup=$!
-    python3 "$W/watch.py" "$W/$1/ledger.jsonl" "$W/$1.json" "$W/$1.ini" "$2" "$STEPS" "$WARM" "$PORT" "$FLOOD_MAX_SEC" "$RATE"
-    wait $sup || { echo "$1: the job failed: $(tail -3 "$W/$1.out")" >&2; exit 1; }
-    python3 - "$W/$1.json" "$1" <<'EOP'
+    python3 "$T/watch.py" "$T/$1/ledger.jsonl" "$T/$1.json" "$T/$1.ini" "$2" "$STEPS" "$WARM" "$PORT" "$FLOOD_MAX_SEC" "$RATE"
+    wait $sup || { echo "$1: the job failed: $(tail -3 "$T/$1.out")" >&2; exit 1; }
+    python3 - "$T/$1.json" "$1" <<'EOP'
 import json, sys
 r = json.load(open(sys.argv[1]))
 line = "%-8s %d steps: commit interval mean %.1f ms (%.2f steps/s), median %.1f ms; dflashd %.2f s CPU, <= %d threads, <= %d KiB RSS" % (
@@ -172,7 +133,7 @@ for r in $(seq "$REPEAT"); do
     run "idle-$r" 0
     run "flood-$r" "$SCRAPERS"
 done
-python3 - "$W" "$REPEAT" <<'EOP'
+python3 - "$T" "$REPEAT" <<'EOP'
 import json, sys
 w, n = sys.argv[1], int(sys.argv[2])
 get = lambda k: [json.load(open("%s/%s-%d.json" % (w, k, r + 1))) for r in range(n)]

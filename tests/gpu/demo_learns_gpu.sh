@@ -7,18 +7,17 @@
 # Usage: BUILD=build tests/gpu/demo_learns_gpu.sh   (needs $BUILD/bin/* including the -cuda builds)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
+. tests/gpu/lib.bash
 STEPS=${STEPS:-150}
 
 "$BIN/dflash-demo" make-target "$T/target" --kind repeat --seed 7 --dtype bf16 >/dev/null 2>"$T/fixture.log" &&
-"$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/data.jsonl" --samples 256 --seed 7 \
-    >/dev/null 2>>"$T/fixture.log" &&
+prepared_data "$T/target" "$T/data" --samples 256 --seed 7 &&
 "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/held.jsonl" --samples 32 --seed 8 \
-    >/dev/null 2>>"$T/fixture.log" &&
-"$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
+    >/dev/null 2>>"$T/fixture.log" ||
     { fail demo_gpu_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 
 # the target's greedy continuation on the GPU: every generated token is the token 8 back
-"$BIN/dflash-cuda" generate --backend cuda --target "$T/target" --prompts "$T/held.jsonl" -o "$T/gen.jsonl" \
+"$BIN/dflash-cuda" generate --backend "$BACKEND" --target "$T/target" --prompts "$T/held.jsonl" -o "$T/gen.jsonl" \
     --max-new-tokens 48 >/dev/null 2>"$T/gen.err" || { fail demo_gpu_generate "$(tail -3 "$T/gen.err")"; }
 out=$(python3 - "$T/gen.jsonl" <<'EOP'
 import json, sys
@@ -33,44 +32,13 @@ sys.exit(1 if bad or not n else 0)
 EOP
 ) && ok "demo_gpu_greedy_repeats ($out)" || fail demo_gpu_greedy_repeats "$out"
 
-cat >"$T/job.ini" <<EOC
-[job]
-name = t$$-demo
-run_dir = $T/job
-seed = 1234
-backend = cuda
-[data]
-path = $T/data
-max_batch_tokens = 512
-max_batch_seqs = 16
-[target]
-model = $T/target
-[drafter]
-layers = 1
-block_size = 8
-num_taps = 3
-max_anchors = 64
-[train]
-steps = $STEPS
-warmup_steps = 20
-checkpoint_every = 50
-lr = 1e-2
-min_lr = 1e-3
-clip = 1.0
-[workers]
-targets = 1
-drafters = 1
-watchdog_sec = 120
-heartbeat_timeout_sec = 120
-[ring]
-token_slots = 8
-pool_slots = 4
-EOC
+# deploy/demo.ini's job on one device
+demo_config job "$STEPS" "${ONE_DEVICE[@]}" train.checkpoint_every=50
 run_job job || { fail demo_gpu_job "$(tail -5 "$T/job.out")"; exit 1; }
 ok demo_gpu_job
 tau() {
-    "$BIN/dflash-cuda" eval --backend cuda --target "$T/target" --drafter "$T/job/ckpt/latest" --prompts "$T/held.jsonl" \
-        --limit 32 --max-new-tokens 48 --json "$@" 2>>"$T/eval.err" |
+    "$BIN/dflash-cuda" eval --backend "$BACKEND" --target "$T/target" --drafter "$T/job/ckpt/latest" \
+        --prompts "$T/held.jsonl" --limit 32 --max-new-tokens 48 --json "$@" 2>>"$T/eval.err" |
         python3 -c 'import json, sys; r = json.load(sys.stdin); print("%.4f %.2f" % (r["tau"], r["speedup"]))'
 }
 u=$(tau --untrained) && t=$(tau) || { fail demo_gpu_eval "$(tail -3 "$T/eval.err")"; exit 1; }

@@ -27,16 +27,25 @@ CAND_BACKEND=${CAND_BACKEND:-cuda}
 MAX_FLIP_PCT=${MAX_FLIP_PCT:-5}
 CPU=("$BIN/dflash" generate --target "$TGT")
 GPU=("$BIN/dflash-cuda" generate --target "$CAND_TARGET" --backend "$CAND_BACKEND")
-# the prompts of make_fixture's data, and an EOS id that ends some answers early (so slots free at different steps)
-python3 - "$T/data.jsonl" "$T/prompts.jsonl" <<'EOF'
+# prompts_of DATA OUT: the prompts of DATA's samples (their tokens before the first answer token), one a line, to OUT
+prompts_of() {
+    python3 - "$1" "$2" <<'EOP'
 import json, sys
 with open(sys.argv[2], "w") as f:
     for l in open(sys.argv[1]):
         l = json.loads(l)
         f.write(json.dumps({"input_ids": l["input_ids"][:l["loss_mask"].index(1)]}) + "\n")
-EOF
+EOP
+}
+# eos_of ANSWERS: the 6th answer token of the first line of ANSWERS (as an EOS id it ends some answers early)
+eos_of() {
+    python3 -c 'import json, sys; l = json.loads(open(sys.argv[1]).readline())
+print(l["input_ids"][l["loss_mask"].index(1) + 5])' "$1"
+}
+# the prompts of make_fixture's data, and an EOS id that ends some answers early (so slots free at different steps)
+prompts_of "$T/data.jsonl" "$T/prompts.jsonl"
 "${CPU[@]}" --prompts "$T/prompts.jsonl" -o "$T/probe.jsonl" --max-new-tokens 24 --suppress $((V - 1)) -q >/dev/null 2>&1
-eos=$(python3 -c "import json; l=json.loads(open('$T/probe.jsonl').readline()); print(l['input_ids'][l['loss_mask'].index(1) + 5])")
+eos=$(eos_of "$T/probe.jsonl")
 ARGS=(--prompts "$T/prompts.jsonl" --max-new-tokens 24 --suppress $((V - 1)) --eos "$eos")
 
 # ---- the GPU's answers against the CPU's ----
@@ -152,14 +161,8 @@ for c in qwen35-tiny qwen35moe-tiny; do
     HV=$(python3 -c "import json; print(json.load(open('$HYB/config.json'))['vocab_size'])")
     "$BIN/dflash-demo" make-data -q --target "$HYB" -o "$T/$c.ref.jsonl" --samples 24 --answer-len 24 --seed 7 \
         >/dev/null 2>"$T/$c.err"
-    python3 - "$T/$c.ref.jsonl" "$T/$c.prompts.jsonl" <<'EOP'
-import json, sys
-with open(sys.argv[2], "w") as f:
-    for l in open(sys.argv[1]):
-        l = json.loads(l)
-        f.write(json.dumps({"input_ids": l["input_ids"][:l["loss_mask"].index(1)]}) + "\n")
-EOP
-    HEOS=$(python3 -c "import json; l=json.loads(open('$T/$c.ref.jsonl').readline()); print(l['input_ids'][l['loss_mask'].index(1) + 5])")
+    prompts_of "$T/$c.ref.jsonl" "$T/$c.prompts.jsonl"
+    HEOS=$(eos_of "$T/$c.ref.jsonl")
     HARGS=(--prompts "$T/$c.prompts.jsonl" --max-new-tokens 24 --suppress $((HV - 1)) --eos "$HEOS")
     "$BIN/dflash" generate --target "$HYB" "${HARGS[@]}" -o "$T/$c.cpu.jsonl" -q >/dev/null 2>>"$T/$c.err" ||
         fail "generate_gpu_hybrid_cpu_reference_$c" "$(tail -3 "$T/$c.err")"

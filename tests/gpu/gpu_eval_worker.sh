@@ -9,57 +9,14 @@
 # Usage: BUILD=build tests/gpu/gpu_eval_worker.sh   (needs $BUILD/bin/* including the -cuda workers)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
+. tests/gpu/lib.bash
 STEPS=${STEPS:-400} EVERY=${EVERY:-100} HOLD=${HOLD:-200}
-"$BIN/dflash-demo" make-target "$T/target" --seed 11 --hidden 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 \
-    --intermediate 256 --vocab 512 --dtype bf16 >/dev/null 2>"$T/fixture.log" &&
-"$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/data.jsonl" --samples 64 --answer-len 40 --seed 5 \
-    >/dev/null 2>>"$T/fixture.log" &&
-"$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/held.jsonl" --samples 8 --answer-len 32 --seed 9 \
-    >/dev/null 2>>"$T/fixture.log" &&
-"$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
-    { fail gpu_eval_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
-gpu_config() { # NAME [eval lines]
-    cat >"$T/$1.ini" <<EOC
-[job]
-name = t$$-$1
-run_dir = $T/$1
-seed = 77
-backend = cuda
-[data]
-path = $T/data
-max_batch_tokens = 256
-max_batch_seqs = 8
-[target]
-model = $T/target
-[drafter]
-layers = 2
-block_size = 4
-num_taps = 3
-max_anchors = 16
-[train]
-steps = $STEPS
-warmup_steps = 3
-checkpoint_every = $EVERY
-lr = 3e-3
-[workers]
-targets = 1
-drafters = 1
-watchdog_sec = 120
-heartbeat_timeout_sec = 120
-[ring]
-token_slots = 4
-pool_slots = 3
-${2:-}
-EOC
-}
-EVAL_INI="[eval]
-prompts = $T/held.jsonl
-every = $EVERY
-limit = 8
-max_new_tokens = 32"
-gpu_config off
-gpu_config on "$EVAL_INI"
-gpu_config kill "$EVAL_INI"
+gpu_fixture && "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/held.jsonl" --samples 8 --answer-len 32 \
+    --seed 9 >/dev/null 2>>"$T/fixture.log" || { fail gpu_eval_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+EVAL_INI=(eval.prompts="$T/held.jsonl" eval.every="$EVERY" eval.limit=8 eval.max_new_tokens=32)
+gpu_train_config off train.checkpoint_every="$EVERY"
+gpu_train_config on train.checkpoint_every="$EVERY" "${EVAL_INI[@]}"
+gpu_train_config kill train.checkpoint_every="$EVERY" "${EVAL_INI[@]}"
 t0=$SECONDS
 run_job off || { fail gpu_eval_off_run "$(tail -5 "$T/off.out")"; exit 1; }
 t1=$SECONDS
@@ -85,8 +42,8 @@ EOP
 }
 if out=$(check_eval on); then ok "gpu_eval_jsonl ($out)"; else fail gpu_eval_jsonl "$out"; fi
 last=$T/on/ckpt/step-$(printf %08d $STEPS)
-"$BIN/dflash-cuda" eval --backend cuda --target "$T/target" --drafter "$last" --prompts "$T/held.jsonl" --limit 8 \
-    --max-new-tokens 32 --json >"$T/cmd.json" 2>"$T/cmd.err" || fail gpu_eval_cmd "$(tail -3 "$T/cmd.err")"
+"$BIN/dflash-cuda" eval --backend "$BACKEND" --target "$T/target" --drafter "$last" --prompts "$T/held.jsonl" \
+    --limit 8 --max-new-tokens 32 --json >"$T/cmd.json" 2>"$T/cmd.err" || fail gpu_eval_cmd "$(tail -3 "$T/cmd.err")"
 if out=$(python3 - "$T/on/eval.jsonl" "$T/cmd.json" <<'EOP'
 import json, sys
 w = [json.loads(l) for l in open(sys.argv[1])][-1]
@@ -105,10 +62,10 @@ held_pid() { [ -f "$T/hold.step" ] && awk -v h=$HOLD '$1 == h { print $2 }' "$T/
 until [ -n "$(held_pid)" ] || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
 pid=$(held_pid)
 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>&1 | sed 's/^/note: gpu memory: /'
-until [ "$(wc -l <"$T/kill/ledger.jsonl" 2>/dev/null)" -ge $STEPS ] || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
-if [ -n "$pid" ] && [ "$(wc -l <"$T/kill/ledger.jsonl")" -eq $STEPS ]; then
+wait_step kill $STEPS
+if [ -n "$pid" ] && [ "$(ledger_lines kill)" -eq $STEPS ]; then
     ok "gpu_training_never_waits_for_eval (all $STEPS steps while the evaluation of step $HOLD holds)"
-else fail gpu_training_never_waits_for_eval "held pid '$pid', $(wc -l <"$T/kill/ledger.jsonl" 2>/dev/null) steps"; fi
+else fail gpu_training_never_waits_for_eval "held pid '$pid', $(ledger_lines kill) steps"; fi
 [ -n "$pid" ] && kill -9 "$pid"
 until { p=$(held_pid); [ -n "$p" ] && [ "$p" != "$pid" ]; } || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
 rm -f "$T/hold"

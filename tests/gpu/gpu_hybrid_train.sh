@@ -15,15 +15,13 @@
 # Usage: BUILD=build DFLASH_GOLDENS=tests/goldens tests/gpu/gpu_hybrid_train.sh   (needs the -cuda workers)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
+. tests/gpu/lib.bash
 GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
 STEPS=${STEPS:-200}
-BACKEND=${BACKEND:-cuda} # BACKEND=cpu runs the same checks on the CPU (the script's own test)
 
 "$BIN/dflash-demo" make-target "$T/datagen" --seed 11 --hidden 32 --layers 2 --heads 4 --kv-heads 2 --head-dim 8 \
     --intermediate 64 --vocab 512 >/dev/null 2>"$T/fixture.log" &&
-"$BIN/dflash-demo" make-data -q --target "$T/datagen" -o "$T/data.jsonl" --samples 64 --answer-len 40 --seed 5 \
-    >/dev/null 2>>"$T/fixture.log" &&
-"$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
+prepared_data "$T/datagen" "$T/data" ||
     { fail gpu_hybrid_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 
 # vl_checkpoint SRC DST: SRC's safetensors with model.* renamed model.language_model.* (the header only)
@@ -73,26 +71,8 @@ for c in qwen35-tiny qwen35moe-tiny qwen35-vl; do
     if [ $c = qwen35-vl ]; then vl_checkpoint "$GOLDENS/qwen35-tiny/target" "$T/target"
     else cp -r "$GOLDENS/$c/target" "$T/target" && chmod -R u+w "$T/target"; fi ||
         { fail "gpu_hybrid_${c}_fixture" "no target at $GOLDENS/$c/target"; continue; }
-    write_config "$c" "$STEPS"
-    sed -i -e "s/^seed = 77$/seed = 77\\nbackend = $BACKEND/" -e 's/^targets = 2$/targets = 1/' \
-        -e 's/^drafters = 2$/drafters = 1/' -e 's/^checkpoint_every = 10$/checkpoint_every = 100/' "$T/$c.ini"
-    if run_job "$c"; then ok "gpu_hybrid_${c}_run_completes"
-    else fail "gpu_hybrid_${c}_run_completes" "$(tail -5 "$T/$c.out")"; continue; fi
-    if msg=$(check_ledger "$c" "$STEPS" 1); then ok "gpu_hybrid_${c}_ledger ($msg)"
-    else fail "gpu_hybrid_${c}_ledger" "$msg"; fi
-    loss=$(grep -o "loss [0-9.]* -> [0-9.]*" "$T/$c.out" | tail -1)
-    if python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if b < a else 1)" \
-        $(echo "$loss" | awk '{ print $2, $4 }') 2>/dev/null; then ok "gpu_hybrid_${c}_loss_falls ($loss)"
-    else fail "gpu_hybrid_${c}_loss_falls" "'$loss': $(tail -3 "$T/$c.out")"; fi
-    python3 - "$T/$c/ckpt/latest/config.json" <<'EOP' && ok "gpu_hybrid_${c}_checkpoint_follows_target" ||
-import json, sys
-c = json.load(open(sys.argv[1]))
-taps = c.get("dflash_config", {}).get("target_layer_ids", [])
-ok = c.get("hidden_size") == 64 and c.get("vocab_size") == 512 and c.get("num_target_layers") == 6 and \
-     taps and all(0 <= t < 6 for t in taps) and c.get("model_type") == "qwen3"
-sys.exit(0 if ok else 1)
-EOP
-        fail "gpu_hybrid_${c}_checkpoint_follows_target" "$(head -c 300 "$T/$c/ckpt/latest/config.json")"
+    gpu_config "$c" train.checkpoint_every=100
+    train_checks "gpu_hybrid_$c" "$c" || continue
     if [ $c = qwen35-vl ]; then
         cmp -s "$(final_weights qwen35-tiny)" "$(final_weights $c)" &&
             ok "gpu_hybrid_vision_language_prefix_trains_the_same_bits (model.language_model.* checkpoint)" ||

@@ -11,71 +11,17 @@
 # Usage: BUILD=build tests/gpu/gpu_keep_weights.sh   (needs $BUILD/bin/* including the -cuda workers)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
+. tests/gpu/lib.bash
 STEPS=${STEPS:-3000}
-CTL="$BIN/dflashctl"
 
-make_target() { # SEED
-    "$BIN/dflash-demo" make-target "$T/target" --seed "$1" --hidden 128 --layers 4 --heads 4 --kv-heads 2 \
-        --head-dim 32 --intermediate 256 --vocab 512 --dtype bf16 >/dev/null 2>>"$T/fixture.log"
-}
-make_target 11 &&
-"$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/data.jsonl" --samples 64 --answer-len 40 --seed 5 \
-    >/dev/null 2>>"$T/fixture.log" &&
-"$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
-    { fail gpu_keep_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
+gpu_fixture || { fail gpu_keep_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 
-gpu_config() { # NAME [KEEP [MODEL [STEPS [DATA]]]]
-    cat >"$T/$1.ini" <<EOC
-[job]
-name = t$$-$1
-run_dir = $T/$1
-seed = 77
-backend = cuda
-[data]
-path = ${5:-$T/data}
-max_batch_tokens = 256
-max_batch_seqs = 8
-[target]
-model = ${3:-$T/target}
-keep_weights = ${2:-true}
-[drafter]
-layers = 2
-block_size = 4
-num_taps = 3
-max_anchors = 16
-[train]
-steps = ${4:-$STEPS}
-warmup_steps = 3
-checkpoint_every = 1000
-lr = 3e-3
-[workers]
-targets = 1
-drafters = 1
-watchdog_sec = 120
-heartbeat_timeout_sec = 120
-[ring]
-token_slots = 4
-pool_slots = 3
-EOC
-}
-ledger_lines() { [ -f "$T/$1/ledger.jsonl" ] && wc -l <"$T/$1/ledger.jsonl" || echo 0; }
-wait_step() { # NAME STEP: until the ledger has STEP lines (or 300 s)
-    local d=$((SECONDS + 300))
-    until [ "$(ledger_lines "$1")" -ge "$2" ] || [ $SECONDS -ge $d ]; do sleep 0.05; done
-}
-worker_pid() { awk -v v="$2" '$1 == v && $2 > 0 {print $2}' "$T/$1/supervisor.state" 2>/dev/null; }
-kill_target() { # NAME: SIGKILL the running target-0 of run NAME, then wait until a new instance runs
-    local pid d=$((SECONDS + 120))
-    pid=$(worker_pid "$1" target-0)
-    [ -n "$pid" ] && kill -9 "$pid"
-    until [ -n "$(worker_pid "$1" target-0)" ] && [ "$(worker_pid "$1" target-0)" != "$pid" ] || [ $SECONDS -ge $d ]; do
-        sleep 0.05
-    done
-}
+kill_target() { kill_worker "$1" target-0 wait; } # NAME: SIGKILL target-0, then until a new instance runs
+keep_config() { gpu_train_config "$1" target.keep_weights=true "${@:2}"; } # NAME [edits]: the weights kept, said
 tlog() { cat "$T/$1/logs/target-0.log" 2>/dev/null; }
 
 # a: the reference, no restart (the first start loads and deposits)
-gpu_config a
+keep_config a
 if run_job a; then ok gpu_keep_reference_run_finishes
 else fail gpu_keep_reference_run_finishes "$(tail -5 "$T/a.out"; tlog a | tail -5)"; exit 1; fi
 tlog a | grep -q "loaded the target's weights in .* deposited them with dflashd" &&
@@ -83,7 +29,7 @@ tlog a | grep -q "loaded the target's weights in .* deposited them with dflashd"
     fail gpu_keep_first_start_deposits "$(tlog a | grep -i weights | head -3)"
 
 # b: two SIGKILLs and a rolling restart of the target, at moments picked at random
-gpu_config b
+keep_config b
 "$BIN/dflash" run -c "$T/b.ini" >"$T/b.out" 2>&1 &
 sup=$!
 wait_step b $((STEPS / 6 + RANDOM % (STEPS / 6)))
@@ -112,11 +58,11 @@ cmp -s "$(final_weights a)" "$(final_weights b)" && ok gpu_keep_restarted_bitwis
 # c: the checkpoint changes under the job (same shape, other weights); the next target instance must not reuse
 # them, and the one after it, whose reload into the deposited allocation was killed half-way (fault hook), must not
 # take the half-written allocation for weights either
-gpu_config c
+keep_config c
 DFLASH_FAULT_TARGET_LOAD_KILL="$T/kill-in-load" "$BIN/dflash" run -c "$T/c.ini" >"$T/c.out" 2>&1 &
 sup=$!
 wait_step c $((STEPS / 4))
-make_target 12 || fail gpu_keep_fixture "$(tail -3 "$T/fixture.log")"
+gpu_target 12 || fail gpu_keep_fixture "$(tail -3 "$T/fixture.log")"
 touch "$T/kill-in-load"
 kill_target c
 wait $sup
@@ -137,7 +83,7 @@ cmp -s "$(final_weights a)" "$(final_weights c)" && fail gpu_keep_changed_weight
     ok gpu_keep_changed_weights_used
 
 # d: target.keep_weights = false: nothing deposited, a restarted target reads its checkpoint again
-gpu_config d false
+keep_config d target.keep_weights=false
 "$BIN/dflash" run -c "$T/d.ini" >"$T/d.out" 2>&1 &
 sup=$!
 wait_step d $((STEPS / 3))
@@ -157,12 +103,10 @@ SH=${STEPS_HYBRID:-1500}
 for g in qwen35-tiny qwen35moe-tiny qwen3moe-tiny; do
     [ -d "$GOLDENS/$g/target" ] || { fail "gpu_keep_${g}_fixture" "no target at $GOLDENS/$g/target"; continue; }
     # data in the golden target's own vocabulary (qwen3moe-tiny's is 256 ids, the random target's 512)
-    "$BIN/dflash-demo" make-data -q --target "$GOLDENS/$g/target" -o "$T/$g-data.jsonl" --samples 64 \
-        --answer-len 40 --seed 5 >/dev/null 2>>"$T/fixture.log" &&
-        "$BIN/dflash-prepare" -o "$T/$g-data" "$T/$g-data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
+    prepared_data "$GOLDENS/$g/target" "$T/$g-data" ||
         { fail "gpu_keep_${g}_fixture" "$(tail -3 "$T/fixture.log")"; continue; }
-    gpu_config "$g-ref" true "$GOLDENS/$g/target" $SH "$T/$g-data"
-    gpu_config "$g" true "$GOLDENS/$g/target" $SH "$T/$g-data"
+    keep_config "$g-ref" target.model="$GOLDENS/$g/target" train.steps=$SH data.path="$T/$g-data"
+    keep_config "$g" target.model="$GOLDENS/$g/target" train.steps=$SH data.path="$T/$g-data"
     run_job "$g-ref" || { fail "gpu_keep_${g}_reference" "$(tail -3 "$T/$g-ref.out")"; continue; }
     "$BIN/dflash" run -c "$T/$g.ini" >"$T/$g.out" 2>&1 &
     sup=$!

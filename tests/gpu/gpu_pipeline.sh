@@ -8,46 +8,19 @@
 # Usage: BUILD=build/gpu-h tests/gpu/gpu_pipeline.sh   (needs $BUILD/bin/* and $BUILD/gpu/slot_consumer)
 cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
+. tests/gpu/lib.bash
 N=${N:-30}
+STEPS=$N
 CONSUMER=${BUILD:-build}/gpu/slot_consumer
 
 "$BIN/dflash-demo" make-target "$T/target" --seed 11 --hidden 64 --layers 4 --heads 4 --kv-heads 2 --head-dim 16 \
     --intermediate 128 --vocab 256 --dtype bf16 >/dev/null 2>"$T/fixture.log" &&
-"$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/data.jsonl" --samples 48 --answer-len 24 --seed 5 \
-    >/dev/null 2>>"$T/fixture.log" &&
-"$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
+prepared_data "$T/target" "$T/data" --samples 48 --answer-len 24 --seed 5 ||
     { fail gpu_pipeline_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 
-cat >"$T/gpu.ini" <<EOC
-[job]
-name = t$$-gpu
-run_dir = $T/gpu
-seed = 77
-backend = cuda
-[data]
-path = $T/data
-max_batch_tokens = 128
-max_batch_seqs = 8
-[target]
-model = $T/target
-[drafter]
-layers = 1
-block_size = 4
-num_taps = 3
-max_anchors = 8
-[train]
-steps = $N
-warmup_steps = 3
-checkpoint_every = 1000
-[workers]
-targets = 1
-drafters = 1
-watchdog_sec = 60
-heartbeat_timeout_sec = 60
-[ring]
-token_slots = 4
-pool_slots = 3
-EOC
+# the job the target fills and the consumer (as drafter-0) checks: 3 taps, 3 pool slots, a 60 s watchdog
+gpu_config gpu drafter.num_taps=3 train.checkpoint_every=1000 ring.pool_slots=3 workers.watchdog_sec=60 \
+    workers.heartbeat_timeout_sec=60
 mkdir -p "$T/gpu"
 "$BIN/dflashd" -c "$T/gpu.ini" >"$T/dflashd.log" 2>&1 &
 keeper=$!

@@ -26,13 +26,9 @@ fi
 # demo_learns.sh's fixture: the repeat target (greedy = the token 4 back) with lib.bash's tiny shape, training and
 # held-out data; a drafter [full_attention, sliding_attention] with window 3 < block 4 learns it (held-out tau ~3.4
 # after 600 CPU steps; ~3.6 with the same weights and no window)
-"$BIN/dflash-demo" make-target "$T/target" --kind repeat --period 4 --seed 11 --hidden 32 --layers 4 --heads 4 \
-    --kv-heads 2 --head-dim 8 --intermediate 64 --vocab 256 >/dev/null 2>"$T/fixture.log" &&
-"$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/data.jsonl" --samples 48 --answer-len 24 --seed 5 \
-    >/dev/null 2>>"$T/fixture.log" &&
+make_fixture --kind repeat --period 4 &&
 "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/held.jsonl" --samples 16 --answer-len 24 --seed 9 \
-    >/dev/null 2>>"$T/fixture.log" &&
-"$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
+    >/dev/null 2>>"$T/fixture.log" ||
     { fail zlab_swa_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 write_config job 600
 sed -i 's/^layers = 1/layers = 2\nlayer_types = full_attention, sliding_attention\nsliding_window = 3/;

@@ -7,13 +7,9 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/system/lib.bash
 
 # the fixture of lib.bash's make_fixture, with the repeat target; period 4 = write_config's block size
-"$BIN/dflash-demo" make-target "$T/target" --kind repeat --period 4 --seed 11 --hidden 32 --layers 4 --heads 4 \
-    --kv-heads 2 --head-dim 8 --intermediate 64 --vocab 256 >/dev/null 2>"$T/fixture.log" &&
-"$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/data.jsonl" --samples 48 --answer-len 24 --seed 5 \
-    >/dev/null 2>>"$T/fixture.log" &&
+make_fixture --kind repeat --period 4 &&
 "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/held.jsonl" --samples 12 --answer-len 24 --seed 9 \
-    >/dev/null 2>>"$T/fixture.log" &&
-"$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log" ||
+    >/dev/null 2>>"$T/fixture.log" ||
     { fail demo_learns_fixture "$(tail -3 "$T/fixture.log")"; exit 1; }
 
 # and make run's target (the default shape, period 8), answering 16 prompts

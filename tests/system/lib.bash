@@ -15,13 +15,22 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# make_fixture: a tiny target and a small self-distilled data set under $T.
+# make_fixture [make-target options]: a tiny target (those options added, e.g. --kind repeat) and a small
+# self-distilled data set under $T.
 make_fixture() {
     "$BIN/dflash-demo" make-target "$T/target" --seed 11 --hidden 32 --layers 4 --heads 4 --kv-heads 2 \
-        --head-dim 8 --intermediate 64 --vocab 256 >/dev/null 2>"$T/fixture.log" &&
-    "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/data.jsonl" --samples 48 --answer-len 24 \
-        --seed 5 >/dev/null 2>>"$T/fixture.log" &&
-    "$BIN/dflash-prepare" -o "$T/data" "$T/data.jsonl" >/dev/null 2>>"$T/fixture.log"
+        --head-dim 8 --intermediate 64 --vocab 256 "$@" >/dev/null 2>"$T/fixture.log" &&
+    prepared_data "$T/target" "$T/data" --samples 48 --answer-len 24 --seed 5
+}
+
+# prepared_data TARGET OUT [make-data options]: TARGET's self-distilled data set (make-data; default 64 samples, answers
+# of 40 tokens, seed 5) written to OUT.jsonl and prepared into OUT; messages to $T/fixture.log; non-zero on failure.
+prepared_data() {
+    local target=$1 out=$2
+    shift 2
+    [ $# -gt 0 ] || set -- --samples 64 --answer-len 40 --seed 5
+    "$BIN/dflash-demo" make-data -q --target "$target" -o "$out.jsonl" "$@" >/dev/null 2>>"$T/fixture.log" &&
+    "$BIN/dflash-prepare" -o "$out" "$out.jsonl" >/dev/null 2>>"$T/fixture.log"
 }
 
 # write_config NAME STEPS [extra lines]: a job config at $T/NAME.ini with run_dir $T/NAME.
@@ -95,3 +104,79 @@ EOP
 
 # final_weights NAME: path of the final checkpoint's optimizer state (fp32 master weights and moments).
 final_weights() { echo "$T/$1/ckpt/latest/optimizer.safetensors"; }
+
+# set_ini FILE SECTION.KEY=VALUE... | -SECTION...: edits a job config in place: a key is replaced where its section has
+# it, else added at the end of the section (the section is added at the end of the file if it has none); -SECTION
+# drops that section. The one way the tests vary a config written by write_config or taken from deploy/.
+set_ini() {
+    python3 - "$@" <<'EOP'
+import sys
+path, edits = sys.argv[1], sys.argv[2:]
+lines = open(path).read().splitlines()
+def bounds(sec):  # [start, end) of SECTION's lines, header included; None if absent
+    start = None
+    for i, l in enumerate(lines):
+        h = l.strip()
+        if h.startswith("[") and h.endswith("]"):
+            if start is not None: return start, i
+            if h[1:-1].strip() == sec: start = i
+    return (start, len(lines)) if start is not None else None
+for e in edits:
+    if e.startswith("-"):
+        b = bounds(e[1:])
+        if b: del lines[b[0]:b[1]]
+        continue
+    name, sep, value = e.partition("=")
+    sec, dot, key = name.partition(".")
+    if not sep or not dot: sys.exit("set_ini: '%s' is not SECTION.KEY=VALUE or -SECTION" % e)
+    b = bounds(sec)
+    if b is None:
+        lines += ["[%s]" % sec, "%s = %s" % (key, value)]
+        continue
+    for i in range(b[0] + 1, b[1]):
+        if lines[i].split("=", 1)[0].strip() == key and "=" in lines[i]:
+            lines[i] = "%s = %s" % (key, value)
+            break
+    else:
+        end = b[1]
+        while end > b[0] + 1 and not lines[end - 1].strip(): end -= 1  # before the blank lines ending the section
+        lines.insert(end, "%s = %s" % (key, value))
+open(path, "w").write("\n".join(lines) + "\n")
+EOP
+}
+
+# demo_config NAME STEPS [SECTION.KEY=VALUE...]: deploy/demo.ini's job (the repeat target's model and training
+# settings) at $T/NAME.ini: run_dir $T/NAME, target $T/target, data $T/data, STEPS steps, no [eval]; then the edits.
+demo_config() {
+    local name=$1 steps=$2
+    shift 2
+    cp deploy/demo.ini "$T/$name.ini" &&
+    set_ini "$T/$name.ini" -eval job.name="t$$-$name" job.run_dir="$T/$name" target.model="$T/target" \
+        data.path="$T/data" train.steps="$steps" "$@"
+}
+
+# ledger_lines NAME: how many steps run NAME has committed (0 before its ledger exists).
+ledger_lines() { [ -f "$T/$1/ledger.jsonl" ] && wc -l <"$T/$1/ledger.jsonl" || echo 0; }
+
+# wait_step NAME STEP: until run NAME's ledger has STEP lines, or 300 s (the caller checks what it needs).
+wait_step() {
+    local d=$((SECONDS + 300))
+    until [ "$(ledger_lines "$1")" -ge "$2" ] || [ $SECONDS -ge $d ]; do sleep 0.05; done
+}
+
+# worker_pid NAME WORKER: the pid of the running instance of WORKER (target-0, drafter-0, ...) of `dflash run` NAME.
+worker_pid() { awk -v v="$2" '$1 == v && $2 > 0 {print $2}' "$T/$1/supervisor.state" 2>/dev/null; }
+
+# kill_worker NAME WORKER [wait]: SIGKILL that instance (non-zero if none runs); with "wait", then until dflash run
+# has started a new one (or 120 s).
+kill_worker() {
+    local pid d=$((SECONDS + 120))
+    pid=$(worker_pid "$1" "$2")
+    [ -n "$pid" ] && kill -9 "$pid"
+    local rc=$?
+    [ "${3:-}" = wait ] &&
+        until [ -n "$(worker_pid "$1" "$2")" ] && [ "$(worker_pid "$1" "$2")" != "$pid" ] || [ $SECONDS -ge $d ]; do
+            sleep 0.05
+        done
+    return $rc
+}

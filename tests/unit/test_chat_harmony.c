@@ -55,218 +55,122 @@ static chat_template *load_with(const char *dir, const char *template_file, cons
     return t;
 }
 
+/* The pieces the specification's renderings share. SYSTEM: harmony's system message (DATES: its knowledge cutoff and
+ * current date lines; EFFORT: its reasoning effort; CHANNELS: the valid channels; MORE: what follows the channels
+ * line). DEVELOPER: the developer message of a system or developer instruction. FUNCTIONS: the namespace of a tool
+ * list in the developer message; WEATHER_FNS the three weather functions of src/tests.rs as rendered and as JSON. */
+#define SYSTEM(DATES, EFFORT, CHANNELS, MORE)                                                                         \
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n" DATES "\n"                \
+    "Reasoning: " EFFORT "\n\n# Valid channels: " CHANNELS ". Channel must be included for every message." MORE        \
+    "<|end|>"
+#define CUTOFF "Knowledge cutoff: 2024-06\n"
+#define ALL_CHANNELS "analysis, commentary, final"
+#define TOOLS_LINE "\nCalls to these tools must go to the commentary channel: 'functions'."
+#define DEVELOPER(TEXT) "<|start|>developer<|message|># Instructions\n\n" TEXT "<|end|>"
+#define USER(TEXT) "<|start|>user<|message|>" TEXT "<|end|>"
+#define NEXT "<|start|>assistant"
+#define FUNCTIONS(FNS) "# Tools\n\n## functions\n\nnamespace functions {\n\n" FNS "} // namespace functions"
+#define MSG(ROLE, TEXT) "{\"role\": \"" ROLE "\", \"content\": \"" TEXT "\"}"
+#define ROBOT "Answer the user's questions like a robot."
+#define CAPITAL "What is the capital of the largest country in the world?"
+#define SF "What is the weather like in SF?"
+#define CANDY "What is the best place to eat candy in the world?"
+#define WEATHER_FNS                                                                                                   \
+    "// Gets the location of the user.\n"                                                                              \
+    "type get_location = () => any;\n"                                                                                 \
+    "\n"                                                                                                               \
+    "// Gets the current weather in the provided location.\n"                                                          \
+    "type get_current_weather = (_: {\n"                                                                               \
+    "// The city and state, e.g. San Francisco, CA\n"                                                                  \
+    "location: string,\n"                                                                                              \
+    "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"                                                     \
+    "}) => any;\n"                                                                                                     \
+    "\n"                                                                                                               \
+    "// Gets the current weather in the provided list of locations.\n"                                                 \
+    "type get_multiple_weathers = (_: {\n"                                                                             \
+    "// List of city and state, e.g. [\"San Francisco, CA\", \"New York, NY\"]\n"                                      \
+    "locations: string[],\n"                                                                                           \
+    "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"                                                     \
+    "}) => any;\n"                                                                                                     \
+    "\n"
+#define WEATHER_FNS_JSON "{\"type\": \"function\", \"function\": {\"name\": \"get_location\", \"description\": \"Gets the location of the user.\"}}, {\"type\": \"function\", \"function\": {\"name\": \"get_current_weather\", \"description\": \"Gets the current weather in the provided location.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"location\": {\"type\": \"string\", \"description\": \"The city and state, e.g. San Francisco, CA\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"location\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"get_multiple_weathers\", \"description\": \"Gets the current weather in the provided list of locations.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"locations\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"List of city and state, e.g. [\\\"San Francisco, CA\\\", \\\"New York, NY\\\"]\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"locations\"]}}}"
+
 /* test-data file, messages, template arguments, its text, tools (JSON, or NULL): prompts for the next assistant turn */
 static const struct spec_case { const char *file, *messages, *args, *want, *tools; } spec[] = {
-    {"test_simple_convo.txt",
-     "[{\"role\": \"user\", \"content\": \"What is 2 + 2?\"}]",
-     "{}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: medium\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant", NULL},
-    {"test_simple_convo_low_effort.txt",
-     "[{\"role\": \"developer\", \"content\": \"Answer the user's questions like a robot.\"}, {\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
+    {"test_simple_convo.txt", "[" MSG("user", "What is 2 + 2?") "]", "{}",
+     SYSTEM(CUTOFF, "medium", ALL_CHANNELS, "") USER("What is 2 + 2?") NEXT, NULL},
+    {"test_simple_convo_low_effort.txt", "[" MSG("developer", ROBOT) ", " MSG("user", CAPITAL) "]",
      "{\"reasoning_effort\": \"low\"}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: low\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\n"
-     "\n"
-     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
-    {"test_simple_convo_medium_effort.txt",
-     "[{\"role\": \"system\", \"content\": \"Answer the user's questions like a robot.\"}, {\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
+     SYSTEM(CUTOFF, "low", ALL_CHANNELS, "") DEVELOPER(ROBOT) USER(CAPITAL) NEXT, NULL},
+    {"test_simple_convo_medium_effort.txt", "[" MSG("system", ROBOT) ", " MSG("user", CAPITAL) "]",
      "{\"reasoning_effort\": \"medium\"}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: medium\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\n"
-     "\n"
-     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
-    {"test_simple_convo_high_effort.txt",
-     "[{\"role\": \"developer\", \"content\": \"Answer the user's questions like a robot.\"}, {\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
+     SYSTEM(CUTOFF, "medium", ALL_CHANNELS, "") DEVELOPER(ROBOT) USER(CAPITAL) NEXT, NULL},
+    {"test_simple_convo_high_effort.txt", "[" MSG("developer", ROBOT) ", " MSG("user", CAPITAL) "]",
      "{\"reasoning_effort\": \"high\"}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: high\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\n"
-     "\n"
-     "Answer the user's questions like a robot.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
-    {"test_simple_convo_low_effort_no_instruction.txt",
-     "[{\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
+     SYSTEM(CUTOFF, "high", ALL_CHANNELS, "") DEVELOPER(ROBOT) USER(CAPITAL) NEXT, NULL},
+    {"test_simple_convo_low_effort_no_instruction.txt", "[" MSG("user", CAPITAL) "]",
      "{\"reasoning_effort\": \"low\"}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: low\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
-    {"test_simple_convo_medium_effort_no_instruction.txt",
-     "[{\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
-     "{}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: medium\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
-    {"test_simple_convo_high_effort_no_instruction.txt",
-     "[{\"role\": \"user\", \"content\": \"What is the capital of the largest country in the world?\"}]",
+     SYSTEM(CUTOFF, "low", ALL_CHANNELS, "") USER(CAPITAL) NEXT, NULL},
+    {"test_simple_convo_medium_effort_no_instruction.txt", "[" MSG("user", CAPITAL) "]", "{}",
+     SYSTEM(CUTOFF, "medium", ALL_CHANNELS, "") USER(CAPITAL) NEXT, NULL},
+    {"test_simple_convo_high_effort_no_instruction.txt", "[" MSG("user", CAPITAL) "]",
      "{\"reasoning_effort\": \"high\"}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: high\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the capital of the largest country in the world?<|end|><|start|>assistant", NULL},
-    {"test_reasoning_system_message.txt",
-     "[{\"role\": \"user\", \"content\": \"What is 2 + 2?\"}]",
+     SYSTEM(CUTOFF, "high", ALL_CHANNELS, "") USER(CAPITAL) NEXT, NULL},
+    {"test_reasoning_system_message.txt", "[" MSG("user", "What is 2 + 2?") "]",
      "{\"valid_channels\": [\"analysis\", \"final\"]}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: medium\n"
-     "\n"
-     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant", NULL},
-    {"test_reasoning_system_message_no_instruction.txt",
-     "[{\"role\": \"user\", \"content\": \"What is the best place to eat candy in the world?\"}]",
+     SYSTEM(CUTOFF, "medium", "analysis, final", "") USER("What is 2 + 2?") NEXT, NULL},
+    {"test_reasoning_system_message_no_instruction.txt", "[" MSG("user", CANDY) "]",
      "{\"reasoning_effort\": \"high\", \"valid_channels\": [\"analysis\", \"final\"]}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "\n"
-     "Reasoning: high\n"
-     "\n"
-     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is the best place to eat candy in the world?<|end|><|start|>assistant", NULL},
-    {"test_reasoning_system_message_with_dates.txt",
-     "[{\"role\": \"user\", \"content\": \"What is 42 * pi?\"}]",
+     SYSTEM(CUTOFF, "high", "analysis, final", "") USER(CANDY) NEXT, NULL},
+    {"test_reasoning_system_message_with_dates.txt", "[" MSG("user", "What is 42 * pi?") "]",
      "{\"knowledge_cutoff\": \"2021-01\", \"current_date\": \"2021-01-01\", \"valid_channels\": [\"analysis\", \"final\"]}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2021-01\n"
-     "Current date: 2021-01-01\n"
-     "\n"
-     "Reasoning: medium\n"
-     "\n"
-     "# Valid channels: analysis, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 42 * pi?<|end|><|start|>assistant", NULL},
-    {"test_no_tools.txt",
-     "[]",
-     "{\"current_date\": \"2025-06-28\"}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "Current date: 2025-06-28\n"
-     "\n"
-     "Reasoning: medium\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>assistant", NULL},
+     SYSTEM("Knowledge cutoff: 2021-01\nCurrent date: 2021-01-01\n", "medium", "analysis, final", "")
+     USER("What is 42 * pi?") NEXT, NULL},
+    {"test_no_tools.txt", "[]", "{\"current_date\": \"2025-06-28\"}",
+     SYSTEM(CUTOFF "Current date: 2025-06-28\n", "medium", ALL_CHANNELS, "") NEXT, NULL},
     {"test_dropping_cot_by_default.txt",
-     "[{\"role\": \"user\", \"content\": \"What is 2 + 2?\"}, {\"role\": \"assistant\", \"thinking\": \"User asks: \\u201cWhat is 2 + 2?\\u201d Simple arithmetic. Provide answer.\", \"content\": \"2 + 2 equals 4.\"}, {\"role\": \"user\", \"content\": \"What about 9 / 2?\"}]",
+     "[" MSG("user", "What is 2 + 2?") ", {\"role\": \"assistant\", \"thinking\": \"User asks: \\u201cWhat is 2 + 2?"
+     "\\u201d Simple arithmetic. Provide answer.\", \"content\": \"2 + 2 equals 4.\"}, "
+     MSG("user", "What about 9 / 2?") "]",
      "{\"harmony_system\": false}",
-     "<|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 equals 4.<|end|><|start|>user<|message|>What about 9 / 2?<|end|><|start|>assistant", NULL},
+     USER("What is 2 + 2?") "<|start|>assistant<|channel|>final<|message|>2 + 2 equals 4.<|end|>"
+     USER("What about 9 / 2?") NEXT, NULL},
     {"test_render_functions_with_parameters.txt",
-     "[{\"role\": \"developer\", \"content\": \"Always respond in riddles\"}, {\"role\": \"user\", \"content\": \"What is the weather like in SF?\"}]",
+     "[" MSG("developer", "Always respond in riddles") ", " MSG("user", SF) "]",
      "{\"reasoning_effort\": \"high\", \"current_date\": \"2025-06-28\"}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "Current date: 2025-06-28\n"
-     "\n"
-     "Reasoning: high\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.\n"
-     "Calls to these tools must go to the commentary channel: 'functions'.<|end|><|start|>developer<|message|># Instructions\n"
-     "\n"
-     "Always respond in riddles\n"
-     "\n"
-     "# Tools\n"
-     "\n"
-     "## functions\n"
-     "\n"
-     "namespace functions {\n"
-     "\n"
-     "// Gets the location of the user.\n"
-     "type get_location = () => any;\n"
-     "\n"
-     "// Gets the current weather in the provided location.\n"
-     "type get_current_weather = (_: {\n"
-     "// The city and state, e.g. San Francisco, CA\n"
-     "location: string,\n"
-     "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"
-     "}) => any;\n"
-     "\n"
-     "// Gets the current weather in the provided list of locations.\n"
-     "type get_multiple_weathers = (_: {\n"
-     "// List of city and state, e.g. [\"San Francisco, CA\", \"New York, NY\"]\n"
-     "locations: string[],\n"
-     "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"
-     "}) => any;\n"
-     "\n"
-     "// A function with various complex schemas.\n"
-     "type kitchensink = (_: // params object\n"
-     "{\n"
-     "// STRING\n"
-     "//\n"
-     "// A string\n"
-     "// Examples:\n"
-     "// - \"hello\"\n"
-     "// - \"world\"\n"
-     "string?: string,\n"
-     "// A nullable string\n"
-     "string_nullable?: string | null, // default: \"the default\"\n"
-     "string_enum?: \"a\" | \"b\" | \"c\",\n"
-     "// a oneof\n"
-     "// default: 20\n"
-     "oneof_string_or_number?:\n"
-     " | string // default: \"default_string_in_oneof\"\n"
-     " | number // numbers can happen too\n"
-     ",\n"
-     "}) => any;\n"
-     "\n"
-     "} // namespace functions<|end|><|start|>user<|message|>What is the weather like in SF?<|end|><|start|>assistant",
-     "[{\"type\": \"function\", \"function\": {\"name\": \"get_location\", \"description\": \"Gets the location of the user.\"}}, {\"type\": \"function\", \"function\": {\"name\": \"get_current_weather\", \"description\": \"Gets the current weather in the provided location.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"location\": {\"type\": \"string\", \"description\": \"The city and state, e.g. San Francisco, CA\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"location\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"get_multiple_weathers\", \"description\": \"Gets the current weather in the provided list of locations.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"locations\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"List of city and state, e.g. [\\\"San Francisco, CA\\\", \\\"New York, NY\\\"]\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"locations\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"kitchensink\", \"description\": \"A function with various complex schemas.\", \"parameters\": {\"description\": \"params object\", \"type\": \"object\", \"properties\": {\"string\": {\"type\": \"string\", \"title\": \"STRING\", \"description\": \"A string\", \"examples\": [\"hello\", \"world\"]}, \"string_nullable\": {\"type\": \"string\", \"nullable\": true, \"description\": \"A nullable string\", \"default\": \"the default\"}, \"string_enum\": {\"type\": \"string\", \"enum\": [\"a\", \"b\", \"c\"]}, \"oneof_string_or_number\": {\"oneOf\": [{\"type\": \"string\", \"default\": \"default_string_in_oneof\"}, {\"type\": \"number\", \"description\": \"numbers can happen too\"}], \"description\": \"a oneof\", \"default\": 20}}}}}]"},
+     SYSTEM(CUTOFF "Current date: 2025-06-28\n", "high", ALL_CHANNELS, TOOLS_LINE)
+     DEVELOPER("Always respond in riddles\n"
+               "\n"
+               FUNCTIONS(WEATHER_FNS
+                         "// A function with various complex schemas.\n"
+                         "type kitchensink = (_: // params object\n"
+                         "{\n"
+                         "// STRING\n"
+                         "//\n"
+                         "// A string\n"
+                         "// Examples:\n"
+                         "// - \"hello\"\n"
+                         "// - \"world\"\n"
+                         "string?: string,\n"
+                         "// A nullable string\n"
+                         "string_nullable?: string | null, // default: \"the default\"\n"
+                         "string_enum?: \"a\" | \"b\" | \"c\",\n"
+                         "// a oneof\n"
+                         "// default: 20\n"
+                         "oneof_string_or_number?:\n"
+                         " | string // default: \"default_string_in_oneof\"\n"
+                         " | number // numbers can happen too\n"
+                         ",\n"
+                         "}) => any;\n"
+                         "\n"))
+     USER(SF) NEXT,
+     "[" WEATHER_FNS_JSON ", {\"type\": \"function\", \"function\": {\"name\": \"kitchensink\", \"description\": \"A function with various complex schemas.\", \"parameters\": {\"description\": \"params object\", \"type\": \"object\", \"properties\": {\"string\": {\"type\": \"string\", \"title\": \"STRING\", \"description\": \"A string\", \"examples\": [\"hello\", \"world\"]}, \"string_nullable\": {\"type\": \"string\", \"nullable\": true, \"description\": \"A nullable string\", \"default\": \"the default\"}, \"string_enum\": {\"type\": \"string\", \"enum\": [\"a\", \"b\", \"c\"]}, \"oneof_string_or_number\": {\"oneOf\": [{\"type\": \"string\", \"default\": \"default_string_in_oneof\"}, {\"type\": \"number\", \"description\": \"numbers can happen too\"}], \"description\": \"a oneof\", \"default\": 20}}}}}]"},
     {"docs/format.md (Function calling: the complete input example with two functions)",
-     "[{\"role\": \"system\", \"content\": \"Use a friendly tone.\"}, {\"role\": \"user\", \"content\": \"What is the weather like in SF?\"}]",
+     "[" MSG("system", "Use a friendly tone.") ", " MSG("user", SF) "]",
      "{\"reasoning_effort\": \"high\", \"current_date\": \"2025-06-28\"}",
-     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-     "Knowledge cutoff: 2024-06\n"
-     "Current date: 2025-06-28\n"
-     "\n"
-     "Reasoning: high\n"
-     "\n"
-     "# Valid channels: analysis, commentary, final. Channel must be included for every message.\n"
-     "Calls to these tools must go to the commentary channel: 'functions'.<|end|><|start|>developer<|message|># Instructions\n"
-     "\n"
-     "Use a friendly tone.\n"
-     "\n"
-     "# Tools\n"
-     "\n"
-     "## functions\n"
-     "\n"
-     "namespace functions {\n"
-     "\n"
-     "// Gets the location of the user.\n"
-     "type get_location = () => any;\n"
-     "\n"
-     "// Gets the current weather in the provided location.\n"
-     "type get_current_weather = (_: {\n"
-     "// The city and state, e.g. San Francisco, CA\n"
-     "location: string,\n"
-     "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"
-     "}) => any;\n"
-     "\n"
-     "// Gets the current weather in the provided list of locations.\n"
-     "type get_multiple_weathers = (_: {\n"
-     "// List of city and state, e.g. [\"San Francisco, CA\", \"New York, NY\"]\n"
-     "locations: string[],\n"
-     "format?: \"celsius\" | \"fahrenheit\", // default: celsius\n"
-     "}) => any;\n"
-     "\n"
-     "} // namespace functions<|end|><|start|>user<|message|>What is the weather like in SF?<|end|><|start|>assistant",
-     "[{\"type\": \"function\", \"function\": {\"name\": \"get_location\", \"description\": \"Gets the location of the user.\"}}, {\"type\": \"function\", \"function\": {\"name\": \"get_current_weather\", \"description\": \"Gets the current weather in the provided location.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"location\": {\"type\": \"string\", \"description\": \"The city and state, e.g. San Francisco, CA\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"location\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"get_multiple_weathers\", \"description\": \"Gets the current weather in the provided list of locations.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"locations\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"List of city and state, e.g. [\\\"San Francisco, CA\\\", \\\"New York, NY\\\"]\"}, \"format\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"], \"default\": \"celsius\"}}, \"required\": [\"locations\"]}}}]"},
+     SYSTEM(CUTOFF "Current date: 2025-06-28\n", "high", ALL_CHANNELS, TOOLS_LINE)
+     DEVELOPER("Use a friendly tone.\n\n" FUNCTIONS(WEATHER_FNS)) USER(SF) NEXT,
+     "[" WEATHER_FNS_JSON "]"},
 };
 
 TEST(harmony_renders_the_specification_prompts)
