@@ -820,7 +820,8 @@ __global__ void __launch_bounds__(tiles<HD>::BW * 32, 8 / tiles<HD>::BW) bwd_ker
 // fp32 accumulators each in registers). Shared tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written
 // by cp.async. Same order of every sum as a fixed function of the inputs: deterministic. The dq CTAs stay on mma.sync
 // (bwd_kernel) in a launch of their own.
-constexpr int kWgKeys = 64, kWgs = 2, kWgRows = kWgKeys * kWgs, kWgItem = 64; // key rows a warpgroup / CTA; query rows a step
+// key rows a warpgroup; warpgroups a CTA of the forward and of the backward; key rows a dk/dv CTA; query rows a step
+constexpr int kWgKeys = 64, kFwdWgs = 2, kBwdWgs = 1, kWgRows = kWgKeys * kBwdWgs, kWgItem = 64;
 template <int HD> struct wg_dkv_shape {
     static constexpr int kKBytes = kWgRows * HD * 2;    // K (and V) tile, HD/64 panels of kWgRows rows
     static constexpr int kItemBytes = kWgItem * HD * 2; // Q (and dO) of one step, panels of kWgItem rows
@@ -905,7 +906,7 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
     static_assert(HD == 128, "dkv_sm90: head_dim 128 (the accumulators of 64 x HD, the n128 wgmma)");
     using S = wg_dkv_shape<HD>;
     using namespace wgmma_sm90;
-    constexpr int nw = kWgs * 4;
+    constexpr int nw = kBwdWgs * 4;
     __shared__ int s_list[nw * 32];
     __shared__ int s_wcount[nw];
     unsigned char *sk = smem, *sv = sk + S::kKBytes, *sq = sv + S::kKBytes, *sdo = sq + 2 * S::kItemBytes;
@@ -1069,11 +1070,12 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
 // stages of swizzled panels. Forward: S = Q·Kᵀ (64 x 64 fp32), mask where a warp's rows see part of the tile, online
 // softmax in log2 units, O += P·V with P as the bf16 register A operand. dq: S = Q·Kᵀ and dP = dO·Vᵀ issued together,
 // dS = P (dP - D), dQ += dS·K. A warpgroup skips a tile none of its rows sees.
-constexpr int kWgQRows = kWgs * kWgKeys, kWgKT = 64; // query rows a CTA; keys a K/V tile
+constexpr int kFwdRows = kFwdWgs * 64, kWgDqRows = kBwdWgs * 64, kWgKT = 64; // query rows a CTA; keys a K/V tile
 template <int HD> struct wg_q_shape {
-    static constexpr int kQBytes = kWgQRows * HD * 2; // Q (and dO), panels of kWgQRows rows
-    static constexpr int kKvBytes = kWgKT * HD * 2;   // one K (or V) tile, panels of kWgKT rows
-    static constexpr int kSmemFwd = kQBytes + 4 * kKvBytes + 1024;
+    static constexpr int kFwdQBytes = kFwdRows * HD * 2; // the forward's Q, panels of kFwdRows rows
+    static constexpr int kQBytes = kWgDqRows * HD * 2;   // dq's Q (and dO), panels of kWgDqRows rows
+    static constexpr int kKvBytes = kWgKT * HD * 2;      // one K (or V) tile, panels of kWgKT rows
+    static constexpr int kSmemFwd = kFwdQBytes + 4 * kKvBytes + 1024;
     static constexpr int kSmemDq = 2 * kQBytes + 4 * kKvBytes + 1024;
 };
 
@@ -1113,12 +1115,12 @@ __device__ __forceinline__ bool wg_sees(const QRows &r, int src, int wg, int k0)
     return any;
 }
 
-// S (64 x 64) = A rows (64 of a tile of kWgQRows-row panels at aaddr) · B tile (kWgKT-row panels at baddr)ᵀ, issued
-template <int HD> __device__ __forceinline__ void issue_s(float (&s)[32], uint32_t aaddr, uint32_t baddr)
+// S (64 x 64) = A rows (64 of a tile of AROWS-row panels at aaddr) · B tile (kWgKT-row panels at baddr)ᵀ, issued
+template <int HD, int AROWS> __device__ __forceinline__ void issue_s(float (&s)[32], uint32_t aaddr, uint32_t baddr)
 {
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
-        wgmma_ss_m64n64k16(s, wgmma_sm90::sw128_desc(aaddr + (kk / 4) * kWgQRows * 128 + (kk % 4) * 32, 16, 1024),
+        wgmma_ss_m64n64k16(s, wgmma_sm90::sw128_desc(aaddr + (kk / 4) * AROWS * 128 + (kk % 4) * 32, 16, 1024),
                            wgmma_sm90::sw128_desc(baddr + (kk / 4) * kWgKT * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
 }
 // D (64 x 128) += A (64 x kWgKT, bf16 fragments) · tile (kWgKT rows, MN-major), issued
@@ -1137,7 +1139,7 @@ __device__ __forceinline__ void wg_qtile(const Args &a, int &tile, int &kh)
 }
 #endif
 
-template <int HD> __global__ void __launch_bounds__(kWgs * 128, 2) fwd_sm90_kernel(const Args a)
+template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_kernel(const Args a)
 {
 #ifdef DFLASH_SM90A
     static_assert(HD == 128, "fwd_sm90_kernel: head_dim 128");
@@ -1146,13 +1148,13 @@ template <int HD> __global__ void __launch_bounds__(kWgs * 128, 2) fwd_sm90_kern
     extern __shared__ unsigned char smem_wg[];
     __shared__ QRows rows;
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
-    unsigned char *sq = smem, *sk = sq + S::kQBytes, *sv = sk + 2 * S::kKvBytes;
+    unsigned char *sq = smem, *sk = sq + S::kFwdQBytes, *sv = sk + 2 * S::kKvBytes;
     int tile, kh;
     wg_qtile(a, tile, kh);
     qrows_setup<16>(rows, a, tile, kh);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
     const int nct = ntiles(rows.cta[0], kWgKT), nt = nct + ntiles(rows.cta[1], kWgKT);
-    sw_load_qrows<HD, kWgQRows>(sq, a.q, a.ldq, rows);
+    sw_load_qrows<HD, kFwdRows>(sq, a.q, a.ldq, rows);
     sw_load_kv<HD>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
     cp_async_commit();
     const uint32_t qaddr = mma_sm80::smem_u32(sq) + wg * kWgKeys * 128;
@@ -1181,7 +1183,7 @@ template <int HD> __global__ void __launch_bounds__(kWgs * 128, 2) fwd_sm90_kern
             const bool need_mask = !(w.z <= k0 && k0 + kWgKT <= w.w);
             float s[32];
             wgmma_fence();
-            issue_s<HD>(s, qaddr, mma_sm80::smem_u32(sk + stage * S::kKvBytes));
+            issue_s<HD, kFwdRows>(s, qaddr, mma_sm80::smem_u32(sk + stage * S::kKvBytes));
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(s);
@@ -1273,8 +1275,8 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
     qrows_setup<16>(rows, a, tile, kh);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
     const int nct = ntiles(rows.cta[0], kWgKT), nt = nct + ntiles(rows.cta[1], kWgKT);
-    sw_load_qrows<HD, kWgQRows>(sq, a.q, a.ldq, rows);
-    sw_load_qrows<HD, kWgQRows>(sdo, a.dout, a.lddo, rows);
+    sw_load_qrows<HD, kWgDqRows>(sq, a.q, a.ldq, rows);
+    sw_load_qrows<HD, kWgDqRows>(sdo, a.dout, a.lddo, rows);
     sw_load_kv<HD>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
     cp_async_commit();
     const uint32_t qaddr = mma_sm80::smem_u32(sq) + wg * kWgKeys * 128;
@@ -1312,9 +1314,9 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
             const uint32_t kaddr = mma_sm80::smem_u32(sk + stage * S::kKvBytes);
             float s[32], dp[32];
             wgmma_fence();
-            issue_s<HD>(s, qaddr, kaddr);
+            issue_s<HD, kWgDqRows>(s, qaddr, kaddr);
             wgmma_commit();
-            issue_s<HD>(dp, doaddr, mma_sm80::smem_u32(sv + stage * S::kKvBytes));
+            issue_s<HD, kWgDqRows>(dp, doaddr, mma_sm80::smem_u32(sv + stage * S::kKvBytes));
             wgmma_commit();
             wgmma_wait<1>();
             fence_regs(s);
@@ -1371,7 +1373,7 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
 // The Hopper backward's CTAs in one launch, heaviest kinds first (as bwd_kernel): context dk/dv tiles (the first
 // rows, seen by the most blocks, first), dq tiles (latest blocks first), block-row dk/dv tiles.
 template <int HD>
-__global__ void __launch_bounds__(kWgs * 128, 1) bwd_sm90_kernel(const Args a, int n_ctx, int n_q)
+__global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a, int n_ctx, int n_q)
 {
 #ifdef DFLASH_SM90A
     extern __shared__ unsigned char smem_wg[];
@@ -1592,8 +1594,8 @@ template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
     const long long rows = (long long)a.N * a.B * a.G;
     if constexpr (HD == 128) {
         if (wgmma_device()) {
-            const unsigned n = (unsigned)((rows + kWgQRows - 1) / kWgQRows * a.nkv);
-            fwd_sm90_kernel<HD><<<n, kWgs * 128, wg_q_shape<HD>::kSmemFwd, st>>>(a);
+            const unsigned n = (unsigned)((rows + kFwdRows - 1) / kFwdRows * a.nkv);
+            fwd_sm90_kernel<HD><<<n, kFwdWgs * 128, wg_q_shape<HD>::kSmemFwd, st>>>(a);
             CHECK_CUDA_LAUNCH();
             return;
         }
@@ -1641,8 +1643,9 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
         if (wgmma_device()) {
             const int n_ctx = (a.T + kWgRows - 1) / kWgRows * a.nkv;
             const int n_blk = (a.N * a.B + kWgRows - 1) / kWgRows * a.nkv;
-            const int nq = (int)((rows + kWgQRows - 1) / kWgQRows) * a.nkv;
-            bwd_sm90_kernel<HD><<<(unsigned)(n_ctx + nq + n_blk), kWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx, nq);
+            const int nq = (int)((rows + kWgDqRows - 1) / kWgDqRows) * a.nkv;
+            bwd_sm90_kernel<HD><<<(unsigned)(n_ctx + nq + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx,
+                                                                                                              nq);
             CHECK_CUDA_LAUNCH();
             return;
         }
