@@ -24,6 +24,11 @@
 //    time: Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ - lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ(dPᵀ - D), dK += dSᵀ·Q.
 //  - dq CTA: the forward's 128 query rows over 32-key tiles: S, P, dP = dO·Vᵀ, dS, dQ += dS·K.
 //  D = rowsum(dout * out) comes from a small kernel first (into the caller's delta buffer).
+// Hopper (an sm_90 device, head_dim 128; DFLASH_ATTENTION=mma_sync keeps the kernels above): the same CTAs, walks and
+// masks with their GEMMs on wgmma (m64 per warpgroup, operands from 128-byte-swizzled shared tiles that cp.async
+// fills, P and dS as bf16 register operands; wgmma_sm90.cuh): a forward CTA of two warpgroups (128 query rows over
+// 64-key tiles, two CTAs an SM), and one backward launch of one-warpgroup CTAs (two an SM, each on its own pace):
+// dk/dv CTAs of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers) and dq CTAs of 64 query rows.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
 #include <cuda_bf16.h>
@@ -812,14 +817,14 @@ __global__ void __launch_bounds__(tiles<HD>::BW * 32, 8 / tiles<HD>::BW) bwd_ker
 
 // ---- Hopper dk/dv (head_dim 128): wgmma ----
 //
-// The dk/dv CTA of dkv_tile with its four GEMMs on wgmma (sm_90a): two warpgroups, 64 key rows each (128 a CTA, one
-// CTA an SM), loop over the blocks that see the tile in block order, one block's 64 query rows (B*G) a step, Q and dO
-// of the next step in flight (cp.async, two stages) while this one computes. Per warpgroup and step: Sᵀ = K·Qᵀ and
+// The dk/dv CTA of dkv_tile with its four GEMMs on wgmma (sm_90a): kBwdWgs warpgroups of 64 key rows, looping over
+// the blocks that see the tile in block order, one block's 64 query rows (B*G) a step, Q and dO of the next step in
+// flight (cp.async, two stages) while this one computes. Per warpgroup and step: Sᵀ = K·Qᵀ and
 // dPᵀ = V·dOᵀ (64 x 64, K, V, Q, dO from shared memory, issued together), Pᵀ = exp(Sᵀ - lse) (0 on rows the block
 // does not see), dSᵀ = Pᵀ(dPᵀ - D), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as bf16 register A operands (64 x 128
 // fp32 accumulators each in registers). Shared tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written
-// by cp.async. Same order of every sum as a fixed function of the inputs: deterministic. The dq CTAs stay on mma.sync
-// (bwd_kernel) in a launch of their own.
+// by cp.async. Every sum in an order fixed by the shapes alone: deterministic. The dq CTAs (below) share the launch,
+// as in bwd_kernel.
 // key rows a warpgroup; warpgroups a CTA of the forward and of the backward; key rows a dk/dv CTA; query rows a step
 constexpr int kWgKeys = 64, kFwdWgs = 2, kBwdWgs = 1, kWgRows = kWgKeys * kBwdWgs, kWgItem = 64;
 template <int HD> struct wg_dkv_shape {
@@ -1065,8 +1070,8 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
 
 // ---- Hopper forward and dq (head_dim 128): wgmma ----
 //
-// The query-row CTAs of fwd_kernel and dq_tile on wgmma: two warpgroups, 64 query rows each (the 128 rows of
-// qrows_setup<16>: warp w owns CTA rows 16w..16w+15), 64-key K/V tiles of the same walk (ktile) through two cp.async
+// The query-row CTAs of fwd_kernel and dq_tile on wgmma: kFwdWgs (forward) or kBwdWgs (dq) warpgroups of 64 query rows
+// (the rows of qrows_setup<16>: warp w owns CTA rows 16w..16w+15), 64-key K/V tiles of the same walk (ktile) through two cp.async
 // stages of swizzled panels. Forward: S = Q·Kᵀ (64 x 64 fp32), mask where a warp's rows see part of the tile, online
 // softmax in log2 units, O += P·V with P as the bf16 register A operand. dq: S = Q·Kᵀ and dP = dO·Vᵀ issued together,
 // dS = P (dP - D), dQ += dS·K. A warpgroup skips a tile none of its rows sees.
