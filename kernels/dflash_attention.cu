@@ -24,6 +24,11 @@
 //    time: Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ - lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ(dPᵀ - D), dK += dSᵀ·Q.
 //  - dq CTA: the forward's 128 query rows over 32-key tiles: S, P, dP = dO·Vᵀ, dS, dQ += dS·K.
 //  D = rowsum(dout * out) comes from a small kernel first (into the caller's delta buffer).
+// Hopper (an sm_90 device, head_dim 128; DFLASH_ATTENTION=mma_sync keeps the kernels above): the same CTAs, walks and
+// masks with their GEMMs on wgmma (m64 per warpgroup, operands from 128-byte-swizzled shared tiles that cp.async
+// fills, P and dS as bf16 register operands; wgmma_sm90.cuh): a forward CTA of two warpgroups (128 query rows over
+// 64-key tiles, two CTAs an SM), and one backward launch of one-warpgroup CTAs (two an SM, each on its own pace):
+// dk/dv CTAs of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers) and dq CTAs of 64 query rows.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
 #include <cuda_bf16.h>
@@ -31,10 +36,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "dflash_attention.h"
 #include "cuda_check.h"
 #include "mma_sm80.cuh"
+#include "wgmma_sm90.cuh"
 
 namespace {
 
@@ -808,6 +815,588 @@ __global__ void __launch_bounds__(tiles<HD>::BW * 32, 8 / tiles<HD>::BW) bwd_ker
     dkv_cta<HD>(a, smem_raw, 1, w);
 }
 
+// ---- Hopper dk/dv (head_dim 128): wgmma ----
+//
+// The dk/dv CTA of dkv_tile with its four GEMMs on wgmma (sm_90a): kBwdWgs warpgroups of 64 key rows, looping over
+// the blocks that see the tile in block order, one block's 64 query rows (B*G) a step, Q and dO of the next step in
+// flight (cp.async, two stages) while this one computes. Per warpgroup and step: Sᵀ = K·Qᵀ and
+// dPᵀ = V·dOᵀ (64 x 64, K, V, Q, dO from shared memory, issued together), Pᵀ = exp(Sᵀ - lse) (0 on rows the block
+// does not see), dSᵀ = Pᵀ(dPᵀ - D), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as bf16 register A operands (64 x 128
+// fp32 accumulators each in registers). Shared tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written
+// by cp.async. Every sum in an order fixed by the shapes alone: deterministic. The dq CTAs (below) share the launch,
+// as in bwd_kernel.
+// key rows a warpgroup; warpgroups a CTA of the forward and of the backward; key rows a dk/dv CTA; query rows a step
+constexpr int kWgKeys = 64, kFwdWgs = 2, kBwdWgs = 1, kWgRows = kWgKeys * kBwdWgs, kWgItem = 64;
+template <int HD> struct wg_dkv_shape {
+    static constexpr int kKBytes = kWgRows * HD * 2;    // K (and V) tile, HD/64 panels of kWgRows rows
+    static constexpr int kItemBytes = kWgItem * HD * 2; // Q (and dO) of one step, panels of kWgItem rows
+    static constexpr int kSmem = 2 * kKBytes + 4 * kItemBytes + 4 * kWgItem * (int)sizeof(float) + 1024;
+};
+
+#ifdef DFLASH_SM90A
+// D (64 x 64 fp32) = A (64 x 16, descriptor, K-major) · B (64 x 16, descriptor, K-major)ᵀ + (scale_d ? D : 0)
+__device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
+                 "%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// chunk (r, ch) of a tile of 64-column panels PANEL_ROWS rows apart, 128-byte swizzled (byte offset)
+template <int PANEL_ROWS> __device__ __forceinline__ int sw_off(int r, int ch)
+{
+    return (ch >> 3) * PANEL_ROWS * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+}
+
+// rows [row0, row0+ROWS) of a (bound, HD) slice into a swizzled tile; rows >= bound zero
+template <int HD, int ROWS>
+__device__ __forceinline__ void sw_load_rows(unsigned char *tile, const bf16 *base, int ld, int row0, int bound)
+{
+    constexpr int kChunks = HD / 8;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += blockDim.x) {
+        const int r = c / kChunks, ch = c % kChunks;
+        const bool valid = row0 + r < bound;
+        cp_async16(tile + sw_off<ROWS>(r, ch), base + (size_t)(valid ? row0 + r : 0) * ld + ch * 8, valid);
+    }
+}
+
+// one step's query rows (as load_item: chunk c of block j's B*G rows, head kh*G + g, slot i), swizzled
+template <int HD>
+__device__ __forceinline__ void sw_load_item(unsigned char *sq, unsigned char *sdo, float *slse, float *sd,
+                                             const Args &a, int j, int c, int kh)
+{
+    constexpr int kChunks = HD / 8;
+    const int GB = a.G * a.B;
+#pragma unroll 4
+    for (int x = threadIdx.x; x < kWgItem * kChunks; x += blockDim.x) {
+        const int r = x / kChunks, ch = x % kChunks, rho = c * kWgItem + r;
+        const bool valid = rho < GB;
+        const int gq = valid ? rho / a.B : 0, i = valid ? rho % a.B : 0;
+        const size_t qrow = (size_t)j * a.B + i, head = (size_t)kh * a.G + gq;
+        const int off = sw_off<kWgItem>(r, ch);
+        cp_async16(sq + off, a.q + (valid ? qrow * a.ldq + head * HD + ch * 8 : 0), valid);
+        cp_async16(sdo + off, a.dout + (valid ? qrow * a.lddo + head * HD + ch * 8 : 0), valid);
+    }
+    if (threadIdx.x < kWgItem) {
+        const int r = threadIdx.x, rho = c * kWgItem + r;
+        const bool valid = rho < GB;
+        const size_t i = valid ? ((size_t)j * a.B + rho % a.B) * a.nh + (size_t)kh * a.G + rho / a.B : 0;
+        cp_async4(slse + r, a.lse + i, valid);
+        cp_async4(sd + r, a.delta + i, valid);
+    }
+}
+
+template <int N> __device__ __forceinline__ void fence_frags(uint32_t (&p)[N][4])
+{
+#pragma unroll
+    for (int k = 0; k < N; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+r"(p[k][e])::"memory");
+}
+#endif
+
+#ifdef DFLASH_SM90A
+// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv
+template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int src, int w)
+{
+    static_assert(HD == 128, "dkv_sm90: head_dim 128 (the accumulators of 64 x HD, the n128 wgmma)");
+    using S = wg_dkv_shape<HD>;
+    using namespace wgmma_sm90;
+    constexpr int nw = kBwdWgs * 4;
+    __shared__ int s_list[nw * 32];
+    __shared__ int s_wcount[nw];
+    unsigned char *sk = smem, *sv = sk + S::kKBytes, *sq = sv + S::kKBytes, *sdo = sq + 2 * S::kItemBytes;
+    float *slse = reinterpret_cast<float *>(sdo + 2 * S::kItemBytes), *sd = slse + 2 * kWgItem;
+    const int tile = w / a.nkv, kh = w % a.nkv;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
+    const int row0 = tile * kWgRows, bound = src == 0 ? a.T : a.N * a.B, rend = min(row0 + kWgRows, bound);
+    {
+        const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
+        sw_load_rows<HD, kWgRows>(sk, k + (size_t)kh * HD, src == 0 ? a.ldkc : a.ldkb, row0, bound);
+        sw_load_rows<HD, kWgRows>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
+        cp_async_commit();
+    }
+    const int wr0 = row0 + warp * 16, wgr0 = row0 + wg * kWgKeys; // the warp's, the warpgroup's first key row
+    const uint32_t kaddr = mma_sm80::smem_u32(sk) + wg * kWgKeys * 128, vaddr = mma_sm80::smem_u32(sv) + wg * kWgKeys * 128;
+    float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.0f;
+    const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
+    int cand_lo = 0, cand_hi = a.N;
+    if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
+
+    for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
+        const int j = cb + (int)threadIdx.x;
+        bool hit = false;
+        if (j < cand_hi) {
+            int lo, hi;
+            block_interval(a, src, j, lo, hi);
+            hit = lo < hi && lo < rend && hi > row0;
+        }
+        const unsigned bal = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) s_wcount[warp] = __popc(bal);
+        __syncthreads();
+        int before = 0, count = 0;
+        for (int x = 0; x < nw; x++) before += x < warp ? s_wcount[x] : 0, count += s_wcount[x];
+        if (hit) s_list[before + __popc(bal & ((1u << lane) - 1u))] = j;
+        __syncthreads();
+        const int items = count * nchunk;
+        if (items == 0) continue;
+        sw_load_item<HD>(sq, sdo, slse, sd, a, s_list[0], 0, kh);
+        cp_async_commit();
+        for (int it = 0; it < items; it++) {
+            const int stage = it & 1;
+            if (it + 1 < items) {
+                const int n = it + 1, ns = stage ^ 1;
+                sw_load_item<HD>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
+                                 sd + ns * kWgItem, a, s_list[n / nchunk], n % nchunk, kh);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            fence_proxy_async(); // this thread's copies, visible to the wgmma (async proxy) after the barrier
+            __syncthreads();
+            int lo, hi;
+            const int jb = s_list[it / nchunk], chunk = it % nchunk;
+            block_interval(a, src, jb, lo, hi);
+            if (wgr0 < hi && wgr0 + kWgKeys > lo) { // the block sees some key row of the warpgroup (uniform in it)
+                const uint32_t qaddr = mma_sm80::smem_u32(sq + stage * S::kItemBytes);
+                const uint32_t doaddr = mma_sm80::smem_u32(sdo + stage * S::kItemBytes);
+                const float *tl = slse + stage * kWgItem, *td = sd + stage * kWgItem;
+                float st[32], dpt[32];
+                // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: HD/16 k16 steps each (32 bytes along a panel row, the next panel every 4)
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
+                    const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
+                    wgmma_ss_m64n64k16(st, sw128_desc(kaddr + off, 16, 1024), sw128_desc(qaddr + qoff, 16, 1024),
+                                       kk > 0);
+                }
+                wgmma_commit();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
+                    const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
+                    wgmma_ss_m64n64k16(dpt, sw128_desc(vaddr + off, 16, 1024), sw128_desc(doaddr + qoff, 16, 1024),
+                                       kk > 0);
+                }
+                wgmma_commit();
+                wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
+                fence_regs(st);
+                // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on key rows the block (under a window: the column's slot) does not
+                // see; accumulator (t, e): key row g (e < 2) or g + 8, column 8t + 2·tig + (e & 1)
+                const int kr0 = wr0 + g, kr1 = wr0 + g + 8;
+                const bool vis0 = lo <= kr0 && kr0 < hi, vis1 = lo <= kr1 && kr1 < hi;
+                uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
+#pragma unroll
+                for (int t = 0; t < kWgItem / 8; t++) {
+                    const float l0 = tl[t * 8 + tig * 2] * kLog2e, l1 = tl[t * 8 + tig * 2 + 1] * kLog2e;
+                    bool v00 = vis0, v01 = vis0, v10 = vis1, v11 = vis1;
+                    if (a.W > 0) {
+                        const int rho = chunk * kWgItem + t * 8 + tig * 2;
+                        int clo, chi;
+                        row_interval(a, src, jb, rho % a.B, clo, chi);
+                        v00 = v00 && clo <= kr0 && kr0 < chi, v10 = v10 && clo <= kr1 && kr1 < chi;
+                        row_interval(a, src, jb, (rho + 1) % a.B, clo, chi);
+                        v01 = v01 && clo <= kr0 && kr0 < chi, v11 = v11 && clo <= kr1 && kr1 < chi;
+                    }
+                    float *s4 = st + 4 * t;
+                    s4[0] = v00 ? fast_exp2(fmaf(s4[0], a.scale_log2, -l0)) : 0.0f;
+                    s4[1] = v01 ? fast_exp2(fmaf(s4[1], a.scale_log2, -l1)) : 0.0f;
+                    s4[2] = v10 ? fast_exp2(fmaf(s4[2], a.scale_log2, -l0)) : 0.0f;
+                    s4[3] = v11 ? fast_exp2(fmaf(s4[3], a.scale_log2, -l1)) : 0.0f;
+                    pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0], s4[1]);
+                    pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2], s4[3]);
+                }
+                wgmma_wait<0>();
+                fence_regs(dpt);
+                // dSᵀ = Pᵀ (dPᵀ - D[column])
+#pragma unroll
+                for (int t = 0; t < kWgItem / 8; t++) {
+                    const float d0 = td[t * 8 + tig * 2], d1 = td[t * 8 + tig * 2 + 1];
+                    const float *s4 = st + 4 * t, *p4 = dpt + 4 * t;
+                    da[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0] * (p4[0] - d0), s4[1] * (p4[1] - d1));
+                    da[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2] * (p4[2] - d0), s4[3] * (p4[3] - d1));
+                }
+                // dV += Pᵀ·dO, dK += dSᵀ·Q: dO and Q MN-major (the reduction over query rows = tile rows): panels
+                // kWgItem·128 bytes apart, 8-row groups 1024, 16 rows (2048 bytes) a step
+                fence_frags<kWgItem / 16>(pa);
+                fence_frags<kWgItem / 16>(da);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < kWgItem / 16; kk++)
+                    wgmma_rs_m64n128k16_tb(dv, pa[kk], sw128_desc(doaddr + kk * 2048, kWgItem * 128, 1024), 1);
+                wgmma_commit();
+#pragma unroll
+                for (int kk = 0; kk < kWgItem / 16; kk++)
+                    wgmma_rs_m64n128k16_tb(dk, da[kk], sw128_desc(qaddr + kk * 2048, kWgItem * 128, 1024), 1);
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(dv);
+                fence_regs(dk);
+            }
+            __syncthreads(); // the next prefetch overwrites this stage; the next scan overwrites s_list
+        }
+    }
+    cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
+
+    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
+    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = wr0 + g + rr * 8;
+        if (row >= bound) continue;
+        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
+                pack_bf16(dk[4 * i + rr * 2] * a.scale, dk[4 * i + rr * 2 + 1] * a.scale);
+            *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[4 * i + rr * 2], dv[4 * i + rr * 2 + 1]);
+        }
+    }
+}
+#endif
+
+// ---- Hopper forward and dq (head_dim 128): wgmma ----
+//
+// The query-row CTAs of fwd_kernel and dq_tile on wgmma: kFwdWgs (forward) or kBwdWgs (dq) warpgroups of 64 query rows
+// (the rows of qrows_setup<16>: warp w owns CTA rows 16w..16w+15), 64-key K/V tiles of the same walk (ktile) through two cp.async
+// stages of swizzled panels. Forward: S = Q·Kᵀ (64 x 64 fp32), mask where a warp's rows see part of the tile, online
+// softmax in log2 units, O += P·V with P as the bf16 register A operand. dq: S = Q·Kᵀ and dP = dO·Vᵀ issued together,
+// dS = P (dP - D), dQ += dS·K. A warpgroup skips a tile none of its rows sees.
+constexpr int kFwdRows = kFwdWgs * 64, kWgDqRows = kBwdWgs * 64, kWgKT = 64; // query rows a CTA; keys a K/V tile
+template <int HD> struct wg_q_shape {
+    static constexpr int kFwdQBytes = kFwdRows * HD * 2; // the forward's Q, panels of kFwdRows rows
+    static constexpr int kQBytes = kWgDqRows * HD * 2;   // dq's Q (and dO), panels of kWgDqRows rows
+    static constexpr int kKvBytes = kWgKT * HD * 2;      // one K (or V) tile, panels of kWgKT rows
+    static constexpr int kSmemFwd = kFwdQBytes + 4 * kKvBytes + 1024;
+    static constexpr int kSmemDq = 2 * kQBytes + 4 * kKvBytes + 1024;
+};
+
+#ifdef DFLASH_SM90A
+// the CTA's query rows of x (row qrow, columns head*HD..), swizzled; rows past the end zero
+template <int HD, int ROWS>
+__device__ __forceinline__ void sw_load_qrows(unsigned char *tile, const bf16 *x, int ld, const QRows &r)
+{
+    constexpr int kChunks = HD / 8;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += blockDim.x) {
+        const int row = c / kChunks, ch = c % kChunks, qrow = r.qrow[row];
+        const bool valid = qrow >= 0;
+        cp_async16(tile + sw_off<ROWS>(row, ch), x + (valid ? (size_t)qrow * ld + (size_t)r.head[row] * HD + ch * 8 : 0),
+                   valid);
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void sw_load_kv(unsigned char *sk, unsigned char *sv, const Args &a, const KTile &t, int kh)
+{
+    const bf16 *k = t.src == 0 ? a.kc : a.kb, *v = t.src == 0 ? a.vc : a.vb;
+    const int ldk = t.src == 0 ? a.ldkc : a.ldkb, ldv = t.src == 0 ? a.ldvc : a.ldvb;
+    sw_load_rows<HD, kWgKT>(sk, k + (size_t)kh * HD, ldk, t.row0, t.bound);
+    sw_load_rows<HD, kWgKT>(sv, v + (size_t)kh * HD, ldv, t.row0, t.bound);
+}
+
+// does some row of warpgroup wg see a key of [k0, k0 + kWgKT) of source src
+__device__ __forceinline__ bool wg_sees(const QRows &r, int src, int wg, int k0)
+{
+    bool any = false;
+#pragma unroll
+    for (int x = 0; x < 4; x++) {
+        const int4 w = r.warp[src][wg * 4 + x];
+        any |= k0 < w.y && k0 + kWgKT > w.x;
+    }
+    return any;
+}
+
+// S (64 x 64) = A rows (64 of a tile of AROWS-row panels at aaddr) · B tile (kWgKT-row panels at baddr)ᵀ, issued
+template <int HD, int AROWS> __device__ __forceinline__ void issue_s(float (&s)[32], uint32_t aaddr, uint32_t baddr)
+{
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        wgmma_ss_m64n64k16(s, wgmma_sm90::sw128_desc(aaddr + (kk / 4) * AROWS * 128 + (kk % 4) * 32, 16, 1024),
+                           wgmma_sm90::sw128_desc(baddr + (kk / 4) * kWgKT * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+}
+// D (64 x 128) += A (64 x kWgKT, bf16 fragments) · tile (kWgKT rows, MN-major), issued
+__device__ __forceinline__ void issue_pv(float (&d)[64], const uint32_t (&pa)[kWgKT / 16][4], uint32_t baddr)
+{
+#pragma unroll
+    for (int kk = 0; kk < kWgKT / 16; kk++)
+        wgmma_sm90::wgmma_rs_m64n128k16_tb(d, pa[kk], wgmma_sm90::sw128_desc(baddr + kk * 2048, kWgKT * 128, 1024), 1);
+}
+
+// query tile of CTA w (kv head fastest, the latest blocks, the longest contexts, first)
+__device__ __forceinline__ void wg_qtile(const Args &a, int &tile, int &kh)
+{
+    const int nq = (int)gridDim.x / a.nkv;
+    tile = nq - 1 - (int)blockIdx.x / a.nkv, kh = (int)blockIdx.x % a.nkv;
+}
+#endif
+
+template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_kernel(const Args a)
+{
+#ifdef DFLASH_SM90A
+    static_assert(HD == 128, "fwd_sm90_kernel: head_dim 128");
+    using S = wg_q_shape<HD>;
+    using namespace wgmma_sm90;
+    extern __shared__ unsigned char smem_wg[];
+    __shared__ QRows rows;
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
+    unsigned char *sq = smem, *sk = sq + S::kFwdQBytes, *sv = sk + 2 * S::kKvBytes;
+    int tile, kh;
+    wg_qtile(a, tile, kh);
+    qrows_setup<16>(rows, a, tile, kh);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
+    const int nct = ntiles(rows.cta[0], kWgKT), nt = nct + ntiles(rows.cta[1], kWgKT);
+    sw_load_qrows<HD, kFwdRows>(sq, a.q, a.ldq, rows);
+    sw_load_kv<HD>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
+    cp_async_commit();
+    const uint32_t qaddr = mma_sm80::smem_u32(sq) + wg * kWgKeys * 128;
+    const int r0 = warp * 16 + g; // the thread's CTA rows r0 and r0 + 8
+
+    float o[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    for (int it = 0; it < nt; it++) {
+        const int stage = it & 1;
+        if (it + 1 < nt) {
+            sw_load_kv<HD>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
+                           ktile(rows, it + 1, nct, kWgKT), kh);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        const KTile kt = ktile(rows, it, nct, kWgKT);
+        const int k0 = kt.row0;
+        if (wg_sees(rows, kt.src, wg, k0)) {
+            const int4 w = rows.warp[kt.src][warp];
+            const bool need_mask = !(w.z <= k0 && k0 + kWgKT <= w.w);
+            float s[32];
+            wgmma_fence();
+            issue_s<HD, kFwdRows>(s, qaddr, mma_sm80::smem_u32(sk + stage * S::kKvBytes));
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            if (need_mask) {
+                const int lo0 = rows.lo[kt.src][r0], hi0 = rows.hi[kt.src][r0];
+                const int lo1 = rows.lo[kt.src][r0 + 8], hi1 = rows.hi[kt.src][r0 + 8];
+#pragma unroll
+                for (int t = 0; t < kWgKT / 8; t++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = k0 + t * 8 + tig * 2 + (e & 1);
+                        const int lo = e < 2 ? lo0 : lo1, hi = e < 2 ? hi0 : hi1;
+                        if (key < lo || key >= hi) s[4 * t + e] = -INFINITY;
+                    }
+            }
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int t = 0; t < kWgKT / 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * t + e]);
+            float neg_m[2], corr[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float m_new = fmaxf(m_run[r], mx[r] * a.scale_log2);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row that has seen nothing yet
+                corr[r] = fast_exp2(m_run[r] - m_use);
+                m_run[r] = m_new;
+                neg_m[r] = -m_use;
+            }
+            uint32_t pa[kWgKT / 16][4];
+            float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+            for (int t = 0; t < kWgKT / 8; t++) {
+                const float p0 = fast_exp2(fmaf(s[4 * t], a.scale_log2, neg_m[0]));
+                const float p1 = fast_exp2(fmaf(s[4 * t + 1], a.scale_log2, neg_m[0]));
+                const float p2 = fast_exp2(fmaf(s[4 * t + 2], a.scale_log2, neg_m[1]));
+                const float p3 = fast_exp2(fmaf(s[4 * t + 3], a.scale_log2, neg_m[1]));
+                rs0 += p0 + p1, rs1 += p2 + p3;
+                pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(p0, p1);
+                pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(p2, p3);
+            }
+            l_run[0] = l_run[0] * corr[0] + rs0;
+            l_run[1] = l_run[1] * corr[1] + rs1;
+#pragma unroll
+            for (int i = 0; i < HD / 8; i++) {
+                o[4 * i] *= corr[0], o[4 * i + 1] *= corr[0];
+                o[4 * i + 2] *= corr[1], o[4 * i + 3] *= corr[1];
+            }
+            fence_frags<kWgKT / 16>(pa);
+            wgmma_fence();
+            issue_pv(o, pa, mma_sm80::smem_u32(sv + stage * S::kKvBytes));
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+        }
+        __syncthreads(); // the next iteration's prefetch overwrites this stage
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = r0 + rr * 8, qrow = rows.qrow[row], head = rows.head[row];
+        if (qrow < 0) continue;
+        const float l = l_run[rr], inv = 1.0f / l;
+        bf16 *orow = a.out + (size_t)qrow * a.ldo + (size_t)head * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++)
+            *reinterpret_cast<uint32_t *>(orow + i * 8 + tig * 2) =
+                pack_bf16(o[4 * i + rr * 2] * inv, o[4 * i + rr * 2 + 1] * inv);
+        if (tig == 0) a.lse_out[(size_t)qrow * a.nh + head] = (m_run[rr] + log2f(l)) * kLn2;
+    }
+#endif
+}
+
+#ifdef DFLASH_SM90A
+// dq of query tile `tile` of kv head kh
+template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigned char *smem, int tile, int kh)
+{
+    static_assert(HD == 128, "dq_sm90: head_dim 128");
+    using S = wg_q_shape<HD>;
+    using namespace wgmma_sm90;
+    __shared__ QRows rows;
+    unsigned char *sq = smem, *sdo = sq + S::kQBytes, *sk = sdo + S::kQBytes, *sv = sk + 2 * S::kKvBytes;
+    qrows_setup<16>(rows, a, tile, kh);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
+    const int nct = ntiles(rows.cta[0], kWgKT), nt = nct + ntiles(rows.cta[1], kWgKT);
+    sw_load_qrows<HD, kWgDqRows>(sq, a.q, a.ldq, rows);
+    sw_load_qrows<HD, kWgDqRows>(sdo, a.dout, a.lddo, rows);
+    sw_load_kv<HD>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
+    cp_async_commit();
+    const uint32_t qaddr = mma_sm80::smem_u32(sq) + wg * kWgKeys * 128;
+    const uint32_t doaddr = mma_sm80::smem_u32(sdo) + wg * kWgKeys * 128;
+    const int r0 = warp * 16 + g;
+    // lse (log2 units) and D of the thread's two rows; rows past the end have Q = dO = 0 and so dS = 0
+    float lse2[2], dd[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = r0 + r * 8, qrow = rows.qrow[row];
+        const size_t i = (size_t)qrow * a.nh + rows.head[row];
+        lse2[r] = qrow >= 0 ? a.lse[i] * kLog2e : 0.0f;
+        dd[r] = qrow >= 0 ? a.delta[i] : 0.0f;
+    }
+    float dq[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dq[i] = 0.0f;
+    for (int it = 0; it < nt; it++) {
+        const int stage = it & 1;
+        if (it + 1 < nt) {
+            sw_load_kv<HD>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
+                           ktile(rows, it + 1, nct, kWgKT), kh);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        const KTile kt = ktile(rows, it, nct, kWgKT);
+        const int k0 = kt.row0;
+        if (wg_sees(rows, kt.src, wg, k0)) {
+            const int4 w = rows.warp[kt.src][warp];
+            const bool need_mask = !(w.z <= k0 && k0 + kWgKT <= w.w);
+            const uint32_t kaddr = mma_sm80::smem_u32(sk + stage * S::kKvBytes);
+            float s[32], dp[32];
+            wgmma_fence();
+            issue_s<HD, kWgDqRows>(s, qaddr, kaddr);
+            wgmma_commit();
+            issue_s<HD, kWgDqRows>(dp, doaddr, mma_sm80::smem_u32(sv + stage * S::kKvBytes));
+            wgmma_commit();
+            wgmma_wait<1>();
+            fence_regs(s);
+            int lo0 = INT_MIN, hi0 = INT_MAX, lo1 = INT_MIN, hi1 = INT_MAX;
+            if (need_mask) {
+                lo0 = rows.lo[kt.src][r0], hi0 = rows.hi[kt.src][r0];
+                lo1 = rows.lo[kt.src][r0 + 8], hi1 = rows.hi[kt.src][r0 + 8];
+            }
+            // P = exp(S·scale - lse), 0 where masked
+#pragma unroll
+            for (int t = 0; t < kWgKT / 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = fast_exp2(fmaf(s[4 * t + e], a.scale_log2, -lse2[e >> 1]));
+                    if (need_mask) {
+                        const int key = k0 + t * 8 + tig * 2 + (e & 1);
+                        const int lo = e < 2 ? lo0 : lo1, hi = e < 2 ? hi0 : hi1;
+                        if (key < lo || key >= hi) p = 0.0f;
+                    }
+                    s[4 * t + e] = p;
+                }
+            wgmma_wait<0>();
+            fence_regs(dp);
+            // dS = P (dP - D) as bf16 A fragments
+            uint32_t dsf[kWgKT / 16][4];
+#pragma unroll
+            for (int t = 0; t < kWgKT / 8; t++) {
+                const float *p4 = s + 4 * t, *q4 = dp + 4 * t;
+                dsf[t / 2][(t & 1) * 2 + 0] = pack_bf16(p4[0] * (q4[0] - dd[0]), p4[1] * (q4[1] - dd[0]));
+                dsf[t / 2][(t & 1) * 2 + 1] = pack_bf16(p4[2] * (q4[2] - dd[1]), p4[3] * (q4[3] - dd[1]));
+            }
+            fence_frags<kWgKT / 16>(dsf);
+            wgmma_fence();
+            issue_pv(dq, dsf, kaddr); // dQ += dS·K
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(dq);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = r0 + rr * 8, qrow = rows.qrow[row];
+        if (qrow < 0) continue;
+        bf16 *drow = a.dq + (size_t)qrow * a.lddq + (size_t)rows.head[row] * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++)
+            *reinterpret_cast<uint32_t *>(drow + i * 8 + tig * 2) =
+                pack_bf16(dq[4 * i + rr * 2] * a.scale, dq[4 * i + rr * 2 + 1] * a.scale);
+    }
+}
+#endif
+
+// The Hopper backward's CTAs in one launch, heaviest kinds first (as bwd_kernel): context dk/dv tiles (the first
+// rows, seen by the most blocks, first), dq tiles (latest blocks first), block-row dk/dv tiles.
+template <int HD>
+__global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a, int n_ctx, int n_q)
+{
+#ifdef DFLASH_SM90A
+    extern __shared__ unsigned char smem_wg[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
+    int w = blockIdx.x;
+    if (w < n_ctx) {
+        dkv_sm90<HD>(a, smem, 0, w);
+        return;
+    }
+    w -= n_ctx;
+    if (w < n_q) {
+        dq_sm90<HD>(a, smem, n_q / a.nkv - 1 - w / a.nkv, w % a.nkv);
+        return;
+    }
+    dkv_sm90<HD>(a, smem, 1, w - n_q);
+#endif
+}
+
 // ---- scalar path ----
 
 // The keys of one query slot: ncv context rows from row cfirst, then block rows from bfirst; nk in all.
@@ -991,18 +1580,54 @@ template <int HD> constexpr size_t bwd_smem()
     return dq > dkv ? dq : dkv;
 }
 
+bool wgmma_device();
+template <int HD> constexpr int bwd_sm90_smem()
+{
+    return wg_dkv_shape<HD>::kSmem > wg_q_shape<HD>::kSmemDq ? wg_dkv_shape<HD>::kSmem : wg_q_shape<HD>::kSmemDq;
+}
+
 template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
 {
     static bool attr_set = false; // per template instance, once per process
     if (!attr_set) {
         CHECK_CUDA(cudaFuncSetAttribute(fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_smem<HD>()));
+        if constexpr (HD == 128)
+            CHECK_CUDA(cudaFuncSetAttribute(fwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            wg_q_shape<HD>::kSmemFwd));
         attr_set = true;
     }
     const long long rows = (long long)a.N * a.B * a.G;
+    if constexpr (HD == 128) {
+        if (wgmma_device()) {
+            const unsigned n = (unsigned)((rows + kFwdRows - 1) / kFwdRows * a.nkv);
+            fwd_sm90_kernel<HD><<<n, kFwdWgs * 128, wg_q_shape<HD>::kSmemFwd, st>>>(a);
+            CHECK_CUDA_LAUNCH();
+            return;
+        }
+    }
     constexpr int kQRows = tiles<HD>::kQRows;
     dim3 grid((unsigned)((rows + kQRows - 1) / kQRows), (unsigned)a.nkv);
     fwd_kernel<HD><<<grid, kThreads, fwd_smem<HD>(), st>>>(a);
     CHECK_CUDA_LAUNCH();
+}
+
+// sm_90a (Hopper) device: the wgmma dk/dv kernel runs there (device 0 semantics, as the launches' attributes);
+// DFLASH_ATTENTION=mma_sync takes the mma.sync kernels everywhere (as attention.cu; read once)
+bool wgmma_device()
+{
+    static int cc = -1;
+    if (cc < 0) {
+        int dev = 0, major = 0, minor = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            major = minor = 0;
+        }
+        const char *e = getenv("DFLASH_ATTENTION");
+        cc = e && !strcmp(e, "mma_sync") ? 0 : major * 10 + minor;
+    }
+    return cc == 90; // the sm_90a cubin; other devices run the compute_90 PTX, where the kernel is empty
 }
 
 template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
@@ -1010,12 +1635,27 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
     static bool attr_set = false;
     if (!attr_set) {
         CHECK_CUDA(cudaFuncSetAttribute(bwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_smem<HD>()));
+        if constexpr (HD == 128) {
+            CHECK_CUDA(cudaFuncSetAttribute(bwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            bwd_sm90_smem<HD>()));
+        }
         attr_set = true;
     }
     const long long rows = (long long)a.N * a.B * a.G;
     constexpr int kQRows = tiles<HD>::kDqRows, kKvRows = tiles<HD>::kKvRows, P = tiles<HD>::DKV_PARTS;
-    const int n_ctx = (a.T + kKvRows - 1) / kKvRows * a.nkv * P;
     const int n_q = (int)((rows + kQRows - 1) / kQRows) * a.nkv;
+    if constexpr (HD == 128) {
+        if (wgmma_device()) {
+            const int n_ctx = (a.T + kWgRows - 1) / kWgRows * a.nkv;
+            const int n_blk = (a.N * a.B + kWgRows - 1) / kWgRows * a.nkv;
+            const int nq = (int)((rows + kWgDqRows - 1) / kWgDqRows) * a.nkv;
+            bwd_sm90_kernel<HD><<<(unsigned)(n_ctx + nq + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx,
+                                                                                                              nq);
+            CHECK_CUDA_LAUNCH();
+            return;
+        }
+    }
+    const int n_ctx = (a.T + kKvRows - 1) / kKvRows * a.nkv * P;
     const int n_blk = (a.N * a.B + kKvRows - 1) / kKvRows * a.nkv * P;
     bwd_kernel<HD><<<(unsigned)(n_ctx + n_q + n_blk), tiles<HD>::BW * 32, bwd_smem<HD>(), st>>>(a, n_ctx, n_q);
     CHECK_CUDA_LAUNCH();

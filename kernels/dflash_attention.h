@@ -58,7 +58,8 @@ extern "C" {
 /* CUDA: bf16 tensors (uint16_t bits), fp32 softmax and accumulation, the lse in fp32. Device pointers; each row
  * stride (elements) may exceed the row so a tensor can be a column block of a wider one. ctx_start/ctx_len are
  * device arrays with 0 <= ctx_start[j] and ctx_start[j] + ctx_len[j] <= T. Tensor cores for hd 16/32/64/128/256 with
- * 16-byte aligned rows, a scalar path otherwise. Deterministic: the same inputs give the same bits (no atomics).
+ * 16-byte aligned rows (wgmma at hd 128 on an sm_90 device unless DFLASH_ATTENTION=mma_sync, mma.sync otherwise), a
+ * scalar path otherwise. Deterministic: the same inputs give the same bits (no atomics).
  * Fastest with the anchors of a sequence sorted (a block's context is then a prefix of the sequence). */
 typedef struct dflash_attn_cuda_in {
     const uint16_t *q;  int ldq;   /* (N*B, nh*hd) */

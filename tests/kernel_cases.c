@@ -263,6 +263,13 @@ const kc_case kernel_cases[] = {
     {KC(kc_dflash_attention, 8, 2, 128, 16, 7, 8, 0, 0, 1, 0), KC_SEQS(1001), KC_AUX(37), .only = KC_CUDA_ONLY},
     {KC(kc_dflash_attention, 4, 4, 64, 5, 33, 8, 0, 0, 2, 40), KC_SEQS(300)},
     {KC(kc_dflash_attention, 4, 2, 24, 4, 5, 8, 1, 0, 1, 0), KC_SEQS(40, 23), KC_AUX(5, 3)},
+    /* head_dim 128 on an sm_90 device: the wgmma kernels (64-row query tiles, 64-key dk/dv tiles) */
+    {KC(kc_dflash_attention, 6, 2, 128, 16, 0, 8, 0, 0, 1, 0), KC_SEQS(150, 1, 151), KC_AUX(9, 1, 11),
+     .only = KC_CUDA_ONLY, .why = "head_dim 128, GQA 3: a block's 48 rows straddle the 64-row query tiles"},
+    {KC(kc_dflash_attention, 4, 4, 128, 5, 0, 8, 0, 0, 2, 40), KC_SEQS(301), .only = KC_CUDA_ONLY,
+     .why = "head_dim 128, arbitrary context intervals, B = 5"},
+    {KC(kc_dflash_attention, 6, 2, 128, 16, 40, 8, 1, 0, 1, 0), KC_SEQS(150, 151), KC_AUX(9, 11),
+     .only = KC_CUDA_ONLY, .why = "head_dim 128, a window of 40"},
     /* head_dim 256 (the Qwen3.5 drafters' heads; its own tiles) */
     {KC(kc_dflash_attention, 16, 4, 256, 16, 0, 8, 0, 0, 1, 0), KC_SEQS(1, 301, 1, 187), KC_AUX(1, 19, 1, 13),
      .only = KC_CUDA_ONLY, .why = "head_dim 256, GQA 4, one-token sequences, odd lengths"},
