@@ -301,6 +301,8 @@ void target_cuda_set_gemv_rows(target_cuda *m, int rows)
     m->gemv_rows = rows < 0 ? 0 : rows > GEMV_MAX_M ? GEMV_MAX_M : rows;
 }
 
+void target_cuda_set_for_verification(target_cuda *m) { target_cuda_set_gemv_rows(m, 0); }
+
 void target_cuda_set_profiling(target_cuda *m, int on)
 {
     m->profiling = on;

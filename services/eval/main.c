@@ -177,6 +177,7 @@ static int setup(evaluator *e, errbuf *err)
 #ifdef DFLASH_CUDA
     if (c->job.backend == JOB_BACKEND_CUDA) { /* its own copy of the target beside target-0's, on GPU 0 */
         if ((rc = target_cuda_load(&e->tg, dir, -1, e->need, 1, NULL, err)) ||
+            (target_cuda_set_for_verification(e->tg), 0) ||
             (rc = target_cuda_cache_create(&e->cache_g, e->tg, 1, e->need, e->need, err)))
             return rc;
         log_info("GPU memory: target %.1f MiB, KV cache %.1f MiB for %d positions (plus the drafter of each step)",
