@@ -366,6 +366,8 @@ static bool mma_sync_forced(void)
     return forced;
 }
 
+extern "C" int attention_wgmma_chosen(int hd) { return !mma_sync_forced() && attention_wgmma_supported(hd); }
+
 static void causal_forward(enum attention_cuda_kernel kernel, uint16_t *out, int ldo, const uint16_t *q, int ldq,
                            const uint16_t *k, int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
                            int max_seqlen, int nh, int nkv, int hd, float scale, int window, const float *sinks,
@@ -418,8 +420,7 @@ static void causal_forward(enum attention_cuda_kernel kernel, uint16_t *out, int
     // the one place the kernel is chosen: wgmma on Hopper where it has the head_dim, else mma.sync (or scalar)
     const bool plain = window <= 0 && sinks == NULL; // the wgmma kernel has no window or sinks (gpt-oss's options)
     if (kernel == ATTENTION_CUDA_AUTO)
-        kernel = !mma_sync_forced() && aligned && plain && attention_wgmma_supported(hd) ? ATTENTION_CUDA_WGMMA
-                                                                                        : ATTENTION_CUDA_MMA_SYNC;
+        kernel = aligned && plain && attention_wgmma_chosen(hd) ? ATTENTION_CUDA_WGMMA : ATTENTION_CUDA_MMA_SYNC;
     if (kernel == ATTENTION_CUDA_WGMMA) {
         if (!aligned || !plain || !attention_wgmma_supported(hd)) {
             fprintf(stderr, "attention_causal_forward_cuda_with: the wgmma kernel takes head_dim 64 or 128 with 16-byte "

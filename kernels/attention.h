@@ -59,6 +59,10 @@ void attention_causal_forward_cuda_with(enum attention_cuda_kernel kernel, uint1
                                         const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, int hd,
                                         float scale, void *stream);
 int attention_wgmma_supported(int hd);
+/* Whether the Hopper (wgmma) attention kernels run for head_dim hd: attention_wgmma_supported(hd) and
+ * DFLASH_ATTENTION is not mma_sync. The one rule the causal attention and the DFlash attention
+ * (dflash_attention.cu's wgmma path at head_dim 128) choose their kernels by. */
+int attention_wgmma_chosen(int hd);
 /* The Hopper kernel itself (hd 64 or 128, on a device where attention_wgmma_supported). tma 1 stages the Q, K and V
  * tiles by the bulk tensor copy (a sequence's last, partial tile with the next sequence's first rows, which enter no
  * stored result: their keys' p is exactly 0; only a tile past the end of the packed rows by cp.async), 0 every tile

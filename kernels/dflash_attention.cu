@@ -39,6 +39,7 @@
 #include <cstring>
 
 #include "dflash_attention.h"
+#include "attention.h"
 #include "cuda_check.h"
 #include "mma_sm80.cuh"
 #include "wgmma_sm90.cuh"
@@ -132,6 +133,29 @@ __device__ __forceinline__ void block_interval(const Args &a, int src, int j, in
         lo = j * a.B;
         hi = lo + a.B;
     }
+}
+
+// The blocks j of [cb, cb + 32 nw) below cand_hi whose interval of source src (block_interval) meets the key rows
+// [row0, rend), written in block order to s_list[0..count) by the CTA's nw warps (thread i looks at block cb + i);
+// returns count, in every thread. Two CTA barriers: every thread of the CTA calls it.
+__device__ __forceinline__ int gather_blocks(const Args &a, int src, int cb, int cand_hi, int row0, int rend, int nw,
+                                             int *s_wcount, int *s_list)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, j = cb + (int)threadIdx.x;
+    bool hit = false;
+    if (j < cand_hi) {
+        int lo, hi;
+        block_interval(a, src, j, lo, hi);
+        hit = lo < hi && lo < rend && hi > row0;
+    }
+    const unsigned bal = __ballot_sync(0xffffffffu, hit);
+    if (lane == 0) s_wcount[warp] = __popc(bal);
+    __syncthreads();
+    int before = 0, count = 0;
+    for (int w = 0; w < nw; w++) before += w < warp ? s_wcount[w] : 0, count += s_wcount[w];
+    if (hit) s_list[before + __popc(bal & ((1u << lane) - 1u))] = j;
+    __syncthreads();
+    return count;
 }
 
 // Visible interval of slot i of block j in source src.
@@ -635,21 +659,7 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
 
     for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
         // the blocks of [cb, cb+128) whose interval meets [row0, rend), in block order
-        const int j = cb + (int)threadIdx.x;
-        bool hit = false;
-        if (j < cand_hi) {
-            int lo, hi;
-            block_interval(a, src, j, lo, hi);
-            hit = lo < hi && lo < rend && hi > row0;
-        }
-        const unsigned bal = __ballot_sync(0xffffffffu, hit);
-        if (lane == 0) s_wcount[warp] = __popc(bal);
-        __syncthreads();
-        int before = 0, count = 0;
-        for (int w = 0; w < nw; w++) before += w < warp ? s_wcount[w] : 0, count += s_wcount[w];
-        if (hit) s_list[before + __popc(bal & ((1u << lane) - 1u))] = j;
-        __syncthreads();
-        const int items = count * nchunk;
+        const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
         if (items == 0) continue;
         load_item<HD>(sq, sdo, slse, sd, a, s_list[0], 0, kh);
         cp_async_commit();
@@ -935,21 +945,7 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
     if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
 
     for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
-        const int j = cb + (int)threadIdx.x;
-        bool hit = false;
-        if (j < cand_hi) {
-            int lo, hi;
-            block_interval(a, src, j, lo, hi);
-            hit = lo < hi && lo < rend && hi > row0;
-        }
-        const unsigned bal = __ballot_sync(0xffffffffu, hit);
-        if (lane == 0) s_wcount[warp] = __popc(bal);
-        __syncthreads();
-        int before = 0, count = 0;
-        for (int x = 0; x < nw; x++) before += x < warp ? s_wcount[x] : 0, count += s_wcount[x];
-        if (hit) s_list[before + __popc(bal & ((1u << lane) - 1u))] = j;
-        __syncthreads();
-        const int items = count * nchunk;
+        const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
         if (items == 0) continue;
         sw_load_item<HD>(sq, sdo, slse, sd, a, s_list[0], 0, kh);
         cp_async_commit();
@@ -1611,24 +1607,9 @@ template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
     CHECK_CUDA_LAUNCH();
 }
 
-// sm_90a (Hopper) device: the wgmma dk/dv kernel runs there (device 0 semantics, as the launches' attributes);
-// DFLASH_ATTENTION=mma_sync takes the mma.sync kernels everywhere (as attention.cu; read once)
-bool wgmma_device()
-{
-    static int cc = -1;
-    if (cc < 0) {
-        int dev = 0, major = 0, minor = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-            (void)cudaGetLastError();
-            major = minor = 0;
-        }
-        const char *e = getenv("DFLASH_ATTENTION");
-        cc = e && !strcmp(e, "mma_sync") ? 0 : major * 10 + minor;
-    }
-    return cc == 90; // the sm_90a cubin; other devices run the compute_90 PTX, where the kernel is empty
-}
+// the wgmma kernels run (head_dim 128): attention.h's rule, as the causal attention's (an sm_90 device,
+// DFLASH_ATTENTION not mma_sync)
+bool wgmma_device() { return attention_wgmma_chosen(128) != 0; }
 
 template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
 {
