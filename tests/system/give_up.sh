@@ -15,13 +15,12 @@ mkdir -p "$T/data-live"
 cp "$T/data"/*.shard "$T/data-live/"
 write_config live $STEPS
 sed -i -e "s|^path = .*|path = $T/data-live|" -e 's/^checkpoint_every = .*/checkpoint_every = 0/' "$T/live.ini"
-ledger_lines() { cat "$T/live/ledger.jsonl" 2>/dev/null | wc -l; }
 
 DFLASH_FAULT_HOLD_BATCH=$HOLD "$BIN/dflash" run -c "$T/live.ini" >"$T/live.out" 2>&1 &
 sup=$!
 # a deadline only so that a broken build fails instead of blocking: the job cannot pass step HOLD/2
 deadline=$((SECONDS + 300))
-until [ "$(ledger_lines)" -ge $((HOLD / 2)) ] || [ $SECONDS -ge $deadline ] || ! kill -0 $sup 2>/dev/null; do sleep 0.1; done
+until [ "$(ledger_lines live)" -ge $((HOLD / 2)) ] || [ $SECONDS -ge $deadline ] || ! kill -0 $sup 2>/dev/null; do sleep 0.1; done
 f=$(ls "$T/data-live"/*.shard | head -1)
 size=$(stat -c %s "$f")
 truncate -s $((size / 2)) "$f"

@@ -19,7 +19,6 @@ wait_for() {
     local end=$((SECONDS + $1))
     until eval "$2"; do [ $SECONDS -ge $end ] && return 1; sleep 0.1; done
 }
-ledger_lines() { { wc -l <"$T/$1/ledger.jsonl"; } 2>/dev/null || echo 0; }
 keeper_pid() { awk '$1 == "dflashd" { print $2 }' "$T/$1/supervisor.state" 2>/dev/null; }
 
 "$BIN/dflash" run -c "$T/a.ini" >"$T/a.out" 2>&1 &
