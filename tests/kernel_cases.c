@@ -440,6 +440,47 @@ const kc_case kernel_cases[] = {
     {KC(kc_nonfinite, 1, 64, 151936, 0), .why = "logits of a decode step: 64 rows as one row of 64 groups"},
     {KC(kc_nonfinite, 1, 1, 1, 0), .why = "one element"},
     {KC(kc_nonfinite, 7, 13, 37, 5), .why = "odd sizes"},
+
+    /* ---- gemv (decoding's linear layers): m n k ldx ldy resid vs_cublas | m n k ldx ldy resid ---- */
+    /* every row count 1..16 (one and two MMA n-tiles), widths that are not multiples of the CTA's 16 columns, k from
+     * 8 to 12288 (a warp's chunk, partial chunks, rounds of the 8 warps), strides wider than the rows, the residual
+     * from another buffer (1) and in place (2) */
+    {KC(kc_gemv_forward, 1, 1, 8, 8, 1, 0, 0), .why = "one output"},
+    {KC(kc_gemv_forward, 2, 17, 64, 72, 20, 0, 0)},
+    {KC(kc_gemv_forward, 3, 33, 136, 136, 33, 1, 0)},
+    {KC(kc_gemv_forward, 4, 100, 1000, 1016, 105, 2, 0)},
+    {KC(kc_gemv_forward, 5, 48, 128, 128, 48, 0, 0)},
+    {KC(kc_gemv_forward, 6, 7, 1032, 1032, 7, 1, 0)},
+    {KC(kc_gemv_forward, 7, 250, 520, 528, 250, 0, 0)},
+    {KC(kc_gemv_forward, 8, 129, 2048, 2048, 130, 2, 0)},
+    {KC(kc_gemv_forward, 9, 64, 264, 264, 64, 0, 0), .why = "past the CUDA-core kernel's rows"},
+    {KC(kc_gemv_forward, 10, 31, 4096, 4104, 31, 1, 0)},
+    {KC(kc_gemv_forward, 11, 16, 24, 24, 16, 0, 0)},
+    {KC(kc_gemv_forward, 12, 500, 1024, 1024, 507, 2, 0)},
+    {KC(kc_gemv_forward, 13, 129, 2056, 2056, 129, 1, 0)},
+    {KC(kc_gemv_forward, 14, 3, 12288, 12288, 3, 0, 0)},
+    {KC(kc_gemv_forward, 15, 80, 640, 664, 82, 0, 0)},
+    {KC(kc_gemv_forward, 16, 1000, 1024, 1024, 1000, 2, 0), .why = "the most rows"},
+    /* the Qwen3-8B decoding shapes (q|k|v, o_proj, gate|up, down_proj, lm_head), against cuBLASLt too */
+    {KC(kc_gemv_forward, 1, 6144, 4096, 4096, 6144, 0, 1), .only = KC_CUDA_ONLY, .why = "q|k|v"},
+    {KC(kc_gemv_forward, 1, 4096, 4096, 4096, 4096, 1, 1), .only = KC_CUDA_ONLY, .why = "o_proj + residual"},
+    {KC(kc_gemv_forward, 1, 24576, 4096, 4096, 24576, 0, 1), .only = KC_CUDA_ONLY, .why = "gate|up"},
+    {KC(kc_gemv_forward, 1, 4096, 12288, 12288, 4096, 2, 1), .only = KC_CUDA_ONLY, .why = "down_proj in place"},
+    {KC(kc_gemv_forward, 4, 4096, 12288, 12288, 4096, 1, 1), .only = KC_CUDA_ONLY},
+    {KC(kc_gemv_forward, 16, 6144, 4096, 4096, 6144, 0, 1), .only = KC_CUDA_ONLY, .why = "a verified block"},
+    {KC(kc_gemv_forward, 16, 4096, 12288, 12288, 4096, 1, 1), .only = KC_CUDA_ONLY},
+    {KC(kc_gemv_forward, 1, 151936, 4096, 4096, 151936, 0, 1), .only = KC_CUDA_ONLY, .why = "lm_head"},
+    /* the CUDA-core kernel with the RMSNorm on the fly (its reference: rmsnorm_forward_cpu, then gemv_forward_cpu) */
+    {KC(kc_gemv_rmsnorm, 1, 1, 8, 8, 1, 0)},
+    {KC(kc_gemv_rmsnorm, 2, 17, 64, 72, 20, 0)},
+    {KC(kc_gemv_rmsnorm, 3, 33, 136, 136, 33, 1)},
+    {KC(kc_gemv_rmsnorm, 4, 100, 1000, 1016, 105, 2)},
+    {KC(kc_gemv_rmsnorm, 5, 48, 128, 128, 48, 0)},
+    {KC(kc_gemv_rmsnorm, 6, 7, 1032, 1032, 7, 1)},
+    {KC(kc_gemv_rmsnorm, 7, 250, 520, 528, 250, 0)},
+    {KC(kc_gemv_rmsnorm, 8, 129, 2048, 2048, 130, 2), .why = "the CUDA-core kernel's most rows"},
+    {KC(kc_gemv_rmsnorm, 1, 6144, 4096, 4096, 6144, 0), .why = "q|k|v"},
+    {KC(kc_gemv_rmsnorm, 4, 24576, 4096, 4096, 24576, 0), .why = "gate|up"},
 };
 const int kernel_ncases = (int)(sizeof kernel_cases / sizeof kernel_cases[0]);
 

@@ -31,7 +31,7 @@ nvidia-smi -L >>"$log" 2>&1
 if [ "${1:-}" != bench ]; then
 one gpu_train env BUILD="$BUILD" STEPS="${STEPS:-4000}" timeout 300 bash tests/gpu/gpu_train.sh
 # every kernel against its CPU reference, twice bitwise: the rows of the kernel case table (tests/kernel_cases.c)
-for t in test_kernel_cases_gpu test_vmm_pool test_decode_gpu test_gemv_gpu; do
+for t in test_kernel_cases_gpu test_vmm_pool test_decode_gpu; do
     [ -x "$BUILD/gpu/$t" ] && one "$t" timeout 300 "$BUILD/gpu/$t"
 done
 # the target forward, one process per family (the hybrid one also writes checkpoints and runs CPU references)
