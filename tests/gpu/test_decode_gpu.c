@@ -1,5 +1,5 @@
-/* Decoding on the GPU against the CPU. (1) kv_attention and argmax kernels against their CPU references on random
- * data (several sequences, positions across many key chunks, ties). (2) target_decode_cuda on the golden targets
+/* Decoding on the GPU against the CPU (the kernels it runs, kv_attention, kv_cache_append and argmax among them, are
+ * rows of the kernel case table: tests/kernel_cases.c). (2) target_decode_cuda on the golden targets
  * ($DFLASH_GOLDENS/{tiny,tiny-bf16}/target, default tests/goldens; and the qwen3_moe goldens qwen3moe-tiny(-bf16)
  * with every expert routed, moe_all_experts.h): three sequences of one text decoded three ways
  * (a prefill then one token a step; a prefill, a verified block cropped to a shorter prefix, then the rest; a
@@ -11,7 +11,7 @@
  * the hybrid goldens: steps after a crop give the bits of a fresh sequence that ran the kept tokens
  * (check_crop_exact). (4) CUDA graphs on the dense and qwen3_moe targets: steps replayed from captured graphs give
  * the bits of the same steps launched kernel by kernel (check_graph_exact); the steps of (2) run with graphs on.
- * (1c) The fused norm + RoPE + cache append (qk_norm_rope_append_cuda) gives the bits of the two kernels it replaces.
+ * (1) The fused norm + RoPE + cache append (qk_norm_rope_append_cuda) gives the bits of the two kernels it replaces.
  * Prints "ok <case> ..." / "FAIL <case> ..."; exit status 0 only when every case passed. */
 #include <errno.h>
 #include <math.h>
@@ -23,7 +23,6 @@
 #include <cuda_runtime_api.h>
 
 #define GPU_TEST_SEED 0x2545f4914f6cdd1dull
-#include "argmax.h"
 #include "cuda_check.h"
 #include "gpu_test.h"
 #include "kv_attention.h"
@@ -72,56 +71,10 @@ static void compare(const char *name, const uint16_t *got, const float *ref, siz
 
 #define upload dev_upload
 
-/* (1a) kv_attention: 3 sequences of a cache of 300 positions, 7 query rows at positions from 0 to 299; head_dims of
- * the shared-memory kernel (64, 128, 256) and of the plain one (32), GQA groups of 1 to 8. */
-static void check_kv_attention(int nh, int nkv, int hd)
-{
-    const int nseq = 3, max_len = 300, kd = nkv * hd, T = 7;
-    const int32_t seq[7] = {0, 0, 1, 2, 2, 2, 1}, pos[7] = {0, 64, 299, 5, 6, 130, 63};
-    const size_t stride = (size_t)max_len * kd, ncache = (size_t)nseq * stride;
-    float *kc = xmalloc(ncache * 4), *vc = xmalloc(ncache * 4), *q = xmalloc((size_t)T * nh * hd * 4);
-    uint16_t *hk = xmalloc(ncache * 2), *hv = xmalloc(ncache * 2), *hq = xmalloc((size_t)T * nh * hd * 2);
-    for (size_t i = 0; i < ncache; i++) {
-        hk[i] = f32_to_bf16((float)(2.0 * rnd_uniform())), kc[i] = bf16_to_f32(hk[i]);
-        hv[i] = f32_to_bf16((float)rnd_uniform()), vc[i] = bf16_to_f32(hv[i]);
-    }
-    for (size_t i = 0; i < (size_t)T * nh * hd; i++) hq[i] = f32_to_bf16((float)rnd_uniform()), q[i] = bf16_to_f32(hq[i]);
-    float *ref = xmalloc((size_t)T * nh * hd * 4);
-    const float scale = 1.0f / sqrtf((float)hd);
-    kv_attention_forward_cpu(ref, nh * hd, q, nh * hd, kc, vc, stride, seq, pos, T, nh, nkv, hd, scale);
-    uint16_t *d_k = upload(hk, ncache * 2), *d_v = upload(hv, ncache * 2), *d_q = upload(hq, (size_t)T * nh * hd * 2);
-    int32_t *d_seq = upload(seq, sizeof seq), *d_pos = upload(pos, sizeof pos);
-    uint16_t *d_out = NULL;
-    CHECK_CUDA(cudaMalloc((void **)&d_out, (size_t)T * nh * hd * 2));
-    float *ws = NULL;
-    CHECK_CUDA(cudaMalloc((void **)&ws, kv_attention_workspace_bytes(T, nh, hd, 299)));
-    kv_attention_forward_cuda(d_out, nh * hd, d_q, nh * hd, d_k, d_v, stride, d_seq, d_pos, T, 299, nh, nkv, hd, scale,
-                              ws, NULL);
-    uint16_t *got = xmalloc((size_t)T * nh * hd * 2);
-    CHECK_CUDA(cudaMemcpy(got, d_out, (size_t)T * nh * hd * 2, cudaMemcpyDeviceToHost));
-    char name[160];
-    snprintf(name, sizeof name, "kv_attention T=7 positions 0..299 (5 chunks) nh=%d nkv=%d hd=%d", nh, nkv, hd);
-    compare(name, got, ref, (size_t)T * nh * hd, 1e-2);
-
-    /* append: the new rows land at (seq, pos) and nowhere else */
-    uint16_t *rows = xmalloc((size_t)T * kd * 2);
-    for (size_t i = 0; i < (size_t)T * kd; i++) rows[i] = f32_to_bf16((float)rnd_uniform());
-    uint16_t *d_rows = upload(rows, (size_t)T * kd * 2);
-    kv_cache_append_cuda(d_k, d_v, stride, d_rows, kd, d_rows, kd, d_seq, d_pos, T, kd, NULL);
-    CHECK_CUDA(cudaMemcpy(got = realloc(got, ncache * 2), d_k, ncache * 2, cudaMemcpyDeviceToHost));
-    size_t wrong = 0;
-    for (int t = 0; t < T; t++) memcpy(hk + (size_t)seq[t] * stride + (size_t)pos[t] * kd, rows + (size_t)t * kd, (size_t)kd * 2);
-    for (size_t i = 0; i < ncache; i++) wrong += got[i] != hk[i];
-    printf("%s kv_cache_append: %zu of %zu cache values differ from the expected\n", wrong ? "FAIL" : "ok", wrong,
-           ncache);
-    if (wrong) failures++;
-    void *dev[] = {d_k, d_v, d_q, d_seq, d_pos, d_out, ws, d_rows};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CHECK_CUDA(cudaFree(dev[i]));
-    free(kc), free(vc), free(q), free(hk), free(hv), free(hq), free(ref), free(got), free(rows);
-}
-
-/* (1c) qk_norm_rope_append_cuda against qk_norm_rope_cuda then kv_cache_append_cuda: the same q, k rows and cache,
- * bit for bit, on the 4-byte path (even strides) and the scalar one (an odd row stride). */
+/* (1) qk_norm_rope_append_cuda against qk_norm_rope_cuda then kv_cache_append_cuda: the same q, k rows and cache,
+ * bit for bit, on the 4-byte path (a row stride even but not a multiple of 8) and the scalar one (an odd stride).
+ * The fused kernel extends the per-row kernels; a stride of a multiple of 8 would send qk_norm_rope_cuda (no cache)
+ * to its per-token kernel instead (qk_norm_rope.cu), whose angles (__sincosf) are not bit for bit the rows'. */
 static void check_norm_rope_append(void)
 {
     const int nseq = 3, max_len = 40, nh = 8, nkv = 2, hd = 64, kd = nkv * hd, T = 5;
@@ -135,7 +88,7 @@ static void check_norm_rope_append(void)
     double *d_inv = upload(inv, sizeof inv);
     uint16_t *d_w = upload(hw, 4 * (size_t)hd);
     int32_t *d_seq = upload(seq, sizeof seq), *d_pos = upload(pos, sizeof pos);
-    for (int pad = 0; pad < 2; pad++) {
+    for (int pad = 2; pad >= 1; pad--) {
         const int ld = nh * hd + 2 * kd + pad;
         uint16_t *rows = rnd_bf16((size_t)T * ld, 2.0, NULL), *cache0 = rnd_bf16(2 * ncache, 1.0, NULL);
         uint16_t *d_r[2], *d_c[2];
@@ -169,34 +122,6 @@ static void check_norm_rope_append(void)
     void *dev[] = {d_inv, d_w, d_seq, d_pos};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CHECK_CUDA(cudaFree(dev[i]));
     free(hw);
-}
-
-/* (1b) argmax: rows with a unique maximum, ties (the lowest index wins) and an all-equal row. */
-static void check_argmax(void)
-{
-    const int n = 6, V = 151936;
-    uint16_t *h = xmalloc((size_t)n * V * 2);
-    float *f = xmalloc((size_t)n * V * 4);
-    for (size_t i = 0; i < (size_t)n * V; i++) h[i] = f32_to_bf16((float)rnd_uniform());
-    for (int i = 0; i < V; i++) h[(size_t)5 * V + i] = f32_to_bf16(0.5f);
-    h[(size_t)1 * V + 77777] = h[(size_t)1 * V + 1234] = f32_to_bf16(9.0f); /* tie: 1234 */
-    h[(size_t)2 * V + V - 1] = f32_to_bf16(9.0f);
-    for (size_t i = 0; i < (size_t)n * V; i++) f[i] = bf16_to_f32(h[i]);
-    int32_t ref[6], got[6];
-    argmax_rows_cpu(ref, f, V, n, V);
-    uint16_t *d = upload(h, (size_t)n * V * 2);
-    int32_t *d_out = NULL;
-    CHECK_CUDA(cudaMalloc((void **)&d_out, sizeof got));
-    argmax_rows_cuda(d_out, d, V, n, V, NULL);
-    CHECK_CUDA(cudaMemcpy(got, d_out, sizeof got, cudaMemcpyDeviceToHost));
-    int ok = !memcmp(got, ref, sizeof got) && ref[1] == 1234 && ref[2] == V - 1 && ref[5] == 0;
-    printf("%s argmax 6 rows of %d (ties to the lowest index): gpu %d %d %d %d %d %d cpu %d %d %d %d %d %d\n",
-           ok ? "ok" : "FAIL", V, got[0], got[1], got[2], got[3], got[4], got[5], ref[0], ref[1], ref[2], ref[3],
-           ref[4], ref[5]);
-    if (!ok) failures++;
-    CHECK_CUDA(cudaFree(d));
-    CHECK_CUDA(cudaFree(d_out));
-    free(h), free(f);
 }
 
 /* Copy n rows of a device (rows, width) bf16 array to host rows [row0, row0+n) of dst (width). */
@@ -525,11 +450,6 @@ static void check_graph_exact(const char *label, const char *dir, int gemv_rows)
 int main(void)
 {
     CHECK_CUDA(cudaSetDevice(0));
-    check_kv_attention(8, 2, 128);
-    check_kv_attention(8, 8, 64);
-    check_kv_attention(16, 2, 256);
-    check_kv_attention(6, 2, 32);
-    check_argmax();
     check_norm_rope_append();
     const char *g = getenv("DFLASH_GOLDENS");
     char dir[1024];
