@@ -15,6 +15,7 @@
 #include "gated_rmsnorm.h"
 #include "kv_attention.h"
 #include "matmul.h"
+#include "mlp_block.h"
 #include "moe_block.h"
 #include "rmsnorm.h"
 #include "rope.h"
@@ -55,8 +56,7 @@ typedef struct hybrid_layer {
     float *a_log, *dt_bias;                 /* (HV) */
     float *gnorm;                           /* (Dv), plain weight (RMSNormGated) */
     float *w_out;                           /* (H, HV*Dv) */
-    /* dense MLP */
-    float *w_gate, *w_up, *w_down;          /* (I, H) x2, (H, I) */
+    mlp_block mlp;                          /* the dense MLP (layers without experts) */
     moe_block moe_w;                        /* the sparse MoE block (moe_block.h) */
 } hybrid_layer;
 
@@ -221,9 +221,10 @@ static void free_layer(hybrid_layer *l)
 {
     float **p[] = {&l->input_norm, &l->post_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm, &l->k_norm,
                    &l->w_qkv, &l->w_z, &l->w_b, &l->w_a, &l->conv, &l->a_log, &l->dt_bias, &l->gnorm,
-                   &l->w_out, &l->w_gate, &l->w_up, &l->w_down};
+                   &l->w_out};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
     moe_block_free(&l->moe_w);
+    mlp_block_free(&l->mlp);
 }
 
 static void target_hybrid_destroy(target_hybrid **hp);
@@ -235,7 +236,7 @@ static int target_hybrid_load(target_hybrid **out, const st_file *st, const hf_c
     target_hybrid *h = xcalloc(1, sizeof *h);
     h->layers = xcalloc((size_t)nlayers, sizeof *h->layers);
     h->nlayers = nlayers;
-    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const int64_t H = c->hidden_size;
     int rc = 0;
     for (int i = 0; i < nlayers && !rc; i++) {
         hybrid_layer *l = &h->layers[i];
@@ -250,11 +251,7 @@ static int target_hybrid_load(target_hybrid **out, const st_file *st, const hf_c
             rc = l->linear ? load_linear_attn(&L, c, l) : load_full_attn(&L, c, l);
         }
         if (!rc && l->moe) rc = moe_block_load(&l->moe_w, st, c, prefix, i, err);
-        else if (!rc) {
-            rc = ld(&L, "mlp.gate_proj.weight", &l->w_gate, I, H, 0);
-            if (!rc) rc = ld(&L, "mlp.up_proj.weight", &l->w_up, I, H, 0);
-            if (!rc) rc = ld(&L, "mlp.down_proj.weight", &l->w_down, H, I, 0);
-        }
+        else if (!rc) rc = mlp_block_load(&l->mlp, st, c, prefix, i, err);
     }
     if (rc) {
         target_hybrid_destroy(&h);
@@ -368,8 +365,8 @@ static void layer_forward(const target_hybrid *hy, target_hybrid_scratch *h, con
         moe_block_forward_cpu(&l->moe_w, c, &h->moe, x, u, T);
     } else {
         const int I = c->intermediate_size;
-        moe_swiglu_mlp_cpu(x, u, T, H, I, l->w_gate, l->w_up, l->w_down, scratch(h, HB_A, (size_t)T * I),
-                   scratch(h, HB_B, (size_t)T * I));
+        moe_swiglu_mlp_cpu(x, u, T, H, I, l->mlp.w_gate, l->mlp.w_up, l->mlp.w_down, scratch(h, HB_A, (size_t)T * I),
+                           scratch(h, HB_B, (size_t)T * I));
     }
 }
 

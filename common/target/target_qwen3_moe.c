@@ -12,6 +12,7 @@
 
 #include "attn_block.h"
 #include "attn_stack.h"
+#include "mlp_block.h"
 #include "moe_block.h"
 #include "rmsnorm.h"
 #include "target_model_impl.h"
@@ -21,15 +22,14 @@ typedef struct qmoe_layer {
     float *post_norm;                    /* (H) */
     int moe;                             /* the sparse block (else the dense MLP) */
     moe_block mb;
-    float *w_gate, *w_up, *w_down;       /* dense MLP: (I, H) x2, (H, I) */
+    mlp_block mlp;                       /* the dense MLP */
 } qmoe_layer;
 
 /* A layer's activations over T rows besides the residual stream: the attention's (its u is the MLP's input), the
- * dense MLP's gate and up (T, I), the MoE block's scratch. */
+ * dense MLP's, the MoE block's scratch. */
 typedef struct qmoe_acts {
     attn_acts at;
-    float *gate, *up;
-    int rows;
+    mlp_acts mlp;
     moe_scratch ms;
 } qmoe_acts;
 
@@ -37,47 +37,27 @@ static void acts_reserve(void *acts, const hf_config *c, int T, int with_kv)
 {
     qmoe_acts *a = acts;
     attn_acts_reserve(&a->at, c, T, with_kv);
-    if (T <= a->rows) return;
-    size_t n = (size_t)T * (size_t)c->intermediate_size;
-    free(a->gate);
-    free(a->up);
-    a->gate = xmalloc(n * sizeof(float));
-    a->up = xmalloc(n * sizeof(float));
-    a->rows = T;
+    mlp_acts_reserve(&a->mlp, c, T);
 }
 
 static void acts_free(void *acts)
 {
     qmoe_acts *a = acts;
     attn_acts_free(&a->at);
-    free(a->gate);
-    free(a->up);
+    mlp_acts_free(&a->mlp);
     moe_scratch_free(&a->ms);
-    *a = (qmoe_acts){0};
 }
 
 static int load_layer(const st_file *st, const hf_config *c, const char *prefix, int i, void *layer, errbuf *err)
 {
     qmoe_layer *l = layer;
-    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    int64_t shape[1] = {c->hidden_size};
     char n[192];
     int rc = attn_block_load(&l->attn, st, c, prefix, i, err);
     l->moe = c->layer_moe[i];
-#define LOAD(field, suffix, d0, d1)                                                \
-    if (rc == 0) {                                                                  \
-        int64_t shape[2] = {d0, d1};                                                \
-        snprintf(n, sizeof n, "%slayers.%d.%s", prefix, i, suffix);                \
-        rc = st_load_f32(st, n, &l->field, d1 > 0 ? 2 : 1, shape, NULL, err);       \
-    }
-    LOAD(post_norm, "post_attention_layernorm.weight", H, 0);
-    if (l->moe) {
-        if (!rc) rc = moe_block_load(&l->mb, st, c, prefix, i, err);
-    } else {
-        LOAD(w_gate, "mlp.gate_proj.weight", I, H);
-        LOAD(w_up, "mlp.up_proj.weight", I, H);
-        LOAD(w_down, "mlp.down_proj.weight", H, I);
-    }
-#undef LOAD
+    snprintf(n, sizeof n, "%slayers.%d.post_attention_layernorm.weight", prefix, i);
+    if (!rc) rc = st_load_f32(st, n, &l->post_norm, 1, shape, NULL, err);
+    if (!rc) rc = l->moe ? moe_block_load(&l->mb, st, c, prefix, i, err) : mlp_block_load(&l->mlp, st, c, prefix, i, err);
     return rc;
 }
 
@@ -86,8 +66,8 @@ static void free_layer(void *layer)
     qmoe_layer *l = layer;
     attn_block_free(&l->attn);
     moe_block_free(&l->mb);
-    float **p[] = {&l->post_norm, &l->w_gate, &l->w_up, &l->w_down};
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) XFREE(*p[i]);
+    mlp_block_free(&l->mlp);
+    XFREE(l->post_norm);
 }
 
 /* Decoder layer li over T rows x (T, H) at positions pos, in place; kv as attn_block's. */
@@ -103,7 +83,7 @@ static void qmoe_layer_cpu(const target_model *m, int li, float *x, void *acts, 
     if (l->moe)
         moe_block_forward_cpu(&l->mb, c, &a->ms, x, a->at.u, T);
     else
-        moe_swiglu_mlp_cpu(x, a->at.u, T, H, c->intermediate_size, l->w_gate, l->w_up, l->w_down, a->gate, a->up);
+        mlp_block_forward_cpu(&l->mlp, c, &a->mlp, x, a->at.u, T);
 }
 
 /* ---- the family's operations: attn_stack's, with this layer ---- */
