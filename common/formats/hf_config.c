@@ -174,6 +174,31 @@ static int parse_rope(hf_config *cfg, const json_t *root, const char *file, cons
     return 0;
 }
 
+/* layer_types of "sliding_attention" / "full_attention", one per layer, into cfg->layer_sliding (the drafter's and
+ * gpt_oss's; the hybrid family's linear/full kinds are parse_layer_types'). *given: whether the field is there (absent:
+ * layer_sliding untouched, for the caller's default). Errors name the entry. */
+static int get_sliding_layer_types(hf_config *cfg, const json_t *obj, const char *file, int *given, errbuf *err)
+{
+    const json_t *lt = field_get(obj, "layer_types");
+    *given = lt != NULL;
+    if (!lt) return 0;
+    if (!json_is_array(lt)) return wrong_type(file, "", "layer_types", "array", lt, err);
+    if (json_array_size(lt) != (size_t)cfg->num_layers)
+        return errbuf_set(err, EINVAL, "%s: field layer_types: %zu entries, num_hidden_layers is %d", file,
+                          json_array_size(lt), cfg->num_layers);
+    for (int i = 0; i < cfg->num_layers; i++) {
+        const json_t *v = json_array_get(lt, (size_t)i);
+        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+        if (s && !strcmp(s, "sliding_attention")) cfg->layer_sliding[i] = 1;
+        else if (s && !strcmp(s, "full_attention")) cfg->layer_sliding[i] = 0;
+        else
+            return errbuf_set(err, EINVAL, "%s: field layer_types[%d]: expected \"full_attention\" or "
+                              "\"sliding_attention\", got %s%s%s", file, i, s ? "\"" : "", s ? s : json_type_name(v),
+                              s ? "\"" : "");
+    }
+    return 0;
+}
+
 /* The drafter's sliding-window layers (hf_config.h: layer_sliding, sliding_window). */
 static int parse_dflash_windows(hf_config *cfg, const json_t *root, const char *file, errbuf *err)
 {
@@ -185,23 +210,10 @@ static int parse_dflash_windows(hf_config *cfg, const json_t *root, const char *
     if (cfg->num_layers > HF_MAX_LAYERS)
         return errbuf_set(err, EINVAL, "%s: field num_hidden_layers: %d layers (at most %d)", file, cfg->num_layers,
                           HF_MAX_LAYERS);
-    const json_t *lt = field_get(root, "layer_types");
-    if (lt && !json_is_array(lt)) return wrong_type(file, "", "layer_types", "array", lt, err);
-    if (lt && json_array_size(lt) != (size_t)cfg->num_layers)
-        return errbuf_set(err, EINVAL, "%s: field layer_types: %zu entries, num_hidden_layers is %d", file,
-                          json_array_size(lt), cfg->num_layers);
+    int given;
+    if ((ret = get_sliding_layer_types(cfg, root, file, &given, err))) return ret;
     for (int i = 0; i < cfg->num_layers; i++) {
-        if (!lt) {
-            cfg->layer_sliding[i] = use && i >= first;
-        } else {
-            const json_t *v = json_array_get(lt, (size_t)i);
-            const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-            if (s && !strcmp(s, "sliding_attention")) cfg->layer_sliding[i] = 1;
-            else if (!s || strcmp(s, "full_attention"))
-                return errbuf_set(err, EINVAL, "%s: field layer_types[%d]: expected \"full_attention\" or "
-                                  "\"sliding_attention\", got %s%s%s", file, i, s ? "\"" : "",
-                                  s ? s : json_type_name(v), s ? "\"" : "");
-        }
+        if (!given) cfg->layer_sliding[i] = use && i >= first;
         nsliding += cfg->layer_sliding[i];
     }
     cfg->sliding_window = use ? sw : 0;
@@ -408,24 +420,9 @@ static int parse_gpt_oss(hf_config *cfg, const json_t *tc, const char *file, err
     cfg->norm_topk_prob = 1; /* softmax over the top k logits = the top k of the softmax, renormalised */
     cfg->attn_sinks = cfg->moe_bias = 1;
     memset(cfg->layer_moe, 1, (size_t)cfg->num_layers);
-    const json_t *lt = field_get(tc, "layer_types");
-    if (lt && !json_is_array(lt)) return wrong_type(file, "", "layer_types", "array", lt, err);
-    if (lt && json_array_size(lt) != (size_t)cfg->num_layers)
-        return errbuf_set(err, EINVAL, "%s: field layer_types: %zu entries, num_hidden_layers is %d", file,
-                          json_array_size(lt), cfg->num_layers);
-    for (int i = 0; i < cfg->num_layers; i++) {
-        if (!lt) {
-            cfg->layer_sliding[i] = (i + 1) % 2 != 0;
-            continue;
-        }
-        const json_t *v = json_array_get(lt, (size_t)i);
-        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-        if (s && !strcmp(s, "sliding_attention")) cfg->layer_sliding[i] = 1;
-        else if (!s || strcmp(s, "full_attention"))
-            return errbuf_set(err, EINVAL, "%s: field layer_types[%d]: expected \"full_attention\" or "
-                              "\"sliding_attention\", got %s%s%s", file, i, s ? "\"" : "", s ? s : json_type_name(v),
-                              s ? "\"" : "");
-    }
+    int given;
+    if ((ret = get_sliding_layer_types(cfg, tc, file, &given, err))) return ret;
+    for (int i = 0; !given && i < cfg->num_layers; i++) cfg->layer_sliding[i] = (i + 1) % 2 != 0;
     const json_t *q = field_get(tc, "quantization_config");
     if (q) {
         if (!json_is_object(q)) return wrong_type(file, "", "quantization_config", "object", q, err);
