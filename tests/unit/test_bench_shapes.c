@@ -11,6 +11,7 @@
 #include "bench/qwen3_30b_a3b.h"
 #include "hf_config.h"
 #include "target_family.h"
+#include "tests/published_configs.h"
 #include "tests/test.h"
 
 static const char kQwen35A3B[] =
@@ -52,24 +53,12 @@ TEST(qwen35_a3b_matches_published_config)
     EXPECT(!memcmp(p.layer_moe, b.layer_moe, sizeof p.layer_moe));
 }
 
-/* Qwen/Qwen3-30B-A3B's config.json as published (Qwen3-Coder-30B-A3B differs only in rope_theta and context) */
-static const char kQwen3A3B[] =
-    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
-    "\"bos_token_id\": 151643, \"decoder_sparse_step\": 1, \"eos_token_id\": 151645, \"head_dim\": 128, "
-    "\"hidden_act\": \"silu\", \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 6144, "
-    "\"max_position_embeddings\": 40960, \"max_window_layers\": 48, \"mlp_only_layers\": [], "
-    "\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": 768, \"norm_topk_prob\": true, "
-    "\"num_attention_heads\": 32, \"num_experts\": 128, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 48, "
-    "\"num_key_value_heads\": 4, \"output_router_logits\": false, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, "
-    "\"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.001, \"sliding_window\": null, "
-    "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", "
-    "\"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
 
 TEST(qwen3_30b_a3b_matches_published_config)
 {
     hf_config p, b;
     errbuf err = {{0}};
-    REQUIRE(hf_config_parse(&p, kQwen3A3B, "Qwen3-30B-A3B/config.json", &err) == 0);
+    REQUIRE(hf_config_parse(&p, qwen3_30b_a3b_json, "Qwen3-30B-A3B/config.json", &err) == 0);
     qwen3_30b_a3b_config(&b, 48, 0);
     EXPECT(p.arch == HF_ARCH_QWEN3_MOE && p.arch == b.arch && !strcmp(p.model_type, b.model_type));
     EXPECT(!p.is_hybrid && !b.is_hybrid && p.has_qk_norm == b.has_qk_norm && p.hidden_size == b.hidden_size);

@@ -4,6 +4,7 @@
 #include <jansson.h>
 
 #include "hf_config.h"
+#include "tests/published_configs.h"
 #include "tests/test.h"
 
 static json_t *load_json(const char *path)
@@ -83,23 +84,11 @@ TEST(defaults)
 /* qwen3_moe (Qwen3-30B-A3B's published config.json): its MoE fields, the MoE layers as transformers decides them
  * ((i+1) % decoder_sparse_step == 0 and i not in mlp_only_layers), norm_topk_prob's default (false), and errors
  * naming the field. */
-static const char *qwen3_moe_json =
-    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
-    "\"bos_token_id\": 151643, \"decoder_sparse_step\": 1, \"eos_token_id\": 151645, \"head_dim\": 128, "
-    "\"hidden_act\": \"silu\", \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 6144, "
-    "\"max_position_embeddings\": 40960, \"max_window_layers\": 48, \"mlp_only_layers\": [], "
-    "\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": 768, \"norm_topk_prob\": true, "
-    "\"num_attention_heads\": 32, \"num_experts\": 128, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 48, "
-    "\"num_key_value_heads\": 4, \"output_router_logits\": false, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, "
-    "\"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.001, \"sliding_window\": null, "
-    "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", "
-    "\"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
-
 TEST(qwen3_moe_fields)
 {
     hf_config c;
     errbuf err = {{0}};
-    REQUIRE(hf_config_parse(&c, qwen3_moe_json, "test.json", &err) == 0);
+    REQUIRE(hf_config_parse(&c, qwen3_30b_a3b_json, "test.json", &err) == 0);
     EXPECT(c.arch == HF_ARCH_QWEN3_MOE && !strcmp(c.model_type, "qwen3_moe") && c.has_qk_norm && !c.is_hybrid);
     EXPECT(c.hidden_size == 2048 && c.num_layers == 48 && c.num_heads == 32 && c.num_kv_heads == 4);
     EXPECT(c.head_dim == 128 && c.rotary_dim == 128 && c.intermediate_size == 6144 && c.vocab_size == 151936);
@@ -110,7 +99,7 @@ TEST(qwen3_moe_fields)
     EXPECT(moe_layers == 48);
     /* decoder_sparse_step 3, mlp_only_layers [5, 0]; norm_topk_prob absent: transformers' default, false */
     json_error_t jerr;
-    json_t *j = json_loads(qwen3_moe_json, 0, &jerr);
+    json_t *j = json_loads(qwen3_30b_a3b_json, 0, &jerr);
     REQUIRE(j);
     json_object_set_new(j, "decoder_sparse_step", json_integer(3));
     json_object_set_new(j, "mlp_only_layers", json_pack("[i, i]", 5, 0));
@@ -138,7 +127,7 @@ TEST(qwen3_moe_fields)
         {"norm_topk_prob", json_string("yes"), "field norm_topk_prob: expected boolean"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        json_t *b = json_loads(qwen3_moe_json, 0, &jerr);
+        json_t *b = json_loads(qwen3_30b_a3b_json, 0, &jerr);
         REQUIRE(b);
         if (bad[i].val) json_object_set_new(b, bad[i].key, bad[i].val);
         else json_object_del(b, bad[i].key);
