@@ -54,30 +54,9 @@ EOP
     ) && ok "${fam}_checkpoint_config ($msg)" || fail ${fam}_checkpoint_config "$msg"
 
     # dflash eval on the drafter's training prompts: decode (KV cache, crops) == walk (one full forward per prompt)
-    "$BIN/dflash" eval --target "$d/target" --drafter "$T/$job/ckpt/latest" --prompts "$d/fit.jsonl" --limit 6 \
-        --max-new-tokens 20 --json >"$d/decode.json" 2>"$d/eval.err" &&
-    "$BIN/dflash" eval --target "$d/target" --drafter "$T/$job/ckpt/latest" --prompts "$d/fit.jsonl" --limit 6 \
-        --max-new-tokens 20 --json --walk >"$d/walk.json" 2>>"$d/eval.err"
-    rc=$?
-    msg=$(python3 - "$d/decode.json" "$d/walk.json" <<'EOP'
-import json, sys
-d, w = (json.load(open(p)) for p in sys.argv[1:3])
-errs = []
-if not any(1 < a < d["block_size"] for p in d["per_prompt"] for a in p["accepted"]):
-    errs.append("no block kept part of its draft (tau %s): no crop inside a block was tested" % d["tau"])
-if d["mode"] != "decode" or w["mode"] != "walk": errs.append("modes %s/%s" % (d["mode"], w["mode"]))
-if d["outputs_differ"] != 0: errs.append("%d prompts' speculative output differs from greedy" % d["outputs_differ"])
-for a, b in zip(d["per_prompt"], w["per_prompt"]):
-    if a["accepted"] != b["accepted"] or a["new_tokens"] != b["new_tokens"] or a["new_tokens"] != 20:
-        errs.append("line %d: decode %s, walk %s" % (a["line"], a["accepted"], b["accepted"])); break
-if d["tau"] != w["tau"] or d["histogram"] != w["histogram"]: errs.append("tau %s vs %s" % (d["tau"], w["tau"]))
-print("; ".join(errs) if errs else "tau %.4f, blocks %d" % (d["tau"], sum(len(p["accepted"]) for p in d["per_prompt"])))
-sys.exit(1 if errs else 0)
-EOP
-    )
-    same=$?
-    [ $rc -eq 0 ] && [ $same -eq 0 ] && ok "${fam}_eval_decode_equals_walk ($msg)" ||
-        fail ${fam}_eval_decode_equals_walk "exit $rc: $msg $(tail -2 "$d/eval.err")"
+    if msg=$(decode_equals_walk "$d/target" "$T/$job/ckpt/latest" "$d/fit.jsonl" "$d/eval" 1); then
+        ok "${fam}_eval_decode_equals_walk ($msg)"
+    else fail ${fam}_eval_decode_equals_walk "$msg"; fi
 }
 
 for row in "${ROWS[@]}"; do

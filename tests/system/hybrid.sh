@@ -47,31 +47,11 @@ EOP
 # and linear-attention states (crops inside every verified block) commits the target-only greedy tokens, and gives
 # the accepted lengths of the walk over the target's own greedy text (one full forward), block by block. PROMPTS
 # (default: held-out prompts) given: its first 6 lines, and some block must keep part of its draft (a crop inside it)
-eval_agrees() {
+eval_agrees() { # NAME [PROMPTS]: decode == walk for run NAME's drafter (with PROMPTS: its fitted ones, crops inside blocks)
     local n=$1 prompts=${2:-$T/$1.greedy.jsonl}
     [ -n "${2:-}" ] || "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$prompts" --samples 6 --answer-len 20 \
         --seed 9 >/dev/null 2>"$T/$n.eval.err" || { tail -3 "$T/$n.eval.err"; return 1; }
-    "$BIN/dflash" eval --target "$T/target" --drafter "$T/$n/ckpt/latest" --prompts "$prompts" --limit 6 \
-        --max-new-tokens 20 --json >"$T/$n.decode.json" 2>>"$T/$n.eval.err" &&
-    "$BIN/dflash" eval --target "$T/target" --drafter "$T/$n/ckpt/latest" --prompts "$prompts" --limit 6 \
-        --max-new-tokens 20 --json --walk >"$T/$n.walk.json" 2>>"$T/$n.eval.err" ||
-        { tail -3 "$T/$n.eval.err"; return 1; }
-    python3 - "$T/$n.decode.json" "$T/$n.walk.json" "${2:-}" <<'EOP'
-import json, sys
-d, w = (json.load(open(p)) for p in sys.argv[1:3])
-errs = []
-if sys.argv[3] and not any(1 < a < d["block_size"] for p in d["per_prompt"] for a in p["accepted"]):
-    errs.append("no block kept part of its draft (tau %s): no crop inside a block was tested" % d["tau"])
-if d["mode"] != "decode" or w["mode"] != "walk": errs.append("modes %s/%s" % (d["mode"], w["mode"]))
-if d["prompts"] != 6 or w["prompts"] != 6: errs.append("prompts %d/%d" % (d["prompts"], w["prompts"]))
-if d["outputs_differ"] != 0: errs.append("%d prompts' speculative output differs from greedy" % d["outputs_differ"])
-for a, b in zip(d["per_prompt"], w["per_prompt"]):
-    if a["accepted"] != b["accepted"] or a["new_tokens"] != b["new_tokens"] or a["new_tokens"] != 20:
-        errs.append("line %d: decode %s, walk %s" % (a["line"], a["accepted"], b["accepted"])); break
-if d["tau"] != w["tau"] or d["histogram"] != w["histogram"]: errs.append("tau %s vs %s" % (d["tau"], w["tau"]))
-print("; ".join(errs) if errs else "tau %.4f, blocks %d" % (d["tau"], sum(len(p["accepted"]) for p in d["per_prompt"])))
-sys.exit(1 if errs else 0)
-EOP
+    decode_equals_walk "$T/target" "$T/$n/ckpt/latest" "$prompts" "$T/$n" "$([ -n "${2:-}" ] && echo 1)"
 }
 
 write_config dense $STEPS

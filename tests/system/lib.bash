@@ -180,3 +180,32 @@ kill_worker() {
         done
     return $rc
 }
+
+# decode_equals_walk TARGET DRAFTER PROMPTS OUT [PARTIAL]: `dflash eval` of DRAFTER on the first 6 prompts of PROMPTS,
+# 20 new tokens each, by decoding (KV cache, crops) and by the walk (one full forward a prompt), JSON and stderr to
+# OUT.*; prints what differs (else tau and the blocks) and fails unless both give 6 prompts with the same accepted
+# lengths, tau and histogram, and the speculative output equals greedy. PARTIAL 1: also some block kept only part of
+# its draft (a crop inside a block ran).
+decode_equals_walk() {
+    local target=$1 drafter=$2 prompts=$3 out=$4
+    "$BIN/dflash" eval --target "$target" --drafter "$drafter" --prompts "$prompts" --limit 6 --max-new-tokens 20 \
+        --json >"$out.decode.json" 2>"$out.eval.err" &&
+        "$BIN/dflash" eval --target "$target" --drafter "$drafter" --prompts "$prompts" --limit 6 --max-new-tokens 20 \
+            --json --walk >"$out.walk.json" 2>>"$out.eval.err" || { echo "eval: $(tail -3 "$out.eval.err")"; return 1; }
+    python3 - "$out.decode.json" "$out.walk.json" "${5:-0}" <<'EOP'
+import json, sys
+d, w = (json.load(open(p)) for p in sys.argv[1:3])
+errs = []
+if sys.argv[3] == "1" and not any(1 < a < d["block_size"] for p in d["per_prompt"] for a in p["accepted"]):
+    errs.append("no block kept part of its draft (tau %s): no crop inside a block was tested" % d["tau"])
+if d["mode"] != "decode" or w["mode"] != "walk": errs.append("modes %s/%s" % (d["mode"], w["mode"]))
+if d["prompts"] != 6 or w["prompts"] != 6: errs.append("prompts %d/%d" % (d["prompts"], w["prompts"]))
+if d["outputs_differ"] != 0: errs.append("%d prompts' speculative output differs from greedy" % d["outputs_differ"])
+for a, b in zip(d["per_prompt"], w["per_prompt"]):
+    if a["accepted"] != b["accepted"] or a["new_tokens"] != b["new_tokens"] or a["new_tokens"] != 20:
+        errs.append("line %d: decode %s, walk %s" % (a["line"], a["accepted"], b["accepted"])); break
+if d["tau"] != w["tau"] or d["histogram"] != w["histogram"]: errs.append("tau %s vs %s" % (d["tau"], w["tau"]))
+print("; ".join(errs) if errs else "tau %.4f, blocks %d" % (d["tau"], sum(len(p["accepted"]) for p in d["per_prompt"])))
+sys.exit(1 if errs else 0)
+EOP
+}
