@@ -35,6 +35,7 @@ int spec_cuda_create(spec_cuda **out, target_cuda *m, target_cuda_cache *c, draf
 {
     const hf_config *tc = target_cuda_config(m);
     if (max_len < 2) return errbuf_set(err, EINVAL, "speculative decoding: %d positions", max_len);
+    target_cuda_set_for_verification(m); /* its greedy steps round as its verified blocks */
     spec_cuda *s = xcalloc(1, sizeof *s);
     s->m = m, s->c = c, s->d = d, s->stream = target_cuda_stream(m), s->V = tc->vocab_size, s->max_len = max_len;
     s->B = 1;

@@ -17,7 +17,8 @@
 typedef struct spec_cuda spec_cuda;
 
 /* Buffers for prompts + answers of at most max_len positions, for target m (its cache c: at least max_len
- * positions, steps of max_len tokens) and drafter d (NULL: target-only greedy decoding only). */
+ * positions, steps of max_len tokens) and drafter d (NULL: target-only greedy decoding only). Sets m for verification
+ * (target_cuda_set_for_verification), so call it before the cache runs a step. */
 int spec_cuda_create(spec_cuda **out, target_cuda *m, target_cuda_cache *c, drafter_infer_cuda *d, int max_len,
                      errbuf *err);
 void spec_cuda_destroy(spec_cuda **s);

@@ -81,10 +81,11 @@ int target_cuda_forward(target_cuda *m, const target_batch *b, const int *taps, 
  * cuBLASLt for every layer; the default GEMV_DEFAULT_ROWS (gemv.h: where the GEMV beats cuBLASLt on the H200). Set it before a decoding cache captures steps (target_decode_cuda.h: a
  * captured step keeps the kernels it was captured with until its graphs are dropped). bench_decode compares both. */
 void target_cuda_set_gemv_rows(target_cuda *m, int rows);
-/* A target that checks speculative decoding against greedy decoding (dflash eval, the evaluation worker): every
- * linear layer through cuBLASLt, so that a one-row greedy step rounds as the verified blocks of block_size rows do
- * (the one-row GEMV's other summation order flips near-ties of the argmax: on the H200 5 of 12 eval_gpu prompts and
- * every qwen35moe-tiny one diverged from greedy with it). Call before the decoding cache captures steps. */
+/* A target that checks speculative decoding against greedy decoding (spec_cuda_create sets it, for dflash eval and
+ * the evaluation worker): every linear layer through cuBLASLt, so that a one-row greedy step rounds as the verified
+ * blocks of block_size rows do (the one-row GEMV's other summation order flips near-ties of the argmax: on the H200 5
+ * of 12 eval_gpu prompts and every qwen35moe-tiny one diverged from greedy with it). Call before the decoding cache
+ * captures steps. */
 void target_cuda_set_for_verification(target_cuda *m);
 /* Profiling: while on, a forward records an event around every kernel and waits for the device at its end; then
  * target_cuda_profile gives the last forward's device milliseconds per class (enum target_cuda_class). */

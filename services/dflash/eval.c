@@ -314,9 +314,8 @@ int cmd_eval(int argc, char **argv)
         goto fail;
 #ifdef DFLASH_CUDA
     if (use_cuda) {
-        if (target_cuda_load(&tg, target_dir, -1, need, 1, NULL, &err)) goto fail;
-        target_cuda_set_for_verification(tg); /* greedy steps round as the verified blocks */
-        if (target_cuda_cache_create(&cache_g, tg, 1, need, need, &err) ||
+        if (target_cuda_load(&tg, target_dir, -1, need, 1, NULL, &err) ||
+            target_cuda_cache_create(&cache_g, tg, 1, need, need, &err) ||
             drafter_infer_cuda_load(&dg, drafter_dir, target_dir, tc, init_seed >= 0, (uint64_t)init_seed, need,
                                     &err) ||
             spec_cuda_create(&sg, tg, cache_g, dg, need, &err))

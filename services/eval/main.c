@@ -176,9 +176,9 @@ static int setup(evaluator *e, errbuf *err)
         return rc;
 #ifdef DFLASH_CUDA
     if (c->job.backend == JOB_BACKEND_CUDA) { /* its own copy of the target beside target-0's, on GPU 0 */
-        if ((rc = target_cuda_load(&e->tg, dir, -1, e->need, 1, NULL, err))) return rc;
-        target_cuda_set_for_verification(e->tg); /* greedy steps round as the verified blocks */
-        if ((rc = target_cuda_cache_create(&e->cache_g, e->tg, 1, e->need, e->need, err))) return rc;
+        if ((rc = target_cuda_load(&e->tg, dir, -1, e->need, 1, NULL, err)) ||
+            (rc = target_cuda_cache_create(&e->cache_g, e->tg, 1, e->need, e->need, err)))
+            return rc;
         log_info("GPU memory: target %.1f MiB, KV cache %.1f MiB for %d positions (plus the drafter of each step)",
                  (double)target_cuda_device_bytes(e->tg) / (1 << 20),
                  (double)target_cuda_cache_bytes(e->cache_g) / (1 << 20), e->need);
