@@ -507,26 +507,40 @@ static void qk_norm_rope_partial_cuda_check(const kc_case *c)
     free(pf), free(wq), free(wk), free(ph), free(wqh), free(wkh), free(pos), free(inv);
 }
 
-/* q|k|v packed in one (T, (nh + 2 nkv) hd) buffer as in the forward; out with its own stride. nh nkv hd amp */
-static void attention_cuda_check(const kc_case *c)
+/* The causal attention's operands of a row (nh nkv hd amp, c->seqs): q|k|v packed in one (T, (nh + 2 nkv) hd) bf16
+ * buffer as in the forward, uploaded (*d_x, with *d_cu), and the CPU reference (T, nh hd) on the same values; the
+ * caller frees the returned reference, *cu, and the device buffers. */
+static float *attention_operands(const kc_case *c, int32_t **cu, int *T, int *maxlen, uint16_t **d_x, int32_t **d_cu)
 {
-    int nh = c->p[0], nkv = c->p[1], hd = c->p[2], nseq = c->nseqs, T, maxlen;
-    double amp = c->p[3];
-    int32_t *cu = cu_of(c, &T, &maxlen);
-    int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd, ldo = qd + 8;
-    size_t nx = (size_t)T * ld;
+    const int nh = c->p[0], nkv = c->p[1], hd = c->p[2], nseq = c->nseqs;
+    *cu = cu_of(c, T, maxlen);
+    const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd;
+    const size_t nx = (size_t)*T * ld;
     float *x_f = xmalloc(nx * 4);
-    uint16_t *x = rnd_bf16(nx, amp, x_f);
-    float *q = xmalloc((size_t)T * qd * 4), *k = xmalloc((size_t)T * kd * 4), *v = xmalloc((size_t)T * kd * 4);
-    for (int t = 0; t < T; t++) {
+    uint16_t *x = rnd_bf16(nx, c->p[3], x_f);
+    float *q = xmalloc((size_t)*T * qd * 4), *k = xmalloc((size_t)*T * kd * 4), *v = xmalloc((size_t)*T * kd * 4);
+    for (int t = 0; t < *T; t++) {
         memcpy(q + (size_t)t * qd, x_f + (size_t)t * ld, (size_t)qd * 4);
         memcpy(k + (size_t)t * kd, x_f + (size_t)t * ld + qd, (size_t)kd * 4);
         memcpy(v + (size_t)t * kd, x_f + (size_t)t * ld + qd + kd, (size_t)kd * 4);
     }
-    float *ref = xmalloc((size_t)T * qd * 4), scale = 1.0f / sqrtf((float)hd);
-    attention_causal_forward_cpu(ref, q, k, v, cu, nseq, nh, nkv, hd, scale);
-    uint16_t *d_x = dev_upload(x, nx * 2), *d_o = dev_poisoned((size_t)T * ldo);
-    int32_t *d_cu = dev_upload(cu, sizeof(int32_t) * (size_t)(nseq + 1));
+    float *ref = xmalloc((size_t)*T * qd * 4);
+    attention_causal_forward_cpu(ref, q, k, v, *cu, nseq, nh, nkv, hd, 1.0f / sqrtf((float)hd));
+    *d_x = dev_upload(x, nx * 2);
+    *d_cu = dev_upload(*cu, sizeof(int32_t) * (size_t)(nseq + 1));
+    free(x_f), free(x), free(q), free(k), free(v);
+    return ref;
+}
+
+/* q|k|v packed in one (T, (nh + 2 nkv) hd) buffer as in the forward; out with its own stride. nh nkv hd amp */
+static void attention_cuda_check(const kc_case *c)
+{
+    int nh = c->p[0], nkv = c->p[1], hd = c->p[2], nseq = c->nseqs, T, maxlen;
+    int32_t *cu, *d_cu;
+    uint16_t *d_x;
+    float *ref = attention_operands(c, &cu, &T, &maxlen, &d_x, &d_cu), scale = 1.0f / sqrtf((float)hd);
+    const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd, ldo = qd + 8;
+    uint16_t *d_o = dev_poisoned((size_t)T * ldo);
     attention_causal_forward_cuda(d_o, ldo, d_x, ld, d_x + qd, ld, d_x + qd + kd, ld, d_cu, nseq, maxlen, nh, nkv, hd,
                                   scale, stream);
     uint16_t *o = dev_get(d_o, ((size_t)T * ldo) * 2);
@@ -541,7 +555,7 @@ static void attention_cuda_check(const kc_case *c)
     fflush(stdout);
     if (!ok) failures++;
     CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_o)); CHECK_CUDA(cudaFree(d_cu));
-    free(cu), free(x_f), free(x), free(q), free(k), free(v), free(ref), free(o);
+    free(cu), free(ref), free(o);
 }
 
 /* The Hopper kernel (attention_sm90.cu: wgmma, TMA) by name against the CPU reference, with attention_cuda_check's
@@ -565,23 +579,12 @@ static void attention_wgmma_cuda_check(const kc_case *c)
         failures++;
         return;
     }
-    double amp = c->p[3];
-    int32_t *cu = cu_of(c, &T, &maxlen);
-    /* q|k|v packed in one (T, (nh + 2 nkv) hd) buffer as in the forward; out with its own stride */
+    int32_t *cu, *d_cu;
+    uint16_t *d_x;
+    float *ref = attention_operands(c, &cu, &T, &maxlen, &d_x, &d_cu), scale = 1.0f / sqrtf((float)hd);
+    /* out with its own stride */
     const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd, ldo = qd + 8;
-    const size_t nx = (size_t)T * ld, no = (size_t)T * ldo;
-    float *x_f = xmalloc(nx * 4);
-    uint16_t *x = rnd_bf16(nx, amp, x_f);
-    float *q = xmalloc((size_t)T * qd * 4), *k = xmalloc((size_t)T * kd * 4), *v = xmalloc((size_t)T * kd * 4);
-    for (int t = 0; t < T; t++) {
-        memcpy(q + (size_t)t * qd, x_f + (size_t)t * ld, (size_t)qd * 4);
-        memcpy(k + (size_t)t * kd, x_f + (size_t)t * ld + qd, (size_t)kd * 4);
-        memcpy(v + (size_t)t * kd, x_f + (size_t)t * ld + qd + kd, (size_t)kd * 4);
-    }
-    float *ref = xmalloc((size_t)T * qd * 4), scale = 1.0f / sqrtf((float)hd);
-    attention_causal_forward_cpu(ref, q, k, v, cu, nseq, nh, nkv, hd, scale);
-    uint16_t *d_x = dev_upload(x, nx * 2);
-    int32_t *d_cu = dev_upload(cu, sizeof(int32_t) * (size_t)(nseq + 1));
+    const size_t no = (size_t)T * ldo;
     enum { kRuns = 4 };
     /* 0, 1: TMA staging twice; 2: cp.async staging; 3: the automatic choice */
     static const char *const kSame[kRuns] = {"", "a second run", "cp.async staging", "attention_causal_forward_cuda"};
@@ -629,7 +632,7 @@ static void attention_wgmma_cuda_check(const kc_case *c)
         free(o[r]);
     }
     CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_cu));
-    free(cu), free(x_f), free(x), free(q), free(k), free(v), free(ref);
+    free(cu), free(ref);
 }
 #endif
 
