@@ -866,35 +866,57 @@ template <int PANEL_ROWS> __device__ __forceinline__ int sw_off(int r, int ch)
     return (ch >> 3) * PANEL_ROWS * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
 }
 
-// rows [row0, row0+ROWS) of a (bound, HD) slice into a swizzled tile; rows >= bound zero
-template <int HD, int ROWS>
+// rows [row0, row0+ROWS) of a (bound, HD) slice into a swizzled tile by the CTA's NT threads; rows >= bound zero.
+// Thread t copies chunk t % (HD/8) of rows t / (HD/8) + k·NT/(HD/8): the swizzle and the 32-bit offsets step by a
+// constant from its first row's.
+template <int HD, int ROWS, int NT>
 __device__ __forceinline__ void sw_load_rows(unsigned char *tile, const bf16 *base, int ld, int row0, int bound)
 {
-    constexpr int kChunks = HD / 8;
-#pragma unroll 4
-    for (int c = threadIdx.x; c < ROWS * kChunks; c += blockDim.x) {
-        const int r = c / kChunks, ch = c % kChunks;
+    constexpr int kChunks = HD / 8, kStep = NT / kChunks;
+    static_assert(NT % kChunks == 0 && ROWS % kStep == 0 && kStep % 8 == 0, "sw_load_rows: the CTA's threads");
+    const int ch = (int)threadIdx.x % kChunks, r0 = (int)threadIdx.x / kChunks;
+    const bf16 *b0 = base + (size_t)row0 * ld + ch * 8;
+    const int off0 = sw_off<ROWS>(r0, ch);
+#pragma unroll
+    for (int k = 0; k < ROWS / kStep; k++) {
+        const int r = r0 + k * kStep;
         const bool valid = row0 + r < bound;
-        cp_async16(tile + sw_off<ROWS>(r, ch), base + (size_t)(valid ? row0 + r : 0) * ld + ch * 8, valid);
+        cp_async16(tile + off0 + k * kStep * 128, valid ? b0 + r * ld : base, valid);
     }
 }
 
-// one step's query rows (as load_item: chunk c of block j's B*G rows, head kh*G + g, slot i), swizzled
-template <int HD>
+// one step's query rows (as load_item: chunk c of block j's B*G rows, head kh*G + g, slot i), swizzled, by the CTA's
+// NT threads. Thread t copies 16-byte chunk t % (HD/8) of rows t / (HD/8) + k·s, s = NT/(HD/8): one division a step,
+// the next row's (head, slot) by adding s slots (one wrap at most when B >= s), 32-bit offsets from the block's first
+// row, and each row's swizzled chunk s rows (128·s bytes) after the last's.
+template <int HD, int NT>
 __device__ __forceinline__ void sw_load_item(unsigned char *sq, unsigned char *sdo, float *slse, float *sd,
                                              const Args &a, int j, int c, int kh)
 {
-    constexpr int kChunks = HD / 8;
-    const int GB = a.G * a.B;
-#pragma unroll 4
-    for (int x = threadIdx.x; x < kWgItem * kChunks; x += blockDim.x) {
-        const int r = x / kChunks, ch = x % kChunks, rho = c * kWgItem + r;
+    constexpr int kChunks = HD / 8, kStep = NT / kChunks; // rows between a thread's rows
+    static_assert(NT % kChunks == 0 && kWgItem % kStep == 0 && kStep % 8 == 0, "sw_load_item: the CTA's threads");
+    const int GB = a.G * a.B, ch = (int)threadIdx.x % kChunks, r0 = (int)threadIdx.x / kChunks;
+    const int rho0 = c * kWgItem + r0;
+    int g = rho0 / a.B, i = rho0 - g * a.B;
+    const size_t col = (size_t)kh * a.G * HD + ch * 8;
+    const bf16 *qb = a.q + (size_t)j * a.B * a.ldq + col, *db = a.dout + (size_t)j * a.B * a.lddo + col;
+    const int off0 = sw_off<kWgItem>(r0, ch); // (r0 + kStep·k) & 7 == r0 & 7: the same swizzle
+#pragma unroll
+    for (int k = 0; k < kWgItem / kStep; k++) {
+        const int rho = rho0 + k * kStep;
+        if (k > 0) {
+            if (a.B >= kStep) {
+                i += kStep;
+                const bool wrap = i >= a.B;
+                i -= wrap ? a.B : 0, g += wrap;
+            } else {
+                g = rho / a.B, i = rho - g * a.B;
+            }
+        }
         const bool valid = rho < GB;
-        const int gq = valid ? rho / a.B : 0, i = valid ? rho % a.B : 0;
-        const size_t qrow = (size_t)j * a.B + i, head = (size_t)kh * a.G + gq;
-        const int off = sw_off<kWgItem>(r, ch);
-        cp_async16(sq + off, a.q + (valid ? qrow * a.ldq + head * HD + ch * 8 : 0), valid);
-        cp_async16(sdo + off, a.dout + (valid ? qrow * a.lddo + head * HD + ch * 8 : 0), valid);
+        const int off = off0 + k * kStep * 128;
+        cp_async16(sq + off, qb + (valid ? i * a.ldq + g * HD : 0), valid);
+        cp_async16(sdo + off, db + (valid ? i * a.lddo + g * HD : 0), valid);
     }
     if (threadIdx.x < kWgItem) {
         const int r = threadIdx.x, rho = c * kWgItem + r;
@@ -903,6 +925,14 @@ __device__ __forceinline__ void sw_load_item(unsigned char *sq, unsigned char *s
         cp_async4(slse + r, a.lse + i, valid);
         cp_async4(sd + r, a.delta + i, valid);
     }
+}
+
+// The descriptor of the tile `bytes` (a multiple of 16) past the one d describes: its start address field (bits 0-13,
+// the shared address >> 4) plus bytes >> 4, which never carries into the next field as shared memory ends below
+// 256 KB. One add where a descriptor built afresh costs a mask, a shift and an or (per wgmma, per step).
+__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t bytes)
+{
+    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4)); // the high word stays a constant
 }
 
 template <int N> __device__ __forceinline__ void fence_frags(uint32_t (&p)[N][4])
@@ -931,8 +961,8 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
     const int row0 = tile * kWgRows, bound = src == 0 ? a.T : a.N * a.B, rend = min(row0 + kWgRows, bound);
     {
         const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
-        sw_load_rows<HD, kWgRows>(sk, k + (size_t)kh * HD, src == 0 ? a.ldkc : a.ldkb, row0, bound);
-        sw_load_rows<HD, kWgRows>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
+        sw_load_rows<HD, kWgRows, nw * 32>(sk, k + (size_t)kh * HD, src == 0 ? a.ldkc : a.ldkb, row0, bound);
+        sw_load_rows<HD, kWgRows, nw * 32>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
         cp_async_commit();
     }
     const int wr0 = row0 + warp * 16, wgr0 = row0 + wg * kWgKeys; // the warp's, the warpgroup's first key row
@@ -947,14 +977,17 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
     for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
         const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
         if (items == 0) continue;
-        sw_load_item<HD>(sq, sdo, slse, sd, a, s_list[0], 0, kh);
+        sw_load_item<HD, nw * 32>(sq, sdo, slse, sd, a, s_list[0], 0, kh);
         cp_async_commit();
+        int li = 0, chunk = 0; // step it: chunk `chunk` of block s_list[li] (it = li * nchunk + chunk)
         for (int it = 0; it < items; it++) {
             const int stage = it & 1;
+            const bool wrap = chunk + 1 == nchunk;
+            const int nli = wrap ? li + 1 : li, nch = wrap ? 0 : chunk + 1; // step it + 1's
             if (it + 1 < items) {
-                const int n = it + 1, ns = stage ^ 1;
-                sw_load_item<HD>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
-                                 sd + ns * kWgItem, a, s_list[n / nchunk], n % nchunk, kh);
+                const int ns = stage ^ 1;
+                sw_load_item<HD, nw * 32>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
+                                          sd + ns * kWgItem, a, s_list[nli], nch, kh);
                 cp_async_commit();
                 cp_async_wait<1>();
             } else {
@@ -963,7 +996,7 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
             fence_proxy_async(); // this thread's copies, visible to the wgmma (async proxy) after the barrier
             __syncthreads();
             int lo, hi;
-            const int jb = s_list[it / nchunk], chunk = it % nchunk;
+            const int jb = s_list[li];
             block_interval(a, src, jb, lo, hi);
             if (wgr0 < hi && wgr0 + kWgKeys > lo) { // the block sees some key row of the warpgroup (uniform in it)
                 const uint32_t qaddr = mma_sm80::smem_u32(sq + stage * S::kItemBytes);
@@ -971,21 +1004,21 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
                 const float *tl = slse + stage * kWgItem, *td = sd + stage * kWgItem;
                 float st[32], dpt[32];
                 // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: HD/16 k16 steps each (32 bytes along a panel row, the next panel every 4)
+                const uint64_t kdesc = sw128_desc(kaddr, 16, 1024), vdesc = sw128_desc(vaddr, 16, 1024);
+                const uint64_t qdesc = sw128_desc(qaddr, 16, 1024), dodesc = sw128_desc(doaddr, 16, 1024);
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; kk++) {
                     const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
                     const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
-                    wgmma_ss_m64n64k16(st, sw128_desc(kaddr + off, 16, 1024), sw128_desc(qaddr + qoff, 16, 1024),
-                                       kk > 0);
+                    wgmma_ss_m64n64k16(st, desc_at(kdesc, off), desc_at(qdesc, qoff), kk > 0);
                 }
                 wgmma_commit();
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; kk++) {
                     const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
                     const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
-                    wgmma_ss_m64n64k16(dpt, sw128_desc(vaddr + off, 16, 1024), sw128_desc(doaddr + qoff, 16, 1024),
-                                       kk > 0);
+                    wgmma_ss_m64n64k16(dpt, desc_at(vdesc, off), desc_at(dodesc, qoff), kk > 0);
                 }
                 wgmma_commit();
                 wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
@@ -997,7 +1030,8 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
                 uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
 #pragma unroll
                 for (int t = 0; t < kWgItem / 8; t++) {
-                    const float l0 = tl[t * 8 + tig * 2] * kLog2e, l1 = tl[t * 8 + tig * 2 + 1] * kLog2e;
+                    const float2 lt = *reinterpret_cast<const float2 *>(tl + t * 8 + tig * 2);
+                    const float l0 = lt.x * kLog2e, l1 = lt.y * kLog2e;
                     bool v00 = vis0, v01 = vis0, v10 = vis1, v11 = vis1;
                     if (a.W > 0) {
                         const int rho = chunk * kWgItem + t * 8 + tig * 2;
@@ -1020,7 +1054,8 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
                 // dSᵀ = Pᵀ (dPᵀ - D[column])
 #pragma unroll
                 for (int t = 0; t < kWgItem / 8; t++) {
-                    const float d0 = td[t * 8 + tig * 2], d1 = td[t * 8 + tig * 2 + 1];
+                    const float2 dt = *reinterpret_cast<const float2 *>(td + t * 8 + tig * 2);
+                    const float d0 = dt.x, d1 = dt.y;
                     const float *s4 = st + 4 * t, *p4 = dpt + 4 * t;
                     da[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0] * (p4[0] - d0), s4[1] * (p4[1] - d1));
                     da[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2] * (p4[2] - d0), s4[3] * (p4[3] - d1));
@@ -1029,20 +1064,21 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
                 // kWgItem·128 bytes apart, 8-row groups 1024, 16 rows (2048 bytes) a step
                 fence_frags<kWgItem / 16>(pa);
                 fence_frags<kWgItem / 16>(da);
+                const uint64_t dot = sw128_desc(doaddr, kWgItem * 128, 1024), qt = sw128_desc(qaddr, kWgItem * 128, 1024);
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kWgItem / 16; kk++)
-                    wgmma_rs_m64n128k16_tb(dv, pa[kk], sw128_desc(doaddr + kk * 2048, kWgItem * 128, 1024), 1);
+                for (int kk = 0; kk < kWgItem / 16; kk++) wgmma_rs_m64n128k16_tb(dv, pa[kk], desc_at(dot, kk * 2048), 1);
                 wgmma_commit();
 #pragma unroll
                 for (int kk = 0; kk < kWgItem / 16; kk++)
-                    wgmma_rs_m64n128k16_tb(dk, da[kk], sw128_desc(qaddr + kk * 2048, kWgItem * 128, 1024), 1);
+                    wgmma_rs_m64n128k16_tb(dk, da[kk], desc_at(qt, kk * 2048), 1);
                 wgmma_commit();
                 wgmma_wait<0>();
                 fence_regs(dv);
                 fence_regs(dk);
             }
             __syncthreads(); // the next prefetch overwrites this stage; the next scan overwrites s_list
+            li = nli, chunk = nch;
         }
     }
     cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
@@ -1095,13 +1131,13 @@ __device__ __forceinline__ void sw_load_qrows(unsigned char *tile, const bf16 *x
     }
 }
 
-template <int HD>
+template <int HD, int NT>
 __device__ __forceinline__ void sw_load_kv(unsigned char *sk, unsigned char *sv, const Args &a, const KTile &t, int kh)
 {
     const bf16 *k = t.src == 0 ? a.kc : a.kb, *v = t.src == 0 ? a.vc : a.vb;
     const int ldk = t.src == 0 ? a.ldkc : a.ldkb, ldv = t.src == 0 ? a.ldvc : a.ldvb;
-    sw_load_rows<HD, kWgKT>(sk, k + (size_t)kh * HD, ldk, t.row0, t.bound);
-    sw_load_rows<HD, kWgKT>(sv, v + (size_t)kh * HD, ldv, t.row0, t.bound);
+    sw_load_rows<HD, kWgKT, NT>(sk, k + (size_t)kh * HD, ldk, t.row0, t.bound);
+    sw_load_rows<HD, kWgKT, NT>(sv, v + (size_t)kh * HD, ldv, t.row0, t.bound);
 }
 
 // does some row of warpgroup wg see a key of [k0, k0 + kWgKT) of source src
@@ -1119,17 +1155,18 @@ __device__ __forceinline__ bool wg_sees(const QRows &r, int src, int wg, int k0)
 // S (64 x 64) = A rows (64 of a tile of AROWS-row panels at aaddr) · B tile (kWgKT-row panels at baddr)ᵀ, issued
 template <int HD, int AROWS> __device__ __forceinline__ void issue_s(float (&s)[32], uint32_t aaddr, uint32_t baddr)
 {
+    const uint64_t da = wgmma_sm90::sw128_desc(aaddr, 16, 1024), db = wgmma_sm90::sw128_desc(baddr, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
-        wgmma_ss_m64n64k16(s, wgmma_sm90::sw128_desc(aaddr + (kk / 4) * AROWS * 128 + (kk % 4) * 32, 16, 1024),
-                           wgmma_sm90::sw128_desc(baddr + (kk / 4) * kWgKT * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+        wgmma_ss_m64n64k16(s, desc_at(da, (kk / 4) * AROWS * 128 + (kk % 4) * 32),
+                           desc_at(db, (kk / 4) * kWgKT * 128 + (kk % 4) * 32), kk > 0);
 }
 // D (64 x 128) += A (64 x kWgKT, bf16 fragments) · tile (kWgKT rows, MN-major), issued
 __device__ __forceinline__ void issue_pv(float (&d)[64], const uint32_t (&pa)[kWgKT / 16][4], uint32_t baddr)
 {
+    const uint64_t db = wgmma_sm90::sw128_desc(baddr, kWgKT * 128, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kWgKT / 16; kk++)
-        wgmma_sm90::wgmma_rs_m64n128k16_tb(d, pa[kk], wgmma_sm90::sw128_desc(baddr + kk * 2048, kWgKT * 128, 1024), 1);
+    for (int kk = 0; kk < kWgKT / 16; kk++) wgmma_sm90::wgmma_rs_m64n128k16_tb(d, pa[kk], desc_at(db, kk * 2048), 1);
 }
 
 // query tile of CTA w (kv head fastest, the latest blocks, the longest contexts, first)
@@ -1156,7 +1193,7 @@ template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_k
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
     const int nct = ntiles(rows.cta[0], kWgKT), nt = nct + ntiles(rows.cta[1], kWgKT);
     sw_load_qrows<HD, kFwdRows>(sq, a.q, a.ldq, rows);
-    sw_load_kv<HD>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
+    sw_load_kv<HD, kFwdWgs * 128>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
     cp_async_commit();
     const uint32_t qaddr = mma_sm80::smem_u32(sq) + wg * kWgKeys * 128;
     const int r0 = warp * 16 + g; // the thread's CTA rows r0 and r0 + 8
@@ -1168,7 +1205,7 @@ template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_k
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
         if (it + 1 < nt) {
-            sw_load_kv<HD>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
+            sw_load_kv<HD, kFwdWgs * 128>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
                            ktile(rows, it + 1, nct, kWgKT), kh);
             cp_async_commit();
             cp_async_wait<1>();
@@ -1278,7 +1315,7 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
     const int nct = ntiles(rows.cta[0], kWgKT), nt = nct + ntiles(rows.cta[1], kWgKT);
     sw_load_qrows<HD, kWgDqRows>(sq, a.q, a.ldq, rows);
     sw_load_qrows<HD, kWgDqRows>(sdo, a.dout, a.lddo, rows);
-    sw_load_kv<HD>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
+    sw_load_kv<HD, kBwdWgs * 128>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
     cp_async_commit();
     const uint32_t qaddr = mma_sm80::smem_u32(sq) + wg * kWgKeys * 128;
     const uint32_t doaddr = mma_sm80::smem_u32(sdo) + wg * kWgKeys * 128;
@@ -1298,7 +1335,7 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
         if (it + 1 < nt) {
-            sw_load_kv<HD>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
+            sw_load_kv<HD, kBwdWgs * 128>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
                            ktile(rows, it + 1, nct, kWgKT), kh);
             cp_async_commit();
             cp_async_wait<1>();
