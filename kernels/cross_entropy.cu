@@ -393,6 +393,61 @@ static void gemm_run(cross_entropy_cuda_ctx *c, int which, int m, int ld, const 
     if (transient) gemm_entry_free(e);
 }
 
+extern "C" int cross_entropy_cuda_survey(cross_entropy_cuda_ctx *c, int which, int m, const uint16_t *h, int ldh,
+                                         const uint16_t *lm_head, cross_entropy_algo *out, int max_out, void *stream_)
+{
+    cudaStream_t stream = (cudaStream_t)stream_;
+    if (m < 1 || m > c->chunk || max_out < 1) ce_fail("survey: m outside [1, chunk] or no room for results");
+    gemm_entry e;
+    gemm_entry_init(c, &e, gemm_key{which, m, which == GEMM_LOGITS ? ldh : c->H});
+    cublasLtMatmulPreference_t pref;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kLtWorkspace;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t res[16];
+    int nres = 0;
+    if (max_out > 16) max_out = 16;
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(c->lt, e.desc, e.la, e.lb, e.lc, e.lc, pref, max_out, res, &nres));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    const void *b = which == GEMM_LOGITS ? (const void *)h : (const void *)c->logits[0];
+    void *d = which == GEMM_LOGITS ? (void *)c->logits[0] : (void *)c->dhc;
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int i = 0; i < nres; i++) {
+        cross_entropy_algo *o = &out[i];
+        memset(o, 0, sizeof *o);
+        size_t got = 0;
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &o->id, sizeof o->id, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &o->tile, sizeof o->tile, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &o->splitk, sizeof o->splitk,
+                                             &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &o->reduction,
+                                             sizeof o->reduction, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &o->stages,
+                                             sizeof o->stages, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &o->cluster,
+                                             sizeof o->cluster, &got);
+        o->waves = res[i].wavesCount;
+        o->ms = -1.0f;
+        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        for (int it = 0; it < 4; it++) { // one warm-up, three timed
+            if (it == 1) CHECK_CUDA(cudaEventRecord(e0, stream));
+            CHECK_CUBLAS(cublasLtMatmul(c->lt, e.desc, &alpha, lm_head, e.la, b, e.lb, &beta, d, e.lc, d, e.lc,
+                                        &res[i].algo, c->lt_ws, kLtWorkspace, stream));
+        }
+        CHECK_CUDA(cudaEventRecord(e1, stream));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&o->ms, e0, e1));
+        o->ms /= 3;
+    }
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    gemm_entry_free(&e);
+    return nres;
+}
+
 static void row_kernel_run(cross_entropy_cuda_ctx *c, float *ce, int32_t *argmax, float *logits,
                            const int32_t *labels, const float *weights, const int32_t *rows, int r0, int m,
                            float loss_scale, int write_g, cudaStream_t stream)

@@ -35,6 +35,17 @@ void cross_entropy_cuda_destroy(cross_entropy_cuda_ctx **ctx);
 size_t cross_entropy_cuda_workspace_bytes(const cross_entropy_cuda_ctx *ctx);
 /* Whether the row kernels run on the context's second stream (default 1); the results are the same bits. */
 void cross_entropy_cuda_set_overlap(cross_entropy_cuda_ctx *ctx, int on);
+/* Diagnostics (timing tests): up to max_out (<= 16) of cuBLASLt's heuristic algorithms for one chunk GEMM of m rows
+ * (which 0: the logits, from h (m, H; ldh); 1: dh, from the context's first logits buffer as G), each timed over
+ * three calls after one warm-up (ms -1: not runnable). Returns how many. The ones this module runs: the first. */
+typedef struct cross_entropy_algo {
+    int32_t id, splitk;
+    uint32_t tile, reduction, stages;
+    uint16_t cluster;
+    float waves, ms;
+} cross_entropy_algo;
+int cross_entropy_cuda_survey(cross_entropy_cuda_ctx *ctx, int which, int m, const uint16_t *h, int ldh,
+                              const uint16_t *lm_head, cross_entropy_algo *out, int max_out, void *stream);
 /* All pointers on the device. h (n, H; ldh) and lm_head (V, H) bf16, 16-byte aligned, ldh % 8 == 0; labels,
  * weights (n); outputs: ce (n) unweighted CE (0 where weight == 0), argmax (n, lowest index on ties; may be NULL),
  * wce_sum (1 double: Σ weight·CE in a fixed order; may be NULL), dh (n, H; lddh, bf16, 16-byte aligned,
