@@ -35,11 +35,11 @@ void cross_entropy_cuda_destroy(cross_entropy_cuda_ctx **ctx);
 size_t cross_entropy_cuda_workspace_bytes(const cross_entropy_cuda_ctx *ctx);
 /* Whether the row kernels run on the context's second stream (default 1); the results are the same bits. */
 void cross_entropy_cuda_set_overlap(cross_entropy_cuda_ctx *ctx, int on);
-/* Diagnostics (timing tests): up to max_out (<= 16) of cuBLASLt's heuristic algorithms for one chunk GEMM of m rows
+/* Diagnostics (timing tests): up to max_out (<= 8) of cuBLASLt's heuristic algorithms for one chunk GEMM of m rows
  * (which 0: the logits, from h (m, H; ldh); 1: dh, from the context's first logits buffer as G), each timed over
- * three calls after one warm-up (ms -1: not runnable). Returns how many. The ones this module runs: the first. */
+ * three calls after one warm-up (ms -1: not runnable); used marks the one the context runs. Returns how many. */
 typedef struct cross_entropy_algo {
-    int32_t id, splitk;
+    int32_t id, splitk, used;
     uint32_t tile, reduction, stages;
     uint16_t cluster;
     float waves, ms;

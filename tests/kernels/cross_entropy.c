@@ -415,14 +415,16 @@ static void cross_entropy_cuda_check(const kc_case *c)
             cross_entropy_cuda_destroy(&cx);
         }
         /* cuBLASLt's heuristic alternatives for the two chunk GEMMs (the first is the one used) */
-        for (int which = 0; which < 2; which++) {
+        for (int k = 0; k < 3; k++) { /* logits at a full and a half chunk, dh at a full one */
+            const int which = k == 2, m = k == 1 ? 512 : 1024;
             cross_entropy_algo al[8];
-            int na = cross_entropy_cuda_survey(ctx, which, 1024, d_h, ldh, d_lm, al, 8, stream);
+            int na = cross_entropy_cuda_survey(ctx, which, m, d_h, ldh, d_lm, al, 8, stream);
             for (int i = 0; i < na; i++)
-                printf("%s heuristic #%d for the %s GEMM (m 1024): algo %d tile %u splitk %d reduction %u stages %u "
-                       "cluster %u waves %.2f: %.3f ms, %.0f TFLOP/s\n", shape, i, which ? "dh" : "logits", al[i].id,
-                       al[i].tile, al[i].splitk, al[i].reduction, al[i].stages, al[i].cluster, al[i].waves, al[i].ms,
-                       al[i].ms > 0 ? 2.0 * 1024 * (double)V * H / (al[i].ms * 1e-3) / 1e12 : 0.0);
+                printf("%s heuristic #%d for the %s GEMM (m %d)%s: algo %d tile %u splitk %d reduction %u stages %u "
+                       "cluster %u waves %.2f: %.3f ms, %.0f TFLOP/s\n", shape, i, which ? "dh" : "logits", m,
+                       al[i].used ? " (used)" : "", al[i].id, al[i].tile, al[i].splitk, al[i].reduction,
+                       al[i].stages, al[i].cluster, al[i].waves, al[i].ms,
+                       al[i].ms > 0 ? 2.0 * m * (double)V * H / (al[i].ms * 1e-3) / 1e12 : 0.0);
         }
         /* the ceiling of the first GEMM: the project's plain bf16-output GEMM of one chunk's shape */
         matmul_cuda *mm = matmul_cuda_create(0);
