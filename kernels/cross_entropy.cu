@@ -7,8 +7,11 @@
 //      stride 2L in bf16 elements (G's element k sits at byte 2k of a row whose fp32 element k sits at byte 4k: the
 //      writes land on bytes that every block of the cluster has read before the cluster barrier)
 //   3. (backward) dh (C, H) bf16 = G · lm_head                         (cuBLASLt, K = V)
-// The row kernel of chunk i runs on a second stream beside the GEMMs of chunks i ± 1 (two logits buffers), so the
-// pass that is bound by HBM overlaps the ones that are bound by the tensor cores; events order the two streams.
+// Two logits buffers and a second stream (overlap level 2, the default): the logits GEMMs run in order on the
+// caller's stream, the row kernel and dh GEMM of chunk i on the side stream beside the logits GEMM of chunk i + 1, so
+// the pass bound by HBM overlaps work bound by the tensor cores, and the SMs one GEMM's last wave leaves idle (the dh
+// GEMM of a chunk is one wave of 128 tiles on 132 SMs, of a half chunk 64) take the other's tiles. Level 1: only the
+// row kernels on the side stream; 0: one stream. Events order the streams; the bits do not depend on the level.
 // Then Σ w·CE over all n rows by one block in a fixed order. fp32 logits because bf16 ones would cost ~2^-9·|x| in
 // the label's logit, far above the CE accuracy wanted; the bf16 G is what the second GEMM needs anyway.
 // Column-major view for cuBLASLt: row-major (r, c; ld) is column-major (c, r; ld).
@@ -57,13 +60,13 @@ struct gemm_entry {
 struct cross_entropy_cuda_ctx {
     int H, V, chunk, ldl;  // ldl: row stride of the fp32 logits (multiple of 64)
     int cl, sv;            // blocks per row cluster, float4 vectors of the row per block
-    int overlap;           // the row kernel on the side stream
+    int overlap;           // 0: one stream; 1: row kernels on the side stream; 2: row kernels and dh GEMMs
     float *logits[2];      // (chunk, ldl) fp32 each; the bf16 G overwrites it with row stride 2·ldl
     uint16_t *hc[2], *dhc; // (chunk, H) bf16: gathered rows of h, compact dh rows (row list only)
-    void *lt_ws;
+    void *lt_ws[2];        // cuBLASLt workspace of the caller's stream, of the side stream
     cublasLtHandle_t lt;
     cudaStream_t side;
-    cudaEvent_t ev_gemm[2], ev_rows[2];
+    cudaEvent_t ev_gemm[2], ev_rows[2]; // per buffer: its logits GEMM done; its side-stream work done
     int ngemms;
     gemm_entry gemms[kMaxGemms];
 };
@@ -284,7 +287,7 @@ extern "C" cross_entropy_cuda_ctx *cross_entropy_cuda_create(int max_rows, int H
     }
     // the kernel's attribute, not the context's: the bound of every context
     CHECK_CUDA(cudaFuncSetAttribute(ce_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSliceMax));
-    c->overlap = 1;
+    c->overlap = 2;
     for (int i = 0; i < 2; i++) {
         CHECK_CUDA(cudaMalloc(&c->logits[i], (size_t)c->chunk * c->ldl * sizeof(float)));
         CHECK_CUDA(cudaMalloc(&c->hc[i], (size_t)c->chunk * H * 2));
@@ -292,7 +295,7 @@ extern "C" cross_entropy_cuda_ctx *cross_entropy_cuda_create(int max_rows, int H
         CHECK_CUDA(cudaEventCreateWithFlags(&c->ev_rows[i], cudaEventDisableTiming));
     }
     CHECK_CUDA(cudaMalloc(&c->dhc, (size_t)c->chunk * H * 2));
-    CHECK_CUDA(cudaMalloc(&c->lt_ws, kLtWorkspace));
+    for (int i = 0; i < 2; i++) CHECK_CUDA(cudaMalloc(&c->lt_ws[i], kLtWorkspace));
     CHECK_CUBLAS(cublasLtCreate(&c->lt));
     int least = 0, greatest = 0;
     CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -322,7 +325,7 @@ extern "C" void cross_entropy_cuda_destroy(cross_entropy_cuda_ctx **cp)
         CHECK_CUDA(cudaEventDestroy(c->ev_rows[i]));
     }
     CHECK_CUDA(cudaFree(c->dhc));
-    CHECK_CUDA(cudaFree(c->lt_ws));
+    for (int i = 0; i < 2; i++) CHECK_CUDA(cudaFree(c->lt_ws[i]));
     CHECK_CUDA(cudaStreamDestroy(c->side));
     free(c);
     *cp = NULL;
@@ -330,10 +333,13 @@ extern "C" void cross_entropy_cuda_destroy(cross_entropy_cuda_ctx **cp)
 
 extern "C" size_t cross_entropy_cuda_workspace_bytes(const cross_entropy_cuda_ctx *c)
 {
-    return 2 * (size_t)c->chunk * c->ldl * sizeof(float) + 3 * (size_t)c->chunk * c->H * 2 + kLtWorkspace;
+    return 2 * (size_t)c->chunk * c->ldl * sizeof(float) + 3 * (size_t)c->chunk * c->H * 2 + 2 * kLtWorkspace;
 }
 
-extern "C" void cross_entropy_cuda_set_overlap(cross_entropy_cuda_ctx *c, int on) { c->overlap = on != 0; }
+extern "C" void cross_entropy_cuda_set_overlap(cross_entropy_cuda_ctx *c, int level)
+{
+    c->overlap = level < 0 ? 0 : level > 2 ? 2 : level;
+}
 
 // cuBLASLt's heuristic candidates for an entry's GEMM (every operand 16-byte aligned), best first by its model.
 static int gemm_candidates(cross_entropy_cuda_ctx *c, const gemm_entry *e, cublasLtMatmulHeuristicResult_t *res)
@@ -405,7 +411,7 @@ static void gemm_entry_init(cross_entropy_cuda_ctx *c, gemm_entry *e, const gemm
 }
 
 static void gemm_run(cross_entropy_cuda_ctx *c, int which, int m, int ld, const void *a, const void *b, void *d,
-                     cudaStream_t stream)
+                     void *ws, cudaStream_t stream)
 {
     gemm_key key = {which, m, ld};
     gemm_entry *e = NULL, tmp;
@@ -419,7 +425,7 @@ static void gemm_run(cross_entropy_cuda_ctx *c, int which, int m, int ld, const 
     }
     const float alpha = 1.0f, beta = 0.0f;
     CHECK_CUBLAS(cublasLtMatmul(c->lt, e->desc, &alpha, a, e->la, b, e->lb, &beta, d, e->lc, d, e->lc, &e->algo,
-                                c->lt_ws, kLtWorkspace, stream));
+                                ws, kLtWorkspace, stream));
     if (transient) gemm_entry_free(e);
 }
 
@@ -444,15 +450,14 @@ extern "C" int cross_entropy_cuda_survey(cross_entropy_cuda_ctx *c, int which, i
         cross_entropy_algo *o = &out[i];
         memset(o, 0, sizeof *o);
         size_t got = 0;
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &o->id, sizeof o->id, &got);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &o->tile, sizeof o->tile, &got);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &o->splitk, sizeof o->splitk,
-                                             &got);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &o->reduction,
+        const cublasLtMatmulAlgo_t *al = &res[i].algo;
+        cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_ID, &o->id, sizeof o->id, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_TILE_ID, &o->tile, sizeof o->tile, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &o->splitk, sizeof o->splitk, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &o->reduction,
                                              sizeof o->reduction, &got);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &o->stages,
-                                             sizeof o->stages, &got);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &o->cluster,
+        cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_STAGES_ID, &o->stages, sizeof o->stages, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &o->cluster,
                                              sizeof o->cluster, &got);
         o->waves = res[i].wavesCount;
         o->used = i == pick;
@@ -461,7 +466,7 @@ extern "C" int cross_entropy_cuda_survey(cross_entropy_cuda_ctx *c, int which, i
         for (int it = 0; it < 4; it++) { // one warm-up, three timed
             if (it == 1) CHECK_CUDA(cudaEventRecord(e0, stream));
             CHECK_CUBLAS(cublasLtMatmul(c->lt, e.desc, &alpha, lm_head, e.la, b, e.lb, &beta, d, e.lc, d, e.lc,
-                                        &res[i].algo, c->lt_ws, kLtWorkspace, stream));
+                                        &res[i].algo, c->lt_ws[0], kLtWorkspace, stream));
         }
         CHECK_CUDA(cudaEventRecord(e1, stream));
         CHECK_CUDA(cudaEventSynchronize(e1));
@@ -507,31 +512,42 @@ extern "C" void cross_entropy_cuda(cross_entropy_cuda_ctx *c, float *ce, int32_t
         ce_clear_kernel<<<n, 128, 0, stream>>>(ce, argmax, dh, lddh, H, n);
         CHECK_CUDA_LAUNCH();
     }
-    cudaStream_t rs = c->overlap ? c->side : stream; // the row kernels' stream
-    // chunk i: logits GEMM L_i and row kernel R_i into buffer i % 2; dh GEMM D_i once R_i is done. With the side
-    // stream the host issues L_i, R_i, D_{i-1}: R_i runs beside D_{i-1} and L_{i+1}.
+    // chunk i: logits GEMM L_i into buffer b = i % 2 (0 on one stream), row kernel R_i, dh GEMM D_i. The first chunk
+    // takes the remainder, so that the dh GEMM of a partial chunk (fewer tiles than SMs) has a logits GEMM beside it.
+    const int m0 = nw - (nchunks - 1) * c->chunk;
+    auto chunk_rows = [&](int i, int *r0, int *m) {
+        *r0 = i == 0 ? 0 : m0 + (i - 1) * c->chunk;
+        *m = i == 0 ? m0 : c->chunk;
+    };
+    cudaStream_t rs = c->overlap ? c->side : stream, ds = c->overlap == 2 ? c->side : stream;
+    void *dws = c->lt_ws[c->overlap == 2];
     auto dh_chunk = [&](int i) {
-        const int r0 = i * c->chunk, m = nw - r0 < c->chunk ? nw - r0 : c->chunk, buf = c->overlap ? i % 2 : 0;
-        if (c->overlap) CHECK_CUDA(cudaStreamWaitEvent(stream, c->ev_rows[buf], 0));
+        int r0, m;
+        chunk_rows(i, &r0, &m);
+        const int buf = c->overlap ? i % 2 : 0;
+        if (c->overlap == 1) CHECK_CUDA(cudaStreamWaitEvent(stream, c->ev_rows[buf], 0));
         if (!dh) return;
         if (rows) {
-            gemm_run(c, GEMM_DH, m, H, lm_head, c->logits[buf], c->dhc, stream);
-            ce_rows_copy_kernel<<<m, 128, 0, stream>>>(dh, lddh, c->dhc, H, H, rows + r0, 0);
+            gemm_run(c, GEMM_DH, m, H, lm_head, c->logits[buf], c->dhc, dws, ds);
+            ce_rows_copy_kernel<<<m, 128, 0, ds>>>(dh, lddh, c->dhc, H, H, rows + r0, 0);
             CHECK_CUDA_LAUNCH();
         } else {
-            gemm_run(c, GEMM_DH, m, lddh, lm_head, c->logits[buf], dh + (size_t)r0 * lddh, stream);
+            gemm_run(c, GEMM_DH, m, lddh, lm_head, c->logits[buf], dh + (size_t)r0 * lddh, dws, ds);
         }
     };
     for (int i = 0; i < nchunks; i++) {
-        const int r0 = i * c->chunk, m = nw - r0 < c->chunk ? nw - r0 : c->chunk, buf = c->overlap ? i % 2 : 0;
-        // buffer buf was last used by chunk i - 2 (its D_{i-2} waited for R_{i-2}; without dh this wait does)
+        int r0, m;
+        chunk_rows(i, &r0, &m);
+        const int buf = c->overlap ? i % 2 : 0;
+        // buffer buf was last used by chunk i - 2: its side-stream work (level 2), its R (level 1; D_{i-2} on this
+        // stream waited for it already, but without dh nothing else does)
         if (c->overlap && i >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, c->ev_rows[buf], 0));
         if (rows) {
             ce_rows_copy_kernel<<<m, 128, 0, stream>>>(c->hc[buf], H, h, ldh, H, rows + r0, 1);
             CHECK_CUDA_LAUNCH();
-            gemm_run(c, GEMM_LOGITS, m, H, lm_head, c->hc[buf], c->logits[buf], stream);
+            gemm_run(c, GEMM_LOGITS, m, H, lm_head, c->hc[buf], c->logits[buf], c->lt_ws[0], stream);
         } else {
-            gemm_run(c, GEMM_LOGITS, m, ldh, lm_head, h + (size_t)r0 * ldh, c->logits[buf], stream);
+            gemm_run(c, GEMM_LOGITS, m, ldh, lm_head, h + (size_t)r0 * ldh, c->logits[buf], c->lt_ws[0], stream);
         }
         if (c->overlap) {
             CHECK_CUDA(cudaEventRecord(c->ev_gemm[buf], stream));
@@ -539,14 +555,14 @@ extern "C" void cross_entropy_cuda(cross_entropy_cuda_ctx *c, float *ce, int32_t
         }
         row_kernel_run(c, ce, argmax, c->logits[buf], labels, weights, rows ? rows + r0 : NULL, r0, m, loss_scale,
                        dh != NULL, rs);
-        if (c->overlap) {
-            CHECK_CUDA(cudaEventRecord(c->ev_rows[buf], rs));
-            if (i >= 1) dh_chunk(i - 1);
-        } else {
-            dh_chunk(i);
-        }
+        if (c->overlap == 2) dh_chunk(i); // behind R_i on the side stream
+        if (c->overlap) CHECK_CUDA(cudaEventRecord(c->ev_rows[buf], rs));
+        if (c->overlap == 1 && i >= 1) dh_chunk(i - 1); // R_i runs beside D_{i-1} and L_{i+1}
+        if (c->overlap == 0) dh_chunk(i);
     }
-    if (c->overlap && nchunks > 0) dh_chunk(nchunks - 1);
+    if (c->overlap == 1 && nchunks > 0) dh_chunk(nchunks - 1);
+    if (c->overlap == 2 && nchunks > 0) // the side stream is in order: its last event covers all its work
+        CHECK_CUDA(cudaStreamWaitEvent(stream, c->ev_rows[(nchunks - 1) % 2], 0));
     if (wce_sum) {
         ce_sum_kernel<<<1, 256, 0, stream>>>(wce_sum, ce, weights, n);
         CHECK_CUDA_LAUNCH();

@@ -18,14 +18,15 @@ void cross_entropy_chunk_cpu(float *ce, int32_t *argmax, float *dh, const float 
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* CUDA (cuBLASLt + one row kernel), bf16 operands, fp32 logits. Rows go in chunks of C = min(max_rows, chunk):
+/* CUDA (cuBLASLt + one row kernel), bf16 operands, fp32 logits. Rows go in chunks of C = min(max_rows, chunk), the
+ * first chunk taking the remainder:
  * logits (C, V) fp32 = h·lm_headᵀ; one cluster of up to 8 blocks per row reads the row once into shared memory,
  * gives max, log-sum-exp, argmax and CE, then (backward) overwrites the logits in place with the bf16 row
- * (softmax - onehot)·w·loss_scale, and dh = G · lm_head. The row kernel of a chunk runs on a second stream of the
- * context beside the GEMMs of its neighbours (two logits buffers). Workspace: 2·C·round_up(V, 64)·4 bytes (1.24 GB
- * at C 1024, V 151936) + 3·C·H bf16 + 32 MiB for cuBLASLt, all allocated by _create. Deterministic: no atomics,
- * fixed-order reductions, GEMM algorithms by heuristic, cached per shape. One context per stream; no host
- * synchronisation; errors exit through CHECK_*. */
+ * (softmax - onehot)·w·loss_scale, and dh = G · lm_head. A chunk's row kernel and dh GEMM run on a second stream of
+ * the context beside the next chunk's logits GEMM (two logits buffers). Workspace: 2·C·round_up(V, 64)·4 bytes
+ * (1.24 GB at C 1024, V 151936) + 3·C·H bf16 + 2·32 MiB for cuBLASLt, all allocated by _create. Deterministic: no
+ * atomics, fixed-order reductions, GEMM algorithms chosen from the heuristic's answer (never by timing), cached per
+ * shape. One context per stream; no host synchronisation; errors exit through CHECK_*. */
 typedef struct cross_entropy_cuda_ctx cross_entropy_cuda_ctx;
 /* Context for hidden size H and vocabulary V (H % 8 == 0, V at most 8 blocks' shared memory: ~400K); rows per
  * chunk min(max_rows, chunk_rows), chunk_rows 0 means 1024; any n works (in ceil(n / chunk) chunks). */
@@ -33,8 +34,9 @@ cross_entropy_cuda_ctx *cross_entropy_cuda_create(int max_rows, int H, int V, in
 void cross_entropy_cuda_destroy(cross_entropy_cuda_ctx **ctx);
 /* Device bytes the context holds. */
 size_t cross_entropy_cuda_workspace_bytes(const cross_entropy_cuda_ctx *ctx);
-/* Whether the row kernels run on the context's second stream (default 1); the results are the same bits. */
-void cross_entropy_cuda_set_overlap(cross_entropy_cuda_ctx *ctx, int on);
+/* What runs on the context's second stream: 0 nothing, 1 the row kernels, 2 (default) the row kernels and the dh
+ * GEMMs (beside the next chunk's logits GEMM); the results are the same bits. */
+void cross_entropy_cuda_set_overlap(cross_entropy_cuda_ctx *ctx, int level);
 /* Diagnostics (timing tests): up to max_out (<= 8) of cuBLASLt's heuristic algorithms for one chunk GEMM of m rows
  * (which 0: the logits, from h (m, H; ldh); 1: dh, from the context's first logits buffer as G), each timed over
  * three calls after one warm-up (ms -1: not runnable); used marks the one the context runs. Returns how many. */

@@ -218,7 +218,7 @@ const kc_case kernel_cases[] = {
     {KC(kc_cross_entropy, 7, 16, 37, 16, 16, 7, 0, 0, 0)},
     {KC(kc_cross_entropy, 37, 64, 256, 64, 64, 37, 0, 0, 0), .why = "tiny"},
     {KC(kc_cross_entropy, 300, 512, 5000, 520, 528, 128, 0, 0, 0), .only = KC_CUDA_ONLY,
-     .why = "three chunks (128, 128, 44), strided h and dh"},
+     .why = "three chunks (44, 128, 128: the first takes the remainder), strided h and dh"},
     {KC(kc_cross_entropy, 300, 512, 5000, 520, 528, 128, 0, 0, 1), .only = KC_CUDA_ONLY,
      .why = "the same over the list of the weighted rows (gathered chunks)"},
     {KC(kc_cross_entropy, 45, 72, 999, 72, 80, 16, 0, 0, 0), .why = "V % 4 == 3: the scalar tail"},

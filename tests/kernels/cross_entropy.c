@@ -5,7 +5,8 @@
  * random, weights the DFlash per-slot decay exp(-(k-1)/7) in blocks of 16 with slot 0 and ~10% of the others 0.
  * Compared: ce, argmax (a mismatch passes only where the reference's top logits are within bf16 tolerance: counted),
  * dh, Σ w·CE; rows of weight 0 must read ce 0 and dh 0; dh's padding columns must stay untouched; two runs, the
- * forward-only run and a run without the side stream must agree bit for bit. cpu_rows > 0 checks that many rows on
+ * forward-only run and runs at the other overlap levels (one stream; row kernels only on the side stream) must agree
+ * bit for bit. cpu_rows > 0 checks that many rows on
  * the CPU (a large vocabulary); rows 1: the call gets the list of the rows of non-zero weight (as the drafter does),
  * the others must read argmax -1 and are not compared; timed: the timing of the Qwen3 shape (the reporting run
  * only). */
@@ -250,19 +251,23 @@ static void cross_entropy_cuda_check(const kc_case *c)
 
     cross_entropy_cuda_ctx *ctx = cross_entropy_cuda_create(ctx_rows, H, V, 0);
     printf("%s workspace %.1f MB\n", shape, cross_entropy_cuda_workspace_bytes(ctx) / 1e6);
-    gpu_out a, b, f, s1;
+    gpu_out a, b, f, s1, s2;
     gpu_run(&a, ctx, n, H, ldh, lddh, d_h, d_lm, d_lab, d_w, scale, d_ce, d_am, d_sum, d_dh, 1, d_rows, nrows);
     gpu_run(&b, ctx, n, H, ldh, lddh, d_h, d_lm, d_lab, d_w, scale, d_ce, d_am, d_sum, d_dh, 1, d_rows, nrows);
     gpu_run(&f, ctx, n, H, ldh, lddh, d_h, d_lm, d_lab, d_w, scale, d_ce, d_am, d_sum, d_dh, 0, d_rows, nrows);
     cross_entropy_cuda_set_overlap(ctx, 0);
     gpu_run(&s1, ctx, n, H, ldh, lddh, d_h, d_lm, d_lab, d_w, scale, d_ce, d_am, d_sum, d_dh, 1, d_rows, nrows);
     cross_entropy_cuda_set_overlap(ctx, 1);
+    gpu_run(&s2, ctx, n, H, ldh, lddh, d_h, d_lm, d_lab, d_w, scale, d_ce, d_am, d_sum, d_dh, 1, d_rows, nrows);
+    cross_entropy_cuda_set_overlap(ctx, 2);
     report_bool(shape, "determinism (two runs: ce, argmax, dh, sum bitwise)",
                 !memcmp(a.ce, b.ce, (size_t)n * 4) && !memcmp(a.am, b.am, (size_t)n * 4) &&
                     !memcmp(a.dh, b.dh, (size_t)n * lddh * 2) && !memcmp(&a.sum, &b.sum, sizeof a.sum));
-    report_bool(shape, "one stream equals two (ce, argmax, dh, sum bitwise)",
+    report_bool(shape, "one stream equals two (overlap levels 0, 1, 2: ce, argmax, dh, sum bitwise)",
                 !memcmp(a.ce, s1.ce, (size_t)n * 4) && !memcmp(a.am, s1.am, (size_t)n * 4) &&
-                    !memcmp(a.dh, s1.dh, (size_t)n * lddh * 2) && !memcmp(&a.sum, &s1.sum, sizeof a.sum));
+                    !memcmp(a.dh, s1.dh, (size_t)n * lddh * 2) && !memcmp(&a.sum, &s1.sum, sizeof a.sum) &&
+                    !memcmp(a.ce, s2.ce, (size_t)n * 4) && !memcmp(a.am, s2.am, (size_t)n * 4) &&
+                    !memcmp(a.dh, s2.dh, (size_t)n * lddh * 2) && !memcmp(&a.sum, &s2.sum, sizeof a.sum));
     report_bool(shape, "forward-only equals forward+backward (ce, argmax, sum bitwise)",
                 !memcmp(a.ce, f.ce, (size_t)n * 4) && !memcmp(a.am, f.am, (size_t)n * 4) &&
                     !memcmp(&a.sum, &f.sum, sizeof a.sum));
@@ -292,7 +297,7 @@ static void cross_entropy_cuda_check(const kc_case *c)
     int *rows = xmalloc((size_t)nr * sizeof *rows);
     if (!cpu_rows) {
         for (int i = 0; i < n; i++) rows[i] = i;
-    } else { /* first 16, 16 across each of the first two chunk seams, the rest at the end */
+    } else { /* first 16, 16 across each of the first two multiples of the chunk size, the rest at the end */
         int k = 0, chunk = ctx_rows < 1024 ? ctx_rows : 1024;
         for (int i = 0; i < 16 && k < nr; i++) rows[k++] = i;
         for (int s = 1; s <= 2 && k < nr; s++)
@@ -374,10 +379,10 @@ static void cross_entropy_cuda_check(const kc_case *c)
                    "%d computed, against 790\n", shape, bwd ? "forward+backward" : "forward only", ms,
                    flop / (ms * 1e-3) / 1e12, n, bwd ? 2 : 1, flop, done / (ms * 1e-3) / 1e12, listed ? nrows : n);
         }
-        /* the same on one stream, and without the row list */
-        for (int pass = 0; pass < 2; pass++) {
-            cross_entropy_cuda_set_overlap(ctx, pass != 0);
-            const int32_t *lr = pass ? NULL : d_rows;
+        /* the same at overlap levels 0 and 1, and without the row list */
+        for (int pass = 0; pass < 3; pass++) {
+            cross_entropy_cuda_set_overlap(ctx, pass == 2 ? 2 : pass);
+            const int32_t *lr = pass == 2 ? NULL : d_rows;
             cross_entropy_cuda(ctx, d_ce, d_am, d_sum, d_dh, lddh, d_h, ldh, d_lm, d_lab, d_w, scale, n, lr, nrows,
                                stream);
             CHECK_CUDA(cudaEventRecord(e0, stream));
@@ -390,10 +395,11 @@ static void cross_entropy_cuda_check(const kc_case *c)
             CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
             ms /= iters;
             printf("%s time forward+backward %s: %.2f ms, %.0f TFLOP/s over all %d rows\n", shape,
-                   pass ? "of every row (no list), two streams" : "one stream", ms,
+                   pass == 2 ? "of every row (no list), overlap 2" : pass ? "overlap 1 (row kernels only)"
+                                                                     : "overlap 0 (one stream)", ms,
                    4.0 * n * (double)V * H / (ms * 1e-3) / 1e12, n);
         }
-        cross_entropy_cuda_set_overlap(ctx, 1);
+        cross_entropy_cuda_set_overlap(ctx, 2);
         /* other chunk sizes (workspace against GEMM efficiency) */
         const int chunks[] = {512, 2048, 4096};
         for (int ci = 0; ci < 3; ci++) {
@@ -448,7 +454,7 @@ static void cross_entropy_cuda_check(const kc_case *c)
 
     cross_entropy_cuda_destroy(&ctx);
     if (ctx) failures++; /* _destroy nulls the pointer */
-    gpu_out_free(&a), gpu_out_free(&b), gpu_out_free(&f), gpu_out_free(&s1);
+    gpu_out_free(&a), gpu_out_free(&b), gpu_out_free(&f), gpu_out_free(&s1), gpu_out_free(&s2);
     if (d_rows) CHECK_CUDA(cudaFree(d_rows));
     free(rl);
     CHECK_CUDA(cudaFree(d_h)); CHECK_CUDA(cudaFree(d_lm)); CHECK_CUDA(cudaFree(d_lab)); CHECK_CUDA(cudaFree(d_w));
