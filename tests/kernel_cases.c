@@ -213,14 +213,24 @@ const kc_case kernel_cases[] = {
     {KC(kc_adamw_apply, 100003, 100, 1000, 1000000, 3, 1, 0, 1, 0), .why = "the same in place"},
     {KC(kc_adamw_apply, 100003, 100, 1000, 1000000, 3, 0, 0, 0, 1), .why = "NaN loss: skipped"},
 
-    /* ---- cross-entropy: n H V ldh lddh ctx_rows cpu_rows timed ---- */
-    {KC(kc_cross_entropy, 7, 16, 37, 16, 16, 7, 0, 0)},
-    {KC(kc_cross_entropy, 37, 64, 256, 64, 64, 37, 0, 0), .why = "tiny"},
-    {KC(kc_cross_entropy, 300, 512, 5000, 520, 528, 128, 0, 0), .only = KC_CUDA_ONLY,
-     .why = "three chunks (128, 128, 44), strided h and dh"},
-    {KC(kc_cross_entropy, 45, 72, 999, 72, 80, 16, 0, 0), .why = "V % 4 == 3: the scalar tail"},
-    {KC(kc_cross_entropy, 3, 64, 101, 64, 72, 3, 0, 0), .why = "three rows, odd vocabulary"},
-    {KC(kc_cross_entropy, 8192, 4096, 151936, 4096, 4096, 8192, 64, 1), .only = KC_CUDA_ONLY, .why = "Qwen3, timed"},
+    /* ---- cross-entropy: n H V ldh lddh ctx_rows cpu_rows timed rows (a row in clusters of 1 block up to V ~20K,
+     * 2 to ~40K, 4 to ~80K, 8 beyond) ---- */
+    {KC(kc_cross_entropy, 7, 16, 37, 16, 16, 7, 0, 0, 0)},
+    {KC(kc_cross_entropy, 37, 64, 256, 64, 64, 37, 0, 0, 0), .why = "tiny"},
+    {KC(kc_cross_entropy, 300, 512, 5000, 520, 528, 128, 0, 0, 0), .only = KC_CUDA_ONLY,
+     .why = "three chunks (44, 128, 128: the first takes the remainder), strided h and dh"},
+    {KC(kc_cross_entropy, 300, 512, 5000, 520, 528, 128, 0, 0, 1), .only = KC_CUDA_ONLY,
+     .why = "the same over the list of the weighted rows (gathered chunks)"},
+    {KC(kc_cross_entropy, 45, 72, 999, 72, 80, 16, 0, 0, 0), .why = "V % 4 == 3: the scalar tail"},
+    {KC(kc_cross_entropy, 3, 64, 101, 64, 72, 3, 0, 0, 0), .why = "three rows, odd vocabulary"},
+    {KC(kc_cross_entropy, 40, 32, 30001, 32, 40, 16, 0, 0, 1), .only = KC_CUDA_ONLY,
+     .why = "clusters of 2 blocks, tail of 1, listed rows"},
+    {KC(kc_cross_entropy, 33, 32, 50002, 32, 32, 33, 0, 0, 0), .only = KC_CUDA_ONLY,
+     .why = "clusters of 4 blocks, tail of 2"},
+    {KC(kc_cross_entropy, 21, 32, 160003, 32, 32, 8, 0, 0, 1), .only = KC_CUDA_ONLY,
+     .why = "clusters of 8 blocks, tail of 3, chunks of 8, listed rows"},
+    {KC(kc_cross_entropy, 8192, 4096, 151936, 4096, 4096, 8192, 64, 1, 1), .only = KC_CUDA_ONLY,
+     .why = "Qwen3 over the weighted rows (the drafter's call), timed"},
     {KC(kc_cross_entropy_argmax_ties, 0)},
 
     /* ---- drafter attention: nh nkv hd B window pad wide_check timing layout N (layouts: dflash_attention.c) ---- */

@@ -241,7 +241,7 @@ static int dc_create(drafter_cuda **out, const drafter_train_config *tc, int dev
            qws2 = qk_norm_rope_backward_cuda_workspace((int)T, 0, d->nkv, d->hd);
     d->qk_ws = dc_alloc(d, qws > qws2 ? qws : qws2);
 
-    d->stage_words = T + 4 * NB + 2 * (size_t)d->max_blocks;
+    d->stage_words = T + 5 * NB + 2 * (size_t)d->max_blocks;
     d->d_batch = dc_alloc(d, d->stage_words * 4);
     CHECK_CUDA(cudaMallocHost((void **)&d->h_stage, d->stage_words * 4));
     d->d_met = dc_alloc(d, DC_MET_WORDS * 8);
@@ -366,9 +366,9 @@ static dflash_attn_cuda_in dc_attn_in(const drafter_cuda *d, const dc_acts *a, c
 }
 
 /* The batch's host arrays into the pinned stage (after the previous upload from it completed), in the order of
- * d->d_batch: positions (T) | block_ids | block_pos | labels (NB) | ctx_start | ctx_len (N) | weights (NB). Returns
- * the words written. */
-static size_t dc_stage(drafter_cuda *d, const int32_t *positions, int T, const drafter_blocks *blk)
+ * d->d_batch: positions (T) | block_ids | block_pos | labels (NB) | ctx_start | ctx_len (N) | weights (NB) | the
+ * rows of non-zero weight (*nloss of them: the loss head computes only those). Returns the words written. */
+static size_t dc_stage(drafter_cuda *d, const int32_t *positions, int T, const drafter_blocks *blk, int *nloss)
 {
     const int N = blk->nblocks, NB = N * d->B;
     int32_t *hs = d->h_stage;
@@ -380,6 +380,11 @@ static size_t dc_stage(drafter_cuda *d, const int32_t *positions, int T, const d
     memcpy(hs + o, blk->ctx_start, 4 * (size_t)N), o += (size_t)N;
     memcpy(hs + o, blk->ctx_len, 4 * (size_t)N), o += (size_t)N;
     memcpy(hs + o, blk->weights, 4 * (size_t)NB), o += (size_t)NB;
+    int nl = 0;
+    for (int j = 0; j < NB; j++)
+        if (blk->weights[j] != 0.0f) hs[o + nl++] = j;
+    o += (size_t)nl;
+    if (nloss) *nloss = nl;
     DF_ASSERT(o <= d->stage_words);
     return o;
 }
@@ -482,13 +487,15 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
     /* upload through the pinned stage, once the previous upload from it has completed */
     CHECK_CUDA(cudaEventSynchronize(d->staged));
     int32_t *hs = d->h_stage;
-    size_t o = dc_stage(d, bt->positions, T, &blk);
+    int nloss = 0;
+    size_t o = dc_stage(d, bt->positions, T, &blk, &nloss);
     drafter_blocks_free(&blk);
     free(anchors);
     free(anchor_seq);
     const int32_t *d_pos = d->d_batch, *d_bids = d_pos + T, *d_bpos = d_bids + NB, *d_labels = d_bpos + NB;
     const int32_t *d_cstart = d_labels + NB, *d_clen = d_cstart + N;
     const float *d_weights = (const float *)(d_clen + N);
+    const int32_t *d_loss_rows = (const int32_t *)(d_weights + NB);
 
     d->nev = 0;
     for (int i = 0; i < DRAFTER_CUDA_NCLASS; i++) d->prof_ms[i] = 0;
@@ -511,7 +518,7 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
     dc_forward(d, w, aux, T, N, d_pos, d_bids, d_bpos, d_cstart, d_clen);
     /* loss head: Σ w·CE into d_met[0], dh = ∂(Σ w·CE)/∂h (loss_scale 1 as the CPU backend: the reducer divides) */
     cross_entropy_cuda(d->ce, d->ce_row, d->argmax, (double *)d->d_met, d->dh, H, d->h, H, d->lm_head, d_labels,
-                       d_weights, 1.0f, NB, st);
+                       d_weights, 1.0f, NB, d_loss_rows, nloss, st);
     dc_mark(d, DRAFTER_CUDA_CE);
     block_accept_cuda((int64_t *)d->d_met + 1, d->argmax, d_labels, d_weights, N, B, st);
     CHECK_CUDA(cudaMemcpyAsync(d->h_met, d->d_met, DC_MET_WORDS * 8, cudaMemcpyDeviceToHost, st));
@@ -603,7 +610,7 @@ int drafter_cuda_forward_logits(drafter_backend *b, const uint16_t *w, const uin
             return errbuf_set(err, EINVAL, "drafter forward: block %d sees context rows [%d, %d) of %d", j,
                               blk->ctx_start[j], blk->ctx_start[j] + blk->ctx_len[j], T);
     CHECK_CUDA(cudaEventSynchronize(d->staged));
-    size_t o = dc_stage(d, positions, T, blk);
+    size_t o = dc_stage(d, positions, T, blk, NULL);
     const int32_t *d_pos = d->d_batch, *d_bids = d_pos + T, *d_bpos = d_bids + NB, *d_labels = d_bpos + NB;
     const int32_t *d_cstart = d_labels + NB, *d_clen = d_cstart + N;
     d->nev = 0;
