@@ -68,19 +68,21 @@ static void bench_linear(const hf_config *c, double bw)
             const int n = sh[si].n, k = sh[si].k, m = ms[mi];
             const size_t wb = (size_t)n * k * 2, slots = ring / wb;
             printf("  %-8s n=%6d k=%5d m=%2d:", sh[si].name, n, k, m);
-            for (int kern = 0; kern < 3; kern++) { /* 0 cuBLASLt, 1 GEMV mma, 2 GEMV fma */
-                if (kern == 2 && m > GEMV_FMA_MAX_M) continue;
+            for (int kern = 0; kern < 4; kern++) { /* 0 cuBLASLt, 1 GEMV mma, 2 GEMV fma, 3 GEMV fma unsplit */
+                if (kern >= 2 && m > GEMV_FMA_MAX_M) continue;
                 for (int r = -2; r < reps; r++) {
                     if (r == 0) CHECK_CUDA(cudaEventRecord(e0, st));
                     const uint16_t *wr = w + ((size_t)(r + 2) % slots) * (wb / 2);
                     if (kern == 0) matmul_forward_cuda(mm, y, n, NULL, 0, 0.0f, x, k, wr, m, n, k, st);
-                    else gemv_forward_cuda_with(kern == 1 ? GEMV_KERNEL_MMA : GEMV_KERNEL_FMA, y, n, NULL, 0, 0.0f, x,
-                                                k, wr, m, n, k, st);
+                    else gemv_forward_cuda_with(kern == 1 ? GEMV_KERNEL_MMA : kern == 2 ? GEMV_KERNEL_FMA
+                                                                                     : GEMV_KERNEL_FMA_UNSPLIT,
+                                                y, n, NULL, 0, 0.0f, x, k, wr, m, n, k, st);
                 }
                 CHECK_CUDA(cudaEventRecord(e1, st));
                 CHECK_CUDA(cudaEventSynchronize(e1));
                 double us = now_ms(e0, e1) * 1e3 / reps;
-                printf("  %s %7.1f us %4.2f TB/s", kern == 0 ? "cublasLt" : kern == 1 ? "gemv-mma" : "gemv-fma", us,
+                static const char *const kname[] = {"cublasLt", "gemv-mma", "gemv-fma", "fma-unsplit"};
+                printf("  %s %7.1f us %4.2f TB/s", kname[kern], us,
                        wb / (us * 1e-6) / 1e12);
             }
             printf("\n");
