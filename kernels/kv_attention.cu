@@ -2,8 +2,11 @@
 // kChunk keys, kv head, query row) stages the chunk's keys and values in shared memory, scores them for the group's
 // nh/nkv query heads, takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
 // (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0 (partial_kernel says how). Pass 2: a CTA per
-// (query head, row) rescales the partials by exp(m - M) and divides by the total. Each K/V row of a chunk is read
-// once per group. Both passes are programmatic dependent launches (pdl.cuh).
+// (query head, row) rescales the partials by exp(m - M) and divides by the total; for the few rows of a decoding
+// step (T * nkv <= kCounters) pass 2 is done by pass 1's last CTA of each (row, kv head) instead, found by a
+// counter in the workspace (the order in which the CTAs count changes nothing: the combine sums the chunks in their
+// order, the same bits as the kernel). Each K/V row of a chunk is read once per group. Both passes are programmatic
+// dependent launches (pdl.cuh).
 // gpt-oss's options (kv_attention_opts_forward_cuda): a window (keys pos-window+1 .. pos: the chunks before it write
 // empty partials and are not combined) and a sink logit per head, one more term of the total (fp32, device).
 #include <cuda_bf16.h>
@@ -11,6 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kv_attention.h"
 #include "cuda_check.h"
@@ -20,6 +24,10 @@
 namespace {
 
 constexpr int kChunk = 64, kThreads = 128, kMaxHd = 256, kMaxGroup = 16;
+// The combine in pass 1's last CTA of a (row, kv head) (one launch a layer): a counter a pair at the workspace's
+// start, kCounters of them (16 KiB), zero when the workspace is new and left zero by every call; launches of more
+// pairs than that (long prefills) take the combine kernel.
+constexpr int kCounters = 4096;
 static_assert(kChunk == 64, "pass 1's softmax takes a chunk's scores as two per lane");
 
 __global__ void append_kernel(__nv_bfloat16 *kc, __nv_bfloat16 *vc, size_t seq_stride, const __nv_bfloat16 *k,
@@ -56,6 +64,56 @@ __host__ __device__ constexpr size_t partial_smem(int hd, int group)
            sizeof(float) * ((size_t)group * (kv_row(hd) + kChunk + 256) + (size_t)kChunk * group4(group));
 }
 
+// Pass 2's arithmetic for output (row t, head h, value d < hd): the partials of chunks [first, used) rescaled to their
+// common max (and the sink's term), divided by the total. CG: the partials come from other CTAs of the same launch
+// (read at L2, past this SM's L1).
+template <bool CG>
+__device__ __forceinline__ float combine_value(const float *ws_acc, const float *ws_ml, int t, int h, int d, int nh,
+                                               int hd, int nchunks, int first, int used, const float *sinks)
+{
+    auto ld = [](const float *p) { return CG ? __ldcg(p) : *p; };
+    const float *ml = ws_ml + ((size_t)t * nh + h) * nchunks * 2;
+    float M = sinks ? sinks[h] : -INFINITY;
+    for (int c = first; c < used; c++) M = fmaxf(M, ld(ml + 2 * c));
+    float L = sinks ? expf(sinks[h] - M) : 0.0f, a = 0.0f;
+    const float *acc = ws_acc + ((size_t)t * nh + h) * nchunks * hd;
+    for (int c = first; c < used; c++) {
+        float w = expf(ld(ml + 2 * c) - M);
+        L += ld(ml + 2 * c + 1) * w;
+        if (d < hd) a += ld(acc + (size_t)c * hd + d) * w;
+    }
+    return a / L;
+}
+
+__device__ __forceinline__ int chunks_used(int p) { return p / kChunk + 1; }
+__device__ __forceinline__ int first_chunk(int p, int window) { return window > 0 ? max(0, p - window + 1) / kChunk : 0; }
+
+// The end of a pass-1 CTA when counters is set: it counts itself done for its (row, kv head); the last of the
+// nchunks CTAs resets the counter and combines the group's heads (the combine kernel's arithmetic, its bits). Called
+// by every thread of the CTA (both exits of partial_kernel are the whole CTA's).
+__device__ __forceinline__ void combine_if_last(unsigned *counters, __nv_bfloat16 *out, int ldo, const float *ws_acc,
+                                                const float *ws_ml, int t, int kvh, int nh, int nkv, int hd,
+                                                int nchunks, int p, int window, const float *sinks)
+{
+    __shared__ unsigned last;
+    __threadfence(); // this CTA's partial is visible to the device before it counts
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *cnt = counters + (size_t)t * nkv + kvh;
+        last = atomicAdd(cnt, 1u) == (unsigned)nchunks - 1;
+        if (last) *cnt = 0; // no other CTA of this launch touches it again
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); // the other CTAs' partials, counted before ours
+    const int group = nh / nkv, used = chunks_used(p), first = first_chunk(p, window);
+    for (int i = threadIdx.x; i < group * hd; i += kThreads) {
+        const int g = i / hd, d = i - g * hd, h = kvh * group + g;
+        out[(size_t)t * ldo + (size_t)h * hd + d] = __float2bfloat16(
+            combine_value<true>(ws_acc, ws_ml, t, h, d, nh, hd, nchunks, first, used, sinks));
+    }
+}
+
 // Pass 1. The chunk's keys and values are staged in shared memory first, all at once (16-byte cp.async when the
 // cache rows are 16-byte aligned, else element by element): one memory round trip a chunk with every byte in
 // flight, each K/V row read once for the whole GQA group. Then the scores (each warp a quarter of head_dim for two
@@ -67,7 +125,8 @@ __host__ __device__ constexpr size_t partial_smem(int hd, int group)
 __global__ void __launch_bounds__(kThreads)
     partial_kernel(float *ws_acc, float *ws_ml, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *kc,
                    const __nv_bfloat16 *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos, int nh,
-                   int nkv, int hd, float scale, int nchunks, int window, int vec)
+                   int nkv, int hd, float scale, int nchunks, int window, int vec, unsigned *counters,
+                   __nv_bfloat16 *out, int ldo, const float *sinks)
 {
     extern __shared__ __align__(16) unsigned char kv_smem[];
     pdl::launch_dependents(); // a programmatic dependent launch (pdl.cuh), as the combine after it
@@ -86,14 +145,19 @@ __global__ void __launch_bounds__(kThreads)
             ml[((size_t)threadIdx.x * nchunks + c) * 2] = -INFINITY;
             ml[((size_t)threadIdx.x * nchunks + c) * 2 + 1] = 0.0f;
         }
+        if (counters) combine_if_last(counters, out, ldo, ws_acc, ws_ml, t, kvh, nh, nkv, hd, nchunks, p, window, sinks);
         return;
     }
     const size_t base = (size_t)seq[t] * seq_stride + (size_t)j0 * kd + (size_t)kvh * hd;
     if (vec) { // hd % 8 == 0, 16-byte aligned rows
         const int P = hd / 8;
+        for (int i = threadIdx.x; i < nk * P; i += kThreads) { // the keys, then the values: two groups, so that
+            const int j = i / P, o = (i - j * P) * 8;             // the scores need not wait for the values
+            mma_sm80::cp_async16(ks + j * R + o, kc + base + (size_t)j * kd + o, true);
+        }
+        mma_sm80::cp_async_commit();
         for (int i = threadIdx.x; i < nk * P; i += kThreads) {
             const int j = i / P, o = (i - j * P) * 8;
-            mma_sm80::cp_async16(ks + j * R + o, kc + base + (size_t)j * kd + o, true);
             mma_sm80::cp_async16(vs + j * R + o, vc + base + (size_t)j * kd + o, true);
         }
         mma_sm80::cp_async_commit();
@@ -113,7 +177,7 @@ __global__ void __launch_bounds__(kThreads)
         const int g = i / hd8, d = i - g * hd8;
         qs[g * R + d] = d < hd ? __bfloat162float(q[(size_t)t * ldq + (size_t)(kvh * group + g) * hd + d]) : 0.0f;
     }
-    if (vec) mma_sm80::cp_async_wait<0>();
+    if (vec) mma_sm80::cp_async_wait<1>(); // the keys (the values may still be in flight)
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     { // scores: warp w takes the 8-value pieces w, w+4, ... of head_dim for keys lane and lane + 32 and every head
@@ -162,6 +226,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
         if (lane == 0) mx[g] = m, sm[g] = l;
     }
+    if (vec) mma_sm80::cp_async_wait<0>(); // the values
     __syncthreads();
     // probabilities times values: thread (two values d of head_dim, key class kq) sums keys kq, kq + KQ, ... for
     // every head of the group (a value read once for the group, the group's probabilities of a key in one 16-byte
@@ -201,6 +266,7 @@ __global__ void __launch_bounds__(kThreads)
         ml[((size_t)threadIdx.x * nchunks + c) * 2] = mx[threadIdx.x];
         ml[((size_t)threadIdx.x * nchunks + c) * 2 + 1] = sm[threadIdx.x];
     }
+    if (counters) combine_if_last(counters, out, ldo, ws_acc, ws_ml, t, kvh, nh, nkv, hd, nchunks, p, window, sinks);
 }
 
 __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc, const float *ws_ml,
@@ -210,18 +276,21 @@ __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc,
     pdl::launch_dependents();
     pdl::wait();
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
-    const int used = pos[t] / kChunk + 1, first = window > 0 ? max(0, pos[t] - window + 1) / kChunk : 0;
-    const float *ml = ws_ml + ((size_t)t * nh + h) * nchunks * 2;
-    float M = sinks ? sinks[h] : -INFINITY;
-    for (int c = first; c < used; c++) M = fmaxf(M, ml[2 * c]);
-    float L = sinks ? expf(sinks[h] - M) : 0.0f, a = 0.0f;
-    const float *acc = ws_acc + ((size_t)t * nh + h) * nchunks * hd;
-    for (int c = first; c < used; c++) {
-        float w = expf(ml[2 * c] - M);
-        L += ml[2 * c + 1] * w;
-        if (d < hd) a += acc[(size_t)c * hd + d] * w;
+    const float v = combine_value<false>(ws_acc, ws_ml, t, h, d, nh, hd, nchunks, first_chunk(pos[t], window),
+                                         chunks_used(pos[t]), sinks);
+    if (d < hd) out[(size_t)t * ldo + (size_t)h * hd + d] = __float2bfloat16(v);
+}
+
+// DFLASH_KV_COMBINE=2 in the environment (read once): the combine as its own kernel for every launch (the two
+// launches a layer before the last CTA's combine; bench_decode's A/B).
+bool split_combine()
+{
+    static int two = -1;
+    if (two < 0) {
+        const char *e = getenv("DFLASH_KV_COMBINE");
+        two = e && !strcmp(e, "2");
     }
-    if (d < hd) out[(size_t)t * ldo + (size_t)h * hd + d] = __float2bfloat16(a / L);
+    return two != 0;
 }
 
 } // namespace
@@ -240,7 +309,7 @@ extern "C" void kv_cache_append_cuda(uint16_t *kc, uint16_t *vc, size_t seq_stri
 extern "C" size_t kv_attention_workspace_bytes(int T, int nh, int hd, int max_pos)
 {
     size_t nchunks = (size_t)max_pos / kChunk + 1;
-    return sizeof(float) * (size_t)T * (size_t)nh * nchunks * ((size_t)hd + 2);
+    return sizeof(unsigned) * kCounters + sizeof(float) * (size_t)T * (size_t)nh * nchunks * ((size_t)hd + 2);
 }
 
 extern "C" void kv_attention_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *kc,
@@ -265,7 +334,9 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
         abort();
     }
     const int nchunks = max_pos / kChunk + 1;
-    float *ws_acc = workspace, *ws_ml = workspace + (size_t)T * nh * nchunks * hd;
+    unsigned *counters = reinterpret_cast<unsigned *>(workspace);
+    float *ws_acc = workspace + kCounters, *ws_ml = ws_acc + (size_t)T * nh * nchunks * hd;
+    const bool one = (size_t)T * nkv <= (size_t)kCounters && !split_combine();
     cudaStream_t st = (cudaStream_t)stream;
     static unsigned long long raised = 0; // the devices that allow the most shared memory a launch takes (hd 256, a
     int dev = 0;                          // group of 16), each once
@@ -279,7 +350,9 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
                     (uintptr_t)vc % 16 == 0;
     pdl::launch(partial_kernel, dim3(nchunks, nkv, T), dim3(kThreads), partial_smem(hd, nh / nkv), st, ws_acc, ws_ml,
                 (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, seq_stride, seq,
-                pos, nh, nkv, hd, scale, nchunks, window, vec);
-    pdl::launch(combine_kernel, dim3(nh, T), dim3((hd + 31) / 32 * 32), 0, st, (__nv_bfloat16 *)out, ldo,
-                (const float *)ws_acc, (const float *)ws_ml, pos, nh, hd, nchunks, window, sinks);
+                pos, nh, nkv, hd, scale, nchunks, window, vec, one ? counters : nullptr, (__nv_bfloat16 *)out, ldo,
+                sinks);
+    if (!one)
+        pdl::launch(combine_kernel, dim3(nh, T), dim3((hd + 31) / 32 * 32), 0, st, (__nv_bfloat16 *)out, ldo,
+                    (const float *)ws_acc, (const float *)ws_ml, pos, nh, hd, nchunks, window, sinks);
 }

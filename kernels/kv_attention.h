@@ -27,8 +27,11 @@ extern "C" {
 #endif
 /* CUDA, bf16 cache and rows, fp32 softmax and accumulation. seq/pos are device arrays; max_pos (host) bounds every
  * pos[t]. The attention splits the keys into chunks (flash-decoding: one CTA per chunk, kv head and query row, then
- * a combine), so one query row still spreads over the device; its fp32 partials go to workspace
- * (kv_attention_workspace_bytes). hd <= 256, nh/nkv <= 16. stream is a cudaStream_t. */
+ * a combine, done by the last CTA of each row and kv head: one launch), so one query row still spreads over the
+ * device; its fp32 partials and the combine's counters go to workspace (kv_attention_workspace_bytes), which must
+ * be zero when new (cudaMemset once after cudaMalloc: every call leaves the counters zero again). hd <= 256,
+ * nh/nkv <= 16. stream is a cudaStream_t. DFLASH_KV_COMBINE=2 in the environment: the combine as a kernel of its
+ * own (the two launches before; the same bits). */
 void kv_cache_append_cuda(uint16_t *kc, uint16_t *vc, size_t seq_stride, const uint16_t *k, int ldk,
                           const uint16_t *v, int ldv, const int32_t *seq, const int32_t *pos, int T, int kd,
                           void *stream);
