@@ -6,7 +6,9 @@
 // step (T * nkv <= kCounters) pass 2 is done by pass 1's last CTA of each (row, kv head) instead, found by a
 // counter in the workspace (the order in which the CTAs count changes nothing: the combine sums the chunks in their
 // order, the same bits as the kernel). Each K/V row of a chunk is read once per group. Both passes are programmatic
-// dependent launches (pdl.cuh).
+// dependent launches (pdl.cuh). Pass 1 computes on the tensor cores where head_dim is a multiple of 16 and the group
+// at most 8 heads (kModeMma: at batch 64 the FMA loops, 2 FMAs a byte of the cache, bound the kernel at ~1.8 TB/s;
+// bench/RESULTS.md, issue 23), else on FMA loops.
 // gpt-oss's options (kv_attention_opts_forward_cuda): a window (keys pos-window+1 .. pos: the chunks before it write
 // empty partials and are not combined) and a sink logit per head, one more term of the total (fp32, device).
 #include <cuda_bf16.h>
@@ -28,6 +30,8 @@ constexpr int kChunk = 64, kThreads = 128, kMaxHd = 256, kMaxGroup = 16;
 // start, kCounters of them (16 KiB), zero when the workspace is new and left zero by every call; launches of more
 // pairs than that (long prefills) take the combine kernel.
 constexpr int kCounters = 4096;
+// pass 1's ways: element by element, 16-byte cp.async with the FMA loops, and the same with the tensor cores
+enum { kModeScalar, kModeVec, kModeMma };
 static_assert(kChunk == 64, "pass 1's softmax takes a chunk's scores as two per lane");
 
 __global__ void append_kernel(__nv_bfloat16 *kc, __nv_bfloat16 *vc, size_t seq_stride, const __nv_bfloat16 *k,
@@ -125,7 +129,7 @@ __device__ __forceinline__ void combine_if_last(unsigned *counters, __nv_bfloat1
 __global__ void __launch_bounds__(kThreads)
     partial_kernel(float *ws_acc, float *ws_ml, const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *kc,
                    const __nv_bfloat16 *vc, size_t seq_stride, const int32_t *seq, const int32_t *pos, int nh,
-                   int nkv, int hd, float scale, int nchunks, int window, int vec, unsigned *counters,
+                   int nkv, int hd, float scale, int nchunks, int window, int mode, unsigned *counters,
                    __nv_bfloat16 *out, int ldo, const float *sinks)
 {
     extern __shared__ __align__(16) unsigned char kv_smem[];
@@ -149,16 +153,17 @@ __global__ void __launch_bounds__(kThreads)
         return;
     }
     const size_t base = (size_t)seq[t] * seq_stride + (size_t)j0 * kd + (size_t)kvh * hd;
-    if (vec) { // hd % 8 == 0, 16-byte aligned rows
-        const int P = hd / 8;
-        for (int i = threadIdx.x; i < nk * P; i += kThreads) { // the keys, then the values: two groups, so that
+    const bool vec = mode >= kModeVec, mma = mode == kModeMma;
+    if (vec) { // hd % 8 == 0, 16-byte aligned rows; the tensor cores take the whole chunk, its rows past nk zeros
+        const int P = hd / 8, rows = mma ? kChunk : nk;
+        for (int i = threadIdx.x; i < rows * P; i += kThreads) { // the keys, then the values: two groups, so that
             const int j = i / P, o = (i - j * P) * 8;             // the scores need not wait for the values
-            mma_sm80::cp_async16(ks + j * R + o, kc + base + (size_t)j * kd + o, true);
+            mma_sm80::cp_async16(ks + j * R + o, kc + base + (size_t)(j < nk ? j : 0) * kd + o, j < nk);
         }
         mma_sm80::cp_async_commit();
-        for (int i = threadIdx.x; i < nk * P; i += kThreads) {
+        for (int i = threadIdx.x; i < rows * P; i += kThreads) {
             const int j = i / P, o = (i - j * P) * 8;
-            mma_sm80::cp_async16(vs + j * R + o, vc + base + (size_t)j * kd + o, true);
+            mma_sm80::cp_async16(vs + j * R + o, vc + base + (size_t)(j < nk ? j : 0) * kd + o, j < nk);
         }
         mma_sm80::cp_async_commit();
     } else {
@@ -179,8 +184,26 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (vec) mma_sm80::cp_async_wait<1>(); // the keys (the values may still be in flight)
     __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    { // scores: warp w takes the 8-value pieces w, w+4, ... of head_dim for keys lane and lane + 32 and every head
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g8 = lane / 4, t4 = lane % 4, mi = lane / 8;
+    if (mma) { // scores on the tensor cores: warp w the keys 16w .. 16w + 15 (A: K from shared memory), the group's
+        // heads as the 8 columns of B (q, rounded to bf16: exact, q is bf16), all of head_dim in one accumulator
+        const int k0 = warp * 16;
+        float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int d0 = 0; d0 < hd; d0 += 16) {
+            uint32_t a[4];
+            mma_sm80::ldmatrix_x4(a, ks + (k0 + lane % 8 + (mi % 2) * 8) * R + d0 + (mi / 2) * 8);
+            uint32_t b0 = 0, b1 = 0;
+            if (g8 < group) {
+                const float *qg = qs + g8 * R + d0 + 2 * t4;
+                b0 = mma_sm80::pack_bf16(qg[0], qg[1]), b1 = mma_sm80::pack_bf16(qg[8], qg[9]);
+            }
+            mma_sm80::mma_bf16(sacc, a, b0, b1);
+        }
+        // sacc: (key k0 + g8, heads 2t4 and 2t4 + 1), then the same for key k0 + g8 + 8
+        const int h0 = 2 * t4, j = k0 + g8;
+        if (h0 < group) sc[h0 * kChunk + j] = sacc[0] * scale, sc[h0 * kChunk + j + 8] = sacc[2] * scale;
+        if (h0 + 1 < group) sc[(h0 + 1) * kChunk + j] = sacc[1] * scale, sc[(h0 + 1) * kChunk + j + 8] = sacc[3] * scale;
+    } else { // scores: warp w takes the 8-value pieces w, w+4, ... of head_dim for keys lane and lane + 32 and every head
         // of the group (q read once for two keys), its partial dots go to red, then summed in warp order
         float s0[kMaxGroup], s1[kMaxGroup];
 #pragma unroll
@@ -204,13 +227,13 @@ __global__ void __launch_bounds__(kThreads)
             if (g >= group) break;
             red[(warp * group + g) * kChunk + lane] = s0[g], red[(warp * group + g) * kChunk + lane + 32] = s1[g];
         }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < group * kChunk; i += kThreads) {
-        const int g = i / kChunk, j = i - g * kChunk;
-        float d = red[g * kChunk + j];
-        for (int w = 1; w < kThreads / 32; w++) d += red[(w * group + g) * kChunk + j];
-        sc[g * kChunk + j] = d * scale;
+        __syncthreads();
+        for (int i = threadIdx.x; i < group * kChunk; i += kThreads) {
+            const int g = i / kChunk, j = i - g * kChunk;
+            float d = red[g * kChunk + j];
+            for (int w = 1; w < kThreads / 32; w++) d += red[(w * group + g) * kChunk + j];
+            sc[g * kChunk + j] = d * scale;
+        }
     }
     __syncthreads();
     for (int g = warp; g < group; g += kThreads / 32) { // the chunk's max and exp-sum per head: a warp per head
@@ -232,7 +255,30 @@ __global__ void __launch_bounds__(kThreads)
     // every head of the group (a value read once for the group, the group's probabilities of a key in one 16-byte
     // read), the KQ partial sums go to red, then summed in kq order
     const int half = hd8 / 2, KQ = kThreads / half, G4 = group4(group);
-    if (threadIdx.x < half * KQ) {
+    if (mma) { // on the tensor cores, transposed: out^T (head_dim x heads) = V^T (A: ldmatrix.trans of V) · P^T (B:
+        // the probabilities rounded to bf16, the group's heads as its 8 columns); warp w the 16-value pieces w, w + 4,
+        // ... of head_dim over the chunk's 64 keys (the rows past nk: p = 0, v = 0), stored as they come
+        for (int d0 = warp * 16; d0 < hd; d0 += 64) {
+            float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int k0 = 0; k0 < kChunk; k0 += 16) {
+                uint32_t a[4];
+                mma_sm80::ldmatrix_x4_trans(a, vs + (k0 + lane % 8 + (mi / 2) * 8) * R + d0 + (mi % 2) * 8);
+                uint32_t b0 = 0, b1 = 0;
+                if (g8 < group) {
+                    const float *pg = pt + (k0 + 2 * t4) * G4 + g8;
+                    b0 = mma_sm80::pack_bf16(pg[0], pg[G4]), b1 = mma_sm80::pack_bf16(pg[8 * G4], pg[9 * G4]);
+                }
+                mma_sm80::mma_bf16(o, a, b0, b1);
+            }
+            // o: (value d0 + g8, heads 2t4 and 2t4 + 1), then the same for value d0 + g8 + 8
+            float *acc = ws_acc + (((size_t)t * nh + (size_t)kvh * group) * nchunks + c) * hd + d0 + g8;
+            const size_t hs = (size_t)nchunks * hd; // from one head to the next
+            const int h0 = 2 * t4;
+            if (h0 < group) acc[h0 * hs] = o[0], acc[h0 * hs + 8] = o[2];
+            if (h0 + 1 < group) acc[(h0 + 1) * hs] = o[1], acc[(h0 + 1) * hs + 8] = o[3];
+        }
+    } else if (threadIdx.x < half * KQ) {
         const int kq = threadIdx.x / half, d = 2 * (threadIdx.x - kq * half);
         float a0[kMaxGroup], a1[kMaxGroup];
 #pragma unroll
@@ -255,12 +301,14 @@ __global__ void __launch_bounds__(kThreads)
             red[(kq * group + g) * hd8 + d] = a0[g], red[(kq * group + g) * hd8 + d + 1] = a1[g];
         }
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < group * hd; i += kThreads) {
-        const int g = i / hd, d = i - g * hd;
-        float a = red[g * hd8 + d];
-        for (int kq = 1; kq < KQ; kq++) a += red[(kq * group + g) * hd8 + d];
-        ws_acc[(((size_t)t * nh + (size_t)kvh * group + g) * nchunks + c) * hd + d] = a;
+    if (!mma) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < group * hd; i += kThreads) {
+            const int g = i / hd, d = i - g * hd;
+            float a = red[g * hd8 + d];
+            for (int kq = 1; kq < KQ; kq++) a += red[(kq * group + g) * hd8 + d];
+            ws_acc[(((size_t)t * nh + (size_t)kvh * group + g) * nchunks + c) * hd + d] = a;
+        }
     }
     if (threadIdx.x < group) {
         ml[((size_t)threadIdx.x * nchunks + c) * 2] = mx[threadIdx.x];
@@ -281,16 +329,16 @@ __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc,
     if (d < hd) out[(size_t)t * ldo + (size_t)h * hd + d] = __float2bfloat16(v);
 }
 
-// DFLASH_KV_COMBINE=2 in the environment (read once): the combine as its own kernel for every launch (the two
-// launches a layer before the last CTA's combine; bench_decode's A/B).
-bool split_combine()
+// DFLASH_KV_OLD=1 in the environment (read once): the kernels before the tensor cores and the last CTA's combine
+// (pass 1 on the FMA loops, the combine a kernel of its own: two launches a layer; bench_decode's A/B).
+bool kv_old()
 {
-    static int two = -1;
-    if (two < 0) {
-        const char *e = getenv("DFLASH_KV_COMBINE");
-        two = e && !strcmp(e, "2");
+    static int old = -1;
+    if (old < 0) {
+        const char *e = getenv("DFLASH_KV_OLD");
+        old = e && !strcmp(e, "1");
     }
-    return two != 0;
+    return old != 0;
 }
 
 } // namespace
@@ -336,7 +384,7 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
     const int nchunks = max_pos / kChunk + 1;
     unsigned *counters = reinterpret_cast<unsigned *>(workspace);
     float *ws_acc = workspace + kCounters, *ws_ml = ws_acc + (size_t)T * nh * nchunks * hd;
-    const bool one = (size_t)T * nkv <= (size_t)kCounters && !split_combine();
+    const bool one = (size_t)T * nkv <= (size_t)kCounters && !kv_old();
     cudaStream_t st = (cudaStream_t)stream;
     static unsigned long long raised = 0; // the devices that allow the most shared memory a launch takes (hd 256, a
     int dev = 0;                          // group of 16), each once
@@ -348,9 +396,10 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
     }
     const int vec = hd % 8 == 0 && seq_stride % 8 == 0 && (nkv * hd) % 8 == 0 && (uintptr_t)kc % 16 == 0 &&
                     (uintptr_t)vc % 16 == 0;
+    const int mode = !vec ? kModeScalar : hd % 16 == 0 && nh / nkv <= 8 && !kv_old() ? kModeMma : kModeVec;
     pdl::launch(partial_kernel, dim3(nchunks, nkv, T), dim3(kThreads), partial_smem(hd, nh / nkv), st, ws_acc, ws_ml,
                 (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, seq_stride, seq,
-                pos, nh, nkv, hd, scale, nchunks, window, vec, one ? counters : nullptr, (__nv_bfloat16 *)out, ldo,
+                pos, nh, nkv, hd, scale, nchunks, window, mode, one ? counters : nullptr, (__nv_bfloat16 *)out, ldo,
                 sinks);
     if (!one)
         pdl::launch(combine_kernel, dim3(nh, T), dim3((hd + 31) / 32 * 32), 0, st, (__nv_bfloat16 *)out, ldo,
