@@ -86,6 +86,20 @@ static void bench_linear(const hf_config *c, double bw)
                        wb / (us * 1e-6) / 1e12);
             }
             printf("\n");
+            if (m > 2) continue;
+            printf("    CUDA-core GEMV by k split:"); /* gemv.cu's fma_split picks one from n and k */
+            for (int split = 1; split <= 8; split *= 2) {
+                for (int r = -2; r < reps; r++) {
+                    if (r == 0) CHECK_CUDA(cudaEventRecord(e0, st));
+                    const uint16_t *wr = w + ((size_t)(r + 2) % slots) * (wb / 2);
+                    gemv_fma_split_forward_cuda(split, y, n, NULL, 0, 0.0f, x, k, wr, m, n, k, st);
+                }
+                CHECK_CUDA(cudaEventRecord(e1, st));
+                CHECK_CUDA(cudaEventSynchronize(e1));
+                double us = now_ms(e0, e1) * 1e3 / reps;
+                printf("  %d: %6.1f us %4.2f TB/s", split, us, wb / (us * 1e-6) / 1e12);
+            }
+            printf("\n");
         }
     matmul_cuda_destroy(&mm);
     CHECK_CUDA(cudaEventDestroy(e0));

@@ -324,6 +324,21 @@ extern "C" void gemv_forward_cuda_with(int kernel, uint16_t *y, int ldy, const u
     CHECK_CUDA_LAUNCH();
 }
 
+extern "C" void gemv_fma_split_forward_cuda(int split, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
+                                            const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k,
+                                            void *stream)
+{
+    if (!gemv_cuda_takes(x, ldx, w, m, n, k) || m > GEMV_FMA_MAX_M || split < 1 || split > kWarps ||
+        (split & (split - 1))) {
+        fprintf(stderr, "gemv_fma_split_forward_cuda: split %d (1, 2, 4, 8), m=%d (1..%d) n=%d k=%d not taken\n", split,
+                m, GEMV_FMA_MAX_M, n, k);
+        abort();
+    }
+    launch_fma<false, false>((__nv_bfloat16 *)y, ldy, beta != 0.0f ? (const __nv_bfloat16 *)c : nullptr, ldc, beta,
+                             (const __nv_bfloat16 *)x, ldx, nullptr, 0.0f, (const __nv_bfloat16 *)w, m, n, k, split,
+                             (cudaStream_t)stream);
+}
+
 extern "C" void gemv_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta, const uint16_t *x,
                                   int ldx, const uint16_t *w, int m, int n, int k, void *stream)
 {

@@ -45,6 +45,10 @@ void gemv_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, float b
 /* The same with the kernel named (the tests and the benchmark compare them). */
 void gemv_forward_cuda_with(int kernel, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
                             const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k, void *stream);
+/* The CUDA-core kernel with its k split named (1, 2, 4 or 8 warps a row pair; GEMV_KERNEL_FMA takes it from the
+ * shape): bench_decode's sweep. */
+void gemv_fma_split_forward_cuda(int split, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
+                                 const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k, void *stream);
 /* y = rmsnorm(x; norm_w, eps) · wᵀ (+ beta · c) with the CUDA-core kernel (m <= GEMV_FMA_MAX_M), the norm on the fly:
  * each warp sums x² beside its products with norm_w ⊙ x and scales its sums by the row's 1/rms (no normalised copy
  * of x, which is neither rounded to bf16: the bits differ from rmsnorm_forward_cuda + gemv_forward_cuda, within
