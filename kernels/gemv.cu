@@ -96,12 +96,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 // fixed order (deterministic). Whole rounds of kFmaU pieces run unchecked; the last partial round checks k.
 //
 // The k split (fma_split): a matrix of few rows (Qwen3-8B's q|k|v, o_proj, down_proj: 2048-3072 row pairs) gives a
-// warp per row pair too few warps to keep the H200's memory busy (16 a SM, 64 KiB in flight: 2.6-3.2 TB/s, where
-// gate|up's 12288 warps reach 4.25). So the S = split warps of a group in a CTA share a row pair, warp s taking
+// warp per row pair few CTAs, in partial waves (o_proj: 256 CTAs, 2 a SM where 4 fit). So the S = split warps of a
+// group in a CTA share a row pair, warp s taking
 // the rounds s, s + S, ... of k (and the last partial round when it is its turn), their sums meeting in shared
 // memory and added in warp order (deterministic: S depends on the shape only). S = 1 is the kernel before the split,
 // its bits.
-constexpr int kFmaU = 4, kFmaR = 2, kFmaRound = 256 * kFmaU, kFmaTargetWarps = 8192;
+constexpr int kFmaU = 4, kFmaR = 2, kFmaRound = 256 * kFmaU;
+constexpr long kFmaWave = 132 * 4; // the CTAs an H200 holds at once (132 SMs, 4 CTAs of 54-61 registers a thread)
 
 // NORM (gemv_rmsnorm_forward_cuda): x's rows are first RMS-normalised with the weight nw. The row's 1/rms is a
 // scalar of the whole dot product, so the warp multiplies x by nw on the fly, sums x² beside the products (every warp
@@ -256,15 +257,23 @@ bool fma_old()
     return old != 0;
 }
 
-// The k split of a call: the smallest power of two up to kWarps that gives kFmaTargetWarps warps (132 SMs x 62),
-// each warp keeping at least two rounds of k. Qwen3-8B at one row: q|k|v, o_proj and down_proj 4, gate|up and
-// lm_head 1.
+// The k split of a call: the power of two up to kWarps (and at most k's rounds) that minimises the waves of CTAs
+// times the rounds a warp reads, the smallest of equals. On the H200 at one row (bench_decode's sweep,
+// bench/RESULTS.md) the fastest were 4 for q|k|v (1536 CTAs in 3 waves, a round a warp; 16.2 us against 16.8 unsplit),
+// 2 for o_proj and down_proj (512 CTAs, one wave: 12.2 / 27.1 us against 13.4 / 31.1), the split changing little for
+// gate|up and lm_head (1 here): this model picks those. A function of the shape only (the bits do not depend on the
+// device).
 int fma_split(int units, int k)
 {
-    const int rounds = k / kFmaRound;
-    int s = 1;
-    while (s < kWarps && (long)units * s < kFmaTargetWarps && rounds >= 2 * s) s *= 2;
-    return s;
+    const long rounds = (k + kFmaRound - 1) / kFmaRound;
+    int best = 1;
+    long best_cost = -1;
+    for (int s = 1; s <= kWarps && s <= rounds; s *= 2) {
+        const long ctas = ((long)units * s + kWarps - 1) / kWarps;
+        const long cost = (ctas + kFmaWave - 1) / kFmaWave * ((rounds + s - 1) / s);
+        if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
+    }
+    return best;
 }
 
 template <bool NORM, bool SWIGLU>
