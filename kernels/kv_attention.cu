@@ -2,10 +2,14 @@
 // kChunk keys, kv head, query row) stages the chunk's keys and values in shared memory, scores them for the group's
 // nh/nkv query heads, takes the chunk's max and exp-sum per head, and writes its unnormalised partial output
 // (m, l, acc[hd]) in fp32; chunks past the row's position write l = 0 (partial_kernel says how). Pass 2: a CTA per
-// (query head, row) rescales the partials by exp(m - M) and divides by the total; for the few rows of a decoding
-// step (T * nkv <= kCounters) pass 2 is done by pass 1's last CTA of each (row, kv head) instead, found by a
-// counter in the workspace (the order in which the CTAs count changes nothing: the combine sums the chunks in their
-// order, the same bits as the kernel). Each K/V row of a chunk is read once per group. Both passes are programmatic
+// (query head, row) rescales the partials by exp(m - M) and divides by the total; where pass 1's CTAs take several
+// chunks (a grid of two waves or more: batch 64) and T * nkv <= kCounters, pass 2 is done by pass 1's last CTA of
+// each (row, kv head) instead, found by a counter in the workspace (the order in which the CTAs count changes
+// nothing: the combine sums the chunks in their order, the same bits as the kernel). At batch 1 the tensor cores
+// and that last-CTA combine together made the Qwen3-8B step slower (4.87 against 4.72 ms as graphs on the H200, the
+// FMA loops and the combine kernel; not measured apart): the tensor cores stay (choosing the loops by T would make a
+// row's bits depend on its batch), the few-row steps keep the combine kernel (the fence, count and reads of the last
+// CTA lengthen the one wave's tail, where a launch in a graph costs little). Each K/V row of a chunk is read once per group. Both passes are programmatic
 // dependent launches (pdl.cuh). Pass 1 computes on the tensor cores where head_dim is a multiple of 16 and the group
 // at most 8 heads (kModeMma: at batch 64 the FMA loops, 2 FMAs a byte of the cache, bound the kernel at ~1.8 TB/s;
 // bench/RESULTS.md, issue 23), else on FMA loops.
@@ -26,9 +30,9 @@
 namespace {
 
 constexpr int kChunk = 64, kThreads = 128, kMaxHd = 256, kMaxGroup = 16;
-// The combine in pass 1's last CTA of a (row, kv head) (one launch a layer): a counter a pair at the workspace's
-// start, kCounters of them (16 KiB), zero when the workspace is new and left zero by every call; launches of more
-// pairs than that (long prefills) take the combine kernel.
+// The combine in pass 1's last CTA of a (row, kv head) (one launch a layer, for the grids of several chunks a CTA):
+// a counter a pair at the workspace's start, kCounters of them (16 KiB), zero when the workspace is new and left
+// zero by every call; launches of more pairs than that (long prefills) take the combine kernel.
 constexpr int kCounters = 4096;
 // pass 1's ways: element by element, 16-byte cp.async with the FMA loops, and the same with the tensor cores
 enum { kModeScalar, kModeVec, kModeMma };
@@ -406,7 +410,6 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
     const int nchunks = max_pos / kChunk + 1;
     unsigned *counters = reinterpret_cast<unsigned *>(workspace);
     float *ws_acc = workspace + kCounters, *ws_ml = ws_acc + (size_t)T * nh * nchunks * hd;
-    const bool one = (size_t)T * nkv <= (size_t)kCounters && !kv_old();
     cudaStream_t st = (cudaStream_t)stream;
     static unsigned long long raised = 0; // the devices that allow the most shared memory a launch takes (hd 256, a
     int dev = 0;                          // group of 16), each once
@@ -423,6 +426,7 @@ extern "C" void kv_attention_opts_forward_cuda(uint16_t *out, int ldo, const uin
     // 128): at batch 64 and 512-token prompts, 4 (3 CTAs a row and kv head, of 4, 4 and 1 chunks)
     int cpb = 1;
     while (vec && !kv_old() && cpb < 8 && (size_t)(nchunks + 2 * cpb - 1) / (2 * cpb) * nkv * T >= 2 * kWave) cpb *= 2;
+    const bool one = cpb > 1 && (size_t)T * nkv <= (size_t)kCounters; // the combine in pass 1's last CTAs
     pdl::launch(partial_kernel, dim3((nchunks + cpb - 1) / cpb, nkv, T), dim3(kThreads), partial_smem(hd, nh / nkv),
                 st, ws_acc, ws_ml, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
                 seq_stride, seq, pos, nh, nkv, hd, scale, nchunks, window, mode, cpb, one ? counters : nullptr,
