@@ -11,7 +11,10 @@
  * loop `dflash generate` runs. Prints ms per decode step, tokens/s and the step time against the weight-read bound
  * (the bytes a step reads: layers + lm_head + the KV cache), the device time by kernel class of one instrumented
  * step, and whether the two modes decoded the same ids (they must: the same bits).
- * DFLASH_PDL=1 launches the step's small kernels as programmatic dependent launches (kernels/pdl.cuh), to compare.
+ * DFLASH_PDL=1 launches the step's small kernels as programmatic dependent launches (kernels/pdl.cuh), to compare;
+ * DFLASH_GEMV_SPLIT=1 runs the CUDA-core GEMV without its k split and SwiGLU fold, DFLASH_KV_OLD=1 kv_attention on
+ * its FMA loops with a chunk a CTA and the combine kernel (gemv.h, kv_attention.h): the kernels before, for an A/B in
+ * one command (tests/gpu/decode_perf.sh).
  * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s]
  *                     [--no-linear (skip the linear layers alone)] */
 #include <math.h>
@@ -41,7 +44,8 @@ static double now_ms(cudaEvent_t a, cudaEvent_t b)
 
 /* The linear layers of a decoding step alone, back to back on one stream, each call reading its weights from another
  * place of a 2 GiB ring (so that L2 holds none of them): microseconds a call and the rate at which w is read, for
- * cuBLASLt and the two GEMV kernels (gemv.h), at m = 1, 4, 8, 16 rows, on the Qwen3-8B shapes. */
+ * cuBLASLt and the GEMV kernels (gemv.h), at m = 1, 4, 8, 16 rows, on the Qwen3-8B shapes; at m = 1 and 2 the
+ * CUDA-core GEMV by k split too (1, 2, 4, 8 warps a row pair). */
 static void bench_linear(const hf_config *c, double bw)
 {
     const int H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
