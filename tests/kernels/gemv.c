@@ -1,10 +1,12 @@
 /* gemv: y = x·wᵀ (+ beta·c) for the few rows of a decoding step (kernels/gemv.h), and the same with the RMSNorm of x
  * on the fly. CPU: gemv_forward_cpu against a naive double sum on wide strides (padding columns untouched), the
- * residual from another buffer and in place (c == y). CUDA: both kernels of gemv_forward_cuda_with (the tensor-core
- * one for every m, the CUDA-core one for m <= GEMV_FMA_MAX_M) and gemv_rmsnorm_forward_cuda (x's rows at RMS 3, so
- * that the 1/rms matters) against the CPU reference on the same bf16 values; nothing written past the (m, n) block
- * (the output starts poisoned); with vs_cublas, each kernel's output against cuBLASLt's (matmul_forward_cuda) on the
- * same operands within their bf16 roundings. The driver's second run gives the same bits (kernel_cases.h). */
+ * residual from another buffer and in place (c == y). CUDA: the kernels of gemv_forward_cuda_with (the tensor-core
+ * one for every m, the CUDA-core one for m <= GEMV_FMA_MAX_M with its k split and without) and
+ * gemv_rmsnorm_forward_cuda (x's rows at RMS 3, so that the 1/rms matters) against the CPU reference on the same bf16
+ * values; nothing written past the (m, n) block (the output starts poisoned); with vs_cublas, each kernel's output
+ * against cuBLASLt's (matmul_forward_cuda) on the same operands within their bf16 roundings; gate|up with SwiGLU
+ * folded in against the CPU and bit for bit against the unfolded path. The driver's second run gives the same bits
+ * (kernel_cases.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
