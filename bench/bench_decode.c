@@ -11,7 +11,10 @@
  * loop `dflash generate` runs. Prints ms per decode step, tokens/s and the step time against the weight-read bound
  * (the bytes a step reads: layers + lm_head + the KV cache), the device time by kernel class of one instrumented
  * step, and whether the two modes decoded the same ids (they must: the same bits).
- * DFLASH_PDL=1 launches the step's small kernels as programmatic dependent launches (kernels/pdl.cuh), to compare.
+ * DFLASH_PDL=1 launches the step's small kernels as programmatic dependent launches (kernels/pdl.cuh), to compare;
+ * DFLASH_GEMV_SPLIT=1 runs the CUDA-core GEMV without its k split and SwiGLU fold, DFLASH_KV_OLD=1 kv_attention on
+ * its FMA loops with a chunk a CTA and the combine kernel (gemv.h, kv_attention.h): the kernels before, for an A/B in
+ * one command (tests/gpu/decode_perf.sh).
  * usage: bench_decode [--family qwen3|qwen3_5] [--layers L] [--prompt N] [--new N] [--batch B]... [--bw TB/s]
  *                     [--no-linear (skip the linear layers alone)] */
 #include <math.h>
@@ -41,7 +44,8 @@ static double now_ms(cudaEvent_t a, cudaEvent_t b)
 
 /* The linear layers of a decoding step alone, back to back on one stream, each call reading its weights from another
  * place of a 2 GiB ring (so that L2 holds none of them): microseconds a call and the rate at which w is read, for
- * cuBLASLt and the two GEMV kernels (gemv.h), at m = 1, 4, 8, 16 rows, on the Qwen3-8B shapes. */
+ * cuBLASLt and the GEMV kernels (gemv.h), at m = 1, 4, 8, 16 rows, on the Qwen3-8B shapes; at m = 1 and 2 the
+ * CUDA-core GEMV by k split too (1, 2, 4, 8 warps a row pair). */
 static void bench_linear(const hf_config *c, double bw)
 {
     const int H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
@@ -68,20 +72,36 @@ static void bench_linear(const hf_config *c, double bw)
             const int n = sh[si].n, k = sh[si].k, m = ms[mi];
             const size_t wb = (size_t)n * k * 2, slots = ring / wb;
             printf("  %-8s n=%6d k=%5d m=%2d:", sh[si].name, n, k, m);
-            for (int kern = 0; kern < 3; kern++) { /* 0 cuBLASLt, 1 GEMV mma, 2 GEMV fma */
-                if (kern == 2 && m > GEMV_FMA_MAX_M) continue;
+            for (int kern = 0; kern < 4; kern++) { /* 0 cuBLASLt, 1 GEMV mma, 2 GEMV fma, 3 GEMV fma unsplit */
+                if (kern >= 2 && m > GEMV_FMA_MAX_M) continue;
                 for (int r = -2; r < reps; r++) {
                     if (r == 0) CHECK_CUDA(cudaEventRecord(e0, st));
                     const uint16_t *wr = w + ((size_t)(r + 2) % slots) * (wb / 2);
                     if (kern == 0) matmul_forward_cuda(mm, y, n, NULL, 0, 0.0f, x, k, wr, m, n, k, st);
-                    else gemv_forward_cuda_with(kern == 1 ? GEMV_KERNEL_MMA : GEMV_KERNEL_FMA, y, n, NULL, 0, 0.0f, x,
-                                                k, wr, m, n, k, st);
+                    else gemv_forward_cuda_with(kern == 1 ? GEMV_KERNEL_MMA : kern == 2 ? GEMV_KERNEL_FMA
+                                                                                     : GEMV_KERNEL_FMA_UNSPLIT,
+                                                y, n, NULL, 0, 0.0f, x, k, wr, m, n, k, st);
                 }
                 CHECK_CUDA(cudaEventRecord(e1, st));
                 CHECK_CUDA(cudaEventSynchronize(e1));
                 double us = now_ms(e0, e1) * 1e3 / reps;
-                printf("  %s %7.1f us %4.2f TB/s", kern == 0 ? "cublasLt" : kern == 1 ? "gemv-mma" : "gemv-fma", us,
+                static const char *const kname[] = {"cublasLt", "gemv-mma", "gemv-fma", "fma-unsplit"};
+                printf("  %s %7.1f us %4.2f TB/s", kname[kern], us,
                        wb / (us * 1e-6) / 1e12);
+            }
+            printf("\n");
+            if (m > 2) continue;
+            printf("    CUDA-core GEMV by k split:"); /* gemv.cu's fma_split picks one from n and k */
+            for (int split = 1; split <= 8; split *= 2) {
+                for (int r = -2; r < reps; r++) {
+                    if (r == 0) CHECK_CUDA(cudaEventRecord(e0, st));
+                    const uint16_t *wr = w + ((size_t)(r + 2) % slots) * (wb / 2);
+                    gemv_fma_split_forward_cuda(split, y, n, NULL, 0, 0.0f, x, k, wr, m, n, k, st);
+                }
+                CHECK_CUDA(cudaEventRecord(e1, st));
+                CHECK_CUDA(cudaEventSynchronize(e1));
+                double us = now_ms(e0, e1) * 1e3 / reps;
+                printf("  %d: %6.1f us %4.2f TB/s", split, us, wb / (us * 1e-6) / 1e12);
             }
             printf("\n");
         }

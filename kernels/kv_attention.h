@@ -27,8 +27,14 @@ extern "C" {
 #endif
 /* CUDA, bf16 cache and rows, fp32 softmax and accumulation. seq/pos are device arrays; max_pos (host) bounds every
  * pos[t]. The attention splits the keys into chunks (flash-decoding: one CTA per chunk, kv head and query row, then
- * a combine), so one query row still spreads over the device; its fp32 partials go to workspace
- * (kv_attention_workspace_bytes). hd <= 256, nh/nkv <= 16. stream is a cudaStream_t. */
+ * a combine: a kernel, or at batch 64 the last CTA of each row and kv head), so one query row still spreads over
+ * the device; its fp32 partials and the combine's counters go to workspace (kv_attention_workspace_bytes), which must
+ * be zero when new (cudaMemset once after cudaMalloc: every call leaves the counters zero again). hd <= 256,
+ * nh/nkv <= 16; head_dim a multiple of 16 and groups of at most 8 (the Qwen3 and gpt-oss shapes) score and sum
+ * the values on the tensor cores (the probabilities rounded to bf16), the others on FMA loops. stream is a
+ * cudaStream_t. The bits of a row depend on its position, the shapes and the cache only (not on T or max_pos).
+ * DFLASH_KV_OLD=1 in the environment: the FMA loops, a chunk a CTA and the combine kernel (the kernels before,
+ * bench_decode's A/B). */
 void kv_cache_append_cuda(uint16_t *kc, uint16_t *vc, size_t seq_stride, const uint16_t *k, int ldk,
                           const uint16_t *v, int ldv, const int32_t *seq, const int32_t *pos, int T, int kd,
                           void *stream);

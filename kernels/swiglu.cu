@@ -6,10 +6,7 @@
 
 #include "cuda_check.h"
 #include "swiglu.h"
-
-// __fdividef: the IEEE division's instruction sequence cost as much issue time as the loads (two MUFU ops and a few
-// FMAs per element remain); a saturated gate (exp(-g) = inf) still gives -0, as g / inf.
-static __device__ __forceinline__ float swiglu_act(float g, float u) { return __fdividef(g, 1.0f + __expf(-g)) * u; }
+#include "swiglu_act.cuh"
 
 // Vector path: a 2-d grid, blockIdx.y walks the rows and blockIdx.x covers a row's columns in pieces of
 // SWIGLU_VPT·blockDim vectors; a thread loads all of its gate and up vectors before it computes (2·SWIGLU_VPT

@@ -184,6 +184,11 @@ const kc_case kernel_cases[] = {
     {KC(kc_attention_opts, 4, 2, 40, 5, 1), KC_SEQS(37, 1, 150, 9)},
     {KC(kc_attention_opts, 4, 2, 40, 100, 0), KC_SEQS(37, 1, 150, 9)},
     {KC(kc_attention_opts, 4, 2, 40, 100, 1), KC_SEQS(37, 1, 150, 9)},
+    /* enough cached rows that kv_attention's CTAs take 8 chunks each (its pipelined loop), the window's first chunks
+     * and the causal end's last ones empty: the tensor cores (head_dim 64) and the FMA loops (head_dim 24) */
+    {KC(kc_attention_opts, 4, 2, 64, 100, 1), KC_SEQS(37, 1, 600, 9), .why = "kv_attention: 8 chunks a CTA, a window"},
+    {KC(kc_attention_opts, 4, 2, 64, 0, 0), KC_SEQS(37, 1, 600, 9)},
+    {KC(kc_attention_opts, 4, 2, 24, 100, 1), KC_SEQS(37, 1, 600, 9)},
 
     /* ---- elementwise: n seed scale_milli bias_milli | n offset | nparts dim ---- */
     {KC(kc_rand_fill, 1000003, 42, 50, 0)},
@@ -471,6 +476,12 @@ const kc_case kernel_cases[] = {
     {KC(kc_gemv_forward, 14, 3, 12288, 12288, 3, 0, 0)},
     {KC(kc_gemv_forward, 15, 80, 640, 664, 82, 0, 0)},
     {KC(kc_gemv_forward, 16, 1000, 1024, 1024, 1000, 2, 0), .why = "the most rows"},
+    /* the CUDA-core kernel's k split (gemv.cu's fma_split: 2, 4, 8 warps a row pair), partial rounds of k on the
+     * split's first and a later warp, a CTA's groups past n */
+    {KC(kc_gemv_forward, 1, 5, 4104, 4104, 5, 1, 0), .why = "a split of 4, the partial round on its first warp"},
+    {KC(kc_gemv_forward, 2, 9, 3080, 3088, 9, 2, 0), .why = "a split of 4, the partial round on its last warp"},
+    {KC(kc_gemv_forward, 3, 75, 2048, 2048, 75, 0, 0), .why = "a split of 2"},
+    {KC(kc_gemv_forward, 8, 33, 8192, 8192, 33, 0, 0), .why = "a split of 8"},
     /* the Qwen3-8B decoding shapes (q|k|v, o_proj, gate|up, down_proj, lm_head), against cuBLASLt too */
     {KC(kc_gemv_forward, 1, 6144, 4096, 4096, 6144, 0, 1), .only = KC_CUDA_ONLY, .why = "q|k|v"},
     {KC(kc_gemv_forward, 1, 4096, 4096, 4096, 4096, 1, 1), .only = KC_CUDA_ONLY, .why = "o_proj + residual"},
@@ -491,6 +502,12 @@ const kc_case kernel_cases[] = {
     {KC(kc_gemv_rmsnorm, 8, 129, 2048, 2048, 130, 2), .why = "the CUDA-core kernel's most rows"},
     {KC(kc_gemv_rmsnorm, 1, 6144, 4096, 4096, 6144, 0), .why = "q|k|v"},
     {KC(kc_gemv_rmsnorm, 4, 24576, 4096, 4096, 24576, 0), .why = "gate|up"},
+    {KC(kc_gemv_rmsnorm, 3, 11, 4104, 4104, 11, 1), .why = "the norm's sums of x² over a split of 4"},
+    /* gate|up, its RMSNorm and SwiGLU in one GEMV: m I k ldx ldy (w: the gate's I rows, then the up's) */
+    {KC(kc_gemv_rmsnorm_swiglu, 1, 12288, 4096, 4096, 12288), .why = "Qwen3-8B's MLP at one row"},
+    {KC(kc_gemv_rmsnorm_swiglu, 3, 37, 1032, 1040, 40), .why = "odd I, a partial round, a wider output"},
+    {KC(kc_gemv_rmsnorm_swiglu, 8, 5, 8200, 8200, 5), .why = "a split of 8, the most rows"},
+    {KC(kc_gemv_rmsnorm_swiglu, 2, 1, 8, 8, 1), .why = "one output"},
 };
 const int kernel_ncases = (int)(sizeof kernel_cases / sizeof kernel_cases[0]);
 

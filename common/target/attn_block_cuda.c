@@ -186,6 +186,7 @@ int attn_cuda_cache_new(target_cuda *m, int nseq, int max_len, int max_step, voi
     for (size_t li = 0; li < L; li++) k->kc[li] = k->kv + 2 * li * per, k->vc[li] = k->kv + (2 * li + 1) * per;
     size_t ws = kv_attention_workspace_bytes(max_step, c->num_heads, c->head_dim, max_len - 1);
     CHECK_CUDA(cudaMalloc((void **)&k->workspace, ws));
+    CHECK_CUDA(cudaMemset(k->workspace, 0, ws)); /* kv_attention's counters start at zero */
     *bytes += kvb + ws;
     *state = k;
     return 0;

@@ -11,6 +11,7 @@
 #include "gemv.h"
 #include "matmul.h"
 #include "rmsnorm.h"
+#include "swiglu.h"
 #include "target_arena_cuda.h"
 #include "target_model_cuda_impl.h"
 
@@ -108,4 +109,20 @@ void target_cuda_norm_linear(target_cuda *m, uint16_t *y, int ldy, uint16_t *u, 
         target_cuda_mark(m, TARGET_CUDA_OTHER);
         target_cuda_linear(m, y, ldy, NULL, 0, 0.0f, u, k, w, T, n, k);
     }
+}
+
+void target_cuda_norm_linear_swiglu(target_cuda *m, uint16_t *act, int ldact, uint16_t *gu, uint16_t *u,
+                                    const uint16_t *x, int ldx, const uint16_t *norm_w, float eps, const uint16_t *w_gu,
+                                    int T, int I, int k)
+{
+    if (T <= m->gemv_rows && T <= GEMV_FMA_AUTO_M && gemv_rmsnorm_swiglu_cuda_takes(x, ldx, norm_w, w_gu, T, I, k,
+                                                                                     ldact)) {
+        gemv_rmsnorm_swiglu_forward_cuda(act, ldact, x, ldx, norm_w, eps, w_gu, T, I, k, m->stream);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
+        return;
+    }
+    target_cuda_norm_linear(m, gu, 2 * I, u, x, ldx, norm_w, eps, w_gu, T, 2 * I, k);
+    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    swiglu_forward_cuda(act, ldact, gu, 2 * I, T, I, m->stream);
+    target_cuda_mark(m, TARGET_CUDA_OTHER);
 }

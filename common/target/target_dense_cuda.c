@@ -18,7 +18,6 @@
 #include "matmul.h"
 #include "rand_fill.h"
 #include "rmsnorm.h"
-#include "swiglu.h"
 #include "target_model_cuda_impl.h"
 
 typedef struct tc_layer {
@@ -120,12 +119,9 @@ static void dc_layer(target_cuda *m, int li, const tc_rows *rows, const tc_kv_ca
     dense_cuda *d = m->layers;
     const tc_layer *l = &d->l[li];
     const int T = rows->T, H = c->hidden_size, I = c->intermediate_size;
-    cudaStream_t st = m->stream;
     attn_cuda_forward(m, &d->aw, &l->attn, li, rows, kv, r, ldr);
-    target_cuda_norm_linear(m, d->gu, 2 * I, m->u, m->x, H, l->post_norm, (float)c->rms_eps, l->w_gu, T, 2 * I, H);
-    target_cuda_mark(m, TARGET_CUDA_MATMUL);
-    swiglu_forward_cuda(d->act, I, d->gu, 2 * I, T, I, st);
-    target_cuda_mark(m, TARGET_CUDA_OTHER);
+    target_cuda_norm_linear_swiglu(m, d->act, I, d->gu, m->u, m->x, H, l->post_norm, (float)c->rms_eps, l->w_gu, T,
+                                   I, H);
     target_cuda_linear(m, dst, ldd, m->x, H, 1.0f, d->act, I, l->w_down, T, H, I);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
 }

@@ -518,6 +518,7 @@ static int thc_cache_new(target_cuda *m, int nseq, int max_len, int max_step, vo
                           (double)kvb / (1 << 30), (double)hb / (1 << 30), (double)db / (1 << 30),
                           cudaGetErrorString(e));
     }
+    if (ws) CHECK_CUDA(cudaMemset(k->workspace, 0, ws)); /* kv_attention's counters start at zero */
     k->cur = xcalloc((size_t)nseq, sizeof *k->cur);
     k->zero = xmalloc((size_t)nseq * sizeof *k->zero);
     k->prev_zero = xmalloc((size_t)nseq * sizeof *k->prev_zero);

@@ -130,6 +130,13 @@ void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c,
  * into u (T rows of k) and target_cuda_linear. */
 void target_cuda_norm_linear(target_cuda *m, uint16_t *y, int ldy, uint16_t *u, const uint16_t *x, int ldx,
                              const uint16_t *norm_w, float eps, const uint16_t *w, int T, int n, int k);
+/* act (T, I; ldact) = swiglu(rmsnorm(x; norm_w, eps)·w_guᵀ), w_gu (2I, k) the gate's rows then the up's (an MLP's
+ * first half): for the few rows of a decoding step one GEMV with the norm and SwiGLU folded in
+ * (gemv_rmsnorm_swiglu_forward_cuda; gu and u are not written; the same bits), else target_cuda_norm_linear into gu
+ * (T, 2I) and swiglu_forward_cuda. Marks its kernels' classes. */
+void target_cuda_norm_linear_swiglu(target_cuda *m, uint16_t *act, int ldact, uint16_t *gu, uint16_t *u,
+                                    const uint16_t *x, int ldx, const uint16_t *norm_w, float eps, const uint16_t *w_gu,
+                                    int T, int I, int k);
 /* Profiling: charge the span since the previous mark to class cls (no-op unless profiling). */
 void target_cuda_mark(target_cuda *m, int cls);
 

@@ -187,7 +187,9 @@ static void kv_attention_cuda_check(const kc_case *c)
     uint16_t *d_k = dev_upload(nk, (size_t)T * ldk * 2), *d_v = dev_upload(nv, (size_t)T * ldk * 2);
     uint16_t *d_q = dev_upload(hq, (size_t)T * ldq * 2), *d_out = dev_poisoned((size_t)T * ldo);
     int32_t *d_seq = dev_upload(r.seq, sizeof(int32_t) * (size_t)T), *d_pos = dev_upload(r.pos, sizeof(int32_t) * (size_t)T);
-    float *d_ws = dev_upload(NULL, kv_attention_workspace_bytes(T, nh, hd, r.max_pos));
+    const size_t wsb = kv_attention_workspace_bytes(T, nh, hd, r.max_pos);
+    float *d_ws = dev_upload(NULL, wsb);
+    CHECK_CUDA(cudaMemset(d_ws, 0, wsb)); /* kv_attention's counters start at zero */
     kv_cache_append_cuda(d_kc, d_vc, stride, d_k, ldk, d_v, ldk, d_seq, d_pos, T, kd, stream);
     kv_attention_forward_cuda(d_out, ldo, d_q, ldq, d_kc, d_vc, stride, d_seq, d_pos, T, r.max_pos, nh, nkv, hd, scale,
                               d_ws, stream);

@@ -1,10 +1,12 @@
 /* gemv: y = x·wᵀ (+ beta·c) for the few rows of a decoding step (kernels/gemv.h), and the same with the RMSNorm of x
  * on the fly. CPU: gemv_forward_cpu against a naive double sum on wide strides (padding columns untouched), the
- * residual from another buffer and in place (c == y). CUDA: both kernels of gemv_forward_cuda_with (the tensor-core
- * one for every m, the CUDA-core one for m <= GEMV_FMA_MAX_M) and gemv_rmsnorm_forward_cuda (x's rows at RMS 3, so
- * that the 1/rms matters) against the CPU reference on the same bf16 values; nothing written past the (m, n) block
- * (the output starts poisoned); with vs_cublas, each kernel's output against cuBLASLt's (matmul_forward_cuda) on the
- * same operands within their bf16 roundings. The driver's second run gives the same bits (kernel_cases.h). */
+ * residual from another buffer and in place (c == y). CUDA: the kernels of gemv_forward_cuda_with (the tensor-core
+ * one for every m, the CUDA-core one for m <= GEMV_FMA_MAX_M with its k split and without) and
+ * gemv_rmsnorm_forward_cuda (x's rows at RMS 3, so that the 1/rms matters) against the CPU reference on the same bf16
+ * values; nothing written past the (m, n) block (the output starts poisoned); with vs_cublas, each kernel's output
+ * against cuBLASLt's (matmul_forward_cuda) on the same operands within their bf16 roundings; gate|up with SwiGLU
+ * folded in against the CPU and bit for bit against the unfolded path. The driver's second run gives the same bits
+ * (kernel_cases.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 
 #include "gemv.h"
 #include "rmsnorm.h"
+#include "swiglu.h"
 #include "tests/kernel_cases.h"
 #include "tests/test.h"
 #include "util.h"
@@ -158,13 +161,14 @@ static void gemv_forward_cuda_check(const kc_case *kc)
         CHECK_CUDA(cudaFree(dy));
         free(h);
     }
-    static const int kernels[] = {GEMV_KERNEL_MMA, GEMV_KERNEL_FMA};
-    for (int i = 0; i < 2; i++) {
-        if (kernels[i] == GEMV_KERNEL_FMA && g.m > GEMV_FMA_MAX_M) continue;
+    static const int kernels[] = {GEMV_KERNEL_MMA, GEMV_KERNEL_FMA, GEMV_KERNEL_FMA_UNSPLIT};
+    static const char *const kname[] = {"mma", "fma", "fma unsplit"};
+    for (int i = 0; i < 3; i++) {
+        if (kernels[i] != GEMV_KERNEL_MMA && g.m > GEMV_FMA_MAX_M) continue;
         uint16_t *dy = gemv_out(&g, &c, &ldc);
         gemv_forward_cuda_with(kernels[i], dy, g.ldy, c, ldc, g.beta, g.dx, g.ldx, g.dw, g.m, g.n, g.k, stream);
         uint16_t *y = dev_get(dy, (size_t)g.m * g.ldy * 2);
-        gemv_judge(&g, kernels[i] == GEMV_KERNEL_MMA ? "mma" : "fma", y, fcb);
+        gemv_judge(&g, kname[i], y, fcb);
         CHECK_CUDA(cudaFree(dy));
         free(y);
     }
@@ -187,8 +191,60 @@ static void gemv_rmsnorm_cuda_check(const kc_case *kc)
     free(y);
     gemv_ops_free(&g);
 }
+
+/* ---- gemv_rmsnorm_swiglu: m I k ldx ldy (m <= GEMV_FMA_MAX_M; w: 2I rows, the gate's then the up's) ----
+ * Against the CPU reference (rmsnorm_forward_cpu, gemv_forward_cpu of the 2I rows rounded to bf16, then
+ * swiglu_forward_cpu), and bit for bit against the path it replaces: gemv_rmsnorm_forward_cuda into a (m, 2I) buffer,
+ * then swiglu_forward_cuda. */
+static void gemv_rmsnorm_swiglu_cuda_check(const kc_case *kc)
+{
+    const float eps = 1e-6f;
+    const int m = kc->p[0], I = kc->p[1], k = kc->p[2], ldx = kc->p[3], ldy = kc->p[4];
+    const kc_case wide = {.op = kc->op, .p = {m, 2 * I, k, ldx, 2 * I, 0}};
+    gemv_ops g = gemv_ops_make(&wide, 1, eps); /* ref: the (m, 2I) gate|up of the normalised x */
+    float *ref = xmalloc(sizeof(float) * (size_t)m * I);
+    for (size_t i = 0; i < (size_t)m * 2 * I; i++) g.ref[i] = bf16_to_f32(f32_to_bf16(g.ref[i]));
+    for (int r = 0; r < m; r++)
+        swiglu_forward_cpu(ref + (size_t)r * I, g.ref + (size_t)r * 2 * I, g.ref + (size_t)r * 2 * I + I, (size_t)I);
+    char name[200];
+    if (!gemv_rmsnorm_swiglu_cuda_takes(g.dx, ldx, g.dnw, g.dw, m, I, k, ldy)) {
+        snprintf(name, sizeof name, "gemv_rmsnorm_swiglu m=%d I=%d k=%d: the fold is taken (DFLASH_GEMV_SPLIT unset)",
+                 m, I, k);
+        kc_report(name, 1.0, 0.0);
+    } else {
+        uint16_t *dy = dev_poisoned((size_t)m * ldy), *dgu = dev_poisoned((size_t)m * 2 * I);
+        uint16_t *dact = dev_poisoned((size_t)m * ldy);
+        gemv_rmsnorm_swiglu_forward_cuda(dy, ldy, g.dx, ldx, g.dnw, eps, g.dw, m, I, k, stream);
+        gemv_rmsnorm_forward_cuda(dgu, 2 * I, NULL, 0, 0.0f, g.dx, ldx, g.dnw, eps, g.dw, m, 2 * I, k, stream);
+        swiglu_forward_cuda(dact, ldy, dgu, 2 * I, m, I, stream);
+        uint16_t *y = dev_get(dy, (size_t)m * ldy * 2), *a = dev_get(dact, (size_t)m * ldy * 2);
+        uint16_t *blk = xmalloc((size_t)m * I * 2);
+        size_t stray = 0, differ = 0;
+        for (int r = 0; r < m; r++)
+            for (int j = 0; j < ldy; j++) {
+                const size_t o = (size_t)r * ldy + j;
+                if (j < I) blk[(size_t)r * I + j] = y[o], differ += y[o] != a[o];
+                else stray += y[o] != 0xffff;
+            }
+        snprintf(name, sizeof name, "gemv_rmsnorm_swiglu m=%d I=%d k=%d ldx=%d ldy=%d", m, I, k, ldx, ldy);
+        compare_bf16(name, blk, ref, (size_t)m * I, 8e-3, 2e-2); /* gate|up's rounding, then the output's */
+        snprintf(name, sizeof name, "gemv_rmsnorm_swiglu m=%d I=%d k=%d: values unlike gemv_rmsnorm + swiglu", m, I, k);
+        kc_report(name, (double)differ, 0.0);
+        snprintf(name, sizeof name, "gemv_rmsnorm_swiglu m=%d I=%d k=%d: values written past the (m, I) block", m, I,
+                 k);
+        kc_report(name, (double)stray, 0.0);
+        CHECK_CUDA(cudaFree(dy));
+        CHECK_CUDA(cudaFree(dgu));
+        CHECK_CUDA(cudaFree(dact));
+        free(y), free(a), free(blk);
+    }
+    free(ref);
+    gemv_ops_free(&g);
+}
 #endif
 
 const kc_op kc_gemv_forward = {"gemv_forward", "bf16", "m n k ldx ldy resid vs_cublas", gemv_forward_cpu_check,
                                KC_CUDA(gemv_forward_cuda_check)};
 const kc_op kc_gemv_rmsnorm = {"gemv_rmsnorm", "bf16", "m n k ldx ldy resid", NULL, KC_CUDA(gemv_rmsnorm_cuda_check)};
+const kc_op kc_gemv_rmsnorm_swiglu = {"gemv_rmsnorm_swiglu", "bf16", "m I k ldx ldy", NULL,
+                                      KC_CUDA(gemv_rmsnorm_swiglu_cuda_check)};

@@ -262,6 +262,7 @@ static void attention_opts_cuda_check(const kc_case *c)
     uint16_t *dkc = dev_upload(NULL, nseq * stride * 2), *dvc = dev_upload(NULL, nseq * stride * 2);
     int32_t *dseq = dev_upload(seq, sizeof(int32_t) * T), *dpos = dev_upload(pos, sizeof(int32_t) * T);
     float *ws = dev_upload(NULL, kv_attention_workspace_bytes(T, nh, hd, cap - 1));
+    CHECK_CUDA(cudaMemset(ws, 0, kv_attention_workspace_bytes(T, nh, hd, cap - 1))); /* its counters start at 0 */
     kv_cache_append_cuda(dkc, dvc, stride, dk, kd, dv, kd, dseq, dpos, T, kd, stream);
     uint16_t *dout2 = dev_poisoned((size_t)T * qd);
     kv_attention_opts_forward_cuda(dout2, qd, dq, qd, dkc, dvc, stride, dseq, dpos, T, maxlen - 1, nh, nkv, hd, scale,
