@@ -54,6 +54,7 @@ template <int HD> struct sm90_shape {
     static constexpr int kSmem = kBarOffset + 128 + 1024; // 12 barriers; slack to align the base to 1024 bytes
 };
 // the head dims the kernel takes fill whole 128-byte panels (also read where the sm_90a code is compiled out)
+static_assert(sm90_shape<64>::kBN == kBM && sm90_shape<128>::kBN == kBM, "an item's last key tile is its diagonal one");
 static_assert(sm90_shape<64>::kPanels == 1 && sm90_shape<128>::kPanels == 2, "head_dim 64 and 128: 1 and 2 panels");
 
 #ifdef DFLASH_SM90A
@@ -110,13 +111,26 @@ __device__ __forceinline__ void issue_qk(float (&s)[kBN / 2], uint32_t sq_addr, 
     }
 }
 
-// O += P·V: V panels kBN * 128 bytes apart, 8-key groups 1024 bytes, 16 keys (2048 bytes) a step; issued only
-template <int HD, int kBN>
+// O += P·V over the tile's first KEYS keys: V panels kBN * 128 bytes apart, 8-key groups 1024 bytes, 16 keys (2048
+// bytes) a step; issued only
+template <int HD, int kBN, int KEYS = kBN>
 __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa)[kBN / 16][4], uint32_t sv_addr)
 {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
+    for (int kk = 0; kk < KEYS / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
+}
+
+// An item's last P·V. Its last tile is the diagonal one (keys from qb·kBM, kBN == kBM): the rows of consumer 0, and of
+// both consumers in a paired item, end before the tile's second half, whose p are all exactly 0 for them, so (half)
+// they multiply only the first half
+template <int HD, int kBN>
+__device__ __forceinline__ void issue_last_pv(float (&o)[HD / 2], const uint32_t (&pa)[kBN / 16][4], uint32_t sv_addr,
+                                              bool half)
+{
+    if (half) issue_pv<HD, kBN, kBN / 2>(o, pa, sv_addr);
+    else issue_pv<HD, kBN>(o, pa, sv_addr);
+    wgmma_commit();
 }
 
 // one arrival per warp on an "empty" barrier, once the warp's wgmma reads of the stage are complete
@@ -252,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
                           const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v,
                           int ldv, const int32_t *cu_seqlens, int nseq, int nh, int nqb, int group, float scale_log2,
-                          int pairs)
+                          int pairs, int half_diag)
 {
 #ifdef DFLASH_SM90A
     using S = sm90_shape<HD>;
@@ -465,6 +479,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t vparity = (uint32_t)(((t + nkb - 1) / kStages) & 1);
         const work_item done = it;
         const float l_a = st.l_a, l_b = st.l_b;
+        // (the same in every lane: a condition ptxas sees as warp-uniform does not serialise the wgmmas around it)
+        const bool half = __shfl_sync(0xffffffffu, half_diag && (cw == 0 || done.pair), 0) != 0;
         const bool more = next_item(walk, cu_seqlens, nseq, nh, pairs, it);
         mbar_wait(full_v + vstage, vparity);
         if (more) {
@@ -476,8 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             turn_begin<PINGPONG>(cw);
             issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
             wgmma_commit();
-            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
-            wgmma_commit();
+            issue_last_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes, half);
             turn_end<PINGPONG>(cw);
             wgmma_wait<1>();
             fence_regs(s);
@@ -486,8 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, p_free);
         } else {
             fence_regs_u<kBN>(p_last);
-            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
-            wgmma_commit();
+            issue_last_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes, half);
         }
         wgmma_wait<0>();
         fence_regs(o);
@@ -523,7 +537,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // compiled for a target without wgmma: never launched (attention_wgmma_supported says no there)
     (void)tm_q, (void)tm_k, (void)tm_v, (void)use_tma, (void)out, (void)ldo, (void)q, (void)ldq, (void)k, (void)ldk;
     (void)v, (void)ldv, (void)cu_seqlens, (void)nseq, (void)nh, (void)nqb, (void)group, (void)scale_log2;
-    (void)pairs;
+    (void)pairs, (void)half_diag;
 #endif
 }
 
@@ -593,6 +607,12 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         pair_env = !(e && !strcmp(e, "0"));
     }
     const int pairs = pair_env && (nh / nkv) % 2 == 0;
+    // DFLASH_ATTENTION_HALF_DIAG=0: the last P·V over the whole diagonal tile for every row (issue_last_pv)
+    static int half_diag = -1;
+    if (half_diag < 0) {
+        const char *e = getenv("DFLASH_ATTENTION_HALF_DIAG");
+        half_diag = !(e && !strcmp(e, "0"));
+    }
     CUtensorMap tm_q, tm_k, tm_v;
     const uint64_t rows = (uint64_t)nseq * (uint64_t)max_seqlen;
     int tma = want_tma && make_map(&tm_q, q, ldq, nh * HD, rows, 64) &&
@@ -615,7 +635,8 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
     (pingpong ? flash_fwd_sm90_kernel<HD, true> : flash_fwd_sm90_kernel<HD, false>)<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
-        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs);
+        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs,
+        half_diag);
     CHECK_CUDA_LAUNCH();
 }
 
