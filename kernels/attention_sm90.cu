@@ -43,7 +43,11 @@ constexpr int kConsumers = 2;                     // consumer warpgroups, 64 que
 constexpr int kThreads = (kConsumers + 1) * 128;  // + the producer warpgroup
 constexpr int kBM = 64 * kConsumers;              // queries per CTA
 constexpr int kStages = 2;
-[[maybe_unused]] constexpr int kProducerRegs = 48, kConsumerRegs = 232; // 128 x 48 + 256 x 232 = 64K registers
+// setmaxnreg moves registers within the CTA: launched at 168 a thread (384 threads), the producer's 128 threads free
+// 128 x (168 - 40) and the consumers' 256 take exactly that, 256 x (232 - 168); an inc the frees do not cover waits
+// forever (48 for the producer hung the kernel)
+[[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(128 * (168 - kProducerRegs) == 256 * (kConsumerRegs - 168), "the consumers take what the producer frees");
 
 template <int HD> struct sm90_shape {
     static constexpr int kBN = 128; // keys per K/V tile
@@ -236,8 +240,13 @@ struct item_walk {
     int qb, seq, c, next, round;
 };
 struct work_item {
-    int qb, head, start, len, pair;
+    int qb, head, start, len;
 };
+// whether a work item is a paired one (recomputed where needed rather than held in a register)
+__device__ __forceinline__ int paired(const work_item &w, int pairs)
+{
+    return pairs && w.len - w.qb * kBM <= 64;
+}
 __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlens, int nseq, int nh, int pairs,
                                           work_item &it)
 {
@@ -246,7 +255,7 @@ __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlen
         if (w.qb * kBM < len) {
             const int pair = pairs && len - w.qb * kBM <= 64, cnt = nh >> pair;
             if (w.next < w.c + cnt) {
-                it.qb = w.qb, it.head = (w.next - w.c) << pair, it.start = start, it.len = len, it.pair = pair;
+                it.qb = w.qb, it.head = (w.next - w.c) << pair, it.start = start, it.len = len;
                 w.round++;
                 w.next = w.round * (int)gridDim.x +
                          ((w.round & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x);
@@ -330,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // (the item's 128 rows of its head, or a paired item's 64 rows of head and head + 1); TMA when both boxes
         // stay inside the packed rows, else cp.async
         auto load_q = [&](unsigned char *dst, const work_item &w, uint64_t *full) {
-            const int row1 = w.qb * kBM + (w.pair ? 0 : 64); // the second half's first row
+            const int pair = paired(w, pairs), row1 = w.qb * kBM + (pair ? 0 : 64); // the second half's first row
             if (use_tma && w.start + row1 + 64 <= total) {
                 if (lane == 0) {
                     mbar_arrive_expect_tx(full, S::kQBytes);
@@ -339,15 +348,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                         for (int p = 0; p < S::kPanels; p++)
                             tma_load_2d(dst + p * kBM * 128 + h * 64 * 128, &tm_q,
-                                        (w.head + (w.pair ? h : 0)) * HD + p * 64,
-                                        w.start + w.qb * kBM + (w.pair ? 0 : h * 64), full);
+                                        (w.head + (pair ? h : 0)) * HD + p * 64,
+                                        w.start + w.qb * kBM + (pair ? 0 : h * 64), full);
                 }
                 __syncwarp();
             } else {
                 for (int h = 0; h < 2; h++)
                     cp_tile_sw128<HD, 64, kBM>(dst + h * 64 * 128,
-                                               q + (size_t)w.start * ldq + (w.head + (w.pair ? h : 0)) * HD, ldq,
-                                               w.qb * kBM + (w.pair ? 0 : h * 64), w.len, lane, 32);
+                                               q + (size_t)w.start * ldq + (w.head + (pair ? h : 0)) * HD, ldq,
+                                               w.qb * kBM + (pair ? 0 : h * 64), w.len, lane, 32);
                 mma_sm80::cp_async_commit();
                 mma_sm80::cp_async_wait<0>();
                 fence_proxy_async(); // the wgmma reads these bytes through the async proxy
@@ -397,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t sq_addr = 0;
     auto begin = [&]() {
         nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
-        r0 = it.qb * kBM + (it.pair ? 0 : cw * 64);
+        r0 = it.qb * kBM + (paired(it, pairs) ? 0 : cw * 64);
         row_a = r0 + warp * 16 + g, row_b = row_a + 8;
         sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
         mbar_wait(full_q + (n & 1), (uint32_t)((n >> 1) & 1));
@@ -452,13 +461,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     // O / l into rows [0, len) of the item's sequence, of this warpgroup's head (the row sums are partial per
     // thread: reduced over the 4 threads of a row)
     auto store = [&](const work_item &w, float l_a, float l_b) {
-        const int ra = w.qb * kBM + (w.pair ? 0 : cw * 64) + warp * 16 + g, rb = ra + 8;
+        const int pair = paired(w, pairs), ra = w.qb * kBM + (pair ? 0 : cw * 64) + warp * 16 + g, rb = ra + 8;
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
         const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
-        __nv_bfloat16 *obase = out + (size_t)w.start * ldo + (size_t)(w.head + (w.pair ? cw : 0)) * HD;
+        __nv_bfloat16 *obase = out + (size_t)w.start * ldo + (size_t)(w.head + (pair ? cw : 0)) * HD;
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
             const int col = i * 8 + t4 * 2;
@@ -480,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const work_item done = it;
         const float l_a = st.l_a, l_b = st.l_b;
         // (the same in every lane: a condition ptxas sees as warp-uniform does not serialise the wgmmas around it)
-        const bool half = __shfl_sync(0xffffffffu, half_diag && (cw == 0 || done.pair), 0) != 0;
+        const bool half = __shfl_sync(0xffffffffu, half_diag && (cw == 0 || paired(done, pairs)), 0) != 0;
         const bool more = next_item(walk, cu_seqlens, nseq, nh, pairs, it);
         mbar_wait(full_v + vstage, vparity);
         if (more) {
@@ -599,7 +608,6 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         const char *e = getenv("DFLASH_ATTENTION_PINGPONG");
         pingpong = !(e && !strcmp(e, "0"));
     }
-    // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence)
     // DFLASH_ATTENTION_PAIRS=0: no paired items (next_item; measured against)
     static int pair_env = -1;
     if (pair_env < 0) {
@@ -613,6 +621,8 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         const char *e = getenv("DFLASH_ATTENTION_HALF_DIAG");
         half_diag = !(e && !strcmp(e, "0"));
     }
+    // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence);
+    // Q in 64-row boxes, one for each consumer's half of an item (two heads' in a paired one)
     CUtensorMap tm_q, tm_k, tm_v;
     const uint64_t rows = (uint64_t)nseq * (uint64_t)max_seqlen;
     int tma = want_tma && make_map(&tm_q, q, ldq, nh * HD, rows, 64) &&

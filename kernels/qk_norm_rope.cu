@@ -10,7 +10,6 @@
 #include "colsum.h"
 #include "cuda_check.h"
 #include "pdl.cuh"
-#include "prefetch_l2.cuh"
 #include "qk_norm_rope.h"
 
 #define QKR_MAX_PAIRS 8 /* hd/2 <= 256 */
@@ -184,15 +183,14 @@ static __global__ void qk_norm_rope_x2_kernel(__nv_bfloat16 *q, int ldq, __nv_bf
 // iteration parity (a block passes the next iteration's barrier only when every thread has read this one's). The
 // sum of squares is a reduction over the row's G lanes and each value's rotate-half partner comes from the lane G/2
 // away. Each lane writes only what it read. G is a power of two (hd 16..256); the caller checks alignment and
-// (nh+nkv)·G <= QKR_TOK_THREADS. Registers hold one group ahead (at two blocks per SM ~40 KB in flight, short of what
-// HBM's latency needs); each thread also prefetches its vectors of the group pf strides ahead into L2.
+// (nh+nkv)·G <= QKR_TOK_THREADS.
 #define QKR_TOK_TOKENS 2
 #define QKR_TOK_THREADS 640 /* Qwen3's 32 + 8 heads of 128: two blocks per SM at <= 48 registers */
 #define QKR_TOK_BLOCKS_PER_SM 2
 template <int G>
 static __global__ void __launch_bounds__(QKR_TOK_THREADS, QKR_TOK_BLOCKS_PER_SM)
     qk_norm_rope_tok_kernel(uint4 *q, int ldq8, uint4 *k, int ldk8, int n, int nh, int nkv, const uint4 *q_w,
-                            const uint4 *k_w, float eps, const int32_t *pos, const double *inv_freq, int pf)
+                            const uint4 *k_w, float eps, const int32_t *pos, const double *inv_freq)
 {
     constexpr int HD = 8 * G, HALF = HD / 2, TT = QKR_TOK_TOKENS;
     __shared__ float cs[2][TT][HALF], sn[2][TT][HALF];
@@ -215,12 +213,6 @@ static __global__ void __launch_bounds__(QKR_TOK_THREADS, QKR_TOK_BLOCKS_PER_SM)
     }
     for (int g = blockIdx.x, it = 0; g < groups; g += gridDim.x, it ^= 1) {
         const int t0 = g * TT, gn = g + gridDim.x;
-        if (pf && on && g + pf * (int)gridDim.x < groups)
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++) {
-                const int t = (g + pf * (int)gridDim.x) * TT + tt;
-                if (t < n) prefetch_l2(x0 + (size_t)t * ld8);
-            }
         uint4 xn[TT];
 #pragma unroll
         for (int tt = 0; tt < TT; tt++) {
@@ -292,8 +284,7 @@ static void qk_norm_rope_tok_launch(uint16_t *q, int ldq, uint16_t *k, int ldk, 
     const int threads = ((nh + nkv) * G + 31) / 32 * 32, groups = (n + QKR_TOK_TOKENS - 1) / QKR_TOK_TOKENS;
     const int grid = groups < QKR_TOK_BLOCKS_PER_SM * sms ? groups : QKR_TOK_BLOCKS_PER_SM * sms;
     qk_norm_rope_tok_kernel<G><<<grid, threads, 0, st>>>((uint4 *)q, ldq / 8, (uint4 *)k, ldk / 8, n, nh, nkv,
-                                                         (const uint4 *)q_w, (const uint4 *)k_w, eps, pos, inv_freq,
-                                                         memory_prefetch_distance());
+                                                         (const uint4 *)q_w, (const uint4 *)k_w, eps, pos, inv_freq);
 }
 
 /* Whether the per-token vector kernel takes the call; launched when it does. */

@@ -9,7 +9,6 @@
 
 #include "colsum.h"
 #include "cuda_check.h"
-#include "prefetch_l2.cuh"
 #include "rmsnorm.h"
 
 static __device__ __forceinline__ float rmsnorm_bf16_load(const uint16_t *p)
@@ -76,56 +75,46 @@ static __global__ void rmsnorm_forward_vec8_kernel(uint4 *y, int ldy8, const uin
 // Warp-per-row path (dim <= 32·8·16 = 4096): lane l holds the vectors l, l+32, ... (VPL of them) of its row, all
 // loaded before the first use, so a warp keeps VPL 16-byte loads in flight and no block barrier separates the
 // reduction from the loads (the block-per-row kernel above has one load per thread in flight, then waits on
-// __syncthreads). Each lane writes only what it read: y may alias x. The blocks are persistent (as many as fit),
-// each warp walking rows with the stride of all warps and prefetching into L2 the row pf strides ahead (pf = 0: one
-// block per 4 rows, each warp one row).
+// __syncthreads). Each lane writes only what it read: y may alias x.
 #define RMSNORM_ROW_WARPS 4 /* ~150 registers at VPL 16: 3 blocks, 12 warps per SM */
 template <int VPL>
 static __global__ void __launch_bounds__(RMSNORM_ROW_WARPS * 32)
     rmsnorm_forward_row_kernel(uint4 *y, int ldy8, const uint4 *x, int ldx8, const uint4 *w, int rows, int dim8,
-                               float eps, int pf)
+                               float eps)
 {
     const int lane = threadIdx.x & 31;
-    const long long nw = (long long)gridDim.x * RMSNORM_ROW_WARPS;
-    for (long long row = (long long)blockIdx.x * RMSNORM_ROW_WARPS + threadIdx.x / 32; row < rows; row += nw) {
-        if (pf && row + pf * nw < rows) { // the 128-byte lines of a later row of this warp
-            const char *pr = reinterpret_cast<const char *>(x + (size_t)(row + pf * nw) * ldx8);
-            for (int c = lane * 128; c < dim8 * 16; c += 32 * 128) prefetch_l2(pr + c);
-            if (lane == 0) prefetch_l2(pr + dim8 * 16 - 1);
+    const long long row = (long long)blockIdx.x * RMSNORM_ROW_WARPS + threadIdx.x / 32;
+    if (row >= rows) return;
+    const uint4 *xr = x + (size_t)row * ldx8;
+    uint4 xv[VPL];
+#pragma unroll
+    for (int j = 0; j < VPL; j++) {
+        const int i = lane + 32 * j;
+        xv[j] = i < dim8 ? xr[i] : make_uint4(0, 0, 0, 0);
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VPL; j++) {
+        const uint16_t *xh = reinterpret_cast<const uint16_t *>(&xv[j]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float v = rmsnorm_bf16_load(xh + e);
+            ss += v * v;
         }
-        const uint4 *xr = x + (size_t)row * ldx8;
-        uint4 xv[VPL];
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float rstd = rsqrtf(ss / (float)(dim8 * 8) + eps);
+    uint4 *yr = y + (size_t)row * ldy8;
 #pragma unroll
-        for (int j = 0; j < VPL; j++) {
-            const int i = lane + 32 * j;
-            xv[j] = i < dim8 ? xr[i] : make_uint4(0, 0, 0, 0);
-        }
-        float ss = 0.0f;
+    for (int j = 0; j < VPL; j++) {
+        const int i = lane + 32 * j;
+        if (i >= dim8) break;
+        uint4 wv = w[i], yv;
+        const uint16_t *xh = reinterpret_cast<const uint16_t *>(&xv[j]), *wh = reinterpret_cast<const uint16_t *>(&wv);
+        uint16_t *yh = reinterpret_cast<uint16_t *>(&yv);
 #pragma unroll
-        for (int j = 0; j < VPL; j++) {
-            const uint16_t *xh = reinterpret_cast<const uint16_t *>(&xv[j]);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                float v = rmsnorm_bf16_load(xh + e);
-                ss += v * v;
-            }
-        }
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        const float rstd = rsqrtf(ss / (float)(dim8 * 8) + eps);
-        uint4 *yr = y + (size_t)row * ldy8;
-#pragma unroll
-        for (int j = 0; j < VPL; j++) {
-            const int i = lane + 32 * j;
-            if (i >= dim8) break;
-            uint4 wv = w[i], yv;
-            const uint16_t *xh = reinterpret_cast<const uint16_t *>(&xv[j]);
-            const uint16_t *wh = reinterpret_cast<const uint16_t *>(&wv);
-            uint16_t *yh = reinterpret_cast<uint16_t *>(&yv);
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                yh[e] = rmsnorm_bf16_store(rmsnorm_bf16_load(wh + e) * (rmsnorm_bf16_load(xh + e) * rstd));
-            yr[i] = yv;
-        }
+        for (int e = 0; e < 8; e++) yh[e] = rmsnorm_bf16_store(rmsnorm_bf16_load(wh + e) * (rmsnorm_bf16_load(xh + e) * rstd));
+        yr[i] = yv;
     }
 }
 
@@ -133,20 +122,9 @@ template <int VPL>
 static void rmsnorm_row_launch(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int rows, int dim,
                                float eps, cudaStream_t st)
 {
-    static int resident = 0; /* blocks of this instance the device holds at once (asked once: one device) */
-    if (!resident) {
-        int dev = 0, sms = 0, per_sm = 0;
-        CHECK_CUDA(cudaGetDevice(&dev));
-        CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_forward_row_kernel<VPL>,
-                                                                 RMSNORM_ROW_WARPS * 32, 0));
-        resident = (per_sm > 0 ? per_sm : 1) * sms;
-    }
-    const int pf = memory_prefetch_distance();
-    unsigned grid = (unsigned)((rows + RMSNORM_ROW_WARPS - 1) / RMSNORM_ROW_WARPS);
-    if (pf && grid > (unsigned)resident) grid = (unsigned)resident;
+    const unsigned grid = (unsigned)((rows + RMSNORM_ROW_WARPS - 1) / RMSNORM_ROW_WARPS);
     rmsnorm_forward_row_kernel<VPL><<<grid, RMSNORM_ROW_WARPS * 32, 0, st>>>(
-        (uint4 *)y, ldy / 8, (const uint4 *)x, ldx / 8, (const uint4 *)w, rows, dim / 8, eps, pf);
+        (uint4 *)y, ldy / 8, (const uint4 *)x, ldx / 8, (const uint4 *)w, rows, dim / 8, eps);
 }
 
 extern "C" void rmsnorm_forward_cuda(uint16_t *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int rows,

@@ -35,8 +35,6 @@ const kc_case kernel_cases[] = {
     {KC(kc_rmsnorm_forward, 9, 1000, 1024, 1024, 1), .why = "in place"},
     {KC(kc_rmsnorm_forward, 1000, 4096, 4096, 4096, 0), .only = KC_CUDA_ONLY, .why = "hidden 4096: a warp per row"},
     {KC(kc_rmsnorm_forward, 7, 2560, 2568, 2576, 1), .why = "a warp per row, 10 of 12 vectors per lane, in place"},
-    {KC(kc_rmsnorm_forward, 4000, 4096, 4104, 4096, 1), .only = KC_CUDA_ONLY,
-     .why = "more rows than resident warps: each warp walks several, prefetching, in place"},
     {KC(kc_rmsnorm_forward, 5, 8192, 8192, 8200, 0), .why = "above 4096: a block per row, 16-byte vectors"},
     {KC(kc_rmsnorm_backward, 4, 11, 13, 12, 14, 0, 1)},
     {KC(kc_rmsnorm_backward, 1, 64, 64, 64, 64, 0, 1)},
