@@ -58,7 +58,6 @@ template <int HD> struct sm90_shape {
     static constexpr int kSmem = kBarOffset + 128 + 1024; // 12 barriers; slack to align the base to 1024 bytes
 };
 // the head dims the kernel takes fill whole 128-byte panels (also read where the sm_90a code is compiled out)
-static_assert(sm90_shape<64>::kBN == kBM && sm90_shape<128>::kBN == kBM, "an item's last key tile is its diagonal one");
 static_assert(sm90_shape<64>::kPanels == 1 && sm90_shape<128>::kPanels == 2, "head_dim 64 and 128: 1 and 2 panels");
 
 #ifdef DFLASH_SM90A
@@ -115,26 +114,13 @@ __device__ __forceinline__ void issue_qk(float (&s)[kBN / 2], uint32_t sq_addr, 
     }
 }
 
-// O += P·V over the tile's first KEYS keys: V panels kBN * 128 bytes apart, 8-key groups 1024 bytes, 16 keys (2048
-// bytes) a step; issued only
-template <int HD, int kBN, int KEYS = kBN>
+// O += P·V: V panels kBN * 128 bytes apart, 8-key groups 1024 bytes, 16 keys (2048 bytes) a step; issued only
+template <int HD, int kBN>
 __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa)[kBN / 16][4], uint32_t sv_addr)
 {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < KEYS / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
-}
-
-// An item's last P·V. Its last tile is the diagonal one (keys from qb·kBM, kBN == kBM): the rows of consumer 0, and of
-// both consumers in a paired item, end before the tile's second half, whose p are all exactly 0 for them, so (half)
-// they multiply only the first half
-template <int HD, int kBN>
-__device__ __forceinline__ void issue_last_pv(float (&o)[HD / 2], const uint32_t (&pa)[kBN / 16][4], uint32_t sv_addr,
-                                              bool half)
-{
-    if (half) issue_pv<HD, kBN, kBN / 2>(o, pa, sv_addr);
-    else issue_pv<HD, kBN>(o, pa, sv_addr);
-    wgmma_commit();
+    for (int kk = 0; kk < kBN / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
 }
 
 // one arrival per warp on an "empty" barrier, once the warp's wgmma reads of the stage are complete
@@ -240,13 +226,8 @@ struct item_walk {
     int qb, seq, c, next, round;
 };
 struct work_item {
-    int qb, head, start, len;
+    int qb, head, start, len, pair;
 };
-// whether a work item is a paired one (recomputed where needed rather than held in a register)
-__device__ __forceinline__ int paired(const work_item &w, int pairs)
-{
-    return pairs && w.len - w.qb * kBM <= 64;
-}
 __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlens, int nseq, int nh, int pairs,
                                           work_item &it)
 {
@@ -255,7 +236,7 @@ __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlen
         if (w.qb * kBM < len) {
             const int pair = pairs && len - w.qb * kBM <= 64, cnt = nh >> pair;
             if (w.next < w.c + cnt) {
-                it.qb = w.qb, it.head = (w.next - w.c) << pair, it.start = start, it.len = len;
+                it.qb = w.qb, it.head = (w.next - w.c) << pair, it.start = start, it.len = len, it.pair = pair;
                 w.round++;
                 w.next = w.round * (int)gridDim.x +
                          ((w.round & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x);
@@ -275,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
                           const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v,
                           int ldv, const int32_t *cu_seqlens, int nseq, int nh, int nqb, int group, float scale_log2,
-                          int pairs, int half_diag)
+                          int pairs)
 {
 #ifdef DFLASH_SM90A
     using S = sm90_shape<HD>;
@@ -339,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // (the item's 128 rows of its head, or a paired item's 64 rows of head and head + 1); TMA when both boxes
         // stay inside the packed rows, else cp.async
         auto load_q = [&](unsigned char *dst, const work_item &w, uint64_t *full) {
-            const int pair = paired(w, pairs), row1 = w.qb * kBM + (pair ? 0 : 64); // the second half's first row
+            const int pair = w.pair, row1 = w.qb * kBM + (pair ? 0 : 64); // the second half's first row
             if (use_tma && w.start + row1 + 64 <= total) {
                 if (lane == 0) {
                     mbar_arrive_expect_tx(full, S::kQBytes);
@@ -406,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t sq_addr = 0;
     auto begin = [&]() {
         nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
-        r0 = it.qb * kBM + (paired(it, pairs) ? 0 : cw * 64);
+        r0 = it.qb * kBM + (it.pair ? 0 : cw * 64);
         row_a = r0 + warp * 16 + g, row_b = row_a + 8;
         sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
         mbar_wait(full_q + (n & 1), (uint32_t)((n >> 1) & 1));
@@ -461,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // O / l into rows [0, len) of the item's sequence, of this warpgroup's head (the row sums are partial per
     // thread: reduced over the 4 threads of a row)
     auto store = [&](const work_item &w, float l_a, float l_b) {
-        const int pair = paired(w, pairs), ra = w.qb * kBM + (pair ? 0 : cw * 64) + warp * 16 + g, rb = ra + 8;
+        const int pair = w.pair, ra = w.qb * kBM + (pair ? 0 : cw * 64) + warp * 16 + g, rb = ra + 8;
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
@@ -488,8 +469,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t vparity = (uint32_t)(((t + nkb - 1) / kStages) & 1);
         const work_item done = it;
         const float l_a = st.l_a, l_b = st.l_b;
-        // (the same in every lane: a condition ptxas sees as warp-uniform does not serialise the wgmmas around it)
-        const bool half = __shfl_sync(0xffffffffu, half_diag && (cw == 0 || paired(done, pairs)), 0) != 0;
         const bool more = next_item(walk, cu_seqlens, nseq, nh, pairs, it);
         mbar_wait(full_v + vstage, vparity);
         if (more) {
@@ -501,7 +480,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             turn_begin<PINGPONG>(cw);
             issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
             wgmma_commit();
-            issue_last_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes, half);
+            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
+            wgmma_commit();
             turn_end<PINGPONG>(cw);
             wgmma_wait<1>();
             fence_regs(s);
@@ -510,7 +490,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, p_free);
         } else {
             fence_regs_u<kBN>(p_last);
-            issue_last_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes, half);
+            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
+            wgmma_commit();
         }
         wgmma_wait<0>();
         fence_regs(o);
@@ -546,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // compiled for a target without wgmma: never launched (attention_wgmma_supported says no there)
     (void)tm_q, (void)tm_k, (void)tm_v, (void)use_tma, (void)out, (void)ldo, (void)q, (void)ldq, (void)k, (void)ldk;
     (void)v, (void)ldv, (void)cu_seqlens, (void)nseq, (void)nh, (void)nqb, (void)group, (void)scale_log2;
-    (void)pairs, (void)half_diag;
+    (void)pairs;
 #endif
 }
 
@@ -615,12 +596,6 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         pair_env = !(e && !strcmp(e, "0"));
     }
     const int pairs = pair_env && (nh / nkv) % 2 == 0;
-    // DFLASH_ATTENTION_HALF_DIAG=0: the last P·V over the whole diagonal tile for every row (issue_last_pv)
-    static int half_diag = -1;
-    if (half_diag < 0) {
-        const char *e = getenv("DFLASH_ATTENTION_HALF_DIAG");
-        half_diag = !(e && !strcmp(e, "0"));
-    }
     // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence);
     // Q in 64-row boxes, one for each consumer's half of an item (two heads' in a paired one)
     CUtensorMap tm_q, tm_k, tm_v;
@@ -645,8 +620,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
     (pingpong ? flash_fwd_sm90_kernel<HD, true> : flash_fwd_sm90_kernel<HD, false>)<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
-        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs,
-        half_diag);
+        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs);
     CHECK_CUDA_LAUNCH();
 }
 
