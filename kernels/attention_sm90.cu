@@ -3,7 +3,8 @@
 //
 // Persistent: one CTA per SM walks work items (a block of 128 queries of one head of one sequence), query blocks from
 // the last (longest causal rows) to the first, heads fastest (a GQA group's heads share K/V in L2), CTA b taking the
-// b-th, (b + grid)-th, ... of the items that exist (dealt as a snake). Three warpgroups. Warpgroup 0 is the producer:
+// b-th, (b + grid)-th, ... of the items that exist (dealt as a snake); a sequence's last block of at most 64 queries is
+// one item for two heads of a GQA group (next_item). Three warpgroups. Warpgroup 0 is the producer:
 // one warp brings each item's Q tile into one of two Q buffers (so it lands while the previous item runs), one streams
 // the K tiles and one the V tiles (128 keys x head_dim) of its causal range through two shared-memory stages each,
 // every buffer guarded by a "full" mbarrier (the copy landed) and an "empty" one (both consumers are done with it);
@@ -42,7 +43,11 @@ constexpr int kConsumers = 2;                     // consumer warpgroups, 64 que
 constexpr int kThreads = (kConsumers + 1) * 128;  // + the producer warpgroup
 constexpr int kBM = 64 * kConsumers;              // queries per CTA
 constexpr int kStages = 2;
-[[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232; // 128 x 40 + 256 x 232 <= 64K registers
+// setmaxnreg moves registers within the CTA: launched at 168 a thread (384 threads), the producer's 128 threads free
+// 128 x (168 - 40) and the consumers' 256 take exactly that, 256 x (232 - 168); an inc the frees do not cover waits
+// forever (48 for the producer hung the kernel)
+[[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(128 * (168 - kProducerRegs) == 256 * (kConsumerRegs - 168), "the consumers take what the producer frees");
 
 template <int HD> struct sm90_shape {
     static constexpr int kBN = 128; // keys per K/V tile
@@ -213,25 +218,31 @@ template <bool ON> __device__ __forceinline__ void turn_end(int cw)
 // unbalanced the CTAs by ~9% on the benchmark batch; dealt round robin over the existing ones ~3%, as a snake ~1.6%
 // (in tiles). Producer and consumers walk it alike. cursor (qb, seq): the pair under the walk, c: its head 0's
 // index among the existing items, next: the index this CTA takes next, in round `round`.
+// A sequence's last query block with at most 64 rows (8 of the benchmark batch's 16) would leave consumer 1's rows
+// all past the end, computed for nothing over the longest causal range of the sequence; when the GQA group is even
+// (pairs) such a block is one item for two heads of a group instead (a paired item: head and head + 1, the same K/V
+// tiles), consumer c taking the block's rows of head head + c. Those pairs have nh / 2 items.
 struct item_walk {
     int qb, seq, c, next, round;
 };
 struct work_item {
-    int qb, head, start, len;
+    int qb, head, start, len, pair;
 };
-__device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlens, int nseq, int nh, work_item &it)
+__device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlens, int nseq, int nh, int pairs,
+                                          work_item &it)
 {
     while (w.qb >= 0) {
         const int start = cu_seqlens[w.seq], len = cu_seqlens[w.seq + 1] - start;
         if (w.qb * kBM < len) {
-            if (w.next < w.c + nh) {
-                it.qb = w.qb, it.head = w.next - w.c, it.start = start, it.len = len;
+            const int pair = pairs && len - w.qb * kBM <= 64, cnt = nh >> pair;
+            if (w.next < w.c + cnt) {
+                it.qb = w.qb, it.head = (w.next - w.c) << pair, it.start = start, it.len = len, it.pair = pair;
                 w.round++;
                 w.next = w.round * (int)gridDim.x +
                          ((w.round & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x);
                 return true;
             }
-            w.c += nh;
+            w.c += cnt;
         }
         if (++w.seq == nseq) w.seq = 0, w.qb--;
     }
@@ -244,7 +255,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
                           const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v,
-                          int ldv, const int32_t *cu_seqlens, int nseq, int nh, int nqb, int group, float scale_log2)
+                          int ldv, const int32_t *cu_seqlens, int nseq, int nh, int nqb, int group, float scale_log2,
+                          int pairs)
 {
 #ifdef DFLASH_SM90A
     using S = sm90_shape<HD>;
@@ -283,22 +295,49 @@ __global__ void __launch_bounds__(kThreads, 1)
         // sequence's first rows, which only keys masked for every stored row (p exactly 0) and query rows never
         // stored see; only a box past the packed rows' end (the last sequence's last tile) comes by cp.async instead
         const int total = cu_seqlens[nseq];
-        // one tile (rows [row0, row0 + 128) of a sequence slice at base) into dst: TMA when the box stays inside
-        // the packed rows, else cp.async with the rows past the sequence zero; completes on full
-        auto load = [&](bool is_q, unsigned char *dst, const CUtensorMap *map, const __nv_bfloat16 *base, int ld,
-                        int col, int start, int row0, int len, uint64_t *full) {
-            const int rows = is_q ? kBM : kBN;
-            if (use_tma && start + row0 + rows <= total) {
+        // one K or V tile (rows [row0, row0 + kBN) of a sequence slice at base) into dst: TMA when the box stays
+        // inside the packed rows, else cp.async with the rows past the sequence zero; completes on full
+        auto load = [&](unsigned char *dst, const CUtensorMap *map, const __nv_bfloat16 *base, int ld, int col,
+                        int start, int row0, int len, uint64_t *full) {
+            if (use_tma && start + row0 + kBN <= total) {
                 if (lane == 0) {
-                    mbar_arrive_expect_tx(full, is_q ? S::kQBytes : S::kTileBytes);
+                    mbar_arrive_expect_tx(full, S::kTileBytes);
 #pragma unroll
                     for (int p = 0; p < S::kPanels; p++)
-                        tma_load_2d(dst + p * rows * 128, map, col + p * 64, start + row0, full);
+                        tma_load_2d(dst + p * kBN * 128, map, col + p * 64, start + row0, full);
                 }
                 __syncwarp();
             } else {
-                if (is_q) cp_tile_sw128<HD, kBM, kBM>(dst, base + (size_t)start * ld + col, ld, row0, len, lane, 32);
-                else cp_tile_sw128<HD, kBN, kBN>(dst, base + (size_t)start * ld + col, ld, row0, len, lane, 32);
+                cp_tile_sw128<HD, kBN, kBN>(dst, base + (size_t)start * ld + col, ld, row0, len, lane, 32);
+                mma_sm80::cp_async_commit();
+                mma_sm80::cp_async_wait<0>();
+                fence_proxy_async(); // the wgmma reads these bytes through the async proxy
+                __syncwarp();
+                if (lane == 0) mbar_arrive(full);
+            }
+        };
+        // one item's queries: buffer rows 0-63 (consumer 0's) and 64-127 (consumer 1's), each half 64 rows of a head
+        // (the item's 128 rows of its head, or a paired item's 64 rows of head and head + 1); TMA when both boxes
+        // stay inside the packed rows, else cp.async
+        auto load_q = [&](unsigned char *dst, const work_item &w, uint64_t *full) {
+            const int pair = w.pair, row1 = w.qb * kBM + (pair ? 0 : 64); // the second half's first row
+            if (use_tma && w.start + row1 + 64 <= total) {
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(full, S::kQBytes);
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int p = 0; p < S::kPanels; p++)
+                            tma_load_2d(dst + p * kBM * 128 + h * 64 * 128, &tm_q,
+                                        (w.head + (pair ? h : 0)) * HD + p * 64,
+                                        w.start + w.qb * kBM + (pair ? 0 : h * 64), full);
+                }
+                __syncwarp();
+            } else {
+                for (int h = 0; h < 2; h++)
+                    cp_tile_sw128<HD, 64, kBM>(dst + h * 64 * 128,
+                                               q + (size_t)w.start * ldq + (w.head + (pair ? h : 0)) * HD, ldq,
+                                               w.qb * kBM + (pair ? 0 : h * 64), w.len, lane, 32);
                 mma_sm80::cp_async_commit();
                 mma_sm80::cp_async_wait<0>();
                 fence_proxy_async(); // the wgmma reads these bytes through the async proxy
@@ -310,11 +349,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         // two tiles back is done (not behind the V before it, which waits for a P·V), and an item's queries as
         // soon as the item two back has done its last S (about an item ahead of their use, not a tile)
         if (pw == 2) { // each item's queries into the buffer item n - 2 used
-            for (int n = 0; next_item(walk, cu_seqlens, nseq, nh, it); n++) {
+            for (int n = 0; next_item(walk, cu_seqlens, nseq, nh, pairs, it); n++) {
                 const int qs = n & 1;
                 if (n >= 2) mbar_wait(empty_q + qs, (uint32_t)(((n >> 1) - 1) & 1));
-                load(true, sq + qs * S::kQBytes, &tm_q, q, ldq, it.head * HD, it.start, it.qb * kBM, it.len,
-                     full_q + qs);
+                load_q(sq + qs * S::kQBytes, it, full_q + qs);
             }
             return;
         }
@@ -324,12 +362,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const __nv_bfloat16 *const src = is_k ? k : v;
         const int ld = is_k ? ldk : ldv;
         uint64_t *const full = is_k ? full_k : full_v, *const empty = is_k ? empty_k : empty_v;
-        for (int t = 0; next_item(walk, cu_seqlens, nseq, nh, it);) {
+        for (int t = 0; next_item(walk, cu_seqlens, nseq, nh, pairs, it);) {
             const int nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN, kcol = (it.head / group) * HD;
             for (int j = 0; j < nkb; j++, t++) {
                 const int stage = t % kStages;
                 if (t >= kStages) mbar_wait(empty + stage, (uint32_t)(((t / kStages) & 1) ^ 1)); // t - kStages done
-                load(false, buf + stage * S::kTileBytes, map, src, ld, kcol, it.start, j * kBN, it.len, full + stage);
+                load(buf + stage * S::kTileBytes, map, src, ld, kcol, it.start, j * kBN, it.len, full + stage);
             }
         }
         return;
@@ -341,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const uint32_t sk0 = smem_u32(sk), sv0 = smem_u32(sv);
     if (cw == 1) turn_end<PINGPONG>(cw); // consumer 0 takes the first turn
-    if (!next_item(walk, cu_seqlens, nseq, nh, it)) return;
+    if (!next_item(walk, cu_seqlens, nseq, nh, pairs, it)) return;
 
     // the item under way (it): t its first tile's counter, n its own, nkb its tiles, r0 this warpgroup's first query
     // row (sequence-local), row_a / row_b this thread's, sq_addr its 64 rows in each Q panel (panels kBM rows apart)
@@ -349,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t sq_addr = 0;
     auto begin = [&]() {
         nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
-        r0 = it.qb * kBM + cw * 64;
+        r0 = it.qb * kBM + (it.pair ? 0 : cw * 64);
         row_a = r0 + warp * 16 + g, row_b = row_a + 8;
         sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
         mbar_wait(full_q + (n & 1), (uint32_t)((n >> 1) & 1));
@@ -401,16 +439,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         rescale<HD>(o, st);
     };
 
-    // O / l into rows [0, len) of the item's sequence (the row sums are partial per thread: reduced over the 4
-    // threads of a row)
+    // O / l into rows [0, len) of the item's sequence, of this warpgroup's head (the row sums are partial per
+    // thread: reduced over the 4 threads of a row)
     auto store = [&](const work_item &w, float l_a, float l_b) {
-        const int ra = w.qb * kBM + cw * 64 + warp * 16 + g, rb = ra + 8;
+        const int pair = w.pair, ra = w.qb * kBM + (pair ? 0 : cw * 64) + warp * 16 + g, rb = ra + 8;
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
         l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
         l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
         const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
-        __nv_bfloat16 *obase = out + (size_t)w.start * ldo + (size_t)w.head * HD;
+        __nv_bfloat16 *obase = out + (size_t)w.start * ldo + (size_t)(w.head + (pair ? cw : 0)) * HD;
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
             const int col = i * 8 + t4 * 2;
@@ -431,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t vparity = (uint32_t)(((t + nkb - 1) / kStages) & 1);
         const work_item done = it;
         const float l_a = st.l_a, l_b = st.l_b;
-        const bool more = next_item(walk, cu_seqlens, nseq, nh, it);
+        const bool more = next_item(walk, cu_seqlens, nseq, nh, pairs, it);
         mbar_wait(full_v + vstage, vparity);
         if (more) {
             t += nkb, n++;
@@ -489,6 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // compiled for a target without wgmma: never launched (attention_wgmma_supported says no there)
     (void)tm_q, (void)tm_k, (void)tm_v, (void)use_tma, (void)out, (void)ldo, (void)q, (void)ldq, (void)k, (void)ldk;
     (void)v, (void)ldv, (void)cu_seqlens, (void)nseq, (void)nh, (void)nqb, (void)group, (void)scale_log2;
+    (void)pairs;
 #endif
 }
 
@@ -550,10 +589,18 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         const char *e = getenv("DFLASH_ATTENTION_PINGPONG");
         pingpong = !(e && !strcmp(e, "0"));
     }
-    // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence)
+    // DFLASH_ATTENTION_PAIRS=0: no paired items (next_item; measured against)
+    static int pair_env = -1;
+    if (pair_env < 0) {
+        const char *e = getenv("DFLASH_ATTENTION_PAIRS");
+        pair_env = !(e && !strcmp(e, "0"));
+    }
+    const int pairs = pair_env && (nh / nkv) % 2 == 0;
+    // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence);
+    // Q in 64-row boxes, one for each consumer's half of an item (two heads' in a paired one)
     CUtensorMap tm_q, tm_k, tm_v;
     const uint64_t rows = (uint64_t)nseq * (uint64_t)max_seqlen;
-    int tma = want_tma && make_map(&tm_q, q, ldq, nh * HD, rows, kBM) &&
+    int tma = want_tma && make_map(&tm_q, q, ldq, nh * HD, rows, 64) &&
               make_map(&tm_k, k, ldk, nkv * HD, rows, sm90_shape<HD>::kBN) &&
               make_map(&tm_v, v, ldv, nkv * HD, rows, sm90_shape<HD>::kBN);
     if (!tma) memset(&tm_q, 0, sizeof tm_q), memset(&tm_k, 0, sizeof tm_k), memset(&tm_v, 0, sizeof tm_v);
@@ -573,7 +620,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
     (pingpong ? flash_fwd_sm90_kernel<HD, true> : flash_fwd_sm90_kernel<HD, false>)<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
-        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f);
+        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs);
     CHECK_CUDA_LAUNCH();
 }
 
