@@ -37,12 +37,12 @@
 #include "gated_rmsnorm.h"
 #include "kv_attention.h"
 #include "matmul.h"
+#include "mlp_block_cuda.h"
 #include "moe_block_cuda.h"
 #include "qk_norm_rope.h"
 #include "rand_fill.h"
 #include "rmsnorm.h"
 #include "sigmoid_gate.h"
-#include "swiglu.h"
 #include "target_hybrid_layout.h"
 #include "target_model_cuda_impl.h"
 
@@ -60,7 +60,7 @@ typedef struct thc_layer {
     uint16_t *gnorm;                  /* (Dv), plain weight */
     uint16_t *w_out;                  /* (H, VD) */
     /* dense MLP */
-    uint16_t *w_gu, *w_down;          /* (2I, H): gate | up rows; (H, I) */
+    mlp_cuda_layer mlp;               /* the dense MLP (a layer layer_moe leaves dense) */
     moe_cuda_layer mw;                /* MoE */
 } thc_layer;
 
@@ -72,7 +72,7 @@ struct target_hybrid_cuda {
     uint16_t *conv;                   /* (T, C) */
     float *g, *beta;                  /* (T, HV) */
     uint16_t *core;                   /* (T, max(VD, qd)): delta-rule output / attention output */
-    uint16_t *gu, *act;               /* dense MLP: (T, 2I), (T, I) */
+    mlp_cuda mlpw;                    /* the dense MLP's workspaces; NULL without dense layers */
     moe_cuda_shape ms;                /* MoE */
     moe_cuda *moe;
 };
@@ -102,7 +102,7 @@ static int thc_create(target_cuda *m, errbuf *err)
     y->lin_w = y->C + y->VD + 2 * HV;
     y->attn_w = 2 * qd + 2 * kd;
     y->ms = ms;
-    const size_t h2 = (size_t)H * 2, I = (size_t)c->intermediate_size, C = (size_t)y->C, VD = (size_t)y->VD;
+    const size_t h2 = (size_t)H * 2, C = (size_t)y->C, VD = (size_t)y->VD;
     int any_dense = 0, any_moe = 0;
     y->layers = xcalloc((size_t)m->nlayers, sizeof *y->layers);
     for (int i = 0; i < m->nlayers; i++) {
@@ -128,8 +128,7 @@ static int thc_create(target_cuda *m, errbuf *err)
         if (l->moe) {
             moe_cuda_layer_alloc(m, &ms, &l->mw);
         } else {
-            l->w_gu = thc_alloc(m, 2 * I * h2);
-            l->w_down = thc_alloc(m, I * h2);
+            mlp_cuda_layer_alloc(m, &l->mlp);
         }
     }
     const size_t T = (size_t)m->max_tokens;
@@ -138,10 +137,7 @@ static int thc_create(target_cuda *m, errbuf *err)
     y->g = thc_alloc(m, sizeof(float) * T * (size_t)HV);
     y->beta = thc_alloc(m, sizeof(float) * T * (size_t)HV);
     y->core = thc_alloc(m, T * (VD > (size_t)qd ? VD : (size_t)qd) * 2);
-    if (any_dense) {
-        y->gu = thc_alloc(m, T * 2 * I * 2);
-        y->act = thc_alloc(m, T * I * 2);
-    }
+    if (any_dense) mlp_cuda_alloc(m, &y->mlpw);
     if (any_moe) y->moe = moe_cuda_create(m, &ms, m->max_tokens);
     return 0;
 }
@@ -153,13 +149,15 @@ static void thc_destroy(target_cuda *m)
     for (int i = 0; y->layers && i < m->nlayers; i++) {
         thc_layer *l = &y->layers[i];
         void *p[] = {&l->input_norm, &l->post_norm, &l->w_attn, &l->w_o, &l->q_norm, &l->k_norm, &l->w_lin,
-                     &l->conv, &l->a_log, &l->dt_bias, &l->gnorm, &l->w_out, &l->w_gu, &l->w_down};
+                     &l->conv, &l->a_log, &l->dt_bias, &l->gnorm, &l->w_out};
         for (size_t j = 0; j < sizeof p / sizeof p[0]; j++) thc_free(p[j]);
+        mlp_cuda_layer_free(&l->mlp);
         moe_cuda_layer_free(&l->mw);
     }
     free(y->layers);
-    void *b[] = {&y->proj, &y->conv, &y->g, &y->beta, &y->core, &y->gu, &y->act};
+    void *b[] = {&y->proj, &y->conv, &y->g, &y->beta, &y->core};
     for (size_t j = 0; j < sizeof b / sizeof b[0]; j++) thc_free(b[j]);
+    mlp_cuda_free(&y->mlpw);
     moe_cuda_destroy(&y->moe);
     free(y);
     m->layers = NULL;
@@ -294,7 +292,7 @@ static int thc_load(target_cuda *m, const st_file *st, const char *prefix, errbu
 {
     const hf_config *c = &m->cfg;
     struct target_hybrid_cuda *y = m->layers;
-    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const int64_t H = c->hidden_size;
     int rc = 0;
     for (int i = 0; i < m->nlayers && !rc; i++) {
         thc_layer *l = &y->layers[i];
@@ -305,9 +303,7 @@ static int thc_load(target_cuda *m, const st_file *st, const char *prefix, errbu
         if (!rc && l->moe) {
             rc = thc_load_moe(&L, &y->ms, l);
         } else if (!rc) {
-            rc = thc_up(&L, "mlp.gate_proj.weight", l->w_gu, I, H, 0, 0.0f);
-            if (!rc) rc = thc_up(&L, "mlp.up_proj.weight", l->w_gu + (size_t)(I * H), I, H, 0, 0.0f);
-            if (!rc) rc = thc_up(&L, "mlp.down_proj.weight", l->w_down, H, I, 0, 0.0f);
+            rc = mlp_cuda_layer_load(m, &l->mlp, st, prefix, i, err);
         }
     }
     return rc;
@@ -318,7 +314,6 @@ static void thc_init_random(target_cuda *m, uint64_t *seed, float a)
     const hf_config *c = &m->cfg;
     struct target_hybrid_cuda *y = m->layers;
     const size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim, qd = (size_t)c->num_heads * hd;
-    const size_t I = (size_t)c->intermediate_size;
     const int HV = c->linear_num_v_heads;
     cudaStream_t st = m->stream;
     uint64_t s = *seed;
@@ -349,8 +344,7 @@ static void thc_init_random(target_cuda *m, uint64_t *seed, float a)
         if (l->moe) {
             moe_cuda_layer_init_random(m, &y->ms, &l->mw, &s, a);
         } else {
-            rand_fill_bf16_cuda(l->w_gu, 2 * I * H, s++, a, 0.0f, st);
-            rand_fill_bf16_cuda(l->w_down, H * I, s++, a, 0.0f, st);
+            mlp_cuda_layer_init_random(m, &l->mlp, &s, a);
         }
     }
     free(alog);
@@ -464,7 +458,7 @@ static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const
 {
     const hf_config *c = &m->cfg;
     struct target_hybrid_cuda *y = m->layers;
-    const int T = rows->T, H = c->hidden_size, I = c->intermediate_size;
+    const int T = rows->T, H = c->hidden_size;
     const float eps = (float)c->rms_eps;
     cudaStream_t st = m->stream;
     const thc_layer *l = &y->layers[li];
@@ -473,18 +467,13 @@ static void thc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const
     const int sl = kv ? ((const thc_cache *)kv->state)->slot[li] : 0;
     if (l->linear) thc_linear(m, l, rows, kv ? kv->state : NULL, sl, r, ldr);
     else thc_attn(m, l, rows, kv, sl, r, ldr);
+    if (!l->moe) {
+        mlp_cuda_forward(m, &y->mlpw, &l->mlp, l->post_norm, T, dst, ldd); /* its norm's weight stored as 1 + w */
+        return;
+    }
     rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, eps, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    if (l->moe) {
-        moe_cuda_forward(m, y->moe, &l->mw, T, m->u, H, m->x, H, dst, ldd); /* dst = m->x + MoE(u) */
-    } else {
-        target_cuda_linear(m, y->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H);
-        target_cuda_mark(m, TARGET_CUDA_MATMUL);
-        swiglu_forward_cuda(y->act, I, y->gu, 2 * I, T, I, st);
-        target_cuda_mark(m, TARGET_CUDA_OTHER);
-        target_cuda_linear(m, dst, ldd, m->x, H, 1.0f, y->act, I, l->w_down, T, H, I);
-        target_cuda_mark(m, TARGET_CUDA_MATMUL);
-    }
+    moe_cuda_forward(m, y->moe, &l->mw, T, m->u, H, m->x, H, dst, ldd); /* dst = m->x + MoE(u) */
 }
 
 static int thc_cache_new(target_cuda *m, int nseq, int max_len, int max_step, void **state, size_t *bytes,

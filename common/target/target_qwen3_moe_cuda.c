@@ -2,8 +2,8 @@
  * target_qwen3_moe.c (the CPU reference). Per layer: the Qwen3 attention sub-layer (attn_block_cuda, as the dense
  * family's), RMSNorm, then the sparse MoE block (moe_block_cuda: router GEMM in fp32, softmax + top-k with
  * norm_topk_prob, the rows grouped by expert on the device, grouped gate|up and down GEMMs, the weighted combine
- * adding the residual; no shared expert) or, on the layers hf_config's layer_moe leaves dense, one gate|up GEMM,
- * SwiGLU and down_proj adding the residual. A layer's last kernel writes the residual stream straight into the tap
+ * adding the residual; no shared expert) or, on the layers hf_config's layer_moe leaves dense, the dense MLP
+ * sub-layer (mlp_block_cuda, the norm included). A layer's last kernel writes the residual stream straight into the tap
  * block / last buffer. Its part of a decoding cache is attn_block_cuda's (every layer's keys and values). */
 #include <errno.h>
 #include <stdio.h>
@@ -12,11 +12,10 @@
 #include <cuda_runtime_api.h>
 
 #include "attn_block_cuda.h"
-#include "matmul.h"
+#include "mlp_block_cuda.h"
 #include "moe_block_cuda.h"
 #include "rand_fill.h"
 #include "rmsnorm.h"
-#include "swiglu.h"
 #include "target_model_cuda_impl.h"
 
 typedef struct qmc_layer {
@@ -24,13 +23,13 @@ typedef struct qmc_layer {
     uint16_t *post_norm;              /* (H) */
     int moe;
     moe_cuda_layer mw;                /* the sparse block */
-    uint16_t *w_gu, *w_down;          /* dense MLP: (2 I, H) gate | up rows; (H, I) */
+    mlp_cuda_layer mlp;               /* the dense MLP */
 } qmc_layer;
 
 typedef struct qmoe_cuda {
     qmc_layer *l;                     /* (nlayers) */
     attn_cuda aw;                     /* workspaces for max_tokens rows */
-    uint16_t *gu, *act;               /* dense MLP: (T, 2I), (T, I); NULL without dense layers */
+    mlp_cuda mlpw;                    /* the dense MLP's workspaces; NULL without dense layers */
     moe_cuda_shape ms;
     moe_cuda *moe;                    /* NULL without MoE layers */
 } qmoe_cuda;
@@ -40,7 +39,7 @@ static int qmc_create(target_cuda *m, errbuf *err)
     const hf_config *c = &m->cfg;
     const moe_cuda_shape ms = moe_cuda_shape_of(c);
     if (moe_cuda_check(&ms, err)) return -EINVAL;
-    const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size, t = (size_t)m->max_tokens;
+    const size_t H = (size_t)c->hidden_size;
     qmoe_cuda *d = xcalloc(1, sizeof *d);
     m->layers = d;
     d->ms = ms;
@@ -55,15 +54,11 @@ static int qmc_create(target_cuda *m, errbuf *err)
         if (l->moe) {
             moe_cuda_layer_alloc(m, &ms, &l->mw);
         } else {
-            l->w_gu = target_cuda_alloc(m, 2 * I * H * 2);
-            l->w_down = target_cuda_alloc(m, H * I * 2);
+            mlp_cuda_layer_alloc(m, &l->mlp);
         }
     }
     attn_cuda_alloc(m, &d->aw);
-    if (any_dense) {
-        d->gu = target_cuda_alloc(m, t * 2 * I * 2);
-        d->act = target_cuda_alloc(m, t * I * 2);
-    }
+    if (any_dense) mlp_cuda_alloc(m, &d->mlpw);
     if (any_moe) d->moe = moe_cuda_create(m, &ms, m->max_tokens);
     return 0;
 }
@@ -76,13 +71,12 @@ static void qmc_destroy(target_cuda *m)
         qmc_layer *l = &d->l[i];
         attn_cuda_layer_free(&l->attn);
         moe_cuda_layer_free(&l->mw);
-        void *p[] = {&l->post_norm, &l->w_gu, &l->w_down};
-        for (size_t j = 0; j < sizeof p / sizeof p[0]; j++) target_cuda_free(p[j]);
+        target_cuda_free(&l->post_norm);
+        mlp_cuda_layer_free(&l->mlp);
     }
     free(d->l);
     attn_cuda_free(&d->aw);
-    void *b[] = {&d->gu, &d->act};
-    for (size_t j = 0; j < sizeof b / sizeof b[0]; j++) target_cuda_free(b[j]);
+    mlp_cuda_free(&d->mlpw);
     moe_cuda_destroy(&d->moe);
     free(d);
     m->layers = NULL;
@@ -92,27 +86,19 @@ static int qmc_load(target_cuda *m, const st_file *st, const char *prefix, errbu
 {
     const hf_config *c = &m->cfg;
     qmoe_cuda *d = m->layers;
-    const int64_t H = c->hidden_size, I = c->intermediate_size;
     char n[192];
     int rc = 0;
     for (int i = 0; !rc && i < m->nlayers; i++) {
         qmc_layer *l = &d->l[i];
         rc = attn_cuda_layer_load(m, &l->attn, st, prefix, i, err);
-#define UP(dst, suffix, a, b)                                           \
-    if (rc == 0) {                                                       \
-        snprintf(n, sizeof n, "%slayers.%d.%s", prefix, i, suffix);     \
-        rc = target_cuda_upload_tensor(st, n, dst, a, b, err);           \
-    }
-        UP(l->post_norm, "post_attention_layernorm.weight", H, 0);
-        if (l->moe) {
+        snprintf(n, sizeof n, "%slayers.%d.post_attention_layernorm.weight", prefix, i);
+        if (!rc) rc = target_cuda_upload_tensor(st, n, l->post_norm, c->hidden_size, 0, err);
+        if (!rc && l->moe) {
             snprintf(n, sizeof n, "%slayers.%d.mlp.", prefix, i);
-            if (!rc) rc = moe_cuda_layer_load(&d->ms, &l->mw, st, n, err);
-        } else {
-            UP(l->w_gu, "mlp.gate_proj.weight", I, H);
-            UP(l->w_gu + I * H, "mlp.up_proj.weight", I, H);
-            UP(l->w_down, "mlp.down_proj.weight", H, I);
+            rc = moe_cuda_layer_load(&d->ms, &l->mw, st, n, err);
+        } else if (!rc) {
+            rc = mlp_cuda_layer_load(m, &l->mlp, st, prefix, i, err);
         }
-#undef UP
     }
     return rc;
 }
@@ -121,7 +107,7 @@ static void qmc_init_random(target_cuda *m, uint64_t *seed, float a)
 {
     const hf_config *c = &m->cfg;
     qmoe_cuda *d = m->layers;
-    const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    const size_t H = (size_t)c->hidden_size;
     for (int i = 0; i < m->nlayers; i++) {
         qmc_layer *l = &d->l[i];
         attn_cuda_layer_init_random(m, &l->attn, seed, a);
@@ -129,8 +115,7 @@ static void qmc_init_random(target_cuda *m, uint64_t *seed, float a)
         if (l->moe) {
             moe_cuda_layer_init_random(m, &d->ms, &l->mw, seed, a);
         } else {
-            rand_fill_bf16_cuda(l->w_gu, 2 * I * H, (*seed)++, a, 0.0f, m->stream);
-            rand_fill_bf16_cuda(l->w_down, H * I, (*seed)++, a, 0.0f, m->stream);
+            mlp_cuda_layer_init_random(m, &l->mlp, seed, a);
         }
     }
 }
@@ -141,21 +126,15 @@ static void qmc_layer_forward(target_cuda *m, int li, const tc_rows *rows, const
     const hf_config *c = &m->cfg;
     qmoe_cuda *d = m->layers;
     const qmc_layer *l = &d->l[li];
-    const int T = rows->T, H = c->hidden_size, I = c->intermediate_size;
-    cudaStream_t st = m->stream;
+    const int T = rows->T, H = c->hidden_size;
     attn_cuda_forward(m, &d->aw, &l->attn, li, rows, kv, r, ldr);
-    rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, (float)c->rms_eps, st);
-    target_cuda_mark(m, TARGET_CUDA_OTHER);
-    if (l->moe) {
-        moe_cuda_forward(m, d->moe, &l->mw, T, m->u, H, m->x, H, dst, ldd);
+    if (!l->moe) {
+        mlp_cuda_forward(m, &d->mlpw, &l->mlp, l->post_norm, T, dst, ldd);
         return;
     }
-    target_cuda_linear(m, d->gu, 2 * I, NULL, 0, 0.0f, m->u, H, l->w_gu, T, 2 * I, H);
-    target_cuda_mark(m, TARGET_CUDA_MATMUL);
-    swiglu_forward_cuda(d->act, I, d->gu, 2 * I, T, I, st);
+    rmsnorm_forward_cuda(m->u, H, m->x, H, l->post_norm, T, H, (float)c->rms_eps, m->stream);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    target_cuda_linear(m, dst, ldd, m->x, H, 1.0f, d->act, I, l->w_down, T, H, I);
-    target_cuda_mark(m, TARGET_CUDA_MATMUL);
+    moe_cuda_forward(m, d->moe, &l->mw, T, m->u, H, m->x, H, dst, ldd);
 }
 
 const target_cuda_ops target_qwen3_moe_cuda = {
