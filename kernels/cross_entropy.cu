@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "cross_entropy.h"
+#include "matmul.h"
 #include "cuda_check.h"
 
 namespace cg = cooperative_groups;
@@ -360,25 +361,13 @@ static int gemm_candidates(cross_entropy_cuda_ctx *c, const gemm_entry *e, cubla
     return nres;
 }
 
-// Which candidate runs, from the heuristic's answer only (so the same one every run: the bits do not depend on
-// timing). dh: the heuristic's first. logits (fp32 out, (V, m) column-major): of the candidates without split-K, the
-// one with the most waves. Measured on the H200 at m 1024, V 151936, H 4096 (cross_entropy_cuda_survey): the first
-// (320x128 tiles, 28.8 waves) ran 1.97 ms, 649 TFLOP/s; the most waves (144x128, 64) 1.60 ms, 795, as fast as the
-// bf16-output GEMM of the same shape; the others in between, faster the more waves.
+// Which candidate runs: dh the heuristic's first; logits matmul_lt_pick's (the project's one GEMM pick rule, a
+// function of the heuristic's answer only, so the same one every run: the bits do not depend on timing; measured at
+// m 1024, V 151936, H 4096 by cross_entropy_cuda_survey: its first, 320x128 tiles, 28.8 waves, 1.97 ms, 649
+// TFLOP/s; the pick, 144x128, 64 waves, 1.60 ms, 795). DFLASH_GEMM_PICK=first restores the first for both.
 static int gemm_pick(int which, const cublasLtMatmulHeuristicResult_t *res, int nres)
 {
-    int best = 0;
-    if (which != GEMM_LOGITS) return best;
-    float most = -1.0f;
-    for (int i = 0; i < nres; i++) {
-        int32_t splitk = 1;
-        size_t got = 0;
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
-                                             &got);
-        if (res[i].state != CUBLAS_STATUS_SUCCESS || splitk > 1) continue;
-        if (res[i].wavesCount > most) most = res[i].wavesCount, best = i;
-    }
-    return best;
+    return which == GEMM_LOGITS ? matmul_lt_pick(res, nres) : 0;
 }
 
 // GEMM_LOGITS: logitsᵀ (V, m; ldl) fp32 = lm_head (col-major (H, V); ld H)ᵀ · hᵀ (col-major (H, m); ld).

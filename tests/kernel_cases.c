@@ -516,6 +516,7 @@ const kc_timing kernel_timings[] = {
     {"rmsnorm_backward", kc_time_rmsnorm_backward},
     {"adamw_apply", kc_time_adamw},
     {"matmul_backward", kc_time_matmul_backward},
+    {"matmul_survey", kc_time_matmul_survey},
     {"dense_layer_other", kc_time_dense_layer_other},
 };
 const int kernel_ntimings = (int)(sizeof kernel_timings / sizeof kernel_timings[0]);

@@ -160,6 +160,7 @@ extern const int kernel_ntimings;
 void kc_time_rmsnorm_backward(void);
 void kc_time_adamw(void);
 void kc_time_matmul_backward(void);
+void kc_time_matmul_survey(void);
 void kc_time_dense_layer_other(void);
 #endif
 
