@@ -56,23 +56,29 @@ static int matmul_pick_rule(void)
     static int rule = -1;
     if (rule < 0) {
         const char *v = getenv("DFLASH_GEMM_PICK");
-        if (!v || !*v || !strcmp(v, "waves")) rule = 1;
+        if (!v || !*v || !strcmp(v, "default")) rule = 1;
         else if (!strcmp(v, "first")) rule = 0;
         else {
-            fprintf(stderr, "DFLASH_GEMM_PICK=%s: unknown GEMM pick rule (first, waves)\n", v);
+            fprintf(stderr, "DFLASH_GEMM_PICK=%s: unknown GEMM pick rule (default, first)\n", v);
             exit(1);
         }
     }
     return rule;
 }
 
-// The default: of the candidates without split-K, the one with the most waves (the heuristic's first when none).
-// Measured on the H200 (cross_entropy_cuda_survey, the logits GEMM m 1024, V 151936, H 4096, fp32 out): the first
-// (320x128 tiles, 28.8 waves) 1.97 ms, 649 TFLOP/s; the most waves (144x128, 64) 1.60 ms, 795.
-extern "C" int matmul_algo_pick(const matmul_algo *a, int n)
+// The default: the heuristic's first answer, except for a GEMM whose output is heavy for its inner dimension
+// (out_bytes · 1024 >= inner_k: bf16 out with k <= 2048, fp32 out with k <= 4096) and whose first answer fills the
+// GPU (>= 1 wave): there the candidate without split-K with the most waves (the first when none). Measured on the H200
+// (the matmul_survey timing, 8 candidates each, TFLOP/s first -> this rule's pick): cross_entropy's logits GEMM
+// (fp32, m 1024, n 151936, k 4096) 654 -> 787; the drafter's fc dw (fp32, inner 3072) 676 -> 747, k|v dw (fp32,
+// inner 3072) 602 -> 661, k|v dx (bf16, inner 2048) 597 -> 658. Elsewhere "most waves" loses where it matters: the
+// target's gate|up (19218 x 24576 x 4096) 821 -> 671, o_proj 633 -> 580, the drafter's gate|up dx 801 -> 656, and
+// over the target step and the drafter step's GEMMs (weighted by calls) it took 504 ms against the first's 460 (the
+// fastest candidate of each shape: 445).
+extern "C" int matmul_algo_pick(const matmul_algo *a, int n, int out_bytes, int inner_k)
 {
     int best = 0;
-    if (matmul_pick_rule() == 0) return best;
+    if (matmul_pick_rule() == 0 || n < 1 || (int64_t)out_bytes * 1024 < inner_k || a[0].waves < 1.0f) return best;
     float most = -1.0f;
     for (int i = 0; i < n; i++) {
         if (!a[i].runnable || a[i].splitk > 1) continue;
@@ -104,12 +110,12 @@ static void matmul_algo_describe(const cublasLtMatmulHeuristicResult_t *r, matmu
     o->ms = -1.0f;
 }
 
-int matmul_lt_pick(const cublasLtMatmulHeuristicResult_t *res, int nres)
+int matmul_lt_pick(const cublasLtMatmulHeuristicResult_t *res, int nres, int out_bytes, int inner_k)
 {
     matmul_algo a[kCandidates];
     if (nres > kCandidates) nres = kCandidates;
     for (int i = 0; i < nres; i++) matmul_algo_describe(&res[i], &a[i]);
-    return nres > 0 ? matmul_algo_pick(a, nres) : 0;
+    return nres > 0 ? matmul_algo_pick(a, nres, out_bytes, inner_k) : 0;
 }
 
 extern "C" void matmul_cuda_survey(matmul_cuda *h, matmul_algo *out, int max_out, int iters, int *nout, int *picked)
@@ -244,12 +250,21 @@ static int matmul_entry_candidates(matmul_cuda *h, const matmul_entry *e, cublas
     return nres;
 }
 
+// The rule's view of the entry's GEMM: its output's element size and inner dimension (k: the forward; n: dx; m: dw).
+static int matmul_entry_pick(const matmul_entry *e, const cublasLtMatmulHeuristicResult_t *res, int nres)
+{
+    const matmul_key &k = e->key;
+    const int out_bytes = k.kind == MATMUL_FWD || k.kind == MATMUL_BWD_DX ? 2 : 4;
+    const int inner = k.kind == MATMUL_BWD_DX ? k.n : k.kind == MATMUL_BWD_DW ? k.m : k.k;
+    return matmul_lt_pick(res, nres, out_bytes, inner);
+}
+
 static void matmul_entry_init(matmul_cuda *h, matmul_entry *e, const matmul_key &key)
 {
     cublasLtMatmulHeuristicResult_t res[kCandidates];
     matmul_entry_layouts(e, key);
     const int nres = matmul_entry_candidates(h, e, res);
-    e->algo = res[matmul_lt_pick(res, nres)].algo;
+    e->algo = res[matmul_entry_pick(e, res, nres)].algo;
 }
 
 // The survey (matmul_cuda_survey): each candidate for the entry's GEMM, one warm-up and h->survey_iters timed calls.
@@ -258,7 +273,7 @@ static void matmul_survey_run(matmul_cuda *h, matmul_entry *e, const void *a, co
 {
     cublasLtMatmulHeuristicResult_t res[kCandidates];
     int nres = matmul_entry_candidates(h, e, res);
-    *h->survey_pick = matmul_lt_pick(res, nres);
+    *h->survey_pick = matmul_entry_pick(e, res, nres);
     if (nres > h->survey_max) nres = h->survey_max;
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));

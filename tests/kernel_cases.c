@@ -73,6 +73,7 @@ const kc_case kernel_cases[] = {
      .why = "rows not 16-byte aligned (odd leading dimensions)"},
     {KC(kc_matmul_forward_f32, 37, 129, 200, 0)},
     {KC(kc_matmul_forward_f32, 77, 384, 256, 1)},
+    {KC(kc_matmul_pick, 0), .why = "the GEMM pick rule on made-up heuristic answers"},
 
     /* ---- swiglu: rows dim ldo | rows dim ldgu lddo in_place ---- */
     {KC(kc_swiglu_forward, 1, 101, 101), .why = "saturated gates, aliases"},

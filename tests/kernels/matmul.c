@@ -276,11 +276,49 @@ void kc_time_matmul_backward(void)
     free(h), free(r[0][0]), free(r[0][1]), free(r[1][0]), free(r[1][1]);
 }
 
+/* matmul_algo_pick on made-up heuristic answers (no device work): the first unless the output is heavy for the inner
+ * dimension (out_bytes * 1024 >= inner_k) and the first fills the GPU; then the runnable candidate without split-K
+ * with the most waves (the earliest on a tie). Unset DFLASH_GEMM_PICK only (the rule is read once a process). */
+static void matmul_pick_cuda_check(const kc_case *kc)
+{
+    (void)kc;
+    const char *env = getenv("DFLASH_GEMM_PICK");
+    if (env && *env && strcmp(env, "default")) {
+        kc_skip("DFLASH_GEMM_PICK is set: the default rule is not the one in force");
+        return;
+    }
+    /* waves, split-K, runnable */
+    static const float waves[6] = {28.8f, 36.0f, 70.0f, 80.0f, 64.0f, 64.0f};
+    static const int splitk[6] = {1, 1, 4, 1, 1, 1}, runnable[6] = {1, 1, 1, 0, 1, 1};
+    matmul_algo a[6];
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < 6; i++) a[i].waves = waves[i], a[i].splitk = splitk[i], a[i].runnable = runnable[i];
+    struct { int out_bytes, inner_k, want; const char *what; } t[] = {
+        {4, 4096, 4, "fp32 out, inner 4096: most waves, not split-K, runnable, the earliest of a tie"},
+        {2, 2048, 4, "bf16 out, inner 2048: most waves"},
+        {2, 4096, 0, "bf16 out, inner 4096: the first"},
+        {4, 8192, 0, "fp32 out, inner 8192: the first"},
+    };
+    char name[200];
+    for (int i = 0; i < 4; i++) {
+        int got = matmul_algo_pick(a, 6, t[i].out_bytes, t[i].inner_k);
+        snprintf(name, sizeof name, "matmul_algo_pick %s (picked #%d)", t[i].what, got);
+        kc_report(name, got == t[i].want ? 0.0 : 1.0, 0.0);
+    }
+    a[0].waves = 0.5f;
+    int got = matmul_algo_pick(a, 6, 4, 4096);
+    snprintf(name, sizeof name, "matmul_algo_pick the first under one wave: the first (picked #%d)", got);
+    kc_report(name, got == 0 ? 0.0 : 1.0, 0.0);
+    got = matmul_algo_pick(a, 1, 4, 4096);
+    snprintf(name, sizeof name, "matmul_algo_pick one candidate: it (picked #%d)", got);
+    kc_report(name, got == 0 ? 0.0 : 1.0, 0.0);
+}
+
 /* The survey of issue 23: every cuBLASLt heuristic candidate (up to 16) timed at the shapes that matter, the Qwen3-8B
  * target forward (19218 tokens), the drafter step (8192 block rows, 3072 context rows; forward, backward dx bf16,
  * backward dw fp32 +=) and cross_entropy's two chunk GEMMs (the logits: the fp32 forward; dh: a backward dx). Each
- * candidate: its configuration, waves and time; each shape: the heuristic's first, the fastest and
- * matmul_algo_pick's choice (DFLASH_GEMM_PICK) with their TFLOP/s. */
+ * candidate: its configuration, waves and time; each shape: the heuristic's first, the fastest, matmul_algo_pick's
+ * choice (DFLASH_GEMM_PICK) and the candidate without split-K with the most waves, with their TFLOP/s. */
 enum { SV_FWD, SV_FWD_F32, SV_DX, SV_DW };
 typedef struct {
     const char *name;
@@ -407,5 +445,6 @@ const kc_op kc_matmul_forward = {"matmul_forward", "bf16", "m n k ldx ldy with_c
 const kc_op kc_matmul_forward_k0 = {"matmul_forward_k0", "f32", "", matmul_k0_cpu_check, NULL};
 const kc_op kc_matmul_backward = {"matmul_backward", "bf16 (dw f32)", "m n k lddy ldx lddx acc_dx acc_dw",
                                   matmul_backward_cpu_check, KC_CUDA(matmul_backward_cuda_check)};
+const kc_op kc_matmul_pick = {"matmul_pick", "-", "", NULL, KC_CUDA(matmul_pick_cuda_check)};
 const kc_op kc_matmul_forward_f32 = {"matmul_forward_f32", "bf16->f32", "m n k accumulate", matmul_forward_f32_cpu_check,
                                      KC_CUDA(matmul_forward_f32_cuda_check)};

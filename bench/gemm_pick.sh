@@ -1,6 +1,9 @@
 # TIMEOUT=50
-# issue 23: cuBLASLt candidate survey (matmul rows + the survey timing), then the benches with the default pick
-# (no split-K, most waves) and with DFLASH_GEMM_PICK=first (the target at 12 of its 36 layers: same GEMM shapes)
+# The GEMM pick rule on the H200 (issue 23): the matmul rows and the matmul_survey timing (every cuBLASLt heuristic
+# candidate timed at the target's, the drafter's and the cross-entropy's shapes, with the heuristic's first, the
+# fastest, the rule's pick and the no-split-K most-waves candidate), then bench_drafter and bench_target (12 of its
+# 36 layers: the same GEMM shapes) with the default rule and with DFLASH_GEMM_PICK=first.
+#   bash bench/gemm_pick.sh        (from the root, after make cuda)
 t0=$(date +%s)
 s() { echo "=== [$(( $(date +%s) - t0 )) s] $*"; }
 s survey
