@@ -50,19 +50,19 @@ struct matmul_cuda {
     int survey_max, survey_iters, *survey_n, *survey_pick;
 };
 
-// The pick rule (DFLASH_GEMM_PICK): 0 the heuristic's first answer, 1 the default (matmul_algo_pick).
+// The pick rule (DFLASH_GEMM_PICK, read once a process): 0 the heuristic's first answer, 1 the default.
+static int matmul_pick_rule_read(void)
+{
+    const char *v = getenv("DFLASH_GEMM_PICK");
+    if (!v || !*v || !strcmp(v, "default")) return 1;
+    if (!strcmp(v, "first")) return 0;
+    fprintf(stderr, "DFLASH_GEMM_PICK=%s: unknown GEMM pick rule (default, first)\n", v);
+    exit(1);
+}
+
 static int matmul_pick_rule(void)
 {
-    static int rule = -1;
-    if (rule < 0) {
-        const char *v = getenv("DFLASH_GEMM_PICK");
-        if (!v || !*v || !strcmp(v, "default")) rule = 1;
-        else if (!strcmp(v, "first")) rule = 0;
-        else {
-            fprintf(stderr, "DFLASH_GEMM_PICK=%s: unknown GEMM pick rule (default, first)\n", v);
-            exit(1);
-        }
-    }
+    static const int rule = matmul_pick_rule_read(); // thread-safe initialisation (C++11)
     return rule;
 }
 
@@ -315,9 +315,11 @@ static void matmul_run(matmul_cuda *h, const matmul_key &key, const void *a, con
         matmul_entry_init(h, e, key);
     }
     float alpha = 1.0f;
-    if (h->survey) matmul_survey_run(h, e, a, b, beta, c, d, st);
-    else CHECK_CUBLAS(cublasLtMatmul(h->lt, e->desc, &alpha, a, e->la, b, e->lb, &beta, c, e->lc, d, e->ld, &e->algo,
-                                h->workspace, h->workspace_bytes, st));
+    if (h->survey)
+        matmul_survey_run(h, e, a, b, beta, c, d, st);
+    else
+        CHECK_CUBLAS(cublasLtMatmul(h->lt, e->desc, &alpha, a, e->la, b, e->lb, &beta, c, e->lc, d, e->ld, &e->algo,
+                                    h->workspace, h->workspace_bytes, st));
     if (transient) matmul_entry_free(e);
 }
 
