@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "cross_entropy.h"
+#include "matmul.h"
 #include "cuda_check.h"
 
 namespace cg = cooperative_groups;
@@ -360,25 +361,13 @@ static int gemm_candidates(cross_entropy_cuda_ctx *c, const gemm_entry *e, cubla
     return nres;
 }
 
-// Which candidate runs, from the heuristic's answer only (so the same one every run: the bits do not depend on
-// timing). dh: the heuristic's first. logits (fp32 out, (V, m) column-major): of the candidates without split-K, the
-// one with the most waves. Measured on the H200 at m 1024, V 151936, H 4096 (cross_entropy_cuda_survey): the first
-// (320x128 tiles, 28.8 waves) ran 1.97 ms, 649 TFLOP/s; the most waves (144x128, 64) 1.60 ms, 795, as fast as the
-// bf16-output GEMM of the same shape; the others in between, faster the more waves.
-static int gemm_pick(int which, const cublasLtMatmulHeuristicResult_t *res, int nres)
+// Which candidate runs: matmul_lt_pick's, the project's one GEMM pick rule (a function of the heuristic's answer and
+// the shape only, so the same one every run: the bits do not depend on timing). The logits (fp32 out, inner H 4096)
+// get the candidate without split-K with the most waves (at m 1024, V 151936: the first, 320x128 tiles, 28.8 waves,
+// 1.97 ms, 649 TFLOP/s; the pick, 144x128, 64 waves, 1.60 ms, 795), dh (bf16 out, inner V) the heuristic's first.
+static int gemm_pick(int which, const cublasLtMatmulHeuristicResult_t *res, int nres, int H, int V)
 {
-    int best = 0;
-    if (which != GEMM_LOGITS) return best;
-    float most = -1.0f;
-    for (int i = 0; i < nres; i++) {
-        int32_t splitk = 1;
-        size_t got = 0;
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
-                                             &got);
-        if (res[i].state != CUBLAS_STATUS_SUCCESS || splitk > 1) continue;
-        if (res[i].wavesCount > most) most = res[i].wavesCount, best = i;
-    }
-    return best;
+    return which == GEMM_LOGITS ? matmul_lt_pick(res, nres, 4, H) : matmul_lt_pick(res, nres, 2, V);
 }
 
 // GEMM_LOGITS: logitsᵀ (V, m; ldl) fp32 = lm_head (col-major (H, V); ld H)ᵀ · hᵀ (col-major (H, m); ld).
@@ -401,7 +390,7 @@ static void gemm_entry_init(cross_entropy_cuda_ctx *c, gemm_entry *e, const gemm
         CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&e->lc, CUDA_R_16BF, H, m, key.ld));
     }
     cublasLtMatmulHeuristicResult_t res[kCandidates];
-    const int nres = gemm_candidates(c, e, res), pick = gemm_pick(key.which, res, nres);
+    const int nres = gemm_candidates(c, e, res), pick = gemm_pick(key.which, res, nres, c->H, c->V);
     if (nres < 1) {
         fprintf(stderr, "cross_entropy_cuda: cuBLASLt has no algorithm for %s m=%d H=%d V=%d ld=%d\n",
                 key.which == GEMM_LOGITS ? "logits" : "dh", key.m, c->H, c->V, key.ld);
@@ -438,7 +427,7 @@ extern "C" int cross_entropy_cuda_survey(cross_entropy_cuda_ctx *c, int which, i
     gemm_entry_init(c, &e, gemm_key{which, m, which == GEMM_LOGITS ? ldh : c->H});
     cublasLtMatmulHeuristicResult_t res[kCandidates];
     int nres = gemm_candidates(c, &e, res);
-    const int pick = gemm_pick(which, res, nres);
+    const int pick = gemm_pick(which, res, nres, c->H, c->V);
     if (nres > max_out) nres = max_out;
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));

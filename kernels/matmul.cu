@@ -2,9 +2,9 @@
 // column-major product yᵀ = w·xᵀ: A = w seen as (k, n) column-major and transposed, B = x seen as (k, m), C/D = y
 // seen as (n, m). The backward, in the same column-major view: dxᵀ (k, m) = w (k, n) · dyᵀ (n, m), and
 // dwᵀ (k, n) = xᵀ (k, m) · dy (m, n) with dy seen as (n, m) and transposed, into fp32. Descriptors and the
-// heuristic's first algorithm are cached per kind/shape/stride/alignment key, so a steady-state call creates
-// nothing. C and D may be different buffers with different row strides: that is how a residual add lands straight in
-// a tap column block.
+// algorithm matmul_algo_pick chooses among the heuristic's candidates are cached per kind/shape/stride/alignment
+// key, so a steady-state call creates nothing. C and D may be different buffers with different row strides: that is
+// how a residual add lands straight in a tap column block.
 //
 // Determinism: the algorithm comes from the heuristic (never from timing) and is cached, and the preference allows
 // only split-K reductions through a separate fp32 workspace pass (CUBLASLT_REDUCTION_SCHEME_NONE | COMPUTE_TYPE): no
@@ -36,6 +36,7 @@ struct matmul_entry {
 };
 
 constexpr int kMaxEntries = 128;
+constexpr int kCandidates = 16; // heuristic answers asked for
 
 } // namespace
 
@@ -45,7 +46,85 @@ struct matmul_cuda {
     size_t workspace_bytes;
     int nentries;
     matmul_entry entries[kMaxEntries];
+    matmul_algo *survey; // matmul_cuda_survey's (NULL: off)
+    int survey_max, survey_iters, *survey_n, *survey_pick;
 };
+
+// The pick rule (DFLASH_GEMM_PICK, read once a process): 0 the heuristic's first answer, 1 the default.
+static int matmul_pick_rule_read(void)
+{
+    const char *v = getenv("DFLASH_GEMM_PICK");
+    if (!v || !*v || !strcmp(v, "default")) return 1;
+    if (!strcmp(v, "first")) return 0;
+    fprintf(stderr, "DFLASH_GEMM_PICK=%s: unknown GEMM pick rule (default, first)\n", v);
+    exit(1);
+}
+
+static int matmul_pick_rule(void)
+{
+    static const int rule = matmul_pick_rule_read(); // thread-safe initialisation (C++11)
+    return rule;
+}
+
+// The default: the heuristic's first answer, except for a GEMM whose output is heavy for its inner dimension
+// (out_bytes · 1024 >= inner_k: bf16 out with k <= 2048, fp32 out with k <= 4096) and whose first answer fills the
+// GPU (>= 1 wave): there the candidate without split-K with the most waves (the first when none). Measured on the H200
+// (the matmul_survey timing, 8 candidates each, TFLOP/s first -> this rule's pick): cross_entropy's logits GEMM
+// (fp32, m 1024, n 151936, k 4096) 654 -> 787; the drafter's fc dw (fp32, inner 3072) 676 -> 747, k|v dw (fp32,
+// inner 3072) 602 -> 661, k|v dx (bf16, inner 2048) 597 -> 658. Elsewhere "most waves" loses where it matters: the
+// target's gate|up (19218 x 24576 x 4096) 821 -> 671, o_proj 633 -> 580, the drafter's gate|up dx 801 -> 656, and
+// over the target step and the drafter step's GEMMs (weighted by calls) it took 504 ms against the first's 460 (the
+// fastest candidate of each shape: 445).
+extern "C" int matmul_algo_pick(const matmul_algo *a, int n, int out_bytes, int inner_k)
+{
+    int best = 0;
+    if (matmul_pick_rule() == 0 || n < 1 || (int64_t)out_bytes * 1024 < inner_k || a[0].waves < 1.0f) return best;
+    float most = -1.0f;
+    for (int i = 0; i < n; i++) {
+        if (!a[i].runnable || a[i].splitk > 1) continue;
+        if (a[i].waves > most) most = a[i].waves, best = i;
+    }
+    return best;
+}
+
+static void matmul_algo_describe(const cublasLtMatmulHeuristicResult_t *r, matmul_algo *o)
+{
+    memset(o, 0, sizeof *o);
+    size_t got = 0;
+    const cublasLtMatmulAlgo_t *a = &r->algo;
+    o->splitk = 1;
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &o->id, sizeof o->id, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &o->tile, sizeof o->tile, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &o->stages, sizeof o->stages, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &o->splitk, sizeof o->splitk, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &o->reduction, sizeof o->reduction,
+                                         &got);
+    uint16_t cluster = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &got);
+    o->cluster = cluster;
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &o->swizzle, sizeof o->swizzle, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &o->custom, sizeof o->custom, &got);
+    o->runnable = r->state == CUBLAS_STATUS_SUCCESS;
+    o->waves = r->wavesCount;
+    o->workspace = r->workspaceSize;
+    o->ms = -1.0f;
+}
+
+int matmul_lt_pick(const cublasLtMatmulHeuristicResult_t *res, int nres, int out_bytes, int inner_k)
+{
+    matmul_algo a[kCandidates];
+    if (nres > kCandidates) nres = kCandidates;
+    for (int i = 0; i < nres; i++) matmul_algo_describe(&res[i], &a[i]);
+    return nres > 0 ? matmul_algo_pick(a, nres, out_bytes, inner_k) : 0;
+}
+
+extern "C" void matmul_cuda_survey(matmul_cuda *h, matmul_algo *out, int max_out, int iters, int *nout, int *picked)
+{
+    h->survey = out;
+    h->survey_max = max_out < kCandidates ? max_out : kCandidates;
+    h->survey_iters = iters > 0 ? iters : 1;
+    h->survey_n = nout, h->survey_pick = picked;
+}
 
 static int matmul_alignment(const void *p)
 {
@@ -99,7 +178,7 @@ static const char *matmul_kind_name(int kind)
 //   FWD / FWD_F32: A = w (n, k), B = x (m, k; ldx), D = y (m, n; ldy) bf16 / fp32
 //   BWD_DX:        A = w (n, k), B = dy (m, n; ldx), D = dx (m, k; ldy) bf16
 //   BWD_DW:        A = x (m, k; ldc), B = dy (m, n; ldx), D = dw (n, k; ldy) fp32
-static void matmul_entry_init(matmul_cuda *h, matmul_entry *e, const matmul_key &key)
+static void matmul_entry_layouts(matmul_entry *e, const matmul_key &key)
 {
     e->key = key;
     const uint64_t m = (uint64_t)key.m, n = (uint64_t)key.n, k = (uint64_t)key.k;
@@ -136,7 +215,12 @@ static void matmul_entry_init(matmul_cuda *h, matmul_entry *e, const matmul_key 
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+}
 
+// cuBLASLt's heuristic candidates for the entry's GEMM, best first by its model (at least one; exits when none).
+static int matmul_entry_candidates(matmul_cuda *h, const matmul_entry *e, cublasLtMatmulHeuristicResult_t *res)
+{
+    const matmul_key &key = e->key;
     cublasLtMatmulPreference_t pref;
     CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
     CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -154,16 +238,64 @@ static void matmul_entry_init(matmul_cuda *h, matmul_entry *e, const matmul_key 
                                                       sizeof al_c));
     CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
                                                       sizeof al_d));
-    cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h->lt, e->desc, e->la, e->lb, e->lc, e->ld, pref, 1, &res, &nres));
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h->lt, e->desc, e->la, e->lb, e->lc, e->ld, pref, kCandidates, res,
+                                                &nres));
     cublasLtMatmulPreferenceDestroy(pref);
     if (nres < 1) {
         fprintf(stderr, "%s: cuBLASLt has no algorithm for m=%d n=%d k=%d ld=%d/%d/%d\n", matmul_kind_name(key.kind),
                 key.m, key.n, key.k, key.ldx, key.ldy, key.ldc);
         exit(1);
     }
-    e->algo = res.algo;
+    return nres;
+}
+
+// The rule's view of the entry's GEMM: its output's element size and inner dimension (k: the forward; n: dx; m: dw).
+static int matmul_entry_pick(const matmul_entry *e, const cublasLtMatmulHeuristicResult_t *res, int nres)
+{
+    const matmul_key &k = e->key;
+    const int out_bytes = k.kind == MATMUL_FWD || k.kind == MATMUL_BWD_DX ? 2 : 4;
+    const int inner = k.kind == MATMUL_BWD_DX ? k.n : k.kind == MATMUL_BWD_DW ? k.m : k.k;
+    return matmul_lt_pick(res, nres, out_bytes, inner);
+}
+
+static void matmul_entry_init(matmul_cuda *h, matmul_entry *e, const matmul_key &key)
+{
+    cublasLtMatmulHeuristicResult_t res[kCandidates];
+    matmul_entry_layouts(e, key);
+    const int nres = matmul_entry_candidates(h, e, res);
+    e->algo = res[matmul_entry_pick(e, res, nres)].algo;
+}
+
+// The survey (matmul_cuda_survey): each candidate for the entry's GEMM, one warm-up and h->survey_iters timed calls.
+static void matmul_survey_run(matmul_cuda *h, matmul_entry *e, const void *a, const void *b, float beta,
+                              const void *c, void *d, cudaStream_t st)
+{
+    cublasLtMatmulHeuristicResult_t res[kCandidates];
+    int nres = matmul_entry_candidates(h, e, res);
+    *h->survey_pick = matmul_entry_pick(e, res, nres);
+    if (nres > h->survey_max) nres = h->survey_max;
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    const float alpha = 1.0f;
+    for (int i = 0; i < nres; i++) {
+        matmul_algo *o = &h->survey[i];
+        matmul_algo_describe(&res[i], o);
+        if (!o->runnable) continue;
+        for (int it = 0; it <= h->survey_iters; it++) {
+            if (it == 1) CHECK_CUDA(cudaEventRecord(e0, st));
+            CHECK_CUBLAS(cublasLtMatmul(h->lt, e->desc, &alpha, a, e->la, b, e->lb, &beta, c, e->lc, d, e->ld,
+                                        &res[i].algo, h->workspace, h->workspace_bytes, st));
+        }
+        CHECK_CUDA(cudaEventRecord(e1, st));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&o->ms, e0, e1));
+        o->ms /= (float)h->survey_iters;
+    }
+    *h->survey_n = nres;
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
 }
 
 // D = A·B (+ beta·C) for the key, through the cached entry (made on the first call of the key).
@@ -183,8 +315,11 @@ static void matmul_run(matmul_cuda *h, const matmul_key &key, const void *a, con
         matmul_entry_init(h, e, key);
     }
     float alpha = 1.0f;
-    CHECK_CUBLAS(cublasLtMatmul(h->lt, e->desc, &alpha, a, e->la, b, e->lb, &beta, c, e->lc, d, e->ld, &e->algo,
-                                h->workspace, h->workspace_bytes, st));
+    if (h->survey)
+        matmul_survey_run(h, e, a, b, beta, c, d, st);
+    else
+        CHECK_CUBLAS(cublasLtMatmul(h->lt, e->desc, &alpha, a, e->la, b, e->lb, &beta, c, e->lc, d, e->ld, &e->algo,
+                                    h->workspace, h->workspace_bytes, st));
     if (transient) matmul_entry_free(e);
 }
 

@@ -40,8 +40,35 @@ void matmul_forward_f32_cuda(matmul_cuda *h, float *y, int ldy, float beta, cons
 void matmul_backward_cuda(matmul_cuda *h, uint16_t *dx, int lddx, int accumulate_dx, float *dw, int accumulate_dw,
                           const uint16_t *dy, int lddy, const uint16_t *x, int ldx, const uint16_t *w, int m, int n,
                           int k, void *stream);
+
+/* Which of cuBLASLt's heuristic candidates a GEMM runs: one rule for every cuBLASLt GEMM of the project (this
+ * module's and cross_entropy_cuda's), a function of the heuristic's answer only, so the same algorithm (and the same
+ * bits) every run; never chosen by timing. A candidate as the rule sees it: */
+typedef struct matmul_algo {
+    int32_t id, tile, stages, splitk, reduction, cluster, swizzle, custom, runnable;
+    float waves;   /* the heuristic's wavesCount */
+    size_t workspace;
+    float ms;      /* matmul_cuda_survey's timing (-1: not runnable) */
+} matmul_algo;
+/* The index of the candidate to run among a[0..n) (n >= 1, in the heuristic's order) for a GEMM whose output
+ * elements are out_bytes wide and whose inner (reduction) dimension is inner_k, by the rule DFLASH_GEMM_PICK names
+ * (read once): "first" the heuristic's first answer; unset or "default": the first, except where the output is heavy
+ * for the inner dimension (out_bytes * 1024 >= inner_k) and the first fills the GPU: the candidate without split-K
+ * with the most waves (measured: matmul.cu). An unknown value exits naming it. */
+int matmul_algo_pick(const matmul_algo *a, int n, int out_bytes, int inner_k);
+/* Diagnostics (timing tests): with out != NULL, each GEMM the handle's next calls make is not run once through its
+ * cached algorithm but with each of up to max_out (<= 16) of cuBLASLt's heuristic candidates for it (the same
+ * preference as the cache's), one warm-up and iters timed calls each; out[0..*nout) describes them (ms: the mean),
+ * *picked = matmul_algo_pick's choice. out NULL: survey off. */
+void matmul_cuda_survey(matmul_cuda *h, matmul_algo *out, int max_out, int iters, int *nout, int *picked);
 #ifdef __cplusplus
 }
+#endif
+
+#ifdef __CUDACC__
+#include <cublasLt.h>
+/* matmul_algo_pick over a cuBLASLt heuristic answer (the rule's one function, for cross_entropy.cu's GEMMs too). */
+int matmul_lt_pick(const cublasLtMatmulHeuristicResult_t *res, int nres, int out_bytes, int inner_k);
 #endif
 
 #endif

@@ -73,6 +73,7 @@ const kc_case kernel_cases[] = {
      .why = "rows not 16-byte aligned (odd leading dimensions)"},
     {KC(kc_matmul_forward_f32, 37, 129, 200, 0)},
     {KC(kc_matmul_forward_f32, 77, 384, 256, 1)},
+    {KC(kc_matmul_pick, 0), .why = "the GEMM pick rule on made-up heuristic answers"},
 
     /* ---- swiglu: rows dim ldo | rows dim ldgu lddo in_place ---- */
     {KC(kc_swiglu_forward, 1, 101, 101), .why = "saturated gates, aliases"},
@@ -516,6 +517,7 @@ const kc_timing kernel_timings[] = {
     {"rmsnorm_backward", kc_time_rmsnorm_backward},
     {"adamw_apply", kc_time_adamw},
     {"matmul_backward", kc_time_matmul_backward},
+    {"matmul_survey", kc_time_matmul_survey},
     {"dense_layer_other", kc_time_dense_layer_other},
 };
 const int kernel_ntimings = (int)(sizeof kernel_timings / sizeof kernel_timings[0]);

@@ -275,6 +275,169 @@ void kc_time_matmul_backward(void)
     CHECK_CUDA(cudaFree(d_dw));
     free(h), free(r[0][0]), free(r[0][1]), free(r[1][0]), free(r[1][1]);
 }
+
+/* matmul_algo_pick on made-up heuristic answers (no device work): the first unless the output is heavy for the inner
+ * dimension (out_bytes * 1024 >= inner_k) and the first fills the GPU; then the runnable candidate without split-K
+ * with the most waves (the earliest on a tie). Unset DFLASH_GEMM_PICK only (the rule is read once a process). */
+static void matmul_pick_cuda_check(const kc_case *kc)
+{
+    (void)kc;
+    const char *env = getenv("DFLASH_GEMM_PICK");
+    if (env && *env && strcmp(env, "default")) {
+        kc_skip("DFLASH_GEMM_PICK is set: the default rule is not the one in force");
+        return;
+    }
+    /* waves, split-K, runnable */
+    static const float waves[6] = {28.8f, 36.0f, 70.0f, 80.0f, 64.0f, 64.0f};
+    static const int splitk[6] = {1, 1, 4, 1, 1, 1}, runnable[6] = {1, 1, 1, 0, 1, 1};
+    matmul_algo a[6];
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < 6; i++) a[i].waves = waves[i], a[i].splitk = splitk[i], a[i].runnable = runnable[i];
+    struct { int out_bytes, inner_k, want; const char *what; } t[] = {
+        {4, 4096, 4, "fp32 out, inner 4096: most waves, not split-K, runnable, the earliest of a tie"},
+        {2, 2048, 4, "bf16 out, inner 2048: most waves"},
+        {2, 4096, 0, "bf16 out, inner 4096: the first"},
+        {4, 8192, 0, "fp32 out, inner 8192: the first"},
+    };
+    char name[200];
+    for (int i = 0; i < 4; i++) {
+        int got = matmul_algo_pick(a, 6, t[i].out_bytes, t[i].inner_k);
+        snprintf(name, sizeof name, "matmul_algo_pick %s (picked #%d)", t[i].what, got);
+        kc_report(name, got == t[i].want ? 0.0 : 1.0, 0.0);
+    }
+    a[0].waves = 0.5f;
+    int got = matmul_algo_pick(a, 6, 4, 4096);
+    snprintf(name, sizeof name, "matmul_algo_pick the first under one wave: the first (picked #%d)", got);
+    kc_report(name, got == 0 ? 0.0 : 1.0, 0.0);
+    got = matmul_algo_pick(a, 1, 4, 4096);
+    snprintf(name, sizeof name, "matmul_algo_pick one candidate: it (picked #%d)", got);
+    kc_report(name, got == 0 ? 0.0 : 1.0, 0.0);
+}
+
+/* The survey of issue 23: every cuBLASLt heuristic candidate (up to 16) timed at the shapes that matter, the Qwen3-8B
+ * target forward (19218 tokens), the drafter step (8192 block rows, 3072 context rows; forward, backward dx bf16,
+ * backward dw fp32 +=) and cross_entropy's two chunk GEMMs (the logits: the fp32 forward; dh: a backward dx). Each
+ * candidate: its configuration, waves and time; each shape: the heuristic's first, the fastest, matmul_algo_pick's
+ * choice (DFLASH_GEMM_PICK) and the candidate without split-K with the most waves, with their TFLOP/s. */
+enum { SV_FWD, SV_FWD_F32, SV_DX, SV_DW };
+typedef struct {
+    const char *name;
+    int kind, m, n, k, extra; /* extra: the residual C (forward), accumulate (dx) */
+} sv_shape;
+
+void kc_time_matmul_survey(void)
+{
+    static const sv_shape shapes[] = {
+        {"target q|k|v", SV_FWD, 19218, 6144, 4096, 0},
+        {"target o_proj +C", SV_FWD, 19218, 4096, 4096, 1},
+        {"target gate|up", SV_FWD, 19218, 24576, 4096, 0},
+        {"target down +C", SV_FWD, 19218, 4096, 12288, 1},
+        {"drafter fc", SV_FWD, 3072, 4096, 20480, 0},
+        {"drafter q|k|v", SV_FWD, 8192, 6144, 4096, 0},
+        {"drafter k|v ctx", SV_FWD, 3072, 2048, 4096, 0},
+        {"drafter o +C", SV_FWD, 8192, 4096, 4096, 1},
+        {"drafter gate|up", SV_FWD, 8192, 24576, 4096, 0},
+        {"drafter down +C", SV_FWD, 8192, 4096, 12288, 1},
+        {"drafter down dx", SV_DX, 8192, 4096, 12288, 0},
+        {"drafter gate|up dx", SV_DX, 8192, 24576, 4096, 0},
+        {"drafter o dx", SV_DX, 8192, 4096, 4096, 0},
+        {"drafter q|k|v dx", SV_DX, 8192, 6144, 4096, 0},
+        {"drafter k|v ctx dx +=", SV_DX, 3072, 2048, 4096, 1},
+        {"drafter down dw", SV_DW, 8192, 4096, 12288, 0},
+        {"drafter gate|up dw", SV_DW, 8192, 24576, 4096, 0},
+        {"drafter o dw", SV_DW, 8192, 4096, 4096, 0},
+        {"drafter q|k|v dw", SV_DW, 8192, 6144, 4096, 0},
+        {"drafter k|v ctx dw", SV_DW, 3072, 2048, 4096, 0},
+        {"drafter fc dw", SV_DW, 3072, 4096, 20480, 0},
+        {"ce logits f32", SV_FWD_F32, 1024, 151936, 4096, 0},
+        {"ce dh (dx)", SV_DX, 1024, 151936, 4096, 0},
+    };
+    const int ns = (int)(sizeof shapes / sizeof shapes[0]), iters = 5;
+    /* buffers for the largest operand of each role: x (or dy), w, the output, the residual */
+    size_t nx = 0, nw = 0, ny = 0, nc = 0;
+    for (int i = 0; i < ns; i++) {
+        const sv_shape *s = &shapes[i];
+        size_t mk = (size_t)s->m * s->k, mn = (size_t)s->m * s->n, nk = (size_t)s->n * s->k;
+        size_t in = s->kind == SV_FWD || s->kind == SV_FWD_F32 ? mk : mn + (s->kind == SV_DW ? mk : 0);
+        size_t out = s->kind == SV_FWD ? mn : s->kind == SV_FWD_F32 ? 2 * mn : s->kind == SV_DX ? mk : 2 * nk;
+        if (in > nx) nx = in;
+        if (nk > nw) nw = nk;
+        if (out > ny) ny = out;
+        if (s->kind == SV_FWD && s->extra && mn > nc) nc = mn;
+    }
+    const size_t chunk = (size_t)1 << 22;
+    uint16_t *h = rnd_bf16(chunk, 1.0, NULL);
+    uint16_t *d_x = dev_upload(NULL, nx * 2), *d_w = dev_upload(NULL, nw * 2), *d_c = dev_upload(NULL, nc * 2);
+    uint16_t *d_y = dev_upload(NULL, ny * 2);
+    uint16_t *fill[2] = {d_x, d_c};
+    size_t nfill[2] = {nx, nc};
+    for (int b = 0; b < 2; b++)
+        for (size_t o = 0; o < nfill[b]; o += chunk)
+            CHECK_CUDA(cudaMemcpyAsync(fill[b] + o, h, (nfill[b] - o < chunk ? nfill[b] - o : chunk) * 2,
+                                       cudaMemcpyHostToDevice, stream));
+    for (size_t o = 0; o < nw; o += chunk)
+        CHECK_CUDA(cudaMemcpyAsync(d_w + o, h, (nw - o < chunk ? nw - o : chunk) * 2, cudaMemcpyHostToDevice, stream));
+    CHECK_CUDA(cudaMemsetAsync(d_y, 0, ny * 2, stream));
+    matmul_cuda *mm = matmul_cuda_create(0);
+    const char *rule = getenv("DFLASH_GEMM_PICK");
+    printf("matmul survey: up to 16 heuristic candidates per shape, %d timed calls each after a warm-up; the pick "
+           "rule: %s\n", iters, rule && *rule ? rule : "default");
+    /* the clocks up first: a second of the largest forward */
+    for (int i = 0; i < 150; i++)
+        matmul_forward_cuda(mm, d_y, 24576, NULL, 0, 0.0f, d_x, 4096, d_w, 19218, 24576, 4096, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    double sum[4] = {0, 0, 0, 0}; /* ms of the first, the fastest, the pick, the no-split-K most-waves */
+    char summary[32][200];
+    for (int i = 0; i < ns; i++) {
+        const sv_shape *s = &shapes[i];
+        matmul_algo al[16];
+        int na = 0, pick = 0;
+        matmul_cuda_survey(mm, al, 16, iters, &na, &pick);
+        switch (s->kind) {
+        case SV_FWD:
+            matmul_forward_cuda(mm, d_y, s->n, s->extra ? d_c : NULL, s->n, s->extra ? 1.0f : 0.0f, d_x, s->k, d_w,
+                                s->m, s->n, s->k, stream);
+            break;
+        case SV_FWD_F32:
+            matmul_forward_f32_cuda(mm, (float *)d_y, s->n, 0.0f, d_x, s->k, d_w, s->m, s->n, s->k, stream);
+            break;
+        case SV_DX:
+            matmul_backward_cuda(mm, d_y, s->k, s->extra, NULL, 0, d_x, s->n, NULL, 0, d_w, s->m, s->n, s->k, stream);
+            break;
+        default:
+            matmul_backward_cuda(mm, NULL, 0, 0, (float *)d_y, 1, d_x, s->n, d_x + (size_t)s->m * s->n, s->k, d_w,
+                                 s->m, s->n, s->k, stream);
+            break;
+        }
+        matmul_cuda_survey(mm, NULL, 0, 0, NULL, NULL);
+        const double flop = 2.0 * s->m * (double)s->n * s->k;
+        int fastest = 0, waves = -1;
+        for (int j = 0; j < na; j++) {
+            const matmul_algo *a = &al[j];
+            if (a->ms > 0 && (al[fastest].ms <= 0 || a->ms < al[fastest].ms)) fastest = j;
+            if (a->runnable && a->splitk <= 1 && (waves < 0 || a->waves > al[waves].waves)) waves = j;
+            printf("survey %-22s m %5d n %6d k %5d #%-2d algo %2d tile %3d stages %3d splitk %2d red %u cluster %2d "
+                   "swz %d cust %d ws %6.1f MB waves %6.2f: %7.3f ms %4.0f TFLOP/s\n", s->name, s->m, s->n, s->k, j,
+                   a->id, a->tile, a->stages, a->splitk, (unsigned)a->reduction, a->cluster, a->swizzle, a->custom,
+                   a->workspace / 1e6, a->waves, a->ms, a->ms > 0 ? flop / a->ms / 1e9 : 0.0);
+        }
+        if (waves < 0) waves = 0;
+        const int idx[4] = {0, fastest, pick, waves};
+        for (int q = 0; q < 4; q++) sum[q] += al[idx[q]].ms;
+#define TF(j) (al[j].ms > 0 ? flop / al[j].ms / 1e9 : 0.0)
+        snprintf(summary[i], sizeof summary[i],
+                 "%-22s first #%d %4.0f | fastest #%-2d %4.0f | pick #%-2d %4.0f | nosplit-waves #%-2d %4.0f TFLOP/s",
+                 s->name, 0, TF(0), fastest, TF(fastest), pick, TF(pick), waves, TF(waves));
+#undef TF
+    }
+    printf("matmul survey summary (TFLOP/s):\n");
+    for (int i = 0; i < ns; i++) printf("survey summary %s\n", summary[i]);
+    printf("survey summary total ms over the shapes: first %.2f, fastest %.2f, pick %.2f, nosplit-waves %.2f\n", sum[0],
+           sum[1], sum[2], sum[3]);
+    matmul_cuda_destroy(&mm);
+    CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_w)); CHECK_CUDA(cudaFree(d_c)); CHECK_CUDA(cudaFree(d_y));
+    free(h);
+}
 #endif
 
 const kc_op kc_matmul_forward = {"matmul_forward", "bf16", "m n k ldx ldy with_c", matmul_forward_cpu_check,
@@ -282,5 +445,6 @@ const kc_op kc_matmul_forward = {"matmul_forward", "bf16", "m n k ldx ldy with_c
 const kc_op kc_matmul_forward_k0 = {"matmul_forward_k0", "f32", "", matmul_k0_cpu_check, NULL};
 const kc_op kc_matmul_backward = {"matmul_backward", "bf16 (dw f32)", "m n k lddy ldx lddx acc_dx acc_dw",
                                   matmul_backward_cpu_check, KC_CUDA(matmul_backward_cuda_check)};
+const kc_op kc_matmul_pick = {"matmul_pick", "-", "", NULL, KC_CUDA(matmul_pick_cuda_check)};
 const kc_op kc_matmul_forward_f32 = {"matmul_forward_f32", "bf16->f32", "m n k accumulate", matmul_forward_f32_cpu_check,
                                      KC_CUDA(matmul_forward_f32_cuda_check)};
