@@ -52,8 +52,8 @@ typedef struct matmul_algo {
 } matmul_algo;
 /* The index of the candidate to run among a[0..n) (n >= 1, in the heuristic's order) for a GEMM whose output
  * elements are out_bytes wide and whose inner (reduction) dimension is inner_k, by the rule DFLASH_GEMM_PICK names
- * (read once): "first" the heuristic's first answer; unset or "default": the first, except where the output is heavy
- * for the inner dimension (out_bytes * 1024 >= inner_k) and the first fills the GPU: the candidate without split-K
+ * (read once): "first" the heuristic's first answer; unset or "default": the first, except where the output is fp32
+ * with inner_k <= 4096 and the first fills the GPU: the candidate without split-K
  * with the most waves (measured: matmul.cu). An unknown value exits naming it. */
 int matmul_algo_pick(const matmul_algo *a, int n, int out_bytes, int inner_k);
 /* Diagnostics (timing tests): with out != NULL, each GEMM the handle's next calls make is not run once through its

@@ -276,8 +276,8 @@ void kc_time_matmul_backward(void)
     free(h), free(r[0][0]), free(r[0][1]), free(r[1][0]), free(r[1][1]);
 }
 
-/* matmul_algo_pick on made-up heuristic answers (no device work): the first unless the output is heavy for the inner
- * dimension (out_bytes * 1024 >= inner_k) and the first fills the GPU; then the runnable candidate without split-K
+/* matmul_algo_pick on made-up heuristic answers (no device work): the first unless the output is fp32 with an inner
+ * dimension <= 4096 and the first fills the GPU; then the runnable candidate without split-K
  * with the most waves (the earliest on a tie). Unset DFLASH_GEMM_PICK only (the rule is read once a process). */
 static void matmul_pick_cuda_check(const kc_case *kc)
 {
@@ -295,7 +295,7 @@ static void matmul_pick_cuda_check(const kc_case *kc)
     for (int i = 0; i < 6; i++) a[i].waves = waves[i], a[i].splitk = splitk[i], a[i].runnable = runnable[i];
     struct { int out_bytes, inner_k, want; const char *what; } t[] = {
         {4, 4096, 4, "fp32 out, inner 4096: most waves, not split-K, runnable, the earliest of a tie"},
-        {2, 2048, 4, "bf16 out, inner 2048: most waves"},
+        {2, 2048, 0, "bf16 out, inner 2048: the first"},
         {2, 4096, 0, "bf16 out, inner 4096: the first"},
         {4, 8192, 0, "fp32 out, inner 8192: the first"},
     };
