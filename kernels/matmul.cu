@@ -50,43 +50,6 @@ struct matmul_cuda {
     int survey_max, survey_iters, *survey_n, *survey_pick;
 };
 
-// The pick rule (DFLASH_GEMM_PICK, read once a process): 0 the heuristic's first answer, 1 the default.
-static int matmul_pick_rule_read(void)
-{
-    const char *v = getenv("DFLASH_GEMM_PICK");
-    if (!v || !*v || !strcmp(v, "default")) return 1;
-    if (!strcmp(v, "first")) return 0;
-    fprintf(stderr, "DFLASH_GEMM_PICK=%s: unknown GEMM pick rule (default, first)\n", v);
-    exit(1);
-}
-
-static int matmul_pick_rule(void)
-{
-    static const int rule = matmul_pick_rule_read(); // thread-safe initialisation (C++11)
-    return rule;
-}
-
-// The default: the heuristic's first answer, except for a GEMM whose output is fp32 with an inner dimension of at
-// most 4096 (the output heavy for the work) and whose first answer fills the GPU (>= 1 wave): there the candidate
-// without split-K with the most waves (the first when none). Measured on the H200 (the matmul_survey timing, 8
-// candidates each, TFLOP/s first -> this rule's pick): cross_entropy's logits GEMM (fp32, m 1024, n 151936, k 4096)
-// 654 -> 787; the drafter's fc dw (fp32, inner 3072) 676 -> 747, k|v dw (fp32, inner 3072) 602 -> 661. bf16 outputs
-// keep the first: the one small one that gained (the drafter's k|v dx, inner 2048: 597 -> 658) was the only bf16
-// shape of inner <= 2048 measured (the qwen3_moe and hybrid-MoE shapes of hidden 2048 were not). Elsewhere "most
-// waves" loses where it matters: the target's gate|up (19218 x 24576 x 4096) 821 -> 671, o_proj 633 -> 580, the
-// drafter's gate|up dx 801 -> 656, and over the target step and the drafter step's GEMMs (weighted by calls) it took
-// 504 ms against the first's 460 (the fastest candidate of each shape: 445).
-extern "C" int matmul_algo_pick(const matmul_algo *a, int n, int out_bytes, int inner_k)
-{
-    int best = 0;
-    if (matmul_pick_rule() == 0 || n < 1 || out_bytes < 4 || inner_k > 4096 || a[0].waves < 1.0f) return best;
-    float most = -1.0f;
-    for (int i = 0; i < n; i++) {
-        if (!a[i].runnable || a[i].splitk > 1) continue;
-        if (a[i].waves > most) most = a[i].waves, best = i;
-    }
-    return best;
-}
 
 static void matmul_algo_describe(const cublasLtMatmulHeuristicResult_t *r, matmul_algo *o)
 {

@@ -54,7 +54,7 @@ typedef struct matmul_algo {
  * elements are out_bytes wide and whose inner (reduction) dimension is inner_k, by the rule DFLASH_GEMM_PICK names
  * (read once): "first" the heuristic's first answer; unset or "default": the first, except where the output is fp32
  * with inner_k <= 4096 and the first fills the GPU: the candidate without split-K
- * with the most waves (measured: matmul.cu). An unknown value exits naming it. */
+ * with the most waves (measured: matmul.c). An unknown value exits naming it. */
 int matmul_algo_pick(const matmul_algo *a, int n, int out_bytes, int inner_k);
 /* Diagnostics (timing tests): with out != NULL, each GEMM the handle's next calls make is not run once through its
  * cached algorithm but with each of up to max_out (<= 16) of cuBLASLt's heuristic candidates for it (the same

@@ -276,43 +276,6 @@ void kc_time_matmul_backward(void)
     free(h), free(r[0][0]), free(r[0][1]), free(r[1][0]), free(r[1][1]);
 }
 
-/* matmul_algo_pick on made-up heuristic answers (no device work): the first unless the output is fp32 with an inner
- * dimension <= 4096 and the first fills the GPU; then the runnable candidate without split-K
- * with the most waves (the earliest on a tie). Unset DFLASH_GEMM_PICK only (the rule is read once a process). */
-static void matmul_pick_cuda_check(const kc_case *kc)
-{
-    (void)kc;
-    const char *env = getenv("DFLASH_GEMM_PICK");
-    if (env && *env && strcmp(env, "default")) {
-        kc_skip("DFLASH_GEMM_PICK is set: the default rule is not the one in force");
-        return;
-    }
-    /* waves, split-K, runnable */
-    static const float waves[6] = {28.8f, 36.0f, 70.0f, 80.0f, 64.0f, 64.0f};
-    static const int splitk[6] = {1, 1, 4, 1, 1, 1}, runnable[6] = {1, 1, 1, 0, 1, 1};
-    matmul_algo a[6];
-    memset(a, 0, sizeof a);
-    for (int i = 0; i < 6; i++) a[i].waves = waves[i], a[i].splitk = splitk[i], a[i].runnable = runnable[i];
-    struct { int out_bytes, inner_k, want; const char *what; } t[] = {
-        {4, 4096, 4, "fp32 out, inner 4096: most waves, not split-K, runnable, the earliest of a tie"},
-        {2, 2048, 0, "bf16 out, inner 2048: the first"},
-        {2, 4096, 0, "bf16 out, inner 4096: the first"},
-        {4, 8192, 0, "fp32 out, inner 8192: the first"},
-    };
-    char name[200];
-    for (int i = 0; i < 4; i++) {
-        int got = matmul_algo_pick(a, 6, t[i].out_bytes, t[i].inner_k);
-        snprintf(name, sizeof name, "matmul_algo_pick %s (picked #%d)", t[i].what, got);
-        kc_report(name, got == t[i].want ? 0.0 : 1.0, 0.0);
-    }
-    a[0].waves = 0.5f;
-    int got = matmul_algo_pick(a, 6, 4, 4096);
-    snprintf(name, sizeof name, "matmul_algo_pick the first under one wave: the first (picked #%d)", got);
-    kc_report(name, got == 0 ? 0.0 : 1.0, 0.0);
-    got = matmul_algo_pick(a, 1, 4, 4096);
-    snprintf(name, sizeof name, "matmul_algo_pick one candidate: it (picked #%d)", got);
-    kc_report(name, got == 0 ? 0.0 : 1.0, 0.0);
-}
 
 /* The survey of issue 23: every cuBLASLt heuristic candidate (up to 16) timed at the shapes that matter, the Qwen3-8B
  * target forward (19218 tokens), the drafter step (8192 block rows, 3072 context rows; forward, backward dx bf16,
@@ -440,11 +403,39 @@ void kc_time_matmul_survey(void)
 }
 #endif
 
+/* matmul_algo_pick on made-up heuristic answers (a host rule, no device work): the first unless the output is fp32
+ * with an inner dimension <= 4096 and the first fills the GPU; then the runnable candidate without split-K with the
+ * most waves (the earliest on a tie). With DFLASH_GEMM_PICK=first (the rule is read once a process): always the first. */
+static void matmul_pick_check(const kc_case *kc)
+{
+    (void)kc;
+    const char *env = getenv("DFLASH_GEMM_PICK");
+    const int first_only = env && !strcmp(env, "first");
+    /* waves, split-K, runnable */
+    static const float waves[6] = {28.8f, 36.0f, 70.0f, 80.0f, 64.0f, 64.0f};
+    static const int splitk[6] = {1, 1, 4, 1, 1, 1}, runnable[6] = {1, 1, 1, 0, 1, 1};
+    matmul_algo a[6];
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < 6; i++) a[i].waves = waves[i], a[i].splitk = splitk[i], a[i].runnable = runnable[i];
+    struct { int out_bytes, inner_k, want; } t[] = {
+        {4, 4096, 4}, /* fp32 out, inner 4096: most waves, not split-K, runnable, the earliest of a tie */
+        {4, 3072, 4}, /* fp32 out, inner 3072: the same */
+        {2, 2048, 0}, /* bf16 out, inner 2048: the first */
+        {2, 4096, 0}, /* bf16 out, inner 4096: the first */
+        {4, 8192, 0}, /* fp32 out, inner 8192: the first */
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        EXPECT(matmul_algo_pick(a, 6, t[i].out_bytes, t[i].inner_k) == (first_only ? 0 : t[i].want));
+    EXPECT(matmul_algo_pick(a, 1, 4, 4096) == 0); /* one candidate: it */
+    a[0].waves = 0.5f;
+    EXPECT(matmul_algo_pick(a, 6, 4, 4096) == 0); /* the first under one wave: the first */
+}
+
 const kc_op kc_matmul_forward = {"matmul_forward", "bf16", "m n k ldx ldy with_c", matmul_forward_cpu_check,
                                  KC_CUDA(matmul_forward_cuda_check)};
 const kc_op kc_matmul_forward_k0 = {"matmul_forward_k0", "f32", "", matmul_k0_cpu_check, NULL};
 const kc_op kc_matmul_backward = {"matmul_backward", "bf16 (dw f32)", "m n k lddy ldx lddx acc_dx acc_dw",
                                   matmul_backward_cpu_check, KC_CUDA(matmul_backward_cuda_check)};
-const kc_op kc_matmul_pick = {"matmul_pick", "-", "", NULL, KC_CUDA(matmul_pick_cuda_check)};
+const kc_op kc_matmul_pick = {"matmul_pick", "-", "", matmul_pick_check, NULL}; /* a host rule: no device work */
 const kc_op kc_matmul_forward_f32 = {"matmul_forward_f32", "bf16->f32", "m n k accumulate", matmul_forward_f32_cpu_check,
                                      KC_CUDA(matmul_forward_f32_cuda_check)};
