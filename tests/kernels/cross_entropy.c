@@ -182,6 +182,39 @@ static void gpu_out_free(gpu_out *o)
 }
 
 /* One call; dh poisoned (0xffff, NaN) beforehand except where want_dh is 0. */
+/* The arguments of the timed calls (the context, dh and the row list vary from one timing to the next). */
+typedef struct ce_args {
+    int n, ldh, lddh, nrows;
+    float scale;
+    const uint16_t *h, *lm;
+    const int32_t *lab;
+    const float *w;
+    float *ce;
+    int32_t *am;
+    double *sum;
+} ce_args;
+
+/* The mean time of iters calls of cross_entropy_cuda after warm untimed ones, in ms. */
+static float ce_time_ms(cross_entropy_cuda_ctx *cx, const ce_args *a, uint16_t *dh, const int32_t *rows, int warm,
+                        int iters)
+{
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    for (int it = 0; it < warm + iters; it++) {
+        if (it == warm) CHECK_CUDA(cudaEventRecord(e0, stream));
+        cross_entropy_cuda(cx, a->ce, a->am, a->sum, dh, a->lddh, a->h, a->ldh, a->lm, a->lab, a->w, a->scale, a->n,
+                           rows, a->nrows, stream);
+    }
+    CHECK_CUDA(cudaEventRecord(e1, stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    return ms / iters;
+}
+
 static void gpu_run(gpu_out *o, cross_entropy_cuda_ctx *ctx, int n, int H, int ldh, int lddh, const uint16_t *d_h,
                     const uint16_t *d_lm, const int32_t *d_lab, const float *d_w, float scale, float *d_ce,
                     int32_t *d_am, double *d_sum, uint16_t *d_dh, int want_dh, const int32_t *d_rows, int nrows)
@@ -359,21 +392,12 @@ static void cross_entropy_cuda_check(const kc_case *c)
     report(shape, what, e, 0x1p-7 * mx);
 
     if (timed) {
-        cudaEvent_t e0, e1;
-        CHECK_CUDA(cudaEventCreate(&e0));
-        CHECK_CUDA(cudaEventCreate(&e1));
         const int iters = 5;
+        const ce_args ca = {.n = n, .ldh = ldh, .lddh = lddh, .nrows = nrows, .scale = scale, .h = d_h, .lm = d_lm,
+                            .lab = d_lab, .w = d_w, .ce = d_ce, .am = d_am, .sum = d_sum};
         for (int pass = 0; pass < 2; pass++) {
             int bwd = pass == 0;
-            CHECK_CUDA(cudaEventRecord(e0, stream));
-            for (int it = 0; it < iters; it++)
-                cross_entropy_cuda(ctx, d_ce, d_am, d_sum, bwd ? d_dh : NULL, lddh, d_h, ldh, d_lm, d_lab, d_w,
-                                   scale, n, d_rows, nrows, stream);
-            CHECK_CUDA(cudaEventRecord(e1, stream));
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            float ms = 0;
-            CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-            ms /= iters;
+            const float ms = ce_time_ms(ctx, &ca, bwd ? d_dh : NULL, d_rows, 0, iters);
             double flop = (bwd ? 4.0 : 2.0) * n * (double)V * H, done = flop * (listed ? nrows : n) / n;
             printf("%s time %s: %.2f ms, %.0f TFLOP/s over all %d rows (%d GEMMs, %.3g FLOP), %.0f TFLOP/s over the "
                    "%d computed, against 790\n", shape, bwd ? "forward+backward" : "forward only", ms,
@@ -382,18 +406,7 @@ static void cross_entropy_cuda_check(const kc_case *c)
         /* the same at overlap levels 0 and 1, and without the row list */
         for (int pass = 0; pass < 3; pass++) {
             cross_entropy_cuda_set_overlap(ctx, pass == 2 ? 2 : pass);
-            const int32_t *lr = pass == 2 ? NULL : d_rows;
-            cross_entropy_cuda(ctx, d_ce, d_am, d_sum, d_dh, lddh, d_h, ldh, d_lm, d_lab, d_w, scale, n, lr, nrows,
-                               stream);
-            CHECK_CUDA(cudaEventRecord(e0, stream));
-            for (int it = 0; it < iters; it++)
-                cross_entropy_cuda(ctx, d_ce, d_am, d_sum, d_dh, lddh, d_h, ldh, d_lm, d_lab, d_w, scale, n, lr,
-                                   nrows, stream);
-            CHECK_CUDA(cudaEventRecord(e1, stream));
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            float ms = 0;
-            CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-            ms /= iters;
+            const float ms = ce_time_ms(ctx, &ca, d_dh, pass == 2 ? NULL : d_rows, 1, iters);
             printf("%s time forward+backward %s: %.2f ms, %.0f TFLOP/s over all %d rows\n", shape,
                    pass == 2 ? "of every row (no list), overlap 2" : pass ? "overlap 1 (row kernels only)"
                                                                      : "overlap 0 (one stream)", ms,
@@ -404,23 +417,13 @@ static void cross_entropy_cuda_check(const kc_case *c)
         const int chunks[] = {512, 2048, 4096};
         for (int ci = 0; ci < 3; ci++) {
             cross_entropy_cuda_ctx *cx = cross_entropy_cuda_create(n, H, V, chunks[ci]);
-            cross_entropy_cuda(cx, d_ce, d_am, d_sum, d_dh, lddh, d_h, ldh, d_lm, d_lab, d_w, scale, n, d_rows, nrows,
-                               stream);
-            CHECK_CUDA(cudaEventRecord(e0, stream));
-            for (int it = 0; it < iters; it++)
-                cross_entropy_cuda(cx, d_ce, d_am, d_sum, d_dh, lddh, d_h, ldh, d_lm, d_lab, d_w, scale, n, d_rows,
-                                   nrows, stream);
-            CHECK_CUDA(cudaEventRecord(e1, stream));
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            float ms = 0;
-            CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-            ms /= iters;
+            const float ms = ce_time_ms(cx, &ca, d_dh, d_rows, 1, iters);
             printf("%s time forward+backward at chunk %d (workspace %.0f MB): %.2f ms, %.0f TFLOP/s\n", shape,
                    chunks[ci], cross_entropy_cuda_workspace_bytes(cx) / 1e6, ms,
                    4.0 * n * (double)V * H / (ms * 1e-3) / 1e12);
             cross_entropy_cuda_destroy(&cx);
         }
-        /* cuBLASLt's heuristic alternatives for the two chunk GEMMs (the first is the one used) */
+        /* cuBLASLt's heuristic alternatives for the two chunk GEMMs (the one matmul_algo_pick runs marked) */
         for (int k = 0; k < 3; k++) { /* logits at a full and a half chunk, dh at a full one */
             const int which = k == 2, m = k == 1 ? 512 : 1024;
             cross_entropy_algo al[8];
@@ -437,6 +440,9 @@ static void cross_entropy_cuda_check(const kc_case *c)
         const int m = 1024;
         uint16_t *d_y = dev_alloc((size_t)m * V * 2);
         matmul_forward_cuda(mm, d_y, V, NULL, 0, 0.0f, d_h, ldh, d_lm, m, V, H, stream);
+        cudaEvent_t e0, e1;
+        CHECK_CUDA(cudaEventCreate(&e0));
+        CHECK_CUDA(cudaEventCreate(&e1));
         CHECK_CUDA(cudaEventRecord(e0, stream));
         for (int it = 0; it < iters; it++) matmul_forward_cuda(mm, d_y, V, NULL, 0, 0.0f, d_h, ldh, d_lm, m, V, H, stream);
         CHECK_CUDA(cudaEventRecord(e1, stream));
