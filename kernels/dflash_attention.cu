@@ -289,14 +289,10 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
 
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        if (it + 1 < nt) {
+        cp_async_stage_next(it + 1 < nt, [&] {
             load_kv_tile<HD, kFwdKeys>(sk + (stage ^ 1) * kTile, sv + (stage ^ 1) * kTile, a,
                                        ktile(rows, it + 1, nct, kFwdKeys), kh);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         __syncthreads();
         const KTile kt = ktile(rows, it, nct, kFwdKeys);
         const int4 w = rows.warp[kt.src][warp];
@@ -479,14 +475,10 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
 
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        if (it + 1 < nt) {
+        cp_async_stage_next(it + 1 < nt, [&] {
             load_kv_tile<HD, kDqKeys>(sk + (stage ^ 1) * kTile, sv + (stage ^ 1) * kTile, a,
                                       ktile(rows, it + 1, nct, kDqKeys), kh);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         __syncthreads();
         const KTile kt = ktile(rows, it, nct, kDqKeys);
         const int4 w = rows.warp[kt.src][warp];
@@ -665,15 +657,11 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
         cp_async_commit();
         for (int it = 0; it < items; it++) {
             const int stage = it & 1;
-            if (it + 1 < items) {
+            cp_async_stage_next(it + 1 < items, [&] {
                 const int n = it + 1, ns = stage ^ 1;
                 load_item<HD>(sq + ns * kQT, sdo + ns * kQT, slse + ns * kItemRows, sd + ns * kItemRows, a,
                               s_list[n / nchunk], n % nchunk, kh);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
+            });
             __syncthreads();
             int lo, hi;
             const int jb = s_list[it / nchunk], chunk = it % nchunk;
@@ -984,15 +972,11 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
             const int stage = it & 1;
             const bool wrap = chunk + 1 == nchunk;
             const int nli = wrap ? li + 1 : li, nch = wrap ? 0 : chunk + 1; // step it + 1's
-            if (it + 1 < items) {
+            cp_async_stage_next(it + 1 < items, [&] {
                 const int ns = stage ^ 1;
                 sw_load_item<HD, nw * 32>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
                                           sd + ns * kWgItem, a, s_list[nli], nch, kh);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
+            });
             fence_proxy_async(); // this thread's copies, visible to the wgmma (async proxy) after the barrier
             __syncthreads();
             int lo, hi;
@@ -1204,14 +1188,10 @@ template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_k
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        if (it + 1 < nt) {
+        cp_async_stage_next(it + 1 < nt, [&] {
             sw_load_kv<HD, kFwdWgs * 128>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
                            ktile(rows, it + 1, nct, kWgKT), kh);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         fence_proxy_async();
         __syncthreads();
         const KTile kt = ktile(rows, it, nct, kWgKT);
@@ -1334,14 +1314,10 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
     for (int i = 0; i < HD / 2; i++) dq[i] = 0.0f;
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        if (it + 1 < nt) {
+        cp_async_stage_next(it + 1 < nt, [&] {
             sw_load_kv<HD, kBwdWgs * 128>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
                            ktile(rows, it + 1, nct, kWgKT), kh);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         fence_proxy_async();
         __syncthreads();
         const KTile kt = ktile(rows, it, nct, kWgKT);

@@ -24,6 +24,18 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// One step of a two-stage cp.async ring: with a next stage (more), issue its copies (load()), commit them and wait for
+// all groups but that one (this stage's copies have landed); at the last stage, wait for every group.
+template <class Load> __device__ __forceinline__ void cp_async_stage_next(bool more, Load &&load)
+{
+    if (more) {
+        load();
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
 
 // four 8x8 b16 matrices from shared memory (optionally transposed)
 __device__ __forceinline__ void ldmatrix_x4(uint32_t *r, const void *p)
