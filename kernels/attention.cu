@@ -121,14 +121,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
     for (int j = jb; j < nkb; j++) {
         const int stage = (j - jb) & 1;
-        if (j + 1 < nkb) {
+        cp_async_stage_next(j + 1 < nkb, [&] {
             load_tile<HD, kBlockN>(sk + (stage ^ 1) * kTile, kbase, ldk, (j + 1) * kBlockN, len);
             load_tile<HD, kBlockN>(sv + (stage ^ 1) * kTile, vbase, ldv, (j + 1) * kBlockN, len);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         __syncthreads();
         const __nv_bfloat16 *tk = sk + stage * kTile, *tv = sv + stage * kTile;
         const int k0 = j * kBlockN;
