@@ -177,26 +177,32 @@ static int parse_rope(hf_config *cfg, const json_t *root, const char *file, cons
 /* layer_types of "sliding_attention" / "full_attention", one per layer, into cfg->layer_sliding (the drafter's and
  * gpt_oss's; the hybrid family's linear/full kinds are parse_layer_types'). *given: whether the field is there (absent:
  * layer_sliding untouched, for the caller's default). Errors name the entry. */
+/* The field layer_types (under prefix tp) of one string per layer, "full_attention" (0) or `other` (1), into
+ * flag[0..num_layers); the errors name the field and the entry. */
+static int get_layer_types(const json_t *lt, const char *file, const char *tp, int num_layers, const char *other,
+                           unsigned char *flag, errbuf *err)
+{
+    if (!json_is_array(lt)) return wrong_type(file, tp, "layer_types", "array", lt, err);
+    if (json_array_size(lt) != (size_t)num_layers)
+        return errbuf_set(err, EINVAL, "%s: field %slayer_types: %zu entries, num_hidden_layers is %d", file, tp,
+                          json_array_size(lt), num_layers);
+    for (int i = 0; i < num_layers; i++) {
+        const json_t *v = json_array_get(lt, (size_t)i);
+        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+        if (s && !strcmp(s, other)) flag[i] = 1;
+        else if (s && !strcmp(s, "full_attention")) flag[i] = 0;
+        else
+            return errbuf_set(err, EINVAL, "%s: field %slayer_types[%d]: expected \"full_attention\" or \"%s\", got "
+                              "%s%s%s", file, tp, i, other, s ? "\"" : "", s ? s : json_type_name(v), s ? "\"" : "");
+    }
+    return 0;
+}
+
 static int get_sliding_layer_types(hf_config *cfg, const json_t *obj, const char *file, int *given, errbuf *err)
 {
     const json_t *lt = field_get(obj, "layer_types");
     *given = lt != NULL;
-    if (!lt) return 0;
-    if (!json_is_array(lt)) return wrong_type(file, "", "layer_types", "array", lt, err);
-    if (json_array_size(lt) != (size_t)cfg->num_layers)
-        return errbuf_set(err, EINVAL, "%s: field layer_types: %zu entries, num_hidden_layers is %d", file,
-                          json_array_size(lt), cfg->num_layers);
-    for (int i = 0; i < cfg->num_layers; i++) {
-        const json_t *v = json_array_get(lt, (size_t)i);
-        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-        if (s && !strcmp(s, "sliding_attention")) cfg->layer_sliding[i] = 1;
-        else if (s && !strcmp(s, "full_attention")) cfg->layer_sliding[i] = 0;
-        else
-            return errbuf_set(err, EINVAL, "%s: field layer_types[%d]: expected \"full_attention\" or "
-                              "\"sliding_attention\", got %s%s%s", file, i, s ? "\"" : "", s ? s : json_type_name(v),
-                              s ? "\"" : "");
-    }
-    return 0;
+    return lt ? get_layer_types(lt, file, "", cfg->num_layers, "sliding_attention", cfg->layer_sliding, err) : 0;
 }
 
 /* The drafter's sliding-window layers (hf_config.h: layer_sliding, sliding_window). */
@@ -295,21 +301,7 @@ static int parse_layer_types(hf_config *cfg, const json_t *tc, const char *file,
         for (int i = 0; i < cfg->num_layers; i++) cfg->layer_linear[i] = (i + 1) % interval != 0;
         return 0;
     }
-    if (!json_is_array(lt)) return wrong_type(file, tp, "layer_types", "array", lt, err);
-    if (json_array_size(lt) != (size_t)cfg->num_layers)
-        return errbuf_set(err, EINVAL, "%s: field %slayer_types: %zu entries, num_hidden_layers is %d", file, tp,
-                          json_array_size(lt), cfg->num_layers);
-    for (int i = 0; i < cfg->num_layers; i++) {
-        const json_t *v = json_array_get(lt, (size_t)i);
-        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-        if (s && !strcmp(s, "linear_attention")) cfg->layer_linear[i] = 1;
-        else if (s && !strcmp(s, "full_attention")) cfg->layer_linear[i] = 0;
-        else
-            return errbuf_set(err, EINVAL, "%s: field %slayer_types[%d]: expected \"linear_attention\" or "
-                              "\"full_attention\", got %s%s%s", file, tp, i, s ? "\"" : "",
-                              s ? s : json_type_name(v), s ? "\"" : "");
-    }
-    return 0;
+    return get_layer_types(lt, file, tp, cfg->num_layers, "linear_attention", cfg->layer_linear, err);
 }
 
 /* Which layers use the sparse MoE block: every layer for qwen3_5_moe; qwen3_next and qwen3_moe (as their
