@@ -22,6 +22,7 @@
 
 #include "attention.h"
 #include "cuda_check.h"
+#include "env_switch.h"
 #include "mma_sm80.cuh"
 
 namespace {
@@ -355,11 +356,7 @@ void launch_flash(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint
 static bool mma_sync_forced(void)
 {
     static int forced = -1;
-    if (forced < 0) {
-        const char *e = getenv("DFLASH_ATTENTION");
-        forced = e && !strcmp(e, "mma_sync");
-    }
-    return forced;
+    return env_switch(&forced, "DFLASH_ATTENTION", "mma_sync");
 }
 
 extern "C" int attention_wgmma_chosen(int hd) { return !mma_sync_forced() && attention_wgmma_supported(hd); }

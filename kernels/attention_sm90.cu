@@ -32,6 +32,7 @@
 
 #include "attention.h"
 #include "cuda_check.h"
+#include "env_switch.h"
 #include "mma_sm80.cuh"
 #include "wgmma_sm90.cuh"
 
@@ -584,18 +585,11 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         attr_set = true;
     }
     // DFLASH_ATTENTION_PINGPONG=0: the consumers issue their wgmmas without taking turns (measured against)
-    static int pingpong = -1;
-    if (pingpong < 0) {
-        const char *e = getenv("DFLASH_ATTENTION_PINGPONG");
-        pingpong = !(e && !strcmp(e, "0"));
-    }
+    static int no_pingpong = -1;
+    const int pingpong = !env_switch(&no_pingpong, "DFLASH_ATTENTION_PINGPONG", "0");
     // DFLASH_ATTENTION_PAIRS=0: no paired items (next_item; measured against)
-    static int pair_env = -1;
-    if (pair_env < 0) {
-        const char *e = getenv("DFLASH_ATTENTION_PAIRS");
-        pair_env = !(e && !strcmp(e, "0"));
-    }
-    const int pairs = pair_env && (nh / nkv) % 2 == 0;
+    static int no_pairs = -1;
+    const int pairs = !env_switch(&no_pairs, "DFLASH_ATTENTION_PAIRS", "0") && (nh / nkv) % 2 == 0;
     // the maps' row count: an upper bound of the packed rows (the kernel reads by TMA only tiles inside a sequence);
     // Q in 64-row boxes, one for each consumer's half of an item (two heads' in a paired one)
     CUtensorMap tm_q, tm_k, tm_v;

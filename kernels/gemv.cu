@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "env_switch.h"
 #include "gemv.h"
 #include "mma_sm80.cuh"
 #include "pdl.cuh"
@@ -250,11 +251,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 bool fma_old()
 {
     static int old = -1;
-    if (old < 0) {
-        const char *e = getenv("DFLASH_GEMV_SPLIT");
-        old = e && !strcmp(e, "1");
-    }
-    return old != 0;
+    return env_switch(&old, "DFLASH_GEMV_SPLIT", "1");
 }
 
 // The k split of a call: the power of two up to kWarps (and at most k's rounds) that minimises the waves of CTAs

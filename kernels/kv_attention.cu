@@ -24,6 +24,7 @@
 
 #include "kv_attention.h"
 #include "cuda_check.h"
+#include "env_switch.h"
 #include "mma_sm80.cuh"
 #include "pdl.cuh"
 
@@ -360,11 +361,7 @@ __global__ void combine_kernel(__nv_bfloat16 *out, int ldo, const float *ws_acc,
 bool kv_old()
 {
     static int old = -1;
-    if (old < 0) {
-        const char *e = getenv("DFLASH_KV_OLD");
-        old = e && !strcmp(e, "1");
-    }
-    return old != 0;
+    return env_switch(&old, "DFLASH_KV_OLD", "1");
 }
 
 } // namespace

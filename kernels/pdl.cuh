@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "env_switch.h"
 
 namespace pdl {
 
@@ -28,11 +29,7 @@ __device__ __forceinline__ void wait() { asm volatile("griddepcontrol.wait;\n" :
 inline bool enabled()
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DFLASH_PDL");
-        on = e && !strcmp(e, "1");
-    }
-    return on != 0;
+    return env_switch(&on, "DFLASH_PDL", "1") != 0;
 }
 
 template <typename... Args, typename... Act>
