@@ -99,10 +99,14 @@ void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c,
         matmul_forward_cuda(m->mm, y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);
 }
 
+/* The rule for the GEMVs with the norm (and SwiGLU) folded in: the few rows of a decoding step that the CUDA-core
+ * GEMV takes (target_cuda_set_gemv_rows, GEMV_FMA_AUTO_M); the kernel's own _takes says whether the operands suit. */
+static int tc_gemv_folds(const target_cuda *m, int T) { return T <= m->gemv_rows && T <= GEMV_FMA_AUTO_M; }
+
 void target_cuda_norm_linear(target_cuda *m, uint16_t *y, int ldy, uint16_t *u, const uint16_t *x, int ldx,
                              const uint16_t *norm_w, float eps, const uint16_t *w, int T, int n, int k)
 {
-    if (T <= m->gemv_rows && T <= GEMV_FMA_AUTO_M && gemv_rmsnorm_cuda_takes(x, ldx, norm_w, w, T, n, k)) {
+    if (tc_gemv_folds(m, T) && gemv_rmsnorm_cuda_takes(x, ldx, norm_w, w, T, n, k)) {
         gemv_rmsnorm_forward_cuda(y, ldy, NULL, 0, 0.0f, x, ldx, norm_w, eps, w, T, n, k, m->stream);
     } else {
         rmsnorm_forward_cuda(u, k, x, ldx, norm_w, T, k, eps, m->stream);
@@ -115,8 +119,7 @@ void target_cuda_norm_linear_swiglu(target_cuda *m, uint16_t *act, int ldact, ui
                                     const uint16_t *x, int ldx, const uint16_t *norm_w, float eps, const uint16_t *w_gu,
                                     int T, int I, int k)
 {
-    if (T <= m->gemv_rows && T <= GEMV_FMA_AUTO_M && gemv_rmsnorm_swiglu_cuda_takes(x, ldx, norm_w, w_gu, T, I, k,
-                                                                                     ldact)) {
+    if (tc_gemv_folds(m, T) && gemv_rmsnorm_swiglu_cuda_takes(x, ldx, norm_w, w_gu, T, I, k, ldact)) {
         gemv_rmsnorm_swiglu_forward_cuda(act, ldact, x, ldx, norm_w, eps, w_gu, T, I, k, m->stream);
         target_cuda_mark(m, TARGET_CUDA_MATMUL);
         return;
