@@ -35,7 +35,8 @@ typedef struct drafter_train_config {
 typedef struct drafter_backend drafter_backend;
 
 typedef struct drafter_backend_ops {
-    /* grads += ∂(Σ w·CE)/∂weights over the batch; the batch's metrics into *mt (zeroed first). */
+    /* grads = ∂(Σ w·CE)/∂weights over the batch, every element written (what grads held before is never read: the
+     * caller need not zero it); the batch's metrics into *mt (zeroed first). */
     int (*forward_backward)(drafter_backend *b, const void *weights, float *grads, const drafter_batch *batch,
                             drafter_metrics *mt, errbuf *err);
     void (*destroy)(drafter_backend *b);

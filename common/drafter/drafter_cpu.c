@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "drafter.h"
 #include "target_model.h"
@@ -28,6 +29,8 @@ static int cpu_forward_backward(drafter_backend *b, const void *weights, float *
     drafter_blocks_build(&blk, bt->input_ids, bt->cu_seqlens, bt->loss_mask, anchors, anchor_seq, n,
                          d->cfg.block_size, d->cfg.mask_token_id, d->tc.gamma);
     *mt = (drafter_metrics){0};
+    /* the model adds into its gradients; the ops' contract overwrites them */
+    memset(grads, 0, sizeof(float) * drafter_numel(d->view));
     drafter_model_bind(d->view, weights, grads);
     drafter_forward_backward(d->view, &d->fz, (const float *)bt->aux, bt->ntok, bt->positions, &blk, 1, 1.0f, mt, NULL);
     if (d->fault_nan_batch == bt->id) mt->loss_sum = NAN; /* fault injection (tests of the NaN guard) */

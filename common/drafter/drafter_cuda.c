@@ -7,8 +7,10 @@
  *   values stay for the backward); attention reads vb and vc straight from the raw outputs; x_mid = x_in + attn·Woᵀ
  *   (the residual add is the GEMM's epilogue, beta = 1); y = post_norm(x_mid); gu = y · [Wgate;Wup]ᵀ;
  *   act = swiglu(gu); x_out = x_mid + act·Wdownᵀ. Every layer's activations are kept for the backward.
- * Backward in reverse; the weight gradients are GEMMs that add into the reducer's fp32 buffer (beta = 1) in a fixed
- * order, the norm-weight gradients go through per-chunk partials summed in a fixed order: deterministic.
+ * Backward in reverse; the weight gradients are GEMMs into the reducer's fp32 buffer in a fixed order, each matrix's
+ * first with beta = 0 (it overwrites: the ops' contract writes every element, so nobody zeroes 4 GB a step) and
+ * [Wk;Wv]'s second, the context's, with beta = 1; the norm-weight gradients (zeroed first: a few KB) go through
+ * per-chunk partials summed in a fixed order: deterministic.
  * dF (context) is accumulated over the layers in bf16 through the GEMM epilogue. */
 #include "drafter_cuda.h"
 
@@ -503,7 +505,8 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
     CHECK_CUDA(cudaMemcpyAsync(d->d_batch, hs, 4 * o, cudaMemcpyHostToDevice, st));
     CHECK_CUDA(cudaEventRecord(d->staged, st));
     d->pending_device = N > 0;
-    if (N == 0) { /* nothing to train: no gradient, no device metrics */
+    if (N == 0) { /* nothing to train: zero gradients, no device metrics */
+        CHECK_CUDA(cudaMemsetAsync(g, 0, d->L.numel * sizeof(float), st));
         CHECK_CUDA(cudaEventRecord(d->met_ready, st));
         return 0;
     }
@@ -525,6 +528,10 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
     CHECK_CUDA(cudaEventRecord(d->met_ready, st));
 
     /* ---- backward ---- */
+    /* the norm weights' gradients add up partials (and [Wk;Wv]'s context GEMM adds to the block one's): the vectors
+     * start at zero, every matrix's first GEMM overwrites */
+    for (int i = 0; i < d->L.nparams; i++)
+        if (P[i].ndim == 1) CHECK_CUDA(cudaMemsetAsync(g + P[i].offset, 0, P[i].numel * sizeof(float), st));
     rmsnorm_backward_cuda(d->dres, H, 0, g + P[DRAFTER_PARAM_NORM].offset, d->dh, H, d->x_final, H, w_fn, NB, H, eps,
                           d->norm_ws, st);
     dc_mark(d, DRAFTER_CUDA_OTHER);
@@ -534,17 +541,17 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
 #define G(j) (g + p[j].offset)
         dc_acts *a = &d->acts[l];
         /* MLP: x_out = x_mid + act · W_downᵀ */
-        matmul_backward_cuda(mm, d->dact, I, 0, G(LP_DOWN), 1, d->dres, H, a->act, I, W(LP_DOWN), NB, H, I, st);
+        matmul_backward_cuda(mm, d->dact, I, 0, G(LP_DOWN), 0, d->dres, H, a->act, I, W(LP_DOWN), NB, H, I, st);
         dc_mark(d, DRAFTER_CUDA_GEMM);
         swiglu_backward_cuda(a->gu, 2 * I, d->dact, I, a->gu, 2 * I, NB, I, st);
         dc_mark(d, DRAFTER_CUDA_OTHER);
-        matmul_backward_cuda(mm, d->dy, H, 0, G(LP_GATE), 1, a->gu, 2 * I, a->y, H, W(LP_GATE), NB, 2 * I, H, st);
+        matmul_backward_cuda(mm, d->dy, H, 0, G(LP_GATE), 0, a->gu, 2 * I, a->y, H, W(LP_GATE), NB, 2 * I, H, st);
         dc_mark(d, DRAFTER_CUDA_GEMM);
         rmsnorm_backward_cuda(d->dres, H, 1, G(LP_POST_NORM), d->dy, H, a->x_mid, H, W(LP_POST_NORM), NB, H, eps,
                               d->norm_ws, st);
         dc_mark(d, DRAFTER_CUDA_OTHER);
         /* attention: x_mid = x_in + attn · W_oᵀ */
-        matmul_backward_cuda(mm, d->dattn, qd, 0, G(LP_WO), 1, d->dres, H, a->attn, qd, W(LP_WO), NB, H, qd, st);
+        matmul_backward_cuda(mm, d->dattn, qd, 0, G(LP_WO), 0, d->dres, H, a->attn, qd, W(LP_WO), NB, H, qd, st);
         dc_mark(d, DRAFTER_CUDA_GEMM);
         /* gradients straight into the layouts of the projection GEMMs: dq | dkb | dvb and dkc | dvc */
         dflash_attn_cuda_in in = dc_attn_in(d, a, d_cstart, d_clen, T);
@@ -562,7 +569,7 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
                                    W(LP_K_NORM), NULL, G(LP_K_NORM), eps, d_pos, d->d_inv_freq, d->qk_ws, st);
         dc_mark(d, DRAFTER_CUDA_OTHER);
         /* projections: q, kb, vb from u (one GEMM); kc, vc from F, dF summed over the layers */
-        matmul_backward_cuda(mm, d->du, H, 0, G(LP_WQ), 1, d->dqkv, qkvw, a->u, H, W(LP_WQ), NB, qkvw, H, st);
+        matmul_backward_cuda(mm, d->du, H, 0, G(LP_WQ), 0, d->dqkv, qkvw, a->u, H, W(LP_WQ), NB, qkvw, H, st);
         matmul_backward_cuda(mm, d->dF, H, l != d->nl - 1, G(LP_WK), 1, d->dkvc, 2 * kd, d->F, H, W(LP_WK), T,
                              2 * kd, H, st);
         dc_mark(d, DRAFTER_CUDA_GEMM);
@@ -577,7 +584,7 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
     rmsnorm_backward_cuda(d->dfc, H, 0, g + P[DRAFTER_PARAM_HIDDEN_NORM].offset, d->dF, H, d->fc_out, H, w_hn, T, H,
                           eps, d->norm_ws, st);
     dc_mark(d, DRAFTER_CUDA_OTHER);
-    matmul_backward_cuda(mm, NULL, 0, 0, g + P[DRAFTER_PARAM_FC].offset, 1, d->dfc, H, aux, K * H, w_fc, T, H, K * H,
+    matmul_backward_cuda(mm, NULL, 0, 0, g + P[DRAFTER_PARAM_FC].offset, 0, d->dfc, H, aux, K * H, w_fc, T, H, K * H,
                          st);
     dc_mark(d, DRAFTER_CUDA_GEMM);
 
@@ -670,7 +677,7 @@ int drafter_cuda_warm_up(drafter_backend *b, const uint16_t *weights, errbuf *er
     const int T = d->max_tokens, S = d->max_seqs < T ? d->max_seqs : T;
     const double t0 = now_seconds();
     /* the largest shape: S sequences sharing T tokens, every position trainable, so anchors_sample draws the most
-     * blocks; zero taps, scratch gradients (the reducer's may hold a published step) */
+     * blocks; zero taps, scratch gradients (the reducer's may hold a published step; the step overwrites them) */
     int32_t *ids = xcalloc((size_t)T, sizeof *ids), *pos = xmalloc(sizeof *pos * (size_t)T);
     int32_t *cu = xmalloc(sizeof *cu * (size_t)(S + 1));
     uint8_t *lm = xmalloc((size_t)T);
@@ -683,7 +690,6 @@ int drafter_cuda_warm_up(drafter_backend *b, const uint16_t *weights, errbuf *er
     CHECK_CUDA(cudaMalloc(&aux, (size_t)T * d->K * d->H * sizeof(uint16_t)));
     CHECK_CUDA(cudaMalloc((void **)&grads, d->L.numel * sizeof(float)));
     CHECK_CUDA(cudaMemsetAsync(aux, 0, (size_t)T * d->K * d->H * sizeof(uint16_t), d->stream));
-    CHECK_CUDA(cudaMemsetAsync(grads, 0, d->L.numel * sizeof(float), d->stream));
     drafter_batch bt = {.id = 0, .ntok = T, .nseq = S, .aux = aux, .input_ids = ids, .positions = pos,
                         .cu_seqlens = cu, .loss_mask = lm};
     drafter_metrics mt;

@@ -1,7 +1,7 @@
 /* reducer: the seam between the step protocol (step.c) and where the training state lives and how gradients meet.
  * A reducer owns the fp32 master weights and AdamW moments, double-buffered by step parity (state k in buffer
  * k % 2), and this rank's gradient buffer, all in the memory of the model backend it serves (host or GPU): the
- * backend reads weights(k) in place and accumulates into grads(), so a rank keeps no second copy. Every call is
+ * backend reads weights(k) in place and writes its gradients into grads(), so a rank keeps no second copy. Every call is
  * deterministic and may be redone after a crash with the same result: reduce and apply read only what nobody
  * writes during step k, and apply writes only the state of step k+1. A call's effect is complete in the state when
  * it returns (an asynchronous implementation waits for its stream): the protocol then publishes it, and a rank
@@ -24,7 +24,8 @@ typedef struct reducer_ops {
     /* The weights of step k (read only) in the backend's memory and compute format: fp32 for the CPU backend, a
      * bf16 copy made by apply for the CUDA backend (laid out like the fp32 state, drafter_layout offsets). */
     const void *(*weights)(reducer *r, uint64_t step);
-    /* This rank's gradient buffer for step k (numel floats in the backend's memory), zeroed. */
+    /* This rank's gradient buffer for step k (numel floats in the backend's memory), as it is: the backend's
+     * forward_backward writes every element (drafter.h), so nothing zeroes it first. */
     float *(*grads)(reducer *r, uint64_t step);
     /* Phase 2, after every rank's gradients are in: this rank's share of Σ_ranks grads / weight_sum (rank order)
      * and of its squared norm. */

@@ -205,7 +205,8 @@ TEST(cpu_drafter_trains_on_a_vision_language_checkpoint)
     drafter_layout L;
     drafter_layout_init(&L, &d);
     float *w = xmalloc(sizeof(float) * L.numel), *g0 = xcalloc(L.numel, sizeof(float));
-    float *g1 = xcalloc(L.numel, sizeof(float));
+    float *g1 = xmalloc(sizeof(float) * L.numel);
+    memset(g1, 0xff, sizeof(float) * L.numel); /* NaN: the step overwrites every element (drafter.h), g0 was zero */
     drafter_layout_init_weights(&L, w, 5);
     drafter_metrics m0, m1;
     drafter_step(test_golden("qwen35-tiny/target"), &d, w, g0, &m0);
