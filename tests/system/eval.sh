@@ -18,43 +18,19 @@ CK=$T/job/ckpt/latest
 "$BIN/dflash-demo" make-data -q --target "$T/target" -o "$T/held.jsonl" --samples 12 --answer-len 24 --seed 9 \
     >/dev/null 2>>"$T/fixture.log" || { fail eval_held_out "$(tail -3 "$T/fixture.log")"; exit 1; }
 
-# decode and walk of one drafter on 12 prompts; $T/NAME.cmp gets "tau_decode tau_walk longest_block", or what differs
-same_blocks() { # name, prompt file, extra args
-    local name=$1 prompts=$2
-    shift 2
-    "${EVAL[@]}" --target "$T/target" --drafter "$CK" --prompts "$prompts" --limit 12 --max-new-tokens 24 --json "$@" \
-        >"$T/$name.decode.json" 2>"$T/$name.decode.err" &&
-    "${EVAL[@]}" --target "$T/target" --drafter "$CK" --prompts "$prompts" --limit 12 --max-new-tokens 24 --json --walk "$@" \
-        >"$T/$name.walk.json" 2>"$T/$name.walk.err" || { fail "eval_${name}_runs" "$(cat "$T/$name".*.err)"; return 1; }
-    python3 - "$T/$name.decode.json" "$T/$name.walk.json" >"$T/$name.cmp" 2>&1 <<'EOP'
-import json, sys
-d, w = (json.load(open(p)) for p in sys.argv[1:3])
-errs = []
-if d["mode"] != "decode" or w["mode"] != "walk": errs.append("modes %s/%s" % (d["mode"], w["mode"]))
-if d["prompts"] != 12 or w["prompts"] != 12: errs.append("prompts %d/%d" % (d["prompts"], w["prompts"]))
-if d["outputs_differ"] != 0: errs.append("%d prompts' speculative output differs from greedy" % d["outputs_differ"])
-for a, b in zip(d["per_prompt"], w["per_prompt"]):
-    if a["accepted"] != b["accepted"] or a["new_tokens"] != b["new_tokens"] or a["new_tokens"] != 24:
-        errs.append("line %d: decode %s, walk %s" % (a["line"], a["accepted"], b["accepted"])); break
-    if sum(a["accepted"]) + 1 != 24: errs.append("line %d: blocks commit %d tokens" % (a["line"], sum(a["accepted"])))
-if d["tau"] != w["tau"] or d["histogram"] != w["histogram"]: errs.append("tau %s vs %s" % (d["tau"], w["tau"]))
-if not 1 <= d["tau"] <= d["block_size"] or d["speedup"] <= 0: errs.append("tau %s speedup %s" % (d["tau"], d["speedup"]))
-print("; ".join(errs) if errs else "%.4f %.4f %d" % (d["tau"], w["tau"], max(x for p in d["per_prompt"] for x in p["accepted"])))
-sys.exit(1 if errs else 0)
-EOP
-}
 for c in "trained held" "untrained held --untrained" "trained train" "untrained train --untrained"; do
     set -- $c
     name=$1_$2 file=$T/held.jsonl
     [ "$2" = train ] && file=$T/data.jsonl
     shift 2
-    if same_blocks "$name" "$file" "$@"; then ok "eval_${name}_decode_and_walk_agree"
+    # decode and walk of one drafter on 12 prompts; $T/NAME.cmp gets "tau T, blocks N, longest L", or what differs
+    if LIMIT=12 NEW=24 decode_equals_walk "$T/target" "$CK" "$file" "$T/$name" 0 "$@" >"$T/$name.cmp"
+    then ok "eval_${name}_decode_and_walk_agree"
     else fail "eval_${name}_decode_and_walk_agree" "$(cat "$T/$name.cmp")"; fi
 done
-read -r tau_th _ max_th <"$T/trained_held.cmp"
-read -r tau_uh _ _ <"$T/untrained_held.cmp"
-read -r tau_tt _ max_tt <"$T/trained_train.cmp"
-read -r tau_ut _ _ <"$T/untrained_train.cmp"
+cmp_field() { sed -n "s/.*$2 \([0-9.]*\).*/\1/p" "$T/$1.cmp"; } # cmp_field NAME tau|longest
+tau_th=$(cmp_field trained_held tau) max_th=$(cmp_field trained_held longest) tau_uh=$(cmp_field untrained_held tau)
+tau_tt=$(cmp_field trained_train tau) max_tt=$(cmp_field trained_train longest) tau_ut=$(cmp_field untrained_train tau)
 echo "# tau, held-out prompts: trained $tau_th (longest block $max_th), untrained $tau_uh;" \
     "training prompts: trained $tau_tt (longest block $max_tt), untrained $tau_ut; $(grep simulated "$T/job.out")"
 if python3 -c "import sys; sys.exit(0 if $tau_tt > $tau_ut + 0.3 and $max_tt >= 3 else 1)" 2>/dev/null

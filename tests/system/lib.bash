@@ -181,31 +181,38 @@ kill_worker() {
     return $rc
 }
 
-# decode_equals_walk TARGET DRAFTER PROMPTS OUT [PARTIAL]: `dflash eval` of DRAFTER on the first 6 prompts of PROMPTS,
-# 20 new tokens each, by decoding (KV cache, crops) and by the walk (one full forward a prompt), JSON and stderr to
-# OUT.*; prints what differs (else tau and the blocks) and fails unless both give 6 prompts with the same accepted
-# lengths, tau and histogram, and the speculative output equals greedy. PARTIAL 1: also some block kept only part of
-# its draft (a crop inside a block ran).
+# decode_equals_walk TARGET DRAFTER PROMPTS OUT [PARTIAL [EVAL ARGS...]]: `dflash eval` of DRAFTER on the first
+# ${LIMIT:-6} prompts of PROMPTS, ${NEW:-20} new tokens each, by decoding (KV cache, crops) and by the walk (one full
+# forward a prompt), JSON and stderr to OUT.*; prints what differs (else "tau T, blocks N, longest L") and fails unless
+# both give every prompt with the same accepted lengths, tau and histogram, every prompt its NEW tokens (the blocks
+# commit all but the prefill's first), tau within [1, block size], and the speculative output equals greedy.
+# PARTIAL 1: also some block kept only part of its draft (a crop inside a block ran). EVAL ARGS go to both runs.
 decode_equals_walk() {
-    local target=$1 drafter=$2 prompts=$3 out=$4
-    "$BIN/dflash" eval --target "$target" --drafter "$drafter" --prompts "$prompts" --limit 6 --max-new-tokens 20 \
-        --json >"$out.decode.json" 2>"$out.eval.err" &&
-        "$BIN/dflash" eval --target "$target" --drafter "$drafter" --prompts "$prompts" --limit 6 --max-new-tokens 20 \
-            --json --walk >"$out.walk.json" 2>>"$out.eval.err" || { echo "eval: $(tail -3 "$out.eval.err")"; return 1; }
-    python3 - "$out.decode.json" "$out.walk.json" "${5:-0}" <<'EOP'
+    local target=$1 drafter=$2 prompts=$3 out=$4 partial=${5:-0} limit=${LIMIT:-6} new=${NEW:-20}
+    shift $(($# < 5 ? $# : 5))
+    local args=(--target "$target" --drafter "$drafter" --prompts "$prompts" --limit "$limit" --max-new-tokens "$new"
+        --json "$@")
+    "$BIN/dflash" eval "${args[@]}" >"$out.decode.json" 2>"$out.eval.err" &&
+        "$BIN/dflash" eval "${args[@]}" --walk >"$out.walk.json" 2>>"$out.eval.err" ||
+        { echo "eval: $(tail -3 "$out.eval.err")"; return 1; }
+    python3 - "$out.decode.json" "$out.walk.json" "$partial" "$limit" "$new" <<'EOP'
 import json, sys
 d, w = (json.load(open(p)) for p in sys.argv[1:3])
+limit, new = int(sys.argv[4]), int(sys.argv[5])
 errs = []
 if sys.argv[3] == "1" and not any(1 < a < d["block_size"] for p in d["per_prompt"] for a in p["accepted"]):
     errs.append("no block kept part of its draft (tau %s): no crop inside a block was tested" % d["tau"])
 if d["mode"] != "decode" or w["mode"] != "walk": errs.append("modes %s/%s" % (d["mode"], w["mode"]))
-if d["prompts"] != 6 or w["prompts"] != 6: errs.append("prompts %d/%d" % (d["prompts"], w["prompts"]))
+if d["prompts"] != limit or w["prompts"] != limit: errs.append("prompts %d/%d" % (d["prompts"], w["prompts"]))
 if d["outputs_differ"] != 0: errs.append("%d prompts' speculative output differs from greedy" % d["outputs_differ"])
 for a, b in zip(d["per_prompt"], w["per_prompt"]):
-    if a["accepted"] != b["accepted"] or a["new_tokens"] != b["new_tokens"] or a["new_tokens"] != 20:
+    if a["accepted"] != b["accepted"] or a["new_tokens"] != b["new_tokens"] or a["new_tokens"] != new:
         errs.append("line %d: decode %s, walk %s" % (a["line"], a["accepted"], b["accepted"])); break
+    if sum(a["accepted"]) + 1 != new: errs.append("line %d: blocks commit %d tokens" % (a["line"], sum(a["accepted"])))
 if d["tau"] != w["tau"] or d["histogram"] != w["histogram"]: errs.append("tau %s vs %s" % (d["tau"], w["tau"]))
-print("; ".join(errs) if errs else "tau %.4f, blocks %d" % (d["tau"], sum(len(p["accepted"]) for p in d["per_prompt"])))
+if not 1 <= d["tau"] <= d["block_size"] or d["speedup"] <= 0: errs.append("tau %s speedup %s" % (d["tau"], d["speedup"]))
+print("; ".join(errs) if errs else "tau %.4f, blocks %d, longest %d" % (d["tau"], sum(len(p["accepted"]) for p in
+      d["per_prompt"]), max(x for p in d["per_prompt"] for x in p["accepted"])))
 sys.exit(1 if errs else 0)
 EOP
 }
