@@ -834,7 +834,7 @@ constexpr int kWgKeys = 64, kFwdWgs = 2, kBwdWgs = 1, kWgRows = kWgKeys * kBwdWg
 template <int HD> struct wg_dkv_shape {
     static constexpr int kKBytes = kWgRows * HD * 2;    // K (and V) tile, HD/64 panels of kWgRows rows
     static constexpr int kItemBytes = kWgItem * HD * 2; // Q (and dO) of one step, panels of kWgItem rows
-    static constexpr int kDsBytes = kWgKeys * kWgItem * 2; // one dSᵀ tile (64 keys x 64 query rows, bf16)
+    static constexpr int kDsBytes = kWgKeys * kWgItem * 2; // one dS staging tile (64 query rows x 64 keys, bf16)
     static constexpr int kSmem = 2 * kKBytes + 4 * kItemBytes + 4 * kWgItem * (int)sizeof(float) + kDsBytes + 1024;
 };
 static_assert((2 * wg_dkv_shape<128>::kKBytes + 4 * wg_dkv_shape<128>::kItemBytes + 4 * kWgItem * 4) % 1024 == 0,
@@ -867,15 +867,15 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t da, 
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
-// D (64 x 128 fp32) += A (64 x 16, descriptor, MN-major: transposed) · B (16 x 128, descriptor, MN-major)
-__device__ __forceinline__ void wgmma_ss_m64n128k16_tt(float (&d)[64], uint64_t da, uint64_t db)
+// D (64 x 128 fp32) += A (64 x 16, descriptor, K-major) · B (16 x 128, descriptor, MN-major: transposed)
+__device__ __forceinline__ void wgmma_ss_m64n128k16_tb(float (&d)[64], uint64_t da, uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
                  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
                  "%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,"
                  "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-                 "}, %64, %65, p, 1, 1, 1, 1;\n}\n"
+                 "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
                    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
@@ -974,20 +974,22 @@ template <int N> __device__ __forceinline__ void fence_frags(uint32_t (&p)[N][4]
 
 #ifdef DFLASH_SM90A
 // The warpgroup's dSᵀ fragments (da: A fragments of 64 key rows x 64 query rows, warp w rows 16w..16w+15) to the
-// workspace tile dst as the 128-byte-swizzled image the dq GEMM takes (row = key, 128 bytes of query rows): into the
-// shared staging tile sds (conflict-free 4-byte stores), one warpgroup barrier, 16-byte coalesced copies out. The
-// caller's barrier before the next step keeps sds from being overwritten while it is read.
+// workspace tile dst as dS, the 128-byte-swizzled K-major image the dq GEMM takes as its A operand (row = query row,
+// 128 bytes of keys, as issue_s's Q): transposed into the shared staging tile sds by stmatrix .trans (one x4 per
+// k16 fragment; its eight 16-byte rows a matrix on distinct swizzled chunks), one warpgroup barrier, 16-byte
+// coalesced copies out. The caller's barrier before the next step keeps sds from being overwritten while it is read.
 __device__ __forceinline__ void store_ds_tile(unsigned char *sds, const uint32_t (&da)[kWgItem / 16][4], bf16 *dst)
 {
     static_assert(kBwdWgs == 1, "store_ds_tile: one warpgroup a dk/dv CTA (its barrier, its 128 threads)");
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m = lane >> 3, i = lane & 7;
+    // fragment kk's matrix m (register m): keys 16w + 8 (m & 1) .., query rows 16 kk + 8 (m >> 1) ..; transposed,
+    // its row i (lane 8m + i's address) is query row n = 16 kk + 8 (m >> 1) + i: keys chunk 2w + (m & 1), n & 7 = i
+    const uint32_t base = mma_sm80::smem_u32(sds) + (8 * (m >> 1) + i) * 128 + (((2 * warp + (m & 1)) ^ i) << 4);
 #pragma unroll
-    for (int t = 0; t < kWgItem / 8; t++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) { // key rows 16w + g (h 0) and + 8: columns 8t + 2 tig, + 1 (chunk t)
-            const int r = warp * 16 + g + h * 8;
-            *reinterpret_cast<uint32_t *>(sds + r * 128 + ((t ^ (r & 7)) << 4) + tig * 4) = da[t / 2][(t & 1) * 2 + h];
-        }
+    for (int kk = 0; kk < kWgItem / 16; kk++)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(base + kk * 2048),
+                     "r"(da[kk][0]), "r"(da[kk][1]), "r"(da[kk][2]), "r"(da[kk][3])
+                     : "memory");
     wgmma_sm90::named_sync(1, 128);
     uint4 *gd = reinterpret_cast<uint4 *>(dst);
     const uint4 *sd = reinterpret_cast<const uint4 *>(sds);
@@ -1452,7 +1454,7 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
 
 // dq from the dk/dv CTAs' dS tiles (a.dsw), no recompute: CTA (kv head kh fastest, the latest blocks first) owns
 // query chunk c of block j (rows c·64.. of its B·G, as the dk/dv steps) and sums dQ += dS·K over the key tiles of the
-// block's walk in key order (its context tiles, then its block-row tiles): the dS tile (MN-major A, 8 KB) and the K
+// block's walk in key order (its context tiles, then its block-row tiles): the dS tile (K-major A, 8 KB) and the K
 // tile (MN-major B) through two cp.async stages; pure GEMMs, no exp, no lse or D. The same tiles in the same order
 // every run: deterministic.
 constexpr int kDsTile = kWgKeys * kWgItem; // bf16 elements of a dS tile
@@ -1502,12 +1504,12 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
         cp_async_stage_next(it + 1 < ntot, [&] { load(it + 1, stage ^ 1); });
         fence_proxy_async();
         __syncthreads();
-        // dQ += dS·K: dS MN-major (its rows are keys: 16 keys, 2048 bytes, a k16 step), K MN-major as in issue_pv
-        const uint64_t dsd = sw128_desc(mma_sm80::smem_u32(sds + stage * S::kDsBytes), kWgItem * 128, 1024);
+        // dQ += dS·K: dS K-major as issue_s's Q (a k16 step 32 bytes along its 128-byte rows), K MN-major as in issue_pv
+        const uint64_t dsd = sw128_desc(mma_sm80::smem_u32(sds + stage * S::kDsBytes), 16, 1024);
         const uint64_t kd = sw128_desc(mma_sm80::smem_u32(sk + stage * S::kKBytes), kWgKT * 128, 1024);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kWgKT / 16; kk++) wgmma_ss_m64n128k16_tt(dq, desc_at(dsd, kk * 2048), desc_at(kd, kk * 2048));
+        for (int kk = 0; kk < kWgKT / 16; kk++) wgmma_ss_m64n128k16_tb(dq, desc_at(dsd, kk * 32), desc_at(kd, kk * 2048));
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(dq);
@@ -1908,13 +1910,8 @@ extern "C" void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, 
     static int recompute = -1; // DFLASH_ATTENTION_DQ=recompute: dq recomputes dS (the one-launch backward), for A/B
     if (workspace && !env_switch(&recompute, "DFLASH_ATTENTION_DQ", "recompute") && a.N > 0 && ws_applies(s)) {
         const WsLayout l = ws_layout(s, a.T);
-        if (workspace_bytes < l.bytes) {
-            fprintf(stderr, "dflash_attention_backward_cuda: workspace of %zu bytes, the shape (N=%d B=%d nh=%d nkv=%d "
-                            "T=%d window=%d) needs %zu (dflash_attention_backward_workspace)\n",
-                    workspace_bytes, a.N, a.B, a.nh, a.nkv, a.T, a.W, l.bytes);
-            exit(1);
-        }
-        a.dsw = (bf16 *)workspace, a.ws_nct = l.ctx, a.ws_stride = l.ctx + l.blk;
+        if (workspace_bytes >= l.bytes) // a smaller one: this call recomputes
+            a.dsw = (bf16 *)workspace, a.ws_nct = l.ctx, a.ws_stride = l.ctx + l.blk;
     }
     cudaStream_t st = (cudaStream_t)stream;
     const size_t kd = (size_t)a.nkv * a.hd * sizeof(uint16_t);

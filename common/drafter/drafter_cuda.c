@@ -41,6 +41,9 @@
 
 #define DC_MAX_EVENTS 1024
 #define DC_MET_WORDS (2 + DFLASH_MAX_BLOCK) /* [0] Σ w·CE (double); [1..B] correct per slot; [B+1] run sum */
+/* the attention backward's dS workspace at most (dflash_attention_backward_workspace: the Qwen3-8B drafter's 512
+ * blocks over 3072 context rows take 1.6 GB) */
+#define DC_ATTN_WS_MAX ((size_t)4 << 30)
 
 /* Saved activations of one layer, bf16 unless noted. */
 typedef struct dc_acts {
@@ -240,7 +243,9 @@ static int dc_create(drafter_cuda **out, const drafter_train_config *tc, int dev
     {
         const dflash_attn_shape ws = {.nblocks = d->max_blocks, .block_size = d->B, .nh = d->nh, .nkv = d->nkv,
                                       .hd = d->hd, .scale = 1.0f, .window = 0}; /* no window: the most tiles */
-        d->attn_ws_bytes = dflash_attention_backward_workspace(&ws, (int)T);
+        /* at most DC_ATTN_WS_MAX: a batch whose blocks need more takes the slower recompute path */
+        const size_t need = dflash_attention_backward_workspace(&ws, (int)T);
+        d->attn_ws_bytes = need < DC_ATTN_WS_MAX ? need : DC_ATTN_WS_MAX;
         d->attn_ws = d->attn_ws_bytes ? dc_alloc(d, d->attn_ws_bytes) : NULL;
     }
     size_t nws = rmsnorm_backward_cuda_workspace((int)NB, d->H), nws2 = rmsnorm_backward_cuda_workspace((int)T, d->H);
