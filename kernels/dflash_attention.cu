@@ -27,8 +27,12 @@
 // Hopper (an sm_90 device, head_dim 128; DFLASH_ATTENTION=mma_sync keeps the kernels above): the same CTAs, walks and
 // masks with their GEMMs on wgmma (m64 per warpgroup, operands from 128-byte-swizzled shared tiles that cp.async
 // fills, P and dS as bf16 register operands; wgmma_sm90.cuh): a forward CTA of two warpgroups (128 query rows over
-// 64-key tiles, two CTAs an SM), and one backward launch of one-warpgroup CTAs (two an SM, each on its own pace):
-// dk/dv CTAs of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers) and dq CTAs of 64 query rows.
+// 64-key tiles, two CTAs an SM), and a backward of one-warpgroup CTAs (two an SM, each on its own pace): dk/dv CTAs
+// of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers) and dq CTAs of 64 query rows. With the caller's dS
+// workspace (dflash_attention_backward_workspace) the dk/dv CTAs also write each step's dS tile (64 query rows x 64
+// keys, 8 KB) there and a second launch of dq CTAs sums dQ += dS·K over them in key order (5 GEMMs a block's step in
+// all, not 7); without one (or DFLASH_ATTENTION_DQ=recompute) the dq CTAs share the dk/dv launch and recompute S, P,
+// dP and dS.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
 #include <cuda_bf16.h>
