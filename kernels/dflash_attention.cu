@@ -97,6 +97,11 @@ struct Args {
     // (kv head, block, query chunk), ws_stride in all (ws_slot)
     bf16 *dsw;
     int ws_nct, ws_stride;
+    // with it, each context dk/dv tile is split over ctx_parts CTAs (block ranges), their fp32 dK|dV partials in
+    // dkv_part summed in part order by the last to finish (dkv_count: per kv head and tile, zeroed every call)
+    int ctx_parts;
+    float *dkv_part;
+    int *dkv_count;
 };
 
 using namespace mma_sm80;
@@ -977,6 +982,46 @@ template <int N> __device__ __forceinline__ void fence_frags(uint32_t (&p)[N][4]
 #endif
 
 #ifdef DFLASH_SM90A
+// Part `part` of dk/dv tile slot `slot` (of `parts`): its dK|dV accumulators to its fp32 partial (thread-major:
+// element i of thread t at i·128 + t, coalesced); the last part to finish (a device-scope counter) sums every part's
+// partial in part order into dk, dv and returns true, the others false. The order of the sum is fixed by the part
+// index alone, whoever finishes last: deterministic.
+template <int HD>
+__device__ __forceinline__ bool sum_parts(const Args &a, float (&dk)[HD / 2], float (&dv)[HD / 2], int slot, int part,
+                                       int parts)
+{
+    static_assert(kBwdWgs == 1, "sum_parts: one warpgroup a dk/dv CTA");
+    constexpr int kPart = HD * 128; // floats of one partial: dK then dV, HD/2 each per thread
+    __shared__ int s_last;
+    float *base = a.dkv_part + (size_t)slot * parts * kPart;
+    float *mine = base + (size_t)part * kPart;
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) {
+        __stcg(mine + i * 128 + threadIdx.x, dk[i]);
+        __stcg(mine + (HD / 2 + i) * 128 + threadIdx.x, dv[i]);
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(a.dkv_count + slot, 1) == parts - 1;
+    __syncthreads();
+    if (!s_last) return false;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) {
+        dk[i] = __ldcg(base + i * 128 + threadIdx.x);
+        dv[i] = __ldcg(base + (HD / 2 + i) * 128 + threadIdx.x);
+    }
+    for (int p = 1; p < parts; p++) {
+        const float *pp = base + (size_t)p * kPart;
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) {
+            dk[i] += __ldcg(pp + i * 128 + threadIdx.x);
+            dv[i] += __ldcg(pp + (HD / 2 + i) * 128 + threadIdx.x);
+        }
+    }
+    return true;
+}
+
 // The warpgroup's dSᵀ fragments (da: A fragments of 64 key rows x 64 query rows, warp w rows 16w..16w+15) to the
 // workspace tile dst as dS, the 128-byte-swizzled K-major image the dq GEMM takes as its A operand (row = query row,
 // 128 bytes of keys, as issue_s's Q): transposed into the shared staging tile sds by stmatrix .trans (one x4 per
@@ -1013,7 +1058,8 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
     unsigned char *sk = smem, *sv = sk + S::kKBytes, *sq = sv + S::kKBytes, *sdo = sq + 2 * S::kItemBytes;
     float *slse = reinterpret_cast<float *>(sdo + 2 * S::kItemBytes), *sd = slse + 2 * kWgItem;
     unsigned char *sds = reinterpret_cast<unsigned char *>(sd + 2 * kWgItem); // dSᵀ staging (a.dsw)
-    const int tile = w / a.nkv, kh = w % a.nkv;
+    const int parts = src == 0 ? a.ctx_parts : 1; // CTA w: (tile, part) w / nkv of kv head w % nkv
+    const int tile = w / a.nkv / parts, part = w / a.nkv % parts, kh = w % a.nkv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
     const int row0 = tile * kWgRows, bound = src == 0 ? a.T : a.N * a.B, rend = min(row0 + kWgRows, bound);
     {
@@ -1028,7 +1074,7 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.0f;
     const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
-    int cand_lo = 0, cand_hi = a.N;
+    int cand_lo = (int)((long long)a.N * part / parts), cand_hi = (int)((long long)a.N * (part + 1) / parts);
     if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
 
     for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
@@ -1138,6 +1184,7 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
         }
     }
     cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
+    if (parts > 1 && !sum_parts<HD>(a, dk, dv, tile * a.nkv + kh, part, parts)) return; // another part writes the tile
 
     bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
     const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
@@ -1743,9 +1790,13 @@ bool wgmma_device();
 // The dS workspace's slots per step (kv head, block, query chunk): ctx for the context tiles a block's interval can meet
 // (a window's W-1 rows at most, T at most, ceil(T/64) tiles at most), blk for its block-row tiles (one where 64 % B is
 // 0: a block never straddles a tile). From the host's shape alone: the size function and the launch both call it.
+// After the dS tiles: the split context dk/dv tiles' fp32 partials (kCtxParts a tile and kv head, 64 x HD x 2 each)
+// and their counters. kCtxParts: the heaviest context tile (the first rows, seen by every block of a sorted sequence)
+// is the backward's longest chain of steps; split in two it is no longer than the average load of a CTA slot.
+constexpr int kCtxParts = 2;
 struct WsLayout {
     int ctx, blk, nchunk;
-    size_t bytes;
+    size_t part_off, count_off, bytes;
 };
 WsLayout ws_layout(const dflash_attn_shape *s, int T)
 {
@@ -1756,7 +1807,10 @@ WsLayout ws_layout(const dflash_attn_shape *s, int T)
     l.ctx = span > 0 ? (int)std::min<long long>((span + kWgKeys - 2) / kWgKeys + 1, ctx_cap) : 0;
     l.blk = kWgKeys % B == 0 ? 1 : std::min((B + kWgKeys - 2) / kWgKeys + 1, blk_cap);
     l.nchunk = (G * B + kWgItem - 1) / kWgItem;
-    l.bytes = (size_t)s->nkv * s->nblocks * l.nchunk * (l.ctx + l.blk) * kDsTile * sizeof(bf16);
+    const size_t ctx_slots = (size_t)(T + kWgKeys - 1) / kWgKeys * s->nkv;
+    l.part_off = (size_t)s->nkv * s->nblocks * l.nchunk * (l.ctx + l.blk) * kDsTile * sizeof(bf16);
+    l.count_off = l.part_off + ctx_slots * kCtxParts * kWgKeys * s->hd * 2 * sizeof(float);
+    l.bytes = l.count_off + ctx_slots * sizeof(int);
     return l;
 }
 
@@ -1814,8 +1868,12 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
         if (wgmma_device()) {
             const int n_ctx = (a.T + kWgRows - 1) / kWgRows * a.nkv;
             const int n_blk = (a.N * a.B + kWgRows - 1) / kWgRows * a.nkv;
-            if (a.dsw) { // the dk/dv CTAs alone (they write dS), then dq from their tiles
-                bwd_sm90_kernel<HD><<<(unsigned)(n_ctx + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx, 0);
+            if (a.dsw) { // the dk/dv CTAs alone (they write dS; context tiles in ctx_parts), then dq from their tiles
+                const int n_ctx_parts = n_ctx * a.ctx_parts;
+                if (a.ctx_parts > 1 && n_ctx > 0)
+                    CHECK_CUDA(cudaMemsetAsync(a.dkv_count, 0, (size_t)n_ctx * sizeof(int), st));
+                bwd_sm90_kernel<HD><<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(
+                    a, n_ctx_parts, 0);
                 CHECK_CUDA_LAUNCH();
                 const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
                 dq_ws_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, wg_dqws_shape<HD>::kSmem, st>>>(a);
@@ -1867,6 +1925,7 @@ Args make_args(const dflash_attn_cuda_in *in, const dflash_attn_shape *s, const 
     a.hd = s->hd;
     a.W = s->window;
     a.scale = s->scale, a.scale_log2 = s->scale * kLog2e;
+    a.ctx_parts = 1;
     return a;
 }
 
@@ -1914,8 +1973,12 @@ extern "C" void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, 
     static int recompute = -1; // DFLASH_ATTENTION_DQ=recompute: dq recomputes dS (the one-launch backward), for A/B
     if (workspace && !env_switch(&recompute, "DFLASH_ATTENTION_DQ", "recompute") && a.N > 0 && ws_applies(s)) {
         const WsLayout l = ws_layout(s, a.T);
-        if (workspace_bytes >= l.bytes) // a smaller one: this call recomputes
+        if (workspace_bytes >= l.bytes) { // a smaller one: this call recomputes
+            static int unsplit = -1; // DFLASH_ATTENTION_DKV_SPLIT=0: the context dk/dv tiles in one CTA each, for A/B
             a.dsw = (bf16 *)workspace, a.ws_nct = l.ctx, a.ws_stride = l.ctx + l.blk;
+            a.ctx_parts = env_switch(&unsplit, "DFLASH_ATTENTION_DKV_SPLIT", "0") ? 1 : kCtxParts;
+            a.dkv_part = (float *)((char *)workspace + l.part_off), a.dkv_count = (int *)((char *)workspace + l.count_off);
+        }
     }
     cudaStream_t st = (cudaStream_t)stream;
     const size_t kd = (size_t)a.nkv * a.hd * sizeof(uint16_t);
