@@ -31,8 +31,9 @@
 // of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers) and dq CTAs of 64 query rows. With the caller's dS
 // workspace (dflash_attention_backward_workspace) the dk/dv CTAs also write each step's dS tile (64 query rows x 64
 // keys, 8 KB) there and a second launch of dq CTAs sums dQ += dS·K over them in key order (5 GEMMs a block's step in
-// all, not 7); without one (or DFLASH_ATTENTION_DQ=recompute) the dq CTAs share the dk/dv launch and recompute S, P,
-// dP and dS.
+// all, not 7), each context dk/dv tile's blocks split over two CTAs (the first tile, which every block of a sorted
+// sequence sees, would otherwise be the launch's longest chain; DFLASH_ATTENTION_DKV_SPLIT=0 keeps one); without one
+// (or DFLASH_ATTENTION_DQ=recompute) the dq CTAs share the dk/dv launch and recompute S, P, dP and dS.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
 #include <cuda_bf16.h>
@@ -836,8 +837,9 @@ __global__ void __launch_bounds__(tiles<HD>::BW * 32, 8 / tiles<HD>::BW) bwd_ker
 // dPᵀ = V·dOᵀ (64 x 64, K, V, Q, dO from shared memory, issued together), Pᵀ = exp(Sᵀ - lse) (0 on rows the block
 // does not see), dSᵀ = Pᵀ(dPᵀ - D), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as bf16 register A operands (64 x 128
 // fp32 accumulators each in registers). Shared tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written
-// by cp.async. Every sum in an order fixed by the shapes alone: deterministic. The dq CTAs (below) share the launch,
-// as in bwd_kernel.
+// by cp.async. Every sum in an order fixed by the shapes alone: deterministic. Without a dS workspace the dq CTAs
+// (below) share the launch, as in bwd_kernel; with one they follow it (dq_ws_sm90_kernel) and each context tile's
+// blocks are split over a.ctx_parts CTAs (sum_parts).
 // key rows a warpgroup; warpgroups a CTA of the forward and of the backward; key rows a dk/dv CTA; query rows a step
 constexpr int kWgKeys = 64, kFwdWgs = 2, kBwdWgs = 1, kWgRows = kWgKeys * kBwdWgs, kWgItem = 64;
 template <int HD> struct wg_dkv_shape {
