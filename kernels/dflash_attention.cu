@@ -27,11 +27,17 @@
 // Hopper (an sm_90 device, head_dim 128; DFLASH_ATTENTION=mma_sync keeps the kernels above): the same CTAs, walks and
 // masks with their GEMMs on wgmma (m64 per warpgroup, operands from 128-byte-swizzled shared tiles that cp.async
 // fills, P and dS as bf16 register operands; wgmma_sm90.cuh): a forward CTA of two warpgroups (128 query rows over
-// 64-key tiles, two CTAs an SM), and one backward launch of one-warpgroup CTAs (two an SM, each on its own pace):
-// dk/dv CTAs of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers) and dq CTAs of 64 query rows.
+// 64-key tiles, two CTAs an SM), and a backward of one-warpgroup CTAs (two an SM, each on its own pace): dk/dv CTAs
+// of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers) and dq CTAs of 64 query rows. With the caller's dS
+// workspace (dflash_attention_backward_workspace) the dk/dv CTAs also write each step's dS tile (64 query rows x 64
+// keys, 8 KB) there and a second launch of dq CTAs sums dQ += dS·K over them in key order (5 GEMMs a block's step in
+// all, not 7), each context dk/dv tile's blocks split over two CTAs (the first tile, which every block of a sorted
+// sequence sees, would otherwise be the launch's longest chain; DFLASH_ATTENTION_DKV_SPLIT=0 keeps one); without one
+// (or DFLASH_ATTENTION_DQ=recompute) the dq CTAs share the dk/dv launch and recompute S, P, dP and dS.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
 #include <cuda_bf16.h>
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -41,6 +47,7 @@
 #include "dflash_attention.h"
 #include "attention.h"
 #include "cuda_check.h"
+#include "env_switch.h"
 #include "mma_sm80.cuh"
 #include "wgmma_sm90.cuh"
 
@@ -87,6 +94,15 @@ struct Args {
     const float *lse, *delta;
     bf16 *dq, *dkc, *dvc, *dkb, *dvb;
     int lddq, lddkc, lddvc, lddkb, lddvb;
+    // Hopper dS workspace (null: dq recomputes dS): 8 KB tiles, ws_nct context slots then the block-row slots of each
+    // (kv head, block, query chunk), ws_stride in all (ws_slot)
+    bf16 *dsw;
+    int ws_nct, ws_stride;
+    // with it, each context dk/dv tile is split over ctx_parts CTAs (block ranges), their fp32 dK|dV partials in
+    // dkv_part summed in part order by the last to finish (dkv_count: per kv head and tile, zeroed every call)
+    int ctx_parts;
+    float *dkv_part;
+    int *dkv_count;
 };
 
 using namespace mma_sm80;
@@ -821,15 +837,29 @@ __global__ void __launch_bounds__(tiles<HD>::BW * 32, 8 / tiles<HD>::BW) bwd_ker
 // dPᵀ = V·dOᵀ (64 x 64, K, V, Q, dO from shared memory, issued together), Pᵀ = exp(Sᵀ - lse) (0 on rows the block
 // does not see), dSᵀ = Pᵀ(dPᵀ - D), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as bf16 register A operands (64 x 128
 // fp32 accumulators each in registers). Shared tiles are 128-byte swizzled 64-column panels (wgmma_sm90.cuh), written
-// by cp.async. Every sum in an order fixed by the shapes alone: deterministic. The dq CTAs (below) share the launch,
-// as in bwd_kernel.
+// by cp.async. Every sum in an order fixed by the shapes alone: deterministic. Without a dS workspace the dq CTAs
+// (below) share the launch, as in bwd_kernel; with one they follow it (dq_ws_sm90_kernel) and each context tile's
+// blocks are split over a.ctx_parts CTAs (sum_parts).
 // key rows a warpgroup; warpgroups a CTA of the forward and of the backward; key rows a dk/dv CTA; query rows a step
 constexpr int kWgKeys = 64, kFwdWgs = 2, kBwdWgs = 1, kWgRows = kWgKeys * kBwdWgs, kWgItem = 64;
 template <int HD> struct wg_dkv_shape {
     static constexpr int kKBytes = kWgRows * HD * 2;    // K (and V) tile, HD/64 panels of kWgRows rows
     static constexpr int kItemBytes = kWgItem * HD * 2; // Q (and dO) of one step, panels of kWgItem rows
-    static constexpr int kSmem = 2 * kKBytes + 4 * kItemBytes + 4 * kWgItem * (int)sizeof(float) + 1024;
+    static constexpr int kDsBytes = kWgKeys * kWgItem * 2; // one dS staging tile (64 query rows x 64 keys, bf16)
+    static constexpr int kSmem = 2 * kKBytes + 4 * kItemBytes + 4 * kWgItem * (int)sizeof(float) + kDsBytes + 1024;
 };
+static_assert((2 * wg_dkv_shape<128>::kKBytes + 4 * wg_dkv_shape<128>::kItemBytes + 4 * kWgItem * 4) % 1024 == 0,
+              "wg_dkv_shape: the dS staging tile is a 1024-byte aligned swizzle atom run");
+
+#ifdef DFLASH_SM90A
+// The workspace slot of dS tile (key tile `tile` of source src) of step (kv head kh, block j, query chunk c): the
+// block's tiles in walk order, from the first one its interval [lo, hi) of that source meets (block_interval). The
+// one rule of the dk/dv CTAs that write the tiles and the dq CTAs that read them.
+__device__ __forceinline__ size_t ws_slot(const Args &a, int kh, int j, int c, int nchunk, int src, int tile, int lo)
+{
+    return (((size_t)kh * a.N + j) * nchunk + c) * a.ws_stride + (src ? a.ws_nct : 0) + tile - lo / kWgKeys;
+}
+#endif
 
 #ifdef DFLASH_SM90A
 // D (64 x 64 fp32) = A (64 x 16, descriptor, K-major) · B (64 x 16, descriptor, K-major)ᵀ + (scale_d ? D : 0)
@@ -846,6 +876,27 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t da, 
                    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
                    "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// D (64 x 128 fp32) += A (64 x 16, descriptor, K-major) · B (16 x 128, descriptor, MN-major: transposed)
+__device__ __forceinline__ void wgmma_ss_m64n128k16_tb(float (&d)[64], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
+                 "%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,"
+                 "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(1));
 }
 
 // chunk (r, ch) of a tile of 64-column panels PANEL_ROWS rows apart, 128-byte swizzled (byte offset)
@@ -933,6 +984,70 @@ template <int N> __device__ __forceinline__ void fence_frags(uint32_t (&p)[N][4]
 #endif
 
 #ifdef DFLASH_SM90A
+// Part `part` of dk/dv tile slot `slot` (of `parts`): its dK|dV accumulators to its fp32 partial (thread-major:
+// element i of thread t at i·128 + t, coalesced); the last part to finish (a device-scope counter) sums every part's
+// partial in part order into dk, dv and returns true, the others false. The order of the sum is fixed by the part
+// index alone, whoever finishes last: deterministic.
+template <int HD>
+__device__ __forceinline__ bool sum_parts(const Args &a, float (&dk)[HD / 2], float (&dv)[HD / 2], int slot, int part,
+                                       int parts)
+{
+    static_assert(kBwdWgs == 1, "sum_parts: one warpgroup a dk/dv CTA");
+    constexpr int kPart = HD * 128; // floats of one partial: dK then dV, HD/2 each per thread
+    __shared__ int s_last;
+    float *base = a.dkv_part + (size_t)slot * parts * kPart;
+    float *mine = base + (size_t)part * kPart;
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) {
+        __stcg(mine + i * 128 + threadIdx.x, dk[i]);
+        __stcg(mine + (HD / 2 + i) * 128 + threadIdx.x, dv[i]);
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(a.dkv_count + slot, 1) == parts - 1;
+    __syncthreads();
+    if (!s_last) return false;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) {
+        dk[i] = __ldcg(base + i * 128 + threadIdx.x);
+        dv[i] = __ldcg(base + (HD / 2 + i) * 128 + threadIdx.x);
+    }
+    for (int p = 1; p < parts; p++) {
+        const float *pp = base + (size_t)p * kPart;
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) {
+            dk[i] += __ldcg(pp + i * 128 + threadIdx.x);
+            dv[i] += __ldcg(pp + (HD / 2 + i) * 128 + threadIdx.x);
+        }
+    }
+    return true;
+}
+
+// The warpgroup's dSᵀ fragments (da: A fragments of 64 key rows x 64 query rows, warp w rows 16w..16w+15) to the
+// workspace tile dst as dS, the 128-byte-swizzled K-major image the dq GEMM takes as its A operand (row = query row,
+// 128 bytes of keys, as issue_s's Q): transposed into the shared staging tile sds by stmatrix .trans (one x4 per
+// k16 fragment; its eight 16-byte rows a matrix on distinct swizzled chunks), one warpgroup barrier, 16-byte
+// coalesced copies out. The caller's barrier before the next step keeps sds from being overwritten while it is read.
+__device__ __forceinline__ void store_ds_tile(unsigned char *sds, const uint32_t (&da)[kWgItem / 16][4], bf16 *dst)
+{
+    static_assert(kBwdWgs == 1, "store_ds_tile: one warpgroup a dk/dv CTA (its barrier, its 128 threads)");
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m = lane >> 3, i = lane & 7;
+    // fragment kk's matrix m (register m): keys 16w + 8 (m & 1) .., query rows 16 kk + 8 (m >> 1) ..; transposed,
+    // its row i (lane 8m + i's address) is query row n = 16 kk + 8 (m >> 1) + i: keys chunk 2w + (m & 1), n & 7 = i
+    const uint32_t base = mma_sm80::smem_u32(sds) + (8 * (m >> 1) + i) * 128 + (((2 * warp + (m & 1)) ^ i) << 4);
+#pragma unroll
+    for (int kk = 0; kk < kWgItem / 16; kk++)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(base + kk * 2048),
+                     "r"(da[kk][0]), "r"(da[kk][1]), "r"(da[kk][2]), "r"(da[kk][3])
+                     : "memory");
+    wgmma_sm90::named_sync(1, 128);
+    uint4 *gd = reinterpret_cast<uint4 *>(dst);
+    const uint4 *sd = reinterpret_cast<const uint4 *>(sds);
+#pragma unroll 1
+    for (int c = threadIdx.x; c < kWgKeys * kWgItem * 2 / 16; c += 128) gd[c] = sd[c];
+}
+
 // dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv
 template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int src, int w)
 {
@@ -944,7 +1059,9 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
     __shared__ int s_wcount[nw];
     unsigned char *sk = smem, *sv = sk + S::kKBytes, *sq = sv + S::kKBytes, *sdo = sq + 2 * S::kItemBytes;
     float *slse = reinterpret_cast<float *>(sdo + 2 * S::kItemBytes), *sd = slse + 2 * kWgItem;
-    const int tile = w / a.nkv, kh = w % a.nkv;
+    unsigned char *sds = reinterpret_cast<unsigned char *>(sd + 2 * kWgItem); // dSᵀ staging (a.dsw)
+    const int parts = src == 0 ? a.ctx_parts : 1; // CTA w: (tile, part) w / nkv of kv head w % nkv
+    const int tile = w / a.nkv / parts, part = w / a.nkv % parts, kh = w % a.nkv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
     const int row0 = tile * kWgRows, bound = src == 0 ? a.T : a.N * a.B, rend = min(row0 + kWgRows, bound);
     {
@@ -959,7 +1076,7 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.0f;
     const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
-    int cand_lo = 0, cand_hi = a.N;
+    int cand_lo = (int)((long long)a.N * part / parts), cand_hi = (int)((long long)a.N * (part + 1) / parts);
     if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
 
     for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
@@ -1057,6 +1174,9 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
                 for (int kk = 0; kk < kWgItem / 16; kk++)
                     wgmma_rs_m64n128k16_tb(dk, da[kk], desc_at(qt, kk * 2048), 1);
                 wgmma_commit();
+                if (a.dsw) { // dSᵀ out for the dq CTAs while the two GEMMs run
+                    store_ds_tile(sds, da, a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem));
+                }
                 wgmma_wait<0>();
                 fence_regs(dv);
                 fence_regs(dk);
@@ -1066,6 +1186,7 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
         }
     }
     cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
+    if (parts > 1 && !sum_parts<HD>(a, dk, dv, tile * a.nkv + kh, part, parts)) return; // another part writes the tile
 
     bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
     const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
@@ -1384,6 +1505,84 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
 }
 #endif
 
+// dq from the dk/dv CTAs' dS tiles (a.dsw), no recompute: CTA (kv head kh fastest, the latest blocks first) owns
+// query chunk c of block j (rows c·64.. of its B·G, as the dk/dv steps) and sums dQ += dS·K over the key tiles of the
+// block's walk in key order (its context tiles, then its block-row tiles): the dS tile (K-major A, 8 KB) and the K
+// tile (MN-major B) through two cp.async stages; pure GEMMs, no exp, no lse or D. The same tiles in the same order
+// every run: deterministic.
+constexpr int kDsTile = kWgKeys * kWgItem; // bf16 elements of a dS tile
+template <int HD> struct wg_dqws_shape {
+    static constexpr int kKBytes = kWgKT * HD * 2, kDsBytes = kDsTile * 2;
+    static constexpr int kSmem = 2 * (kKBytes + kDsBytes) + 1024;
+};
+template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(const Args a)
+{
+#ifdef DFLASH_SM90A
+    static_assert(HD == 128, "dq_ws_sm90_kernel: head_dim 128");
+    using S = wg_dqws_shape<HD>;
+    using namespace wgmma_sm90;
+    extern __shared__ unsigned char smem_wg[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
+    unsigned char *sk = smem, *sds = sk + 2 * S::kKBytes;
+    const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
+    const int kh = (int)blockIdx.x % a.nkv, jc = a.N * nchunk - 1 - (int)blockIdx.x / a.nkv; // latest blocks first
+    const int j = jc / nchunk, c = jc % nchunk;
+    // the walk: context tiles ct0 .. ct0 + nct - 1, then block-row tiles bt0 ..
+    int lo, hi;
+    block_interval(a, 0, j, lo, hi);
+    const int ct0 = lo / kWgKT, nct = lo < hi ? (hi - 1) / kWgKT - ct0 + 1 : 0;
+    block_interval(a, 1, j, lo, hi);
+    const int bt0 = lo / kWgKT, ntot = nct + (hi - 1) / kWgKT - bt0 + 1;
+    const bf16 *ws = a.dsw + ws_slot(a, kh, j, c, nchunk, 0, 0, 0) * kDsTile; // the step's first slot
+    // tile it of the walk: its source, first key row, workspace slot
+    auto load = [&](int it, int stage) {
+        const bool ctx = it < nct;
+        const int i = ctx ? it : it - nct;
+        sw_load_rows<HD, kWgKT, 128>(sk + stage * S::kKBytes, (ctx ? a.kc : a.kb) + (size_t)kh * HD,
+                                     ctx ? a.ldkc : a.ldkb, ((ctx ? ct0 : bt0) + i) * kWgKT, ctx ? a.T : a.N * a.B);
+        const unsigned char *g = reinterpret_cast<const unsigned char *>(ws + (size_t)((ctx ? 0 : a.ws_nct) + i) * kDsTile);
+#pragma unroll
+        for (int x = 0; x < S::kDsBytes / 16 / 128; x++) {
+            const int off = ((int)threadIdx.x + x * 128) * 16;
+            cp_async16(sds + stage * S::kDsBytes + off, g + off, true);
+        }
+    };
+    float dq[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dq[i] = 0.0f;
+    if (ntot > 0) load(0, 0);
+    cp_async_commit();
+    for (int it = 0; it < ntot; it++) {
+        const int stage = it & 1;
+        cp_async_stage_next(it + 1 < ntot, [&] { load(it + 1, stage ^ 1); });
+        fence_proxy_async();
+        __syncthreads();
+        // dQ += dS·K: dS K-major as issue_s's Q (a k16 step 32 bytes along its 128-byte rows), K MN-major as in issue_pv
+        const uint64_t dsd = sw128_desc(mma_sm80::smem_u32(sds + stage * S::kDsBytes), 16, 1024);
+        const uint64_t kd = sw128_desc(mma_sm80::smem_u32(sk + stage * S::kKBytes), kWgKT * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kWgKT / 16; kk++) wgmma_ss_m64n128k16_tb(dq, desc_at(dsd, kk * 32), desc_at(kd, kk * 2048));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(dq);
+        __syncthreads(); // the next prefetch overwrites this stage
+    }
+    // CTA row r = 16·warp + g (+8): row ρ = c·64 + r of the block's B·G, head kh·G + ρ / B, slot ρ % B
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int rho = c * kWgItem + warp * 16 + g + rr * 8;
+        if (rho >= a.G * a.B) continue;
+        bf16 *drow = a.dq + ((size_t)j * a.B + rho % a.B) * a.lddq + ((size_t)kh * a.G + rho / a.B) * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++)
+            *reinterpret_cast<uint32_t *>(drow + i * 8 + tig * 2) =
+                pack_bf16(dq[4 * i + rr * 2] * a.scale, dq[4 * i + rr * 2 + 1] * a.scale);
+    }
+#endif
+}
+
 // The Hopper backward's CTAs in one launch, heaviest kinds first (as bwd_kernel): context dk/dv tiles (the first
 // rows, seen by the most blocks, first), dq tiles (latest blocks first), block-row dk/dv tiles.
 template <int HD>
@@ -1590,6 +1789,33 @@ template <int HD> constexpr size_t bwd_smem()
 }
 
 bool wgmma_device();
+// The dS workspace's slots per step (kv head, block, query chunk): ctx for the context tiles a block's interval can meet
+// (a window's W-1 rows at most, T at most, ceil(T/64) tiles at most), blk for its block-row tiles (one where 64 % B is
+// 0: a block never straddles a tile). From the host's shape alone: the size function and the launch both call it.
+// After the dS tiles: the split context dk/dv tiles' fp32 partials (kCtxParts a tile and kv head, 64 x HD x 2 each)
+// and their counters. kCtxParts: the heaviest context tile (the first rows, seen by every block of a sorted sequence)
+// is the backward's longest chain of steps; split in two it is no longer than the average load of a CTA slot.
+constexpr int kCtxParts = 2;
+struct WsLayout {
+    int ctx, blk, nchunk;
+    size_t part_off, count_off, bytes;
+};
+WsLayout ws_layout(const dflash_attn_shape *s, int T)
+{
+    const int B = s->block_size, G = s->nh / s->nkv;
+    const long long span = s->window > 0 && s->window - 1 < T ? s->window - 1 : T;
+    const int ctx_cap = (T + kWgKeys - 1) / kWgKeys, blk_cap = (int)(((long long)s->nblocks * B + kWgKeys - 1) / kWgKeys);
+    WsLayout l;
+    l.ctx = span > 0 ? (int)std::min<long long>((span + kWgKeys - 2) / kWgKeys + 1, ctx_cap) : 0;
+    l.blk = kWgKeys % B == 0 ? 1 : std::min((B + kWgKeys - 2) / kWgKeys + 1, blk_cap);
+    l.nchunk = (G * B + kWgItem - 1) / kWgItem;
+    const size_t ctx_slots = (size_t)(T + kWgKeys - 1) / kWgKeys * s->nkv;
+    l.part_off = (size_t)s->nkv * s->nblocks * l.nchunk * (l.ctx + l.blk) * kDsTile * sizeof(bf16);
+    l.count_off = l.part_off + ctx_slots * kCtxParts * kWgKeys * s->hd * 2 * sizeof(float);
+    l.bytes = l.count_off + ctx_slots * sizeof(int);
+    return l;
+}
+
 template <int HD> constexpr int bwd_sm90_smem()
 {
     return wg_dkv_shape<HD>::kSmem > wg_q_shape<HD>::kSmemDq ? wg_dkv_shape<HD>::kSmem : wg_q_shape<HD>::kSmemDq;
@@ -1632,6 +1858,8 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
         if constexpr (HD == 128) {
             CHECK_CUDA(cudaFuncSetAttribute(bwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             bwd_sm90_smem<HD>()));
+            CHECK_CUDA(cudaFuncSetAttribute(dq_ws_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            wg_dqws_shape<HD>::kSmem));
         }
         attr_set = true;
     }
@@ -1642,6 +1870,18 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
         if (wgmma_device()) {
             const int n_ctx = (a.T + kWgRows - 1) / kWgRows * a.nkv;
             const int n_blk = (a.N * a.B + kWgRows - 1) / kWgRows * a.nkv;
+            if (a.dsw) { // the dk/dv CTAs alone (they write dS; context tiles in ctx_parts), then dq from their tiles
+                const int n_ctx_parts = n_ctx * a.ctx_parts;
+                if (a.ctx_parts > 1 && n_ctx > 0)
+                    CHECK_CUDA(cudaMemsetAsync(a.dkv_count, 0, (size_t)n_ctx * sizeof(int), st));
+                bwd_sm90_kernel<HD><<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(
+                    a, n_ctx_parts, 0);
+                CHECK_CUDA_LAUNCH();
+                const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
+                dq_ws_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, wg_dqws_shape<HD>::kSmem, st>>>(a);
+                CHECK_CUDA_LAUNCH();
+                return;
+            }
             const int nq = (int)((rows + kWgDqRows - 1) / kWgDqRows) * a.nkv;
             bwd_sm90_kernel<HD><<<(unsigned)(n_ctx + nq + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx,
                                                                                                               nq);
@@ -1687,6 +1927,7 @@ Args make_args(const dflash_attn_cuda_in *in, const dflash_attn_shape *s, const 
     a.hd = s->hd;
     a.W = s->window;
     a.scale = s->scale, a.scale_log2 = s->scale * kLog2e;
+    a.ctx_parts = 1;
     return a;
 }
 
@@ -1716,12 +1957,31 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
     CHECK_CUDA_LAUNCH();
 }
 
-extern "C" void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delta, const uint16_t *dout,
-                                               int lddo, const uint16_t *out, int ldo, const float *lse,
+// the dS workspace is used (its size nonzero): head_dim 128 on the wgmma kernels
+static bool ws_applies(const dflash_attn_shape *s) { return s->hd == 128 && wgmma_device(); }
+
+extern "C" size_t dflash_attention_backward_workspace(const dflash_attn_shape *s, int T)
+{
+    return s->nblocks > 0 && ws_applies(s) ? ws_layout(s, T).bytes : 0;
+}
+
+extern "C" void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delta, void *workspace,
+                                               size_t workspace_bytes, const uint16_t *dout, int lddo,
+                                               const uint16_t *out, int ldo, const float *lse,
                                                const dflash_attn_cuda_in *in, const dflash_attn_shape *s,
                                                void *stream)
 {
     Args a = make_args(in, s, "dflash_attention_backward_cuda");
+    static int recompute = -1; // DFLASH_ATTENTION_DQ=recompute: dq recomputes dS (the one-launch backward), for A/B
+    if (workspace && !env_switch(&recompute, "DFLASH_ATTENTION_DQ", "recompute") && a.N > 0 && ws_applies(s)) {
+        const WsLayout l = ws_layout(s, a.T);
+        if (workspace_bytes >= l.bytes) { // a smaller one: this call recomputes
+            static int unsplit = -1; // DFLASH_ATTENTION_DKV_SPLIT=0: the context dk/dv tiles in one CTA each, for A/B
+            a.dsw = (bf16 *)workspace, a.ws_nct = l.ctx, a.ws_stride = l.ctx + l.blk;
+            a.ctx_parts = env_switch(&unsplit, "DFLASH_ATTENTION_DKV_SPLIT", "0") ? 1 : kCtxParts;
+            a.dkv_part = (float *)((char *)workspace + l.part_off), a.dkv_count = (int *)((char *)workspace + l.count_off);
+        }
+    }
     cudaStream_t st = (cudaStream_t)stream;
     const size_t kd = (size_t)a.nkv * a.hd * sizeof(uint16_t);
     if (a.N == 0) { // no query sees the context: its gradients are zero

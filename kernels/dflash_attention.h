@@ -7,6 +7,7 @@
 #ifndef DFLASH_KERNEL_DFLASH_ATTENTION_H
 #define DFLASH_KERNEL_DFLASH_ATTENTION_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct dflash_attn_shape {
@@ -82,11 +83,20 @@ typedef struct dflash_attn_cuda_grads {
 /* out (N*B, nh*hd; ldo) and lse (N*B, nh; fp32, natural log) for the backward, on stream. */
 void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse, const dflash_attn_cuda_in *in,
                                    const dflash_attn_shape *s, void *stream);
+/* Bytes of the backward's dS workspace for shape s over T context rows (0: the kernels for s take none, as on a device
+ * without wgmma or at head_dim != 128): nkv * N * ceil(G*B/64) * (the 64-row tiles a block's context and its rows can
+ * meet) 8 KB dS tiles, about 2 bytes per (query, head, context row) pair, then 2 fp32 dK|dV partials (64 KB each) per
+ * 64 context rows and kv head. Window 0 needs the most, fewer blocks or rows less: size once for the largest shape. */
+size_t dflash_attention_backward_workspace(const dflash_attn_shape *s, int T);
 /* All five gradients are OVERWRITTEN (unlike the CPU version, which accumulates into dkc..dvb); rows of kc/vc that
  * no block sees get 0. dout (N*B, nh*hd; lddo); out and lse from the forward; delta (N*B, nh) fp32 workspace
- * (rowsum(dout*out), overwritten). On stream. */
-void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delta, const uint16_t *dout, int lddo,
-                                    const uint16_t *out, int ldo, const float *lse, const dflash_attn_cuda_in *in,
+ * (rowsum(dout*out), overwritten); workspace (workspace_bytes, at least dflash_attention_backward_workspace's) holds
+ * the dS tiles the dk/dv kernel hands to dq; NULL or smaller than this shape needs: dq recomputes them (slower; also
+ * DFLASH_ATTENTION_DQ=recompute).
+ * On stream. */
+void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delta, void *workspace,
+                                    size_t workspace_bytes, const uint16_t *dout, int lddo, const uint16_t *out,
+                                    int ldo, const float *lse, const dflash_attn_cuda_in *in,
                                     const dflash_attn_shape *s, void *stream);
 #ifdef __cplusplus
 }

@@ -286,6 +286,10 @@ const kc_case kernel_cases[] = {
      .why = "head_dim 128, arbitrary context intervals, B = 5"},
     {KC(kc_dflash_attention, 6, 2, 128, 16, 40, 8, 1, 0, 1, 0), KC_SEQS(150, 151), KC_AUX(9, 11),
      .only = KC_CUDA_ONLY, .why = "head_dim 128, a window of 40"},
+    {KC(kc_dflash_attention, 16, 2, 128, 12, 0, 8, 0, 0, 1, 0), KC_SEQS(200, 1, 131), KC_AUX(9, 1, 7),
+     .only = KC_CUDA_ONLY, .why = "head_dim 128, group 8, B = 12: a block's 96 rows in two query chunks, blocks straddle tiles"},
+    {KC(kc_dflash_attention, 24, 2, 128, 16, 20, 8, 1, 0, 1, 0), KC_SEQS(300, 77), KC_AUX(13, 5),
+     .only = KC_CUDA_ONLY, .why = "head_dim 128, group 12 (three query chunks), a window of 20"},
     /* head_dim 256 (the Qwen3.5 drafters' heads; its own tiles) */
     {KC(kc_dflash_attention, 16, 4, 256, 16, 0, 8, 0, 0, 1, 0), KC_SEQS(1, 301, 1, 187), KC_AUX(1, 19, 1, 13),
      .only = KC_CUDA_ONLY, .why = "head_dim 256, GQA 4, one-token sequences, odd lengths"},

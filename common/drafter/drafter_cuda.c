@@ -43,6 +43,9 @@
 
 #define DC_MAX_EVENTS 1024
 #define DC_MET_WORDS (2 + DFLASH_MAX_BLOCK) /* [0] Σ w·CE (double); [1..B] correct per slot; [B+1] run sum */
+/* the attention backward's dS workspace at most (dflash_attention_backward_workspace: the Qwen3-8B drafter's 512
+ * blocks over 3072 context rows take 1.6 GB) */
+#define DC_ATTN_WS_MAX ((size_t)4 << 30)
 
 /* Saved activations of one layer, bf16 unless noted. */
 typedef struct dc_acts {
@@ -87,6 +90,8 @@ typedef struct drafter_cuda {
     uint16_t *dkvc;                /* (T, 2kd) */
     uint16_t *dF, *dfc;            /* (T, H) */
     float *delta;                  /* (NB, nh) */
+    void *attn_ws;                 /* the attention backward's dS tiles (attn_ws_bytes; 0 where it takes none) */
+    size_t attn_ws_bytes;
     float *norm_ws, *qk_ws;
     /* the batch on the device: positions (T) | block_ids | block_pos | labels (NB) | ctx_start | ctx_len (N) |
      * weights (NB, float), packed per batch; staged through pinned memory */
@@ -237,6 +242,14 @@ static int dc_create(drafter_cuda **out, const drafter_train_config *tc, int dev
     d->dF = dc_alloc(d, T * H * 2);
     d->dfc = dc_alloc(d, T * H * 2);
     d->delta = dc_alloc(d, NB * (size_t)d->nh * sizeof(float));
+    {
+        const dflash_attn_shape ws = {.nblocks = d->max_blocks, .block_size = d->B, .nh = d->nh, .nkv = d->nkv,
+                                      .hd = d->hd, .scale = 1.0f, .window = 0}; /* no window: the most tiles */
+        /* at most DC_ATTN_WS_MAX: a batch whose blocks need more takes the slower recompute path */
+        const size_t need = dflash_attention_backward_workspace(&ws, (int)T);
+        d->attn_ws_bytes = need < DC_ATTN_WS_MAX ? need : DC_ATTN_WS_MAX;
+        d->attn_ws = d->attn_ws_bytes ? dc_alloc(d, d->attn_ws_bytes) : NULL;
+    }
     size_t nws = rmsnorm_backward_cuda_workspace((int)NB, d->H), nws2 = rmsnorm_backward_cuda_workspace((int)T, d->H);
     d->norm_ws = dc_alloc(d, nws > nws2 ? nws : nws2);
     size_t qws = qk_norm_rope_backward_cuda_workspace((int)NB, d->nh, d->nkv, d->hd),
@@ -322,7 +335,7 @@ static void dc_destroy(drafter_backend *b)
     if (d->lm_head != d->embed) dc_free(&d->lm_head);
     void *p[] = {&d->embed, &d->d_inv_freq, &d->fc_out, &d->F, &d->x_final, &d->h, &d->ce_row, &d->argmax, &d->dh,
                  &d->dres, &d->dy, &d->du, &d->dact, &d->dattn, &d->dqkv, &d->dkvc, &d->dF, &d->dfc, &d->delta,
-                 &d->norm_ws, &d->qk_ws, &d->d_batch, &d->d_met};
+                 &d->attn_ws, &d->norm_ws, &d->qk_ws, &d->d_batch, &d->d_met};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) dc_free(p[i]);
     if (d->h_stage) CHECK_CUDA(cudaFreeHost(d->h_stage));
     if (d->h_met) CHECK_CUDA(cudaFreeHost(d->h_met));
@@ -560,7 +573,7 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
                                      .dvb = d->dqkv + qd + kd, .lddvb = qkvw};
         dflash_attn_shape las = as;
         las.window = hf_layer_window(&d->cfg, l);
-        dflash_attention_backward_cuda(&ag, d->delta, d->dattn, qd, a->attn, qd, a->lse, &in, &las, st);
+        dflash_attention_backward_cuda(&ag, d->delta, d->attn_ws, d->attn_ws_bytes, d->dattn, qd, a->attn, qd, a->lse, &in, &las, st);
         dc_mark(d, DRAFTER_CUDA_ATTN_BWD);
         qk_norm_rope_backward_cuda(d->dqkv, qkvw, d->dqkv + qd, qkvw, a->qkv, qkvw, a->qkv + qd, qkvw, NB, nh, nkv,
                                    hd, W(LP_Q_NORM), W(LP_K_NORM), G(LP_Q_NORM), G(LP_K_NORM), eps, d_bpos,

@@ -520,6 +520,11 @@ static void run_case(const attn_case *k)
     float *d_lse = dev_alloc((size_t)NB * nh * 4, 1), *d_delta = dev_alloc((size_t)NB * nh * 4, 1);
     uint16_t *d_dq = dev_alloc((size_t)NB * ldo * 2, 1), *d_dkvc = dev_alloc((size_t)T * ldkv * 2, 1);
     uint16_t *d_dkb = dev_alloc((size_t)NB * kd * 2, 1), *d_dvb = dev_alloc((size_t)NB * kd * 2, 1);
+    /* the dS workspace (head_dim 128 on Hopper), poisoned: a tile dq reads that dk/dv did not write gives NaN */
+    dflash_attn_shape s_nowin = s; /* window 0 needs the most: the wide_check runs take it too */
+    s_nowin.window = 0;
+    const size_t ws_bytes = dflash_attention_backward_workspace(&s_nowin, T);
+    void *d_ws = ws_bytes ? dev_alloc(ws_bytes, 1) : NULL;
 
     const dflash_attn_cuda_in in = {.q = d_q, .ldq = ldq, .kc = d_kvc, .ldkc = ldkv, .vc = d_kvc + kd, .ldvc = ldkv,
                                     .kb = d_kb, .ldkb = ldb, .vb = d_vb, .ldvb = ldb, .ctx_start = d_cs,
@@ -527,7 +532,7 @@ static void run_case(const attn_case *k)
     const dflash_attn_cuda_grads gr = {.dq = d_dq, .lddq = ldo, .dkc = d_dkvc, .lddkc = ldkv, .dvc = d_dkvc + kd,
                                        .lddvc = ldkv, .dkb = d_dkb, .lddkb = kd, .dvb = d_dvb, .lddvb = kd};
     dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
-    dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+    dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     uint16_t *out = dev_get(d_out, (size_t)NB * ldo * 2);
     float *lse = dev_get(d_lse, (size_t)NB * nh * 4);
@@ -612,7 +617,7 @@ static void run_case(const attn_case *k)
     CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
     CHECK_CUDA(cudaMemset(d_dkb, 0x55, (size_t)NB * kd * 2));
     CHECK_CUDA(cudaMemset(d_dvb, 0x55, (size_t)NB * kd * 2));
-    dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+    dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
     /* the padding was poisoned with 0xff the first time and 0x55 now: compare the tensors' own columns only */
     {
         uint16_t *a2 = dev_get(d_dq, (size_t)NB * ldo * 2), *b2 = dev_get(d_dkvc, (size_t)T * ldkv * 2);
@@ -628,18 +633,27 @@ static void run_case(const attn_case *k)
     check_same(cname, "dvb", d_dvb, gdvb, (size_t)NB * kd * 2);
     check_same(cname, "delta", d_delta, gdelta, (size_t)NB * nh * 4);
 
+    if (d_ws) { /* the recompute path (no workspace), where the kernels took one: dq against the same reference */
+        CHECK_CUDA(cudaMemset(d_dq, 0xff, (size_t)NB * ldo * 2));
+        dflash_attention_backward_cuda(&gr, d_delta, NULL, 0, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+        uint16_t *rq = dev_get(d_dq, (size_t)NB * ldo * 2);
+        c = (cmp){0}, cmp_rows(&c, rq, ldo, 0, rdq, qd, qmap, NB), report(cname, "dq (recompute, no workspace)", c,
+                                                                           TOL_GRAD, 0);
+        free(rq);
+    }
+
     if (k->wide_check) { /* a window no key is beyond: every result as without one, bit for bit */
         dflash_attn_shape s0 = s, sw = s;
         s0.window = 0, sw.window = T + B + 1;
         dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s0, stream);
-        dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s0, stream);
+        dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s0, stream);
         CHECK_CUDA(cudaStreamSynchronize(stream));
         uint16_t *o0 = dev_get(d_out, (size_t)NB * ldo * 2), *dq0 = dev_get(d_dq, (size_t)NB * ldo * 2);
         uint16_t *dkvc0 = dev_get(d_dkvc, (size_t)T * ldkv * 2), *dkb0 = dev_get(d_dkb, (size_t)NB * kd * 2);
         uint16_t *dvb0 = dev_get(d_dvb, (size_t)NB * kd * 2);
         float *l0 = dev_get(d_lse, (size_t)NB * nh * 4);
         dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &sw, stream);
-        dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &sw, stream);
+        dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &sw, stream);
         CHECK_CUDA(cudaStreamSynchronize(stream));
         check_rows_same(cname, "out", d_out, o0, NB, ldo, qd);
         check_rows_same(cname, "dq", d_dq, dq0, NB, ldo, qd);
@@ -674,10 +688,21 @@ static void run_case(const attn_case *k)
         CHECK_CUDA(cudaEventElapsedTime(&ms_f, e0, e1));
         CHECK_CUDA(cudaEventRecord(e0, stream));
         for (int i = 0; i < iters; i++)
-            dflash_attention_backward_cuda(&gr, d_delta, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+            dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
         CHECK_CUDA(cudaEventRecord(e1, stream));
         CHECK_CUDA(cudaEventSynchronize(e1));
         CHECK_CUDA(cudaEventElapsedTime(&ms_b, e0, e1));
+        float ms_r = 0; /* the backward without a workspace (dq recomputes dS), where it takes one */
+        if (d_ws) {
+            CHECK_CUDA(cudaEventRecord(e0, stream));
+            for (int i = 0; i < iters; i++)
+                dflash_attention_backward_cuda(&gr, d_delta, NULL, 0, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+            CHECK_CUDA(cudaEventRecord(e1, stream));
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            CHECK_CUDA(cudaEventElapsedTime(&ms_r, e0, e1));
+            printf("timing %s W=%d backward without the dS workspace (dq recomputes) %.3f ms; workspace %.1f MB\n",
+                   k->name, k->window, ms_r / iters, ws_bytes / 1e6);
+        }
         ms_f /= iters, ms_b /= iters;
         const double tf = fwd_flop / (ms_f * 1e-3) / 1e12, tb = 2 * fwd_flop / (ms_b * 1e-3) / 1e12;
         printf("timing %s W=%d forward %.3f ms %.1f TFLOP/s (%.0f%% of 790) backward %.3f ms %.1f TFLOP/s (%.0f%% of 790) "
@@ -691,6 +716,7 @@ static void run_case(const attn_case *k)
     CHECK_CUDA(cudaFree(d_dout)); CHECK_CUDA(cudaFree(d_cs)); CHECK_CUDA(cudaFree(d_cl)); CHECK_CUDA(cudaFree(d_out));
     CHECK_CUDA(cudaFree(d_lse)); CHECK_CUDA(cudaFree(d_delta)); CHECK_CUDA(cudaFree(d_dq));
     CHECK_CUDA(cudaFree(d_dkvc)); CHECK_CUDA(cudaFree(d_dkb)); CHECK_CUDA(cudaFree(d_dvb));
+    if (d_ws) CHECK_CUDA(cudaFree(d_ws));
     free(q), free(kc), free(vc), free(kb), free(vb), free(dout), free(out), free(lse), free(gdq), free(gdkvc);
     free(gdkb), free(gdvb), free(gdelta), free(blk), free(sq), free(sdo), free(sout), free(skb), free(svb);
     free(slse), free(scs), free(scl), free(qmap), free(cmap), free(inset), free(rout), free(rlse), free(rdq);
