@@ -248,6 +248,10 @@ static int dc_create(drafter_cuda **out, const drafter_train_config *tc, int dev
         /* at most DC_ATTN_WS_MAX: a batch whose blocks need more takes the slower recompute path */
         const size_t need = dflash_attention_backward_workspace(&ws, (int)T);
         d->attn_ws_bytes = need < DC_ATTN_WS_MAX ? need : DC_ATTN_WS_MAX;
+        if (need > DC_ATTN_WS_MAX)
+            log_warn("drafter: the attention backward's dS workspace for %d blocks over %zu context rows would take "
+                     "%.2f GiB; capped at %.0f GiB, so batches needing more recompute dS in dq (slower)",
+                     d->max_blocks, (size_t)T, need / 1073741824.0, DC_ATTN_WS_MAX / 1073741824.0);
         d->attn_ws = d->attn_ws_bytes ? dc_alloc(d, d->attn_ws_bytes) : NULL;
     }
     size_t nws = rmsnorm_backward_cuda_workspace((int)NB, d->H), nws2 = rmsnorm_backward_cuda_workspace((int)T, d->H);
@@ -573,7 +577,8 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
                                      .dvb = d->dqkv + qd + kd, .lddvb = qkvw};
         dflash_attn_shape las = as;
         las.window = hf_layer_window(&d->cfg, l);
-        dflash_attention_backward_cuda(&ag, d->delta, d->attn_ws, d->attn_ws_bytes, d->dattn, qd, a->attn, qd, a->lse, &in, &las, st);
+        dflash_attention_backward_cuda(&ag, d->delta, d->attn_ws, d->attn_ws_bytes, d->dattn, qd, a->attn, qd, a->lse,
+                                       &in, &las, st);
         dc_mark(d, DRAFTER_CUDA_ATTN_BWD);
         qk_norm_rope_backward_cuda(d->dqkv, qkvw, d->dqkv + qd, qkvw, a->qkv, qkvw, a->qkv + qd, qkvw, NB, nh, nkv,
                                    hd, W(LP_Q_NORM), W(LP_K_NORM), G(LP_Q_NORM), G(LP_K_NORM), eps, d_bpos,
