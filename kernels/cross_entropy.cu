@@ -342,23 +342,12 @@ extern "C" void cross_entropy_cuda_set_overlap(cross_entropy_cuda_ctx *c, int le
     c->overlap = level < 0 ? 0 : level > 2 ? 2 : level;
 }
 
-// cuBLASLt's heuristic candidates for an entry's GEMM (every operand 16-byte aligned), best first by its model.
+// cuBLASLt's heuristic candidates for an entry's GEMM (every operand 16-byte aligned), best first by its model, under
+// matmul.cu's preference (the project's one: no in-place split-K reduction).
 static int gemm_candidates(cross_entropy_cuda_ctx *c, const gemm_entry *e, cublasLtMatmulHeuristicResult_t *res)
 {
-    cublasLtMatmulPreference_t pref;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = kLtWorkspace;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    uint32_t al = 16;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
-    int nres = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(c->lt, e->desc, e->la, e->lb, e->lc, e->lc, pref, kCandidates, res,
-                                                &nres));
-    cublasLtMatmulPreferenceDestroy(pref);
-    return nres;
+    const uint32_t align[4] = {16, 16, 16, 16};
+    return matmul_lt_candidates(c->lt, e->desc, e->la, e->lb, e->lc, e->lc, kLtWorkspace, align, res, kCandidates);
 }
 
 // Which candidate runs: matmul_lt_pick's, the project's one GEMM pick rule (a function of the heuristic's answer and

@@ -181,31 +181,36 @@ static void matmul_entry_layouts(matmul_entry *e, const matmul_key &key)
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
 }
 
+int matmul_lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                         cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
+                         size_t workspace_bytes, const uint32_t align[4], cublasLtMatmulHeuristicResult_t *res, int max)
+{
+    cublasLtMatmulPreference_t pref;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &workspace_bytes, sizeof workspace_bytes));
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
+                                                      sizeof red));
+    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &align[i], sizeof align[i]));
+    int nres = 0;
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, ld, pref, max, res, &nres));
+    cublasLtMatmulPreferenceDestroy(pref);
+    return nres;
+}
+
 // cuBLASLt's heuristic candidates for the entry's GEMM, best first by its model (at least one; exits when none).
 static int matmul_entry_candidates(matmul_cuda *h, const matmul_entry *e, cublasLtMatmulHeuristicResult_t *res)
 {
     const matmul_key &key = e->key;
-    cublasLtMatmulPreference_t pref;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &h->workspace_bytes, sizeof h->workspace_bytes));
-    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
-                                                      sizeof red));
-    uint32_t al_a = (uint32_t)key.align_w, al_b = (uint32_t)key.align_x, al_c = (uint32_t)key.align_c,
-             al_d = (uint32_t)key.align_y;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
-                                                      sizeof al_a));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
-                                                      sizeof al_b));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
-                                                      sizeof al_c));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
-                                                      sizeof al_d));
-    int nres = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h->lt, e->desc, e->la, e->lb, e->lc, e->ld, pref, kCandidates, res,
-                                                &nres));
-    cublasLtMatmulPreferenceDestroy(pref);
+    const uint32_t align[4] = {(uint32_t)key.align_w, (uint32_t)key.align_x, (uint32_t)key.align_c,
+                               (uint32_t)key.align_y};
+    const int nres = matmul_lt_candidates(h->lt, e->desc, e->la, e->lb, e->lc, e->ld, h->workspace_bytes, align, res,
+                                          kCandidates);
     if (nres < 1) {
         fprintf(stderr, "%s: cuBLASLt has no algorithm for m=%d n=%d k=%d ld=%d/%d/%d\n", matmul_kind_name(key.kind),
                 key.m, key.n, key.k, key.ldx, key.ldy, key.ldc);

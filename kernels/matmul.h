@@ -69,6 +69,13 @@ void matmul_cuda_survey(matmul_cuda *h, matmul_algo *out, int max_out, int iters
 #include <cublasLt.h>
 /* matmul_algo_pick over a cuBLASLt heuristic answer (the rule's one function, for cross_entropy.cu's GEMMs too). */
 int matmul_lt_pick(const cublasLtMatmulHeuristicResult_t *res, int nres, int out_bytes, int inner_k);
+/* cuBLASLt's heuristic candidates (at most max, best first by its model; returns how many) for the GEMM that desc and
+ * the layouts describe, under the project's one preference (for cross_entropy.cu's GEMMs too): at most
+ * workspace_bytes of workspace, split-K only through a separate fp32 reduction pass (no in-place reduction into the
+ * output: the same bits every call), the operands' alignments in bytes (A, B, C, D). */
+int matmul_lt_candidates(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                         cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
+                         size_t workspace_bytes, const uint32_t align[4], cublasLtMatmulHeuristicResult_t *res, int max);
 #endif
 
 #endif
