@@ -53,8 +53,10 @@ template <int R> __device__ __forceinline__ void fence_regs(float (&d)[R])
 }
 
 // D (64 x N fp32, this warpgroup) = A (64 x 16, descriptor da, K-major) · B (N x 16, descriptor db, K-major)ᵀ
-// + (scale_d ? D : 0). Accumulator layout per warp w of the group: rows 16w + g and 16w + g + 8 (g = lane / 4),
-// columns 8i + 2 (lane % 4) + {0, 1} in d[4i + {0, 1}] and d[4i + {2, 3}].
+// + (scale_d ? D : 0); TRANS_B 1: B (16 x N) MN-major instead, D = A · B. Accumulator layout per warp w of the group:
+// rows 16w + g and 16w + g + 8 (g = lane / 4), columns 8i + 2 (lane % 4) + {0, 1} in d[4i + {0, 1}] and
+// d[4i + {2, 3}].
+template <int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t da, uint64_t db, int scale_d)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -62,7 +64,7 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t da,
                  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
                  "%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,"
                  "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
                    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
@@ -72,7 +74,7 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t da,
                    "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
                    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
                    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(scale_d));
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
 }
 
 // D (64 x N fp32) += A (64 x 16 bf16 in registers, the m16n8k16 A-fragment layout per warp: a[0] row g cols 2t..2t+1,
