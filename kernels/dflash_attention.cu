@@ -124,6 +124,65 @@ template <int S> __device__ __forceinline__ int frag_b_trans(int k0, int n0, int
     return (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + n0 + (lane >> 4) * 8;
 }
 
+// acc (MT m16 tiles of rows wrow + 16m.. x NT n8 tiles) += A (those rows of the padded tile sa) · B (rows 0..8NT of
+// the padded tile tb, the n index)ᵀ over HD: S = Q·Kᵀ, dP = dO·Vᵀ, Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ. Each k16 step loads the A
+// fragments once and shares every B fragment pair among the MT tiles.
+template <int HD, int MT, int NT, int S>
+__device__ __forceinline__ void mma_rows_bt(float (&acc)[MT][NT][4], const bf16 *sa, int wrow, const bf16 *tb, int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t fa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) ldmatrix_x4(fa[m], sa + frag_a<S>(wrow + m * 16, kk * 16, lane));
+#pragma unroll
+        for (int t = 0; t < NT; t += 2) {
+            uint32_t b[4];
+            ldmatrix_x4(b, tb + frag_b_rows<S>(t * 8, kk * 16, lane));
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma_bf16(acc[m][t], fa[m], b[0], b[1]);
+                mma_bf16(acc[m][t + 1], fa[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// one m16 tile (the dk/dv warps' 16 key rows): acc (NT n8 tiles)
+template <int HD, int NT, int S>
+__device__ __forceinline__ void mma_rows_bt(float (&acc)[NT][4], const bf16 *sa, int wrow, const bf16 *tb, int lane)
+{
+    mma_rows_bt<HD, 1, NT, S>(reinterpret_cast<float (&)[1][NT][4]>(acc), sa, wrow, tb, lane);
+}
+
+// acc (MT m16 tiles x HD/8 n8 tiles) += A (bf16 fragments f, KS k16 steps) · B (rows 0..16KS of the padded tile tb,
+// the k index, through .trans): O += P·V, dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q.
+template <int HD, int MT, int KS, int S>
+__device__ __forceinline__ void mma_frags_b(float (&acc)[MT][HD / 8][4], const uint32_t (&f)[MT][KS][4], const bf16 *tb,
+                                            int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+#pragma unroll
+        for (int n0 = 0; n0 < HD / 8; n0 += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, tb + frag_b_trans<S>(kk * 16, n0 * 8, lane));
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma_bf16(acc[m][n0], f[m][kk], b[0], b[1]);
+                mma_bf16(acc[m][n0 + 1], f[m][kk], b[2], b[3]);
+            }
+        }
+    }
+}
+// one m16 tile (the dk/dv warps' 16 key rows)
+template <int HD, int KS, int S>
+__device__ __forceinline__ void mma_frags_b(float (&acc)[HD / 8][4], const uint32_t (&f)[KS][4], const bf16 *tb, int lane)
+{
+    mma_frags_b<HD, 1, KS, S>(reinterpret_cast<float (&)[1][HD / 8][4]>(acc),
+                              reinterpret_cast<const uint32_t (&)[1][KS][4]>(f), tb, lane);
+}
+
 // Copy rows [row0, row0+ROWS) of a (bound, HD) slice with row stride ld into a padded smem tile; rows >= bound are 0.
 template <int HD, int ROWS>
 __device__ __forceinline__ void load_rows(bf16 *tile, const bf16 *base, int ld, int row0, int bound)
@@ -322,22 +381,7 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
             for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int t = 0; t < kNT; t++) s[m][t][0] = s[m][t][1] = s[m][t][2] = s[m][t][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t qa[MT][4];
-#pragma unroll
-                for (int m = 0; m < MT; m++) ldmatrix_x4(qa[m], sq + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
-#pragma unroll
-                for (int t = 0; t < kNT; t += 2) {
-                    uint32_t b[4];
-                    ldmatrix_x4(b, tk + frag_b_rows<kStride>(t * 8, kk * 16, lane));
-#pragma unroll
-                    for (int m = 0; m < MT; m++) {
-                        mma_bf16(s[m][t], qa[m], b[0], b[1]);
-                        mma_bf16(s[m][t + 1], qa[m], b[2], b[3]);
-                    }
-                }
-            }
+            mma_rows_bt<HD, MT, kNT, kStride>(s, sq, wrow, tk, lane);
 
             float mx[2 * MT];
 #pragma unroll
@@ -396,19 +440,7 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
                     o[m][i][2] *= corr[m * 2 + 1], o[m][i][3] *= corr[m * 2 + 1];
                 }
             }
-#pragma unroll
-            for (int kk = 0; kk < kFwdKeys / 16; kk++) {
-#pragma unroll
-                for (int n0 = 0; n0 < HD / 8; n0 += 2) {
-                    uint32_t b[4];
-                    ldmatrix_x4_trans(b, tv + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
-#pragma unroll
-                    for (int m = 0; m < MT; m++) {
-                        mma_bf16(o[m][n0], pf[m][kk], b[0], b[1]);
-                        mma_bf16(o[m][n0 + 1], pf[m][kk], b[2], b[3]);
-                    }
-                }
-            }
+            mma_frags_b<HD, MT, kFwdKeys / 16, kStride>(o, pf, tv, lane);
         }
         __syncthreads(); // the next iteration's prefetch overwrites this stage
     }
@@ -510,39 +542,9 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
 #pragma unroll
                     for (int e = 0; e < 4; e++) s[m][t][e] = dp[m][t][e] = 0.0f;
             // S = Q·Kᵀ
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t qa[MT][4];
-#pragma unroll
-                for (int m = 0; m < MT; m++) ldmatrix_x4(qa[m], sq + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
-#pragma unroll
-                for (int t = 0; t < kNT; t += 2) {
-                    uint32_t b[4];
-                    ldmatrix_x4(b, tk + frag_b_rows<kStride>(t * 8, kk * 16, lane));
-#pragma unroll
-                    for (int m = 0; m < MT; m++) {
-                        mma_bf16(s[m][t], qa[m], b[0], b[1]);
-                        mma_bf16(s[m][t + 1], qa[m], b[2], b[3]);
-                    }
-                }
-            }
+            mma_rows_bt<HD, MT, kNT, kStride>(s, sq, wrow, tk, lane);
             // dP = dO·Vᵀ
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t da[MT][4];
-#pragma unroll
-                for (int m = 0; m < MT; m++) ldmatrix_x4(da[m], sdo + frag_a<kStride>(wrow + m * 16, kk * 16, lane));
-#pragma unroll
-                for (int t = 0; t < kNT; t += 2) {
-                    uint32_t b[4];
-                    ldmatrix_x4(b, tv + frag_b_rows<kStride>(t * 8, kk * 16, lane));
-#pragma unroll
-                    for (int m = 0; m < MT; m++) {
-                        mma_bf16(dp[m][t], da[m], b[0], b[1]);
-                        mma_bf16(dp[m][t + 1], da[m], b[2], b[3]);
-                    }
-                }
-            }
+            mma_rows_bt<HD, MT, kNT, kStride>(dp, sdo, wrow, tv, lane);
             // P = exp(S·scale - lse) (0 where masked), dS = P (dP - D), as bf16 A fragments
             uint32_t dsf[MT][kDqKeys / 16][4];
 #pragma unroll
@@ -572,19 +574,7 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
                 }
             }
             // dQ += dS·K
-#pragma unroll
-            for (int kk = 0; kk < kDqKeys / 16; kk++) {
-#pragma unroll
-                for (int n0 = 0; n0 < HD / 8; n0 += 2) {
-                    uint32_t b[4];
-                    ldmatrix_x4_trans(b, tk + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
-#pragma unroll
-                    for (int m = 0; m < MT; m++) {
-                        mma_bf16(dq[m][n0], dsf[m][kk], b[0], b[1]);
-                        mma_bf16(dq[m][n0 + 1], dsf[m][kk], b[2], b[3]);
-                    }
-                }
-            }
+            mma_frags_b<HD, MT, kDqKeys / 16, kStride>(dq, dsf, tk, lane);
         }
         __syncthreads();
     }
@@ -692,18 +682,7 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
                 float st[kItemRows / 8][4];
 #pragma unroll
                 for (int t = 0; t < kItemRows / 8; t++) st[t][0] = st[t][1] = st[t][2] = st[t][3] = 0.0f;
-#pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    uint32_t ka[4];
-                    ldmatrix_x4(ka, sk + frag_a<kStride>(warp * 16, kk * 16, lane));
-#pragma unroll
-                    for (int t = 0; t < kItemRows / 8; t += 2) {
-                        uint32_t b[4];
-                        ldmatrix_x4(b, tq + frag_b_rows<kStride>(t * 8, kk * 16, lane));
-                        mma_bf16(st[t], ka, b[0], b[1]);
-                        mma_bf16(st[t + 1], ka, b[2], b[3]);
-                    }
-                }
+                mma_rows_bt<HD, kItemRows / 8, kStride>(st, sk, warp * 16, tq, lane);
                 // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on rows the block (under a window: the column's slot) does not see
                 uint32_t pa[kItemRows / 16][4];
 #pragma unroll
@@ -727,34 +706,14 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
                 }
                 // dV += Pᵀ·dO
                 if (PART & kPartDv) {
-#pragma unroll
-                    for (int kk = 0; kk < kItemRows / 16; kk++) {
-#pragma unroll
-                        for (int n0 = 0; n0 < HD / 8; n0 += 2) {
-                            uint32_t b[4];
-                            ldmatrix_x4_trans(b, tdo + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
-                            mma_bf16(dv[n0], pa[kk], b[0], b[1]);
-                            mma_bf16(dv[n0 + 1], pa[kk], b[2], b[3]);
-                        }
-                    }
+                    mma_frags_b<HD, kItemRows / 16, kStride>(dv, pa, tdo, lane);
                 }
                 if (PART & kPartDk) {
                     // dPᵀ = V·dOᵀ
                     float dpt[kItemRows / 8][4];
 #pragma unroll
                     for (int t = 0; t < kItemRows / 8; t++) dpt[t][0] = dpt[t][1] = dpt[t][2] = dpt[t][3] = 0.0f;
-#pragma unroll
-                    for (int kk = 0; kk < HD / 16; kk++) {
-                        uint32_t va[4];
-                        ldmatrix_x4(va, sv + frag_a<kStride>(warp * 16, kk * 16, lane));
-#pragma unroll
-                        for (int t = 0; t < kItemRows / 8; t += 2) {
-                            uint32_t b[4];
-                            ldmatrix_x4(b, tdo + frag_b_rows<kStride>(t * 8, kk * 16, lane));
-                            mma_bf16(dpt[t], va, b[0], b[1]);
-                            mma_bf16(dpt[t + 1], va, b[2], b[3]);
-                        }
-                    }
+                    mma_rows_bt<HD, kItemRows / 8, kStride>(dpt, sv, warp * 16, tdo, lane);
                     // dSᵀ = Pᵀ (dPᵀ - D[column])
 #pragma unroll
                     for (int t = 0; t < kItemRows / 8; t++) {
@@ -763,16 +722,7 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
                         pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(st[t][2] * (dpt[t][2] - d0), st[t][3] * (dpt[t][3] - d1));
                     }
                     // dK += dSᵀ·Q
-#pragma unroll
-                    for (int kk = 0; kk < kItemRows / 16; kk++) {
-#pragma unroll
-                        for (int n0 = 0; n0 < HD / 8; n0 += 2) {
-                            uint32_t b[4];
-                            ldmatrix_x4_trans(b, tq + frag_b_trans<kStride>(kk * 16, n0 * 8, lane));
-                            mma_bf16(dk[n0], pa[kk], b[0], b[1]);
-                            mma_bf16(dk[n0 + 1], pa[kk], b[2], b[3]);
-                        }
-                    }
+                    mma_frags_b<HD, kItemRows / 16, kStride>(dk, pa, tq, lane);
                 }
             }
             __syncthreads(); // the next prefetch overwrites this stage; the next scan overwrites s_list
