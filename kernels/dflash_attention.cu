@@ -318,6 +318,21 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sk, bf16 *sv, const Args &a, 
     load_rows<HD, KT>(sv, v + (size_t)kh * HD, ldv, t.row0, t.bound);
 }
 
+// A query-row CTA's K/V ring step (the forward, dq): tile it + 1 into the other of the two stages (the last step waits
+// for every copy), the CTA barrier; returns tile it of the walk, in stage it & 1.
+template <int HD, int KT>
+__device__ __forceinline__ KTile kv_ring_step(bf16 *sk, bf16 *sv, const Args &a, const QRows &rows, int it, int nt,
+                                              int nct, int kh)
+{
+    constexpr int kTile = KT * (HD + 8);
+    const int next = (it & 1) ^ 1;
+    cp_async_stage_next(it + 1 < nt, [&] {
+        load_kv_tile<HD, KT>(sk + next * kTile, sv + next * kTile, a, ktile(rows, it + 1, nct, KT), kh);
+    });
+    __syncthreads();
+    return ktile(rows, it, nct, KT);
+}
+
 // Gather the CTA's ROWS query rows of x (row qrow, columns head*HD..) into a padded tile; rows past the end are 0.
 template <int HD, int ROWS>
 __device__ __forceinline__ void load_qrows(bf16 *tile, const bf16 *x, int ld, const QRows &r)
@@ -364,12 +379,7 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
 
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        cp_async_stage_next(it + 1 < nt, [&] {
-            load_kv_tile<HD, kFwdKeys>(sk + (stage ^ 1) * kTile, sv + (stage ^ 1) * kTile, a,
-                                       ktile(rows, it + 1, nct, kFwdKeys), kh);
-        });
-        __syncthreads();
-        const KTile kt = ktile(rows, it, nct, kFwdKeys);
+        const KTile kt = kv_ring_step<HD, kFwdKeys>(sk, sv, a, rows, it, nt, nct, kh);
         const int4 w = rows.warp[kt.src][warp];
         const int k0 = kt.row0;
         if (k0 < w.y && k0 + kFwdKeys > w.x) { // some row of the warp sees a key of the tile (warp-uniform)
@@ -523,12 +533,7 @@ __device__ __forceinline__ void dq_tile(const Args &a, unsigned char *smem_raw, 
 
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        cp_async_stage_next(it + 1 < nt, [&] {
-            load_kv_tile<HD, kDqKeys>(sk + (stage ^ 1) * kTile, sv + (stage ^ 1) * kTile, a,
-                                      ktile(rows, it + 1, nct, kDqKeys), kh);
-        });
-        __syncthreads();
-        const KTile kt = ktile(rows, it, nct, kDqKeys);
+        const KTile kt = kv_ring_step<HD, kDqKeys>(sk, sv, a, rows, it, nt, nct, kh);
         const int4 w = rows.warp[kt.src][warp];
         const int k0 = kt.row0;
         if (k0 < w.y && k0 + kDqKeys > w.x) {
@@ -1186,6 +1191,22 @@ __device__ __forceinline__ bool wg_sees(const QRows &r, int src, int wg, int k0)
     return any;
 }
 
+// kv_ring_step of the wgmma query-row CTAs (NT threads copy): the stage made visible to the async proxy (the wgmma)
+// before the barrier
+template <int HD, int NT>
+__device__ __forceinline__ KTile wg_kv_ring_step(unsigned char *sk, unsigned char *sv, const Args &a, const QRows &rows,
+                                                 int it, int nt, int nct, int kh)
+{
+    constexpr int kKvBytes = wg_q_shape<HD>::kKvBytes;
+    const int next = (it & 1) ^ 1;
+    cp_async_stage_next(it + 1 < nt, [&] {
+        sw_load_kv<HD, NT>(sk + next * kKvBytes, sv + next * kKvBytes, a, ktile(rows, it + 1, nct, kWgKT), kh);
+    });
+    wgmma_sm90::fence_proxy_async();
+    __syncthreads();
+    return ktile(rows, it, nct, kWgKT);
+}
+
 // S (64 x 64) = A rows (64 of a tile of AROWS-row panels at aaddr) · B tile (kWgKT-row panels at baddr)ᵀ, issued
 template <int HD, int AROWS> __device__ __forceinline__ void issue_s(float (&s)[32], uint32_t aaddr, uint32_t baddr)
 {
@@ -1238,13 +1259,7 @@ template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_k
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        cp_async_stage_next(it + 1 < nt, [&] {
-            sw_load_kv<HD, kFwdWgs * 128>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
-                           ktile(rows, it + 1, nct, kWgKT), kh);
-        });
-        fence_proxy_async();
-        __syncthreads();
-        const KTile kt = ktile(rows, it, nct, kWgKT);
+        const KTile kt = wg_kv_ring_step<HD, kFwdWgs * 128>(sk, sv, a, rows, it, nt, nct, kh);
         const int k0 = kt.row0;
         if (wg_sees(rows, kt.src, wg, k0)) {
             const int4 w = rows.warp[kt.src][warp];
@@ -1364,13 +1379,7 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
     for (int i = 0; i < HD / 2; i++) dq[i] = 0.0f;
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        cp_async_stage_next(it + 1 < nt, [&] {
-            sw_load_kv<HD, kBwdWgs * 128>(sk + (stage ^ 1) * S::kKvBytes, sv + (stage ^ 1) * S::kKvBytes, a,
-                           ktile(rows, it + 1, nct, kWgKT), kh);
-        });
-        fence_proxy_async();
-        __syncthreads();
-        const KTile kt = ktile(rows, it, nct, kWgKT);
+        const KTile kt = wg_kv_ring_step<HD, kBwdWgs * 128>(sk, sv, a, rows, it, nt, nct, kh);
         const int k0 = kt.row0;
         if (wg_sees(rows, kt.src, wg, k0)) {
             const int4 w = rows.warp[kt.src][warp];
