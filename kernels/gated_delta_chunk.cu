@@ -122,6 +122,32 @@ __device__ __forceinline__ void gdc_lda_f32(uint32_t *hi, uint32_t *lo, const fl
     }
 }
 
+/* acc (NTO n8 tiles from column n0) += A (the 16 rows from m0 of the row-major fp32 matrix a, its 16-column k tiles
+ * 0..kmax, split into bf16 hi and lo) · B (k, n contiguous, bf16 hi at bh and lo at bl): hi·hi, and with EXACT also
+ * lo·hi and hi·lo (the products that keep fp32 accuracy) */
+template <bool EXACT, int NTO>
+__device__ __forceinline__ void gdc_mma_split(float (&acc)[NTO][4], const float *a, int lda, int m0, int kmax,
+                                              const bf16 *bh, const bf16 *bl, int ldb, int n0)
+{
+    for (int kc = 0; kc <= kmax; kc++) {
+        uint32_t ah[4], al[4], b[4];
+        gdc_lda_f32<EXACT>(ah, al, a, lda, m0, kc * 16);
+#pragma unroll
+        for (int np = 0; np < NTO / 2; np++) {
+            gdc_ldb_kn(b, bh, ldb, n0 + np * 16, kc * 16);
+            mma_bf16(acc[2 * np], ah, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], ah, b[2], b[3]);
+            if (EXACT) {
+                mma_bf16(acc[2 * np], al, b[0], b[1]);
+                mma_bf16(acc[2 * np + 1], al, b[2], b[3]);
+                gdc_ldb_kn(b, bl, ldb, n0 + np * 16, kc * 16);
+                mma_bf16(acc[2 * np], ah, b[0], b[1]);
+                mma_bf16(acc[2 * np + 1], ah, b[2], b[3]);
+            }
+        }
+    }
+}
+
 /* B fragment (16x8) of a fp32 matrix stored (k, n contiguous), split into bf16 hi and lo */
 template <bool LO>
 __device__ __forceinline__ void gdc_ldb_f32(uint32_t *hi, uint32_t *lo, const float *base, int ld, int n0, int k0)
@@ -446,23 +472,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) dl[nt][e] = 0.0f;
-        for (int kc = 0; kc <= (has_o ? mb : -1); kc++) { /* T is lower triangular */
-            uint32_t th[4], tl[4], b[4];
-            gdc_lda_f32<EXACT>(th, tl, Tf, LDC, m0, kc * 16);
-#pragma unroll
-            for (int np = 0; np < NTO / 2; np++) {
-                gdc_ldb_kn(b, Rh, LDV, n0o + np * 16, kc * 16);
-                mma_bf16(dl[2 * np], th, b[0], b[1]);
-                mma_bf16(dl[2 * np + 1], th, b[2], b[3]);
-                if (EXACT) {
-                    mma_bf16(dl[2 * np], tl, b[0], b[1]);
-                    mma_bf16(dl[2 * np + 1], tl, b[2], b[3]);
-                    gdc_ldb_kn(b, Rl, LDV, n0o + np * 16, kc * 16);
-                    mma_bf16(dl[2 * np], th, b[0], b[1]);
-                    mma_bf16(dl[2 * np + 1], th, b[2], b[3]);
-                }
-            }
-        }
+        gdc_mma_split<EXACT, NTO>(dl, Tf, LDC, m0, has_o ? mb : -1, Rh, Rl, LDV, n0o); /* T is lower triangular */
         __syncthreads(); /* R no longer read: δ takes its place */
 #pragma unroll
         for (int nt = 0; nt < NTO; nt++)
@@ -484,23 +494,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) qs[nt][e] *= EG[m0 + gq + (e >> 1) * 8];
-        for (int kc = 0; kc <= (has_o ? mb : -1); kc++) {
-            uint32_t ah[4], al[4], b[4];
-            gdc_lda_f32<EXACT>(ah, al, Aq, LDC, m0, kc * 16);
-#pragma unroll
-            for (int np = 0; np < NTO / 2; np++) {
-                gdc_ldb_kn(b, Rh, LDV, n0o + np * 16, kc * 16);
-                mma_bf16(qs[2 * np], ah, b[0], b[1]);
-                mma_bf16(qs[2 * np + 1], ah, b[2], b[3]);
-                if (EXACT) {
-                    mma_bf16(qs[2 * np], al, b[0], b[1]);
-                    mma_bf16(qs[2 * np + 1], al, b[2], b[3]);
-                    gdc_ldb_kn(b, Rl, LDV, n0o + np * 16, kc * 16);
-                    mma_bf16(qs[2 * np], ah, b[0], b[1]);
-                    mma_bf16(qs[2 * np + 1], ah, b[2], b[3]);
-                }
-            }
-        }
+        gdc_mma_split<EXACT, NTO>(qs, Aq, LDC, m0, has_o ? mb : -1, Rh, Rl, LDV, n0o);
 #pragma unroll
         for (int nt = 0; nt < NTO; nt++)
 #pragma unroll
