@@ -918,6 +918,15 @@ template <int N> __device__ __forceinline__ void fence_frags(uint32_t (&p)[N][4]
 #endif
 
 #ifdef DFLASH_SM90A
+// The wgmma CTAs' two-stage ring step: the next stage's copies (cp_async_stage_next), this thread's landed copies made
+// visible to the async proxy (the wgmma reads the tiles), the CTA barrier
+template <class Load> __device__ __forceinline__ void wg_stage_next(bool more, Load &&load)
+{
+    cp_async_stage_next(more, load);
+    wgmma_sm90::fence_proxy_async();
+    __syncthreads();
+}
+
 // Part `part` of dk/dv tile slot `slot` (of `parts`): its dK|dV accumulators to its fp32 partial (thread-major:
 // element i of thread t at i·128 + t, coalesced); the last part to finish (a device-scope counter) sums every part's
 // partial in part order into dk, dv and returns true, the others false. The order of the sum is fixed by the part
@@ -1023,13 +1032,11 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
             const int stage = it & 1;
             const bool wrap = chunk + 1 == nchunk;
             const int nli = wrap ? li + 1 : li, nch = wrap ? 0 : chunk + 1; // step it + 1's
-            cp_async_stage_next(it + 1 < items, [&] {
+            wg_stage_next(it + 1 < items, [&] {
                 const int ns = stage ^ 1;
                 sw_load_item<HD, nw * 32>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
                                           sd + ns * kWgItem, a, s_list[nli], nch, kh);
             });
-            fence_proxy_async(); // this thread's copies, visible to the wgmma (async proxy) after the barrier
-            __syncthreads();
             int lo, hi;
             const int jb = s_list[li];
             block_interval(a, src, jb, lo, hi);
@@ -1191,19 +1198,16 @@ __device__ __forceinline__ bool wg_sees(const QRows &r, int src, int wg, int k0)
     return any;
 }
 
-// kv_ring_step of the wgmma query-row CTAs (NT threads copy): the stage made visible to the async proxy (the wgmma)
-// before the barrier
+// kv_ring_step of the wgmma query-row CTAs (NT threads copy), through wg_stage_next
 template <int HD, int NT>
 __device__ __forceinline__ KTile wg_kv_ring_step(unsigned char *sk, unsigned char *sv, const Args &a, const QRows &rows,
                                                  int it, int nt, int nct, int kh)
 {
     constexpr int kKvBytes = wg_q_shape<HD>::kKvBytes;
     const int next = (it & 1) ^ 1;
-    cp_async_stage_next(it + 1 < nt, [&] {
+    wg_stage_next(it + 1 < nt, [&] {
         sw_load_kv<HD, NT>(sk + next * kKvBytes, sv + next * kKvBytes, a, ktile(rows, it + 1, nct, kWgKT), kh);
     });
-    wgmma_sm90::fence_proxy_async();
-    __syncthreads();
     return ktile(rows, it, nct, kWgKT);
 }
 
@@ -1492,9 +1496,7 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
     cp_async_commit();
     for (int it = 0; it < ntot; it++) {
         const int stage = it & 1;
-        cp_async_stage_next(it + 1 < ntot, [&] { load(it + 1, stage ^ 1); });
-        fence_proxy_async();
-        __syncthreads();
+        wg_stage_next(it + 1 < ntot, [&] { load(it + 1, stage ^ 1); });
         // dQ += dS·K: dS K-major as issue_s's Q (a k16 step 32 bytes along its 128-byte rows), K MN-major as in issue_pv
         const uint64_t dsd = sw128_desc(mma_sm80::smem_u32(sds + stage * S::kDsBytes), 16, 1024);
         const uint64_t kd = sw128_desc(mma_sm80::smem_u32(sk + stage * S::kKBytes), kWgKT * 128, 1024);
