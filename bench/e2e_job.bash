@@ -1,5 +1,6 @@
 # The end-to-end job (sourced by bench/e2e.sh and bench/restart_gap.sh): the target at WORK/target and the prepared
-# data at WORK/data (~3000-token samples, one per batch), the drafter the job derives from the target (5 layers, its
+# data at WORK/data (2800-3072-token samples, ${SEQS:-1} per batch: max_batch_tokens is SEQS x 3072, so SEQS of them
+# always fit and the packer puts exactly SEQS in each), the drafter the job derives from the target (5 layers, its
 # hidden size, block 16, 512 anchors, the spec's 5 default taps), one target and one drafter, no checkpoint but the
 # last.
 # e2e_job_config FILE NAME RUN_DIR WORK: that job, named NAME, of $STEPS steps on ${BACKEND:-cuda}, written to FILE.
@@ -12,8 +13,8 @@ seed = 1
 backend = ${BACKEND:-cuda}
 [data]
 path = $4/data
-max_batch_tokens = 3072
-max_batch_seqs = 1
+max_batch_tokens = $((3072 * ${SEQS:-1}))
+max_batch_seqs = ${SEQS:-1}
 [target]
 model = $4/target
 [drafter]

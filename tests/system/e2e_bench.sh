@@ -125,6 +125,32 @@ EOP
 ) && ok "$follows ($check)" || fail "$follows" "$check"
 }
 tiny_run qwen3_5 "$G" 512 64 e2e_bench_hybrid_runs e2e_bench_drafter_follows
+
+# SEQS=2: the same target and data, two samples a batch. The packing is a function of (data, seed, batch id), the
+# shuffle of (seed, epoch) alone, so batch b of this run holds batches 2b and 2b + 1 of the run above: its ledger's
+# tokens are theirs added, and the summary counts two samples a step
+if [ -f "$T/w-qwen3_5/run/ledger.jsonl" ]; then
+    W2=$T/w-qwen3_5-seqs2
+    mkdir -p "$W2" && cp -r "$T/w-qwen3_5/target" "$T/w-qwen3_5/data.jsonl" "$W2/"
+    out=$(WORK=$W2 OUT=$T/out-seqs2 BACKEND=cpu STEPS=3 SEQS=2 RUN_TIMEOUT=120 bash bench/e2e.sh 2>&1)
+    rc=$?
+    msg=$(python3 - "$T/w-qwen3_5/run/ledger.jsonl" "$W2/run/ledger.jsonl" 2>&1 <<'EOP'
+import json, sys
+one = {l["batches"][0]: l["tokens"] for l in map(json.loads, open(sys.argv[1]))}
+two = {l["batches"][0]: l["tokens"] for l in map(json.loads, open(sys.argv[2]))}
+bad = [(b, t, one.get(2 * b), one.get(2 * b + 1)) for b, t in sorted(two.items())
+       if one.get(2 * b) is None or one.get(2 * b + 1) is None or t != one[2 * b] + one[2 * b + 1]]
+if len(two) != 3 or bad: sys.exit("batches of two %s, of one %s: %s" % (two, one, bad))
+print(", ".join("%d = %d + %d" % (t, one[2 * b], one[2 * b + 1]) for b, t in sorted(two.items())))
+EOP
+)
+    mrc=$?
+    if [ $rc -eq 0 ] && [ $mrc -eq 0 ] && grep -q "^e2e: 3 steps (6 samples" <<<"$out"; then ok "e2e_bench_seqs2_packs_two (tokens a step: $msg)"
+    else fail e2e_bench_seqs2_packs_two "rc $rc: $msg $(tail -3 <<<"$out")"; fi
+    out=$(SEQS=0 STEPS=1 bash bench/e2e.sh 2>&1)
+    [ $? -eq 2 ] && grep -q "SEQS=0: want the samples per batch" <<<"$out" && ok e2e_bench_seqs_checked ||
+        fail e2e_bench_seqs_checked "$out"
+fi
 tiny_run gpt_oss "$GOLDENS/gptoss-tiny-bf16/target" 256 96 e2e_bench_gpt_oss_runs e2e_bench_drafter_follows_gpt_oss
 tiny_run gpt_oss+mxfp4 "$GOLDENS/gptoss-mxfp4/target" 256 96 e2e_bench_gpt_oss_mxfp4_runs \
     e2e_bench_drafter_follows_gpt_oss_mxfp4
