@@ -26,13 +26,15 @@ else
 fi
 "$BIN/dflash-prepare" -o "$W/data" "$W/data.jsonl" | tail -1 || exit 1
 . bench/e2e_job.bash
-e2e_job_config "$W/e2e.ini" e2e "$W/run" "$W"
+# a SEQS=N > 1 run has its own run folder (run-seqsN), so one WORK serves both kinds of run
+R=run; [ "$SEQS" = 1 ] || R=run-seqs$SEQS
+e2e_job_config "$W/$R.ini" e2e "$W/$R" "$W"
 # pmon's lines and the ledger's growth, each with the time it was seen: the steady part is read off them below
 stamp='import sys, time
 for l in sys.stdin: print("%.3f %s" % (time.time(), l.rstrip()), flush=True)'
 : >"$W/pmon.log"
 command -v nvidia-smi >/dev/null && { nvidia-smi pmon -s u -d 1 2>&1 | python3 -u -c "$stamp" >"$W/pmon.log" & }
-python3 - "$W/run/ledger.jsonl" >"$W/ledger.poll" <<'EOP' &
+python3 - "$W/$R/ledger.jsonl" >"$W/$R.poll" <<'EOP' &
 import os, sys, time
 last = -1
 while True:
@@ -43,22 +45,22 @@ while True:
 EOP
 poller=$!
 t0=$(date +%s.%N)
-${RUN_TIMEOUT:+timeout -k 15 $RUN_TIMEOUT} "$BIN/dflash" run -c "$W/e2e.ini" >"$W/run.out" 2>&1
+${RUN_TIMEOUT:+timeout -k 15 $RUN_TIMEOUT} "$BIN/dflash" run -c "$W/$R.ini" >"$W/$R.out" 2>&1
 rc=$?
 kill $poller 2>/dev/null
 pkill -f "nvidia-smi pmon" 2>/dev/null
-tail -6 "$W/run.out"
-cp "$W/run/ledger.jsonl" "$OUT/e2e_ledger.jsonl" 2>/dev/null
-python3 - "$W" "$t0" "$SEQS" <<'EOP'
+tail -6 "$W/$R.out"
+cp "$W/$R/ledger.jsonl" "$OUT/e2e_ledger.jsonl" 2>/dev/null
+python3 - "$W/$R" "$t0" "$SEQS" <<'EOP'
 import json, sys, os, collections
 w, t0, seqs = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])  # every batch holds seqs samples (e2e_job.bash)
-try: lines = [json.loads(l) for l in open(os.path.join(w, "run/ledger.jsonl"))]
+try: lines = [json.loads(l) for l in open(os.path.join(w, "ledger.jsonl"))]
 except OSError: lines = []
-if not lines: sys.exit("e2e: no step committed (see %s/run.out and %s/run/logs)" % (w, w))
+if not lines: sys.exit("e2e: no step committed (see %s.out and %s/logs)" % (w, w))
 toks = sum(l["tokens"] for l in lines)
 print("e2e: %d steps (%d samples, %d tokens), loss %.3f -> %.3f" % (len(lines), seqs * len(lines), toks, lines[0]["loss"], lines[-1]["loss"]))
 # the steady part: from the 10th committed step to the last, timed by the poller
-poll = [tuple(map(float, l.split())) for l in open(os.path.join(w, "ledger.poll")) if len(l.split()) == 2]
+poll = [tuple(map(float, l.split())) for l in open(w + ".poll") if len(l.split()) == 2]
 first = next(((t, n) for t, n in poll if n >= 10), None)
 t_end, n_end = poll[-1]
 if first and n_end > first[1]:
@@ -72,20 +74,20 @@ else:
     print("e2e steady: fewer than 10 steps, no steady figure")
 # per-process GPU use from pmon (lines: time gpu pid type sm% ...), over the steady part only
 sm = collections.defaultdict(list)
-for l in open(os.path.join(w, "pmon.log")):
+for l in open(os.path.join(os.path.dirname(w), "pmon.log")):
     p = l.split()
     if len(p) > 5 and p[2].isdigit() and t_a <= float(p[0]) <= t_end:
         try: sm[p[2]].append(float(p[4]))
         except ValueError: pass
 names = {}
-for f in os.listdir(os.path.join(w, "run/logs")):
-    for l in open(os.path.join(w, "run/logs", f)):
+for f in os.listdir(os.path.join(w, "logs")):
+    for l in open(os.path.join(w, "logs", f)):
         if "registered with the keeper" in l:
             names[l.split("[")[1].split("]")[0]] = f[:-4]
 for pid, v in sm.items():
     print("gpu busy in the steady part (pmon sm%%, mean over %d samples): %s pid %s %.1f%%" %
           (len(v), names.get(pid, "?"), pid, sum(v) / len(v)))
 EOP
-grep -h "tokens/s\|samples" "$W/run.out" | tail -3
-grep -h "warm-up\|loaded\|deposited" "$W/run/logs/"*.log | head -8
+grep -h "tokens/s\|samples" "$W/$R.out" | tail -3
+grep -h "warm-up\|loaded\|deposited" "$W/$R/logs/"*.log | head -8
 exit $rc

@@ -126,15 +126,13 @@ EOP
 }
 tiny_run qwen3_5 "$G" 512 64 e2e_bench_hybrid_runs e2e_bench_drafter_follows
 
-# SEQS=2: the same target and data, two samples a batch. The packing is a function of (data, seed, batch id), the
+# SEQS=2: the same WORK (target and data; the run has its own folder, run-seqs2), two samples a batch. The packing is a function of (data, seed, batch id), the
 # shuffle of (seed, epoch) alone, so batch b of this run holds batches 2b and 2b + 1 of the run above: its ledger's
 # tokens are theirs added, and the summary counts two samples a step
 if [ -f "$T/w-qwen3_5/run/ledger.jsonl" ]; then
-    W2=$T/w-qwen3_5-seqs2
-    mkdir -p "$W2" && cp -r "$T/w-qwen3_5/target" "$T/w-qwen3_5/data.jsonl" "$W2/"
-    out=$(WORK=$W2 OUT=$T/out-seqs2 BACKEND=cpu STEPS=3 SEQS=2 RUN_TIMEOUT=120 bash bench/e2e.sh 2>&1)
+    out=$(WORK=$T/w-qwen3_5 OUT=$T/out-seqs2 BACKEND=cpu STEPS=3 SEQS=2 RUN_TIMEOUT=120 bash bench/e2e.sh 2>&1)
     rc=$?
-    msg=$(python3 - "$T/w-qwen3_5/run/ledger.jsonl" "$W2/run/ledger.jsonl" 2>&1 <<'EOP'
+    msg=$(python3 - "$T/w-qwen3_5/run/ledger.jsonl" "$T/w-qwen3_5/run-seqs2/ledger.jsonl" 2>&1 <<'EOP'
 import json, sys
 one = {l["batches"][0]: l["tokens"] for l in map(json.loads, open(sys.argv[1]))}
 two = {l["batches"][0]: l["tokens"] for l in map(json.loads, open(sys.argv[2]))}
