@@ -122,6 +122,18 @@ __device__ __forceinline__ void gdc_lda_f32(uint32_t *hi, uint32_t *lo, const fl
     }
 }
 
+/* x[2np], x[2np+1] += ax · (b[0..1], b[2..3]) and y[2np], y[2np+1] += ay · the same B pair: two A row fragments (k and
+ * q of the chunk's rows) against one 16-column slice of B */
+template <int N>
+__device__ __forceinline__ void gdc_mma_pair(float (&x)[N][4], float (&y)[N][4], int np, const uint32_t (&ax)[4],
+                                             const uint32_t (&ay)[4], const uint32_t (&b)[4])
+{
+    mma_bf16(x[2 * np], ax, b[0], b[1]);
+    mma_bf16(x[2 * np + 1], ax, b[2], b[3]);
+    mma_bf16(y[2 * np], ay, b[0], b[1]);
+    mma_bf16(y[2 * np + 1], ay, b[2], b[3]);
+}
+
 /* acc (NTO n8 tiles from column n0) += A (the 16 rows from m0 of the row-major fp32 matrix a, its 16-column k tiles
  * 0..kmax, split into bf16 hi and lo) · B (k, n contiguous, bf16 hi at bh and lo at bl): hi·hi, and with EXACT also
  * lo·hi and hi·lo (the products that keep fp32 accuracy) */
@@ -351,10 +363,7 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
 #pragma unroll
                 for (int np = 0; np < NTU / 2; np++) {
                     gdc_ldb_nk(b, Kc, LDK, u0 + np * 16, k0);
-                    mma_bf16(kk[2 * np], ak, b[0], b[1]);
-                    mma_bf16(kk[2 * np + 1], ak, b[2], b[3]);
-                    mma_bf16(qk[2 * np], aqf, b[0], b[1]);
-                    mma_bf16(qk[2 * np + 1], aqf, b[2], b[3]);
+                    gdc_mma_pair(kk, qk, np, ak, aqf, b);
                 }
             }
         }
@@ -372,16 +381,10 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
 #pragma unroll
                 for (int np = 0; np < NTO / 2; np++) {
                     gdc_ldb_kn(b, Sh, LDV, n0o + np * 16, k0);
-                    mma_bf16(ks[2 * np], ak, b[0], b[1]);
-                    mma_bf16(ks[2 * np + 1], ak, b[2], b[3]);
-                    mma_bf16(qs[2 * np], aqf, b[0], b[1]);
-                    mma_bf16(qs[2 * np + 1], aqf, b[2], b[3]);
+                    gdc_mma_pair(ks, qs, np, ak, aqf, b);
                     if (EXACT) {
                         gdc_ldb_kn(b, Sl, LDV, n0o + np * 16, k0);
-                        mma_bf16(ks[2 * np], ak, b[0], b[1]);
-                        mma_bf16(ks[2 * np + 1], ak, b[2], b[3]);
-                        mma_bf16(qs[2 * np], aqf, b[0], b[1]);
-                        mma_bf16(qs[2 * np + 1], aqf, b[2], b[3]);
+                        gdc_mma_pair(ks, qs, np, ak, aqf, b);
                     }
                 }
             }
