@@ -28,8 +28,8 @@
 // masks with their GEMMs on wgmma (m64 per warpgroup, operands from 128-byte-swizzled shared tiles that cp.async
 // fills, P and dS as bf16 register operands; wgmma_sm90.cuh): a forward CTA of two warpgroups (128 query rows over
 // 64-key tiles, two CTAs an SM), and a backward of one-warpgroup CTAs (two an SM, each on its own pace): dk/dv CTAs
-// of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers; the next step's Sᵀ and dPᵀ issued behind this step's
-// dV and dK, DFLASH_ATTENTION_DKV_PIPE=0 keeps the serial step) and dq CTAs of 64 query rows. With the caller's dS
+// of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers; DFLASH_ATTENTION_DKV_PIPE=1 issues the next step's Sᵀ
+// and dPᵀ behind this step's dV and dK, not yet run on a GPU) and dq CTAs of 64 query rows. With the caller's dS
 // workspace (dflash_attention_backward_workspace) the dk/dv CTAs also write each step's dS tile (64 query rows x 64
 // keys, 8 KB) there and a second launch of dq CTAs sums dQ += dS·K over them in key order (5 GEMMs a block's step in
 // all, not 7), each context dk/dv tile's blocks split over two CTAs (the first tile, which every block of a sorted
@@ -1159,11 +1159,13 @@ __device__ __forceinline__ void dkv_issue_dv_dk(float (&dv)[HD / 2], float (&dk)
     wgmma_commit();
 }
 
-// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv. PIPE (the default; DFLASH_ATTENTION_DKV_PIPE=0 the
-// serial loop, for A/B): step it+1's Sᵀ and dPᵀ are issued right behind step it's dV and dK (FlashAttention-3's
-// intra-warpgroup pipelining), so the tensor pipe runs dV(it), dK(it), Sᵀ(it+1), dPᵀ(it+1) back to back; the wait for
-// Sᵀ(it+1) (wgmma groups complete in order) is the wait for dV/dK(it), after which stage it's Q/dO may be refilled
-// and Pᵀ, dSᵀ rewritten. Serial: issue Sᵀ, dPᵀ; exp; dSᵀ; issue dV, dK; wait for all; next step.
+// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv. Serial step loop (the default): issue Sᵀ, dPᵀ;
+// exp; dSᵀ; issue dV, dK; wait for all; next step. PIPE (DFLASH_ATTENTION_DKV_PIPE=1, FlashAttention-3's
+// intra-warpgroup pipelining): step it+1's Sᵀ is issued right behind step it's dV and dK and the wait for those (wgmma
+// groups complete in order) lets it run on, so the tensor pipe runs dV(it), dK(it), Sᵀ(it+1), dPᵀ(it+1) back to back.
+// The pipelined loop compiles clean (0 spills, no ptxas C75xx serialisation) but has not run on a GPU yet: not the
+// default until tests/gpu/dkv_pipe_gpu.sh has checked and timed it. Until then the serial loop stays the text that ran
+// (the step's math written out there, as the pipelined loop's dkv_p, dkv_ds); once one loop is chosen, the other goes.
 template <int HD, bool PIPE>
 __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int src, int w)
 {
@@ -1179,7 +1181,7 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
     unsigned char *sds = reinterpret_cast<unsigned char *>(sd + 2 * kWgItem); // dSᵀ staging (a.dsw)
     const int parts = src == 0 ? a.ctx_parts : 1; // CTA w: (tile, part) w / nkv of kv head w % nkv
     const int tile = w / a.nkv / parts, part = w / a.nkv % parts, kh = w % a.nkv;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
     const int row0 = tile * kWgRows, bound = src == 0 ? a.T : a.N * a.B, rend = min(row0 + kWgRows, bound);
     {
         const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
@@ -1187,7 +1189,7 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
         sw_load_rows<HD, kWgRows, nw * 32>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
         cp_async_commit();
     }
-    const int wr0 = row0 + warp * 16; // the warp's first key row
+    const int wr0 = row0 + warp * 16, wgr0 = row0 + wg * kWgKeys;
     const uint32_t kaddr = mma_sm80::smem_u32(sk), vaddr = mma_sm80::smem_u32(sv);
     float dk[HD / 2], dv[HD / 2];
 #pragma unroll
@@ -1195,7 +1197,7 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
     const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
     int cand_lo = (int)((long long)a.N * part / parts), cand_hi = (int)((long long)a.N * (part + 1) / parts);
     if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
-    // stage s of a step: its Q, dO, lse, D
+    // the pipelined loop's: stage s of a step (its Q, dO, lse, D), its copy, the dSᵀ tile out
     auto step_at = [&](int s) {
         return DkvStep{mma_sm80::smem_u32(sq + s * S::kItemBytes), mma_sm80::smem_u32(sdo + s * S::kItemBytes),
                        slse + s * kWgItem, sd + s * kWgItem};
@@ -1222,27 +1224,98 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
                 const int stage = it & 1;
                 const bool wrap = chunk + 1 == nchunk;
                 const int nli = wrap ? li + 1 : li, nch = wrap ? 0 : chunk + 1; // step it + 1's
-                cp_async_stage_next(it + 1 < items, [&] { load_step(stage ^ 1, nli, nch); });
+                cp_async_stage_next(it + 1 < items, [&] {
+                    const int ns = stage ^ 1;
+                    sw_load_item<HD, nw * 32>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
+                                              sd + ns * kWgItem, a, s_list[nli], nch, kh);
+                });
                 fence_proxy_async(); // this thread's copies, visible to the wgmma (async proxy) after the barrier
                 __syncthreads();
                 int lo, hi;
-                block_interval(a, src, s_list[li], lo, hi);
-                const DkvStep p = step_at(stage);
-                float st[32], dpt[32];
-                uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
-                dkv_issue_t<HD>(st, kaddr, p.qaddr);
-                dkv_issue_t<HD>(dpt, vaddr, p.doaddr);
-                wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
-                fence_regs(st);
-                dkv_p(a, st, pa, p.tl, wr0, lo, hi, src, s_list[li], chunk);
-                wgmma_wait<0>();
-                fence_regs(dpt);
-                dkv_ds(st, dpt, da, p.td);
-                dkv_issue_dv_dk<HD>(dv, dk, pa, da, p);
-                store_ds(da, li, chunk, lo);
-                wgmma_wait<0>();
-                fence_regs(dv);
-                fence_regs(dk);
+                const int jb = s_list[li];
+                block_interval(a, src, jb, lo, hi);
+                if (wgr0 < hi && wgr0 + kWgKeys > lo) { // the block sees some key row of the warpgroup (uniform in it)
+                    const uint32_t qaddr = mma_sm80::smem_u32(sq + stage * S::kItemBytes);
+                    const uint32_t doaddr = mma_sm80::smem_u32(sdo + stage * S::kItemBytes);
+                    const float *tl = slse + stage * kWgItem, *td = sd + stage * kWgItem;
+                    float st[32], dpt[32];
+                    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: HD/16 k16 steps each (32 bytes along a panel row, the next panel every 4)
+                    const uint64_t kdesc = sw128_desc(kaddr, 16, 1024), vdesc = sw128_desc(vaddr, 16, 1024);
+                    const uint64_t qdesc = sw128_desc(qaddr, 16, 1024), dodesc = sw128_desc(doaddr, 16, 1024);
+                    wgmma_fence();
+    #pragma unroll
+                    for (int kk = 0; kk < HD / 16; kk++) {
+                        const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
+                        const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
+                        wgmma_ss_m64n64k16(st, desc_at(kdesc, off), desc_at(qdesc, qoff), kk > 0);
+                    }
+                    wgmma_commit();
+    #pragma unroll
+                    for (int kk = 0; kk < HD / 16; kk++) {
+                        const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
+                        const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
+                        wgmma_ss_m64n64k16(dpt, desc_at(vdesc, off), desc_at(dodesc, qoff), kk > 0);
+                    }
+                    wgmma_commit();
+                    wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
+                    fence_regs(st);
+                    // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on key rows the block (under a window: the column's slot) does not
+                    // see; accumulator (t, e): key row g (e < 2) or g + 8, column 8t + 2·tig + (e & 1)
+                    const int kr0 = wr0 + g, kr1 = wr0 + g + 8;
+                    const bool vis0 = lo <= kr0 && kr0 < hi, vis1 = lo <= kr1 && kr1 < hi;
+                    uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
+    #pragma unroll
+                    for (int t = 0; t < kWgItem / 8; t++) {
+                        const float2 lt = *reinterpret_cast<const float2 *>(tl + t * 8 + tig * 2);
+                        const float l0 = lt.x * kLog2e, l1 = lt.y * kLog2e;
+                        bool v00 = vis0, v01 = vis0, v10 = vis1, v11 = vis1;
+                        if (a.W > 0) {
+                            const int rho = chunk * kWgItem + t * 8 + tig * 2;
+                            int clo, chi;
+                            row_interval(a, src, jb, rho % a.B, clo, chi);
+                            v00 = v00 && clo <= kr0 && kr0 < chi, v10 = v10 && clo <= kr1 && kr1 < chi;
+                            row_interval(a, src, jb, (rho + 1) % a.B, clo, chi);
+                            v01 = v01 && clo <= kr0 && kr0 < chi, v11 = v11 && clo <= kr1 && kr1 < chi;
+                        }
+                        float *s4 = st + 4 * t;
+                        s4[0] = v00 ? fast_exp2(fmaf(s4[0], a.scale_log2, -l0)) : 0.0f;
+                        s4[1] = v01 ? fast_exp2(fmaf(s4[1], a.scale_log2, -l1)) : 0.0f;
+                        s4[2] = v10 ? fast_exp2(fmaf(s4[2], a.scale_log2, -l0)) : 0.0f;
+                        s4[3] = v11 ? fast_exp2(fmaf(s4[3], a.scale_log2, -l1)) : 0.0f;
+                        pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0], s4[1]);
+                        pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2], s4[3]);
+                    }
+                    wgmma_wait<0>();
+                    fence_regs(dpt);
+                    // dSᵀ = Pᵀ (dPᵀ - D[column])
+    #pragma unroll
+                    for (int t = 0; t < kWgItem / 8; t++) {
+                        const float2 dt = *reinterpret_cast<const float2 *>(td + t * 8 + tig * 2);
+                        const float d0 = dt.x, d1 = dt.y;
+                        const float *s4 = st + 4 * t, *p4 = dpt + 4 * t;
+                        da[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0] * (p4[0] - d0), s4[1] * (p4[1] - d1));
+                        da[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2] * (p4[2] - d0), s4[3] * (p4[3] - d1));
+                    }
+                    // dV += Pᵀ·dO, dK += dSᵀ·Q: dO and Q MN-major (the reduction over query rows = tile rows): panels
+                    // kWgItem·128 bytes apart, 8-row groups 1024, 16 rows (2048 bytes) a step
+                    fence_frags<kWgItem / 16>(pa);
+                    fence_frags<kWgItem / 16>(da);
+                    const uint64_t dot = sw128_desc(doaddr, kWgItem * 128, 1024), qt = sw128_desc(qaddr, kWgItem * 128, 1024);
+                    wgmma_fence();
+    #pragma unroll
+                    for (int kk = 0; kk < kWgItem / 16; kk++) wgmma_rs_m64n128k16_tb(dv, pa[kk], desc_at(dot, kk * 2048), 1);
+                    wgmma_commit();
+    #pragma unroll
+                    for (int kk = 0; kk < kWgItem / 16; kk++)
+                        wgmma_rs_m64n128k16_tb(dk, da[kk], desc_at(qt, kk * 2048), 1);
+                    wgmma_commit();
+                    if (a.dsw) { // dSᵀ out for the dq CTAs while the two GEMMs run
+                        store_ds_tile(sds, da, a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem));
+                    }
+                    wgmma_wait<0>();
+                    fence_regs(dv);
+                    fence_regs(dk);
+                }
                 __syncthreads(); // the next prefetch overwrites this stage; the next scan overwrites s_list
                 li = nli, chunk = nch;
             }
@@ -1702,7 +1775,8 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
 
 // The Hopper backward's CTAs in one launch, heaviest kinds first (as bwd_kernel): context dk/dv tiles (the first
 // rows, seen by the most blocks, first), dq tiles (latest blocks first; DQ, the launch without a dS workspace), block-row
-// dk/dv tiles. PIPE: dkv_sm90's pipelined step loop.
+// dk/dv tiles. PIPE: dkv_sm90's pipelined step loop, whose launch with a workspace takes the instance without dq code
+// (with it, ptxas would share the 255 registers with dq_sm90's and spill).
 template <int HD, bool PIPE, bool DQ>
 __global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a, int n_ctx, int n_q)
 {
@@ -1715,7 +1789,7 @@ __global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a
         return;
     }
     w -= n_ctx;
-    if (DQ && w < n_q) { // without DQ (n_q 0) the kernel holds no dq code to share its registers with
+    if (DQ && w < n_q) { // without DQ (n_q 0) the kernel holds no dq code
         dq_sm90<HD>(a, smem, n_q / a.nkv - 1 - w / a.nkv, w % a.nkv);
         return;
     }
@@ -1974,8 +2048,8 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
     if (!attr_set) {
         CHECK_CUDA(cudaFuncSetAttribute(bwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_smem<HD>()));
         if constexpr (HD == 128) {
-            for (auto k : {bwd_sm90_kernel<HD, true, true>, bwd_sm90_kernel<HD, false, true>,
-                           bwd_sm90_kernel<HD, true, false>, bwd_sm90_kernel<HD, false, false>})
+            for (auto k : {bwd_sm90_kernel<HD, false, true>, bwd_sm90_kernel<HD, true, true>,
+                           bwd_sm90_kernel<HD, true, false>})
                 CHECK_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_sm90_smem<HD>()));
             CHECK_CUDA(cudaFuncSetAttribute(dq_ws_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             wg_dqws_shape<HD>::kSmem));
@@ -1987,15 +2061,15 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
     const int n_q = (int)((rows + kQRows - 1) / kQRows) * a.nkv;
     if constexpr (HD == 128) {
         if (wgmma_device()) {
-            static int serial = -1; // DFLASH_ATTENTION_DKV_PIPE=0: the dk/dv CTAs' serial step loop, for A/B
-            const bool pipe = !env_switch(&serial, "DFLASH_ATTENTION_DKV_PIPE", "0");
+            static int pipe_on = -1; // DFLASH_ATTENTION_DKV_PIPE=1: the dk/dv CTAs' pipelined step loop (not yet run)
+            const bool pipe = env_switch(&pipe_on, "DFLASH_ATTENTION_DKV_PIPE", "1");
             const int n_ctx = (a.T + kWgRows - 1) / kWgRows * a.nkv;
             const int n_blk = (a.N * a.B + kWgRows - 1) / kWgRows * a.nkv;
             if (a.dsw) { // the dk/dv CTAs alone (they write dS; context tiles in ctx_parts), then dq from their tiles
                 const int n_ctx_parts = n_ctx * a.ctx_parts;
                 if (a.ctx_parts > 1 && n_ctx > 0)
                     CHECK_CUDA(cudaMemsetAsync(a.dkv_count, 0, (size_t)n_ctx * sizeof(int), st));
-                auto dkv = pipe ? bwd_sm90_kernel<HD, true, false> : bwd_sm90_kernel<HD, false, false>;
+                auto dkv = pipe ? bwd_sm90_kernel<HD, true, false> : bwd_sm90_kernel<HD, false, true>; // n_q 0
                 dkv<<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx_parts, 0);
                 CHECK_CUDA_LAUNCH();
                 const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
