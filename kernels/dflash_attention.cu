@@ -28,7 +28,8 @@
 // masks with their GEMMs on wgmma (m64 per warpgroup, operands from 128-byte-swizzled shared tiles that cp.async
 // fills, P and dS as bf16 register operands; wgmma_sm90.cuh): a forward CTA of two warpgroups (128 query rows over
 // 64-key tiles, two CTAs an SM), and a backward of one-warpgroup CTAs (two an SM, each on its own pace): dk/dv CTAs
-// of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers) and dq CTAs of 64 query rows. With the caller's dS
+// of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers; DFLASH_ATTENTION_DKV_PIPE=1 issues the next step's Sᵀ
+// and dPᵀ behind this step's dV and dK, not yet run on a GPU) and dq CTAs of 64 query rows. With the caller's dS
 // workspace (dflash_attention_backward_workspace) the dk/dv CTAs also write each step's dS tile (64 query rows x 64
 // keys, 8 KB) there and a second launch of dq CTAs sums dQ += dS·K over them in key order (5 GEMMs a block's step in
 // all, not 7), each context dk/dv tile's blocks split over two CTAs (the first tile, which every block of a sorted
@@ -833,6 +834,24 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t da, 
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// D (64 x 64 fp32) = A · Bᵀ as wgmma_ss_m64n64k16 with scale_d 0: D write-only ("=f"), so that no earlier value of
+// the accumulator registers is tied to the new one (a loop-carried accumulator in flight across the back edge would
+// otherwise be copied by ordinary moves, and ptxas serialises the wgmma pipeline around them: C7515)
+__device__ __forceinline__ void wgmma_ss_m64n64k16_first(float (&d)[32], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
+                 "%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+                   "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]),
+                   "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]),
+                   "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]),
+                   "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+                 : "l"(da), "l"(db), "r"(0));
+}
+
 // chunk (r, ch) of a tile of 64-column panels PANEL_ROWS rows apart, 128-byte swizzled (byte offset)
 template <int PANEL_ROWS> __device__ __forceinline__ int sw_off(int r, int ch)
 {
@@ -991,10 +1010,110 @@ __device__ __forceinline__ void store_ds_tile(unsigned char *sds, const uint32_t
     for (int c = threadIdx.x; c < kWgKeys * kWgItem * 2 / 16; c += 128) gd[c] = sd[c];
 }
 
-// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv
-template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int src, int w)
+// The pieces of one dk/dv step (64 key rows of the warpgroup x one 64-row query chunk of block jb), shared by the
+// serial loop and the pipelined one (dkv_steps). Step addresses: K, V (kaddr, vaddr) and the stage's Q, dO (qaddr,
+// doaddr, shared), its lse and D (tl, td).
+struct DkvStep {
+    uint32_t qaddr, doaddr;
+    const float *tl, *td;
+};
+
+// Sᵀ = K·Qᵀ (kaddr: K) or dPᵀ = V·dOᵀ (kaddr: V, qaddr: dO) as one commit group: HD/16 k16 steps (32 bytes along a
+// panel row, the next panel every 4)
+template <int HD> __device__ __forceinline__ void dkv_issue_t(float (&st)[32], uint32_t kaddr, uint32_t qaddr)
+{
+    using namespace wgmma_sm90;
+    const uint64_t kdesc = sw128_desc(kaddr, 16, 1024), qdesc = sw128_desc(qaddr, 16, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
+        const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
+        if (kk == 0) wgmma_ss_m64n64k16_first(st, desc_at(kdesc, off), desc_at(qdesc, qoff));
+        else wgmma_ss_m64n64k16(st, desc_at(kdesc, off), desc_at(qdesc, qoff), 1);
+    }
+    wgmma_commit();
+}
+
+// Pᵀ = exp(Sᵀ·scale - lse[column]) in place and as bf16 A fragments, 0 on key rows the block (under a window: the
+// column's slot) does not see; accumulator (t, e): key row g (e < 2) or g + 8, column 8t + 2·tig + (e & 1). wr0: the
+// warp's first key row; [lo, hi): block jb's interval of source src; chunk: the step's query chunk.
+__device__ __forceinline__ void dkv_p(const Args &a, float (&st)[32], uint32_t (&pa)[kWgItem / 16][4], const float *tl,
+                                      int wr0, int lo, int hi, int src, int jb, int chunk)
+{
+    const int lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+    const int kr0 = wr0 + g, kr1 = wr0 + g + 8;
+    const bool vis0 = lo <= kr0 && kr0 < hi, vis1 = lo <= kr1 && kr1 < hi;
+#pragma unroll
+    for (int t = 0; t < kWgItem / 8; t++) {
+        const float2 lt = *reinterpret_cast<const float2 *>(tl + t * 8 + tig * 2);
+        const float l0 = lt.x * kLog2e, l1 = lt.y * kLog2e;
+        bool v00 = vis0, v01 = vis0, v10 = vis1, v11 = vis1;
+        if (a.W > 0) {
+            const int rho = chunk * kWgItem + t * 8 + tig * 2;
+            int clo, chi;
+            row_interval(a, src, jb, rho % a.B, clo, chi);
+            v00 = v00 && clo <= kr0 && kr0 < chi, v10 = v10 && clo <= kr1 && kr1 < chi;
+            row_interval(a, src, jb, (rho + 1) % a.B, clo, chi);
+            v01 = v01 && clo <= kr0 && kr0 < chi, v11 = v11 && clo <= kr1 && kr1 < chi;
+        }
+        float *s4 = st + 4 * t;
+        s4[0] = v00 ? fast_exp2(fmaf(s4[0], a.scale_log2, -l0)) : 0.0f;
+        s4[1] = v01 ? fast_exp2(fmaf(s4[1], a.scale_log2, -l1)) : 0.0f;
+        s4[2] = v10 ? fast_exp2(fmaf(s4[2], a.scale_log2, -l0)) : 0.0f;
+        s4[3] = v11 ? fast_exp2(fmaf(s4[3], a.scale_log2, -l1)) : 0.0f;
+        pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0], s4[1]);
+        pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2], s4[3]);
+    }
+}
+
+// dSᵀ = Pᵀ (dPᵀ - D[column]) as bf16 A fragments
+__device__ __forceinline__ void dkv_ds(const float (&pt)[32], const float (&dpt)[32], uint32_t (&da)[kWgItem / 16][4],
+                                       const float *td)
+{
+    const int tig = threadIdx.x % 4;
+#pragma unroll
+    for (int t = 0; t < kWgItem / 8; t++) {
+        const float2 dt = *reinterpret_cast<const float2 *>(td + t * 8 + tig * 2);
+        const float d0 = dt.x, d1 = dt.y;
+        const float *s4 = pt + 4 * t, *p4 = dpt + 4 * t;
+        da[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0] * (p4[0] - d0), s4[1] * (p4[1] - d1));
+        da[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2] * (p4[2] - d0), s4[3] * (p4[3] - d1));
+    }
+}
+
+// dV += Pᵀ·dO, dK += dSᵀ·Q issued as two commit groups: dO and Q MN-major (the reduction over query rows = tile rows):
+// panels kWgItem·128 bytes apart, 8-row groups 1024, 16 rows (2048 bytes) a step
+template <int HD>
+__device__ __forceinline__ void dkv_issue_dv_dk(float (&dv)[HD / 2], float (&dk)[HD / 2],
+                                                uint32_t (&pa)[kWgItem / 16][4], uint32_t (&da)[kWgItem / 16][4],
+                                                const DkvStep &p)
+{
+    using namespace wgmma_sm90;
+    fence_frags<kWgItem / 16>(pa);
+    fence_frags<kWgItem / 16>(da);
+    const uint64_t dot = sw128_desc(p.doaddr, kWgItem * 128, 1024), qt = sw128_desc(p.qaddr, kWgItem * 128, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kWgItem / 16; kk++) wgmma_rs_m64n128k16_tb(dv, pa[kk], desc_at(dot, kk * 2048), 1);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kWgItem / 16; kk++) wgmma_rs_m64n128k16_tb(dk, da[kk], desc_at(qt, kk * 2048), 1);
+    wgmma_commit();
+}
+
+// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv. Serial step loop (the default): issue Sᵀ, dPᵀ;
+// exp; dSᵀ; issue dV, dK; wait for all; next step. PIPE (DFLASH_ATTENTION_DKV_PIPE=1, FlashAttention-3's
+// intra-warpgroup pipelining): step it+1's Sᵀ is issued right behind step it's dV and dK and the wait for those (wgmma
+// groups complete in order) lets it run on, so the tensor pipe runs dV(it), dK(it), Sᵀ(it+1), dPᵀ(it+1) back to back.
+// The pipelined loop compiles clean (0 spills, no ptxas C75xx serialisation) but has not run on a GPU yet: not the
+// default until tests/gpu/dkv_pipe_gpu.sh has checked and timed it. Until then the serial loop stays the text that ran
+// (the step's math written out there, as the pipelined loop's dkv_p, dkv_ds); once one loop is chosen, the other goes.
+template <int HD, bool PIPE>
+__device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int src, int w)
 {
     static_assert(HD == 128, "dkv_sm90: head_dim 128 (the accumulators of 64 x HD, the n128 wgmma)");
+    static_assert(kBwdWgs == 1, "dkv_sm90: one warpgroup a CTA (gather_blocks' blocks all see its rows; barriers)");
     using S = wg_dkv_shape<HD>;
     using namespace wgmma_sm90;
     constexpr int nw = kBwdWgs * 4;
@@ -1013,117 +1132,188 @@ template <int HD> __device__ __forceinline__ void dkv_sm90(const Args &a, unsign
         sw_load_rows<HD, kWgRows, nw * 32>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
         cp_async_commit();
     }
-    const int wr0 = row0 + warp * 16, wgr0 = row0 + wg * kWgKeys; // the warp's, the warpgroup's first key row
-    const uint32_t kaddr = mma_sm80::smem_u32(sk) + wg * kWgKeys * 128, vaddr = mma_sm80::smem_u32(sv) + wg * kWgKeys * 128;
+    const int wr0 = row0 + warp * 16, wgr0 = row0 + wg * kWgKeys;
+    const uint32_t kaddr = mma_sm80::smem_u32(sk), vaddr = mma_sm80::smem_u32(sv);
     float dk[HD / 2], dv[HD / 2];
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.0f;
     const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
     int cand_lo = (int)((long long)a.N * part / parts), cand_hi = (int)((long long)a.N * (part + 1) / parts);
     if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
+    // the pipelined loop's: stage s of a step (its Q, dO, lse, D), its copy, the dSᵀ tile out
+    auto step_at = [&](int s) {
+        return DkvStep{mma_sm80::smem_u32(sq + s * S::kItemBytes), mma_sm80::smem_u32(sdo + s * S::kItemBytes),
+                       slse + s * kWgItem, sd + s * kWgItem};
+    };
+    auto load_step = [&](int s, int li, int chunk) {
+        sw_load_item<HD, nw * 32>(sq + s * S::kItemBytes, sdo + s * S::kItemBytes, slse + s * kWgItem, sd + s * kWgItem,
+                                  a, s_list[li], chunk, kh);
+    };
+    // step (li, chunk)'s dSᵀ out for the dq CTAs while its dV, dK run
+    auto store_ds = [&](const uint32_t (&da)[kWgItem / 16][4], int li, int chunk, int lo) {
+        if (a.dsw)
+            store_ds_tile(sds, da, a.dsw + ws_slot(a, kh, s_list[li], chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem));
+    };
 
+    // Every block of s_list sees some key row of the tile (gather_blocks: lo < rend, hi > row0), so every step computes.
     for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
         const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
         if (items == 0) continue;
-        sw_load_item<HD, nw * 32>(sq, sdo, slse, sd, a, s_list[0], 0, kh);
+        load_step(0, 0, 0);
         cp_async_commit();
-        int li = 0, chunk = 0; // step it: chunk `chunk` of block s_list[li] (it = li * nchunk + chunk)
-        for (int it = 0; it < items; it++) {
-            const int stage = it & 1;
-            const bool wrap = chunk + 1 == nchunk;
-            const int nli = wrap ? li + 1 : li, nch = wrap ? 0 : chunk + 1; // step it + 1's
-            wg_stage_next(it + 1 < items, [&] {
-                const int ns = stage ^ 1;
-                sw_load_item<HD, nw * 32>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
-                                          sd + ns * kWgItem, a, s_list[nli], nch, kh);
-            });
-            int lo, hi;
-            const int jb = s_list[li];
-            block_interval(a, src, jb, lo, hi);
-            if (wgr0 < hi && wgr0 + kWgKeys > lo) { // the block sees some key row of the warpgroup (uniform in it)
-                const uint32_t qaddr = mma_sm80::smem_u32(sq + stage * S::kItemBytes);
-                const uint32_t doaddr = mma_sm80::smem_u32(sdo + stage * S::kItemBytes);
-                const float *tl = slse + stage * kWgItem, *td = sd + stage * kWgItem;
-                float st[32], dpt[32];
-                // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: HD/16 k16 steps each (32 bytes along a panel row, the next panel every 4)
-                const uint64_t kdesc = sw128_desc(kaddr, 16, 1024), vdesc = sw128_desc(vaddr, 16, 1024);
-                const uint64_t qdesc = sw128_desc(qaddr, 16, 1024), dodesc = sw128_desc(doaddr, 16, 1024);
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
-                    const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
-                    wgmma_ss_m64n64k16(st, desc_at(kdesc, off), desc_at(qdesc, qoff), kk > 0);
-                }
-                wgmma_commit();
-#pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
-                    const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
-                    wgmma_ss_m64n64k16(dpt, desc_at(vdesc, off), desc_at(dodesc, qoff), kk > 0);
-                }
-                wgmma_commit();
-                wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
-                fence_regs(st);
-                // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on key rows the block (under a window: the column's slot) does not
-                // see; accumulator (t, e): key row g (e < 2) or g + 8, column 8t + 2·tig + (e & 1)
-                const int kr0 = wr0 + g, kr1 = wr0 + g + 8;
-                const bool vis0 = lo <= kr0 && kr0 < hi, vis1 = lo <= kr1 && kr1 < hi;
-                uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
-#pragma unroll
-                for (int t = 0; t < kWgItem / 8; t++) {
-                    const float2 lt = *reinterpret_cast<const float2 *>(tl + t * 8 + tig * 2);
-                    const float l0 = lt.x * kLog2e, l1 = lt.y * kLog2e;
-                    bool v00 = vis0, v01 = vis0, v10 = vis1, v11 = vis1;
-                    if (a.W > 0) {
-                        const int rho = chunk * kWgItem + t * 8 + tig * 2;
-                        int clo, chi;
-                        row_interval(a, src, jb, rho % a.B, clo, chi);
-                        v00 = v00 && clo <= kr0 && kr0 < chi, v10 = v10 && clo <= kr1 && kr1 < chi;
-                        row_interval(a, src, jb, (rho + 1) % a.B, clo, chi);
-                        v01 = v01 && clo <= kr0 && kr0 < chi, v11 = v11 && clo <= kr1 && kr1 < chi;
+        if constexpr (!PIPE) {
+            int li = 0, chunk = 0; // step it: chunk `chunk` of block s_list[li] (it = li * nchunk + chunk)
+            for (int it = 0; it < items; it++) {
+                const int stage = it & 1;
+                const bool wrap = chunk + 1 == nchunk;
+                const int nli = wrap ? li + 1 : li, nch = wrap ? 0 : chunk + 1; // step it + 1's
+                wg_stage_next(it + 1 < items, [&] {
+                    const int ns = stage ^ 1;
+                    sw_load_item<HD, nw * 32>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
+                                              sd + ns * kWgItem, a, s_list[nli], nch, kh);
+                });
+                int lo, hi;
+                const int jb = s_list[li];
+                block_interval(a, src, jb, lo, hi);
+                if (wgr0 < hi && wgr0 + kWgKeys > lo) { // the block sees some key row of the warpgroup (uniform in it)
+                    const uint32_t qaddr = mma_sm80::smem_u32(sq + stage * S::kItemBytes);
+                    const uint32_t doaddr = mma_sm80::smem_u32(sdo + stage * S::kItemBytes);
+                    const float *tl = slse + stage * kWgItem, *td = sd + stage * kWgItem;
+                    float st[32], dpt[32];
+                    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: HD/16 k16 steps each (32 bytes along a panel row, the next panel every 4)
+                    const uint64_t kdesc = sw128_desc(kaddr, 16, 1024), vdesc = sw128_desc(vaddr, 16, 1024);
+                    const uint64_t qdesc = sw128_desc(qaddr, 16, 1024), dodesc = sw128_desc(doaddr, 16, 1024);
+                    wgmma_fence();
+    #pragma unroll
+                    for (int kk = 0; kk < HD / 16; kk++) {
+                        const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
+                        const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
+                        wgmma_ss_m64n64k16(st, desc_at(kdesc, off), desc_at(qdesc, qoff), kk > 0);
                     }
-                    float *s4 = st + 4 * t;
-                    s4[0] = v00 ? fast_exp2(fmaf(s4[0], a.scale_log2, -l0)) : 0.0f;
-                    s4[1] = v01 ? fast_exp2(fmaf(s4[1], a.scale_log2, -l1)) : 0.0f;
-                    s4[2] = v10 ? fast_exp2(fmaf(s4[2], a.scale_log2, -l0)) : 0.0f;
-                    s4[3] = v11 ? fast_exp2(fmaf(s4[3], a.scale_log2, -l1)) : 0.0f;
-                    pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0], s4[1]);
-                    pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2], s4[3]);
+                    wgmma_commit();
+    #pragma unroll
+                    for (int kk = 0; kk < HD / 16; kk++) {
+                        const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
+                        const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
+                        wgmma_ss_m64n64k16(dpt, desc_at(vdesc, off), desc_at(dodesc, qoff), kk > 0);
+                    }
+                    wgmma_commit();
+                    wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
+                    fence_regs(st);
+                    // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on key rows the block (under a window: the column's slot) does not
+                    // see; accumulator (t, e): key row g (e < 2) or g + 8, column 8t + 2·tig + (e & 1)
+                    const int kr0 = wr0 + g, kr1 = wr0 + g + 8;
+                    const bool vis0 = lo <= kr0 && kr0 < hi, vis1 = lo <= kr1 && kr1 < hi;
+                    uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
+    #pragma unroll
+                    for (int t = 0; t < kWgItem / 8; t++) {
+                        const float2 lt = *reinterpret_cast<const float2 *>(tl + t * 8 + tig * 2);
+                        const float l0 = lt.x * kLog2e, l1 = lt.y * kLog2e;
+                        bool v00 = vis0, v01 = vis0, v10 = vis1, v11 = vis1;
+                        if (a.W > 0) {
+                            const int rho = chunk * kWgItem + t * 8 + tig * 2;
+                            int clo, chi;
+                            row_interval(a, src, jb, rho % a.B, clo, chi);
+                            v00 = v00 && clo <= kr0 && kr0 < chi, v10 = v10 && clo <= kr1 && kr1 < chi;
+                            row_interval(a, src, jb, (rho + 1) % a.B, clo, chi);
+                            v01 = v01 && clo <= kr0 && kr0 < chi, v11 = v11 && clo <= kr1 && kr1 < chi;
+                        }
+                        float *s4 = st + 4 * t;
+                        s4[0] = v00 ? fast_exp2(fmaf(s4[0], a.scale_log2, -l0)) : 0.0f;
+                        s4[1] = v01 ? fast_exp2(fmaf(s4[1], a.scale_log2, -l1)) : 0.0f;
+                        s4[2] = v10 ? fast_exp2(fmaf(s4[2], a.scale_log2, -l0)) : 0.0f;
+                        s4[3] = v11 ? fast_exp2(fmaf(s4[3], a.scale_log2, -l1)) : 0.0f;
+                        pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0], s4[1]);
+                        pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2], s4[3]);
+                    }
+                    wgmma_wait<0>();
+                    fence_regs(dpt);
+                    // dSᵀ = Pᵀ (dPᵀ - D[column])
+    #pragma unroll
+                    for (int t = 0; t < kWgItem / 8; t++) {
+                        const float2 dt = *reinterpret_cast<const float2 *>(td + t * 8 + tig * 2);
+                        const float d0 = dt.x, d1 = dt.y;
+                        const float *s4 = st + 4 * t, *p4 = dpt + 4 * t;
+                        da[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0] * (p4[0] - d0), s4[1] * (p4[1] - d1));
+                        da[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2] * (p4[2] - d0), s4[3] * (p4[3] - d1));
+                    }
+                    // dV += Pᵀ·dO, dK += dSᵀ·Q: dO and Q MN-major (the reduction over query rows = tile rows): panels
+                    // kWgItem·128 bytes apart, 8-row groups 1024, 16 rows (2048 bytes) a step
+                    fence_frags<kWgItem / 16>(pa);
+                    fence_frags<kWgItem / 16>(da);
+                    const uint64_t dot = sw128_desc(doaddr, kWgItem * 128, 1024), qt = sw128_desc(qaddr, kWgItem * 128, 1024);
+                    wgmma_fence();
+    #pragma unroll
+                    for (int kk = 0; kk < kWgItem / 16; kk++) wgmma_rs_m64n128k16_tb(dv, pa[kk], desc_at(dot, kk * 2048), 1);
+                    wgmma_commit();
+    #pragma unroll
+                    for (int kk = 0; kk < kWgItem / 16; kk++)
+                        wgmma_rs_m64n128k16_tb(dk, da[kk], desc_at(qt, kk * 2048), 1);
+                    wgmma_commit();
+                    if (a.dsw) { // dSᵀ out for the dq CTAs while the two GEMMs run
+                        store_ds_tile(sds, da, a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem));
+                    }
+                    wgmma_wait<0>();
+                    fence_regs(dv);
+                    fence_regs(dk);
                 }
-                wgmma_wait<0>();
+                __syncthreads(); // the next prefetch overwrites this stage; the next scan overwrites s_list
+                li = nli, chunk = nch;
+            }
+        } else {
+            // Stage it & 1 holds step it. Step it+1's Sᵀ is issued right behind step it's dV, dK; once those are
+            // done (the wait lets Sᵀ(it+1) run on), stage it & 1 is refilled with step it+2 (the copies have a step to
+            // land, waited for before Sᵀ(it+2)) and dPᵀ(it+1) is issued: its accumulators take the registers of Pᵀ,
+            // dSᵀ, so dK, dV, Sᵀ, dPᵀ and the fragments never all live at once (255 registers).
+            float st[32], dpt[32];
+            uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
+            // step i's block and chunk from i alone (one live counter; nchunk is 1 for B·G = 64)
+            auto load_nth = [&](int s, int i) { load_step(s, i / nchunk, i % nchunk); };
+            if (items > 1) {
+                load_nth(1, 1);
+                cp_async_commit();
+                cp_async_wait<1>(); // K, V and step 0
+            } else {
+                cp_async_wait<0>();
+            }
+            fence_proxy_async(); // this thread's copies, visible to the wgmma (async proxy) after the barrier
+            __syncthreads();
+            dkv_issue_t<HD>(st, kaddr, step_at(0).qaddr);
+            dkv_issue_t<HD>(dpt, vaddr, step_at(0).doaddr);
+            for (int it = 0;; it++) { // the next step's wgmma issued on every way round: no branch between a wgmma and its wait
+                const int stage = it & 1, li = it / nchunk, chunk = it - li * nchunk;
+                wgmma_wait<1>(); // Sᵀ(it) done (dPᵀ(it) may run)
+                fence_regs(st);
+                int lo, hi;
+                block_interval(a, src, s_list[li], lo, hi);
+                dkv_p(a, st, pa, step_at(stage).tl, wr0, lo, hi, src, s_list[li], chunk);
+                wgmma_wait<0>(); // dPᵀ(it)
                 fence_regs(dpt);
-                // dSᵀ = Pᵀ (dPᵀ - D[column])
-#pragma unroll
-                for (int t = 0; t < kWgItem / 8; t++) {
-                    const float2 dt = *reinterpret_cast<const float2 *>(td + t * 8 + tig * 2);
-                    const float d0 = dt.x, d1 = dt.y;
-                    const float *s4 = st + 4 * t, *p4 = dpt + 4 * t;
-                    da[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0] * (p4[0] - d0), s4[1] * (p4[1] - d1));
-                    da[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2] * (p4[2] - d0), s4[3] * (p4[3] - d1));
-                }
-                // dV += Pᵀ·dO, dK += dSᵀ·Q: dO and Q MN-major (the reduction over query rows = tile rows): panels
-                // kWgItem·128 bytes apart, 8-row groups 1024, 16 rows (2048 bytes) a step
+                dkv_ds(st, dpt, da, step_at(stage).td);
+                dkv_issue_dv_dk<HD>(dv, dk, pa, da, step_at(stage));
+                store_ds(da, li, chunk, lo);
+                if (it + 1 == items) break;
+                cp_async_wait<0>(); // step it+1's copies (this thread's), then everyone's: the wgmma may read them
+                fence_proxy_async();
+                __syncthreads(); // also: the dS staging tile is read out before step it+1 rewrites it
+                const DkvStep n = step_at(stage ^ 1);
+                dkv_issue_t<HD>(st, kaddr, n.qaddr);
+                wgmma_wait<1>(); // dV(it), dK(it) done; Sᵀ(it+1) may run
                 fence_frags<kWgItem / 16>(pa);
                 fence_frags<kWgItem / 16>(da);
-                const uint64_t dot = sw128_desc(doaddr, kWgItem * 128, 1024), qt = sw128_desc(qaddr, kWgItem * 128, 1024);
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < kWgItem / 16; kk++) wgmma_rs_m64n128k16_tb(dv, pa[kk], desc_at(dot, kk * 2048), 1);
-                wgmma_commit();
-#pragma unroll
-                for (int kk = 0; kk < kWgItem / 16; kk++)
-                    wgmma_rs_m64n128k16_tb(dk, da[kk], desc_at(qt, kk * 2048), 1);
-                wgmma_commit();
-                if (a.dsw) { // dSᵀ out for the dq CTAs while the two GEMMs run
-                    store_ds_tile(sds, da, a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem));
+                if (it + 2 < items) {
+                    __syncthreads(); // every warp's dV/dK(it) done: this stage is free
+                    load_nth(stage, it + 2);
+                    cp_async_commit();
                 }
-                wgmma_wait<0>();
-                fence_regs(dv);
-                fence_regs(dk);
+                dkv_issue_t<HD>(dpt, vaddr, n.doaddr);
             }
-            __syncthreads(); // the next prefetch overwrites this stage; the next scan overwrites s_list
-            li = nli, chunk = nch;
+            wgmma_wait<0>(); // the batch's last dV/dK
+            fence_regs(dv);
+            fence_regs(dk);
+            fence_frags<kWgItem / 16>(pa);
+            fence_frags<kWgItem / 16>(da);
+            __syncthreads(); // the next scan overwrites s_list, the next batch's first copy stage 0
         }
     }
     cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
@@ -1525,8 +1715,10 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
 }
 
 // The Hopper backward's CTAs in one launch, heaviest kinds first (as bwd_kernel): context dk/dv tiles (the first
-// rows, seen by the most blocks, first), dq tiles (latest blocks first), block-row dk/dv tiles.
-template <int HD>
+// rows, seen by the most blocks, first), dq tiles (latest blocks first; DQ, the launch without a dS workspace), block-row
+// dk/dv tiles. PIPE: dkv_sm90's pipelined step loop, whose launch with a workspace takes the instance without dq code
+// (with it, ptxas would share the 255 registers with dq_sm90's and spill).
+template <int HD, bool PIPE, bool DQ>
 __global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a, int n_ctx, int n_q)
 {
 #ifdef DFLASH_SM90A
@@ -1534,15 +1726,15 @@ __global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
     int w = blockIdx.x;
     if (w < n_ctx) {
-        dkv_sm90<HD>(a, smem, 0, w);
+        dkv_sm90<HD, PIPE>(a, smem, 0, w);
         return;
     }
     w -= n_ctx;
-    if (w < n_q) {
+    if (DQ && w < n_q) { // without DQ (n_q 0) the kernel holds no dq code
         dq_sm90<HD>(a, smem, n_q / a.nkv - 1 - w / a.nkv, w % a.nkv);
         return;
     }
-    dkv_sm90<HD>(a, smem, 1, w - n_q);
+    dkv_sm90<HD, PIPE>(a, smem, 1, w - n_q);
 #endif
 }
 
@@ -1797,8 +1989,9 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
     if (!attr_set) {
         CHECK_CUDA(cudaFuncSetAttribute(bwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_smem<HD>()));
         if constexpr (HD == 128) {
-            CHECK_CUDA(cudaFuncSetAttribute(bwd_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            bwd_sm90_smem<HD>()));
+            for (auto k : {bwd_sm90_kernel<HD, false, true>, bwd_sm90_kernel<HD, true, true>,
+                           bwd_sm90_kernel<HD, true, false>})
+                CHECK_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_sm90_smem<HD>()));
             CHECK_CUDA(cudaFuncSetAttribute(dq_ws_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             wg_dqws_shape<HD>::kSmem));
         }
@@ -1809,14 +2002,16 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
     const int n_q = (int)((rows + kQRows - 1) / kQRows) * a.nkv;
     if constexpr (HD == 128) {
         if (wgmma_device()) {
+            static int pipe_on = -1; // DFLASH_ATTENTION_DKV_PIPE=1: the dk/dv CTAs' pipelined step loop (not yet run)
+            const bool pipe = env_switch(&pipe_on, "DFLASH_ATTENTION_DKV_PIPE", "1");
             const int n_ctx = (a.T + kWgRows - 1) / kWgRows * a.nkv;
             const int n_blk = (a.N * a.B + kWgRows - 1) / kWgRows * a.nkv;
             if (a.dsw) { // the dk/dv CTAs alone (they write dS; context tiles in ctx_parts), then dq from their tiles
                 const int n_ctx_parts = n_ctx * a.ctx_parts;
                 if (a.ctx_parts > 1 && n_ctx > 0)
                     CHECK_CUDA(cudaMemsetAsync(a.dkv_count, 0, (size_t)n_ctx * sizeof(int), st));
-                bwd_sm90_kernel<HD><<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(
-                    a, n_ctx_parts, 0);
+                auto dkv = pipe ? bwd_sm90_kernel<HD, true, false> : bwd_sm90_kernel<HD, false, true>; // n_q 0
+                dkv<<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx_parts, 0);
                 CHECK_CUDA_LAUNCH();
                 const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
                 dq_ws_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, wg_dqws_shape<HD>::kSmem, st>>>(a);
@@ -1824,8 +2019,8 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 return;
             }
             const int nq = (int)((rows + kWgDqRows - 1) / kWgDqRows) * a.nkv;
-            bwd_sm90_kernel<HD><<<(unsigned)(n_ctx + nq + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx,
-                                                                                                              nq);
+            auto both = pipe ? bwd_sm90_kernel<HD, true, true> : bwd_sm90_kernel<HD, false, true>;
+            both<<<(unsigned)(n_ctx + nq + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx, nq);
             CHECK_CUDA_LAUNCH();
             return;
         }
