@@ -1936,7 +1936,9 @@ struct WsLayout {
 WsLayout ws_layout(const dflash_attn_shape *s, int T)
 {
     const int B = s->block_size, G = s->nh / s->nkv;
-    const long long span = s->window > 0 && s->window - 1 < T ? s->window - 1 : T;
+    // the rows of one block's context at most: the caller's bound (the longest context), then the window's
+    const long long ctx = s->max_ctx > 0 && s->max_ctx < T ? s->max_ctx : T;
+    const long long span = s->window > 0 && s->window - 1 < ctx ? s->window - 1 : ctx;
     const int ctx_cap = (T + kWgKeys - 1) / kWgKeys, blk_cap = (int)(((long long)s->nblocks * B + kWgKeys - 1) / kWgKeys);
     WsLayout l;
     l.ctx = span > 0 ? (int)std::min<long long>((span + kWgKeys - 2) / kWgKeys + 1, ctx_cap) : 0;

@@ -16,6 +16,9 @@ typedef struct dflash_attn_shape {
     int nh, nkv, hd;  /* query heads, kv heads, head dim */
     float scale;      /* 1/sqrt(hd) */
     int window;       /* sliding window W of this layer (z-lab's sliding_window); 0: full attention */
+    int max_ctx;      /* 0, or at least every block's ctx_len (the longest context a block sees; with packed
+                       * sequences the longest sequence's, not T): only the CUDA backward's dS workspace layout reads
+                       * it (dflash_attention_backward_workspace), 0 taking T */
 } dflash_attn_shape;
 
 #ifdef __CUDACC__
@@ -85,8 +88,10 @@ void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse, const dfl
                                    const dflash_attn_shape *s, void *stream);
 /* Bytes of the backward's dS workspace for shape s over T context rows (0: the kernels for s take none, as on a device
  * without wgmma or at head_dim != 128): nkv * N * ceil(G*B/64) * (the 64-row tiles a block's context and its rows can
- * meet) 8 KB dS tiles, about 2 bytes per (query, head, context row) pair, then 2 fp32 dK|dV partials (64 KB each) per
- * 64 context rows and kv head. Window 0 needs the most, fewer blocks or rows less: size once for the largest shape. */
+ * meet: its context at most min(s->max_ctx or T, window - 1) rows) 8 KB dS tiles, about 2 bytes per (query, head,
+ * context row) pair, then 2 fp32 dK|dV partials (64 KB each) per 64 context rows and kv head. Window 0 and max_ctx 0
+ * need the most, fewer blocks or rows less: size once for the largest shape; a call whose shape (its max_ctx) needs
+ * more than the workspace given recomputes. */
 size_t dflash_attention_backward_workspace(const dflash_attn_shape *s, int T);
 /* All five gradients are OVERWRITTEN (unlike the CPU version, which accumulates into dkc..dvb); rows of kc/vc that
  * no block sees get 0. dout (N*B, nh*hd; lddo); out and lse from the forward; delta (N*B, nh) fp32 workspace

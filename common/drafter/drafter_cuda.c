@@ -44,7 +44,8 @@
 #define DC_MAX_EVENTS 1024
 #define DC_MET_WORDS (2 + DFLASH_MAX_BLOCK) /* [0] Σ w·CE (double); [1..B] correct per slot; [B+1] run sum */
 /* the attention backward's dS workspace at most (dflash_attention_backward_workspace: the Qwen3-8B drafter's 512
- * blocks over 3072 context rows take 1.6 GB) */
+ * blocks over 3072 context rows take 1.6 GB; a batch of packed sequences needs it for its longest context only, which
+ * each step's shape says, .max_ctx) */
 #define DC_ATTN_WS_MAX ((size_t)4 << 30)
 
 /* Saved activations of one layer, bf16 unless noted. */
@@ -70,6 +71,7 @@ typedef struct drafter_cuda {
     drafter_layout L;
     int H, hd, nh, nkv, qd, kd, qkvw, I, K, nl, B, V;
     int max_tokens, max_seqs, max_blocks;
+    int staged_max_ctx; /* the staged batch's longest block context (dc_stage): the attention's dflash_attn_shape.max_ctx */
     cudaStream_t stream;
     matmul_cuda *mm;
     cross_entropy_cuda_ctx *ce;
@@ -245,7 +247,8 @@ static int dc_create(drafter_cuda **out, const drafter_train_config *tc, int dev
     {
         const dflash_attn_shape ws = {.nblocks = d->max_blocks, .block_size = d->B, .nh = d->nh, .nkv = d->nkv,
                                       .hd = d->hd, .scale = 1.0f, .window = 0}; /* no window: the most tiles */
-        /* at most DC_ATTN_WS_MAX: a batch whose blocks need more takes the slower recompute path */
+        /* at most DC_ATTN_WS_MAX: a batch whose blocks need more (its longest context, max_ctx) takes the slower
+         * recompute path */
         const size_t need = dflash_attention_backward_workspace(&ws, (int)T);
         d->attn_ws_bytes = need < DC_ATTN_WS_MAX ? need : DC_ATTN_WS_MAX;
         if (need > DC_ATTN_WS_MAX)
@@ -398,6 +401,9 @@ static size_t dc_stage(drafter_cuda *d, const int32_t *positions, int T, const d
     memcpy(hs + o, blk->labels, 4 * (size_t)NB), o += (size_t)NB;
     memcpy(hs + o, blk->ctx_start, 4 * (size_t)N), o += (size_t)N;
     memcpy(hs + o, blk->ctx_len, 4 * (size_t)N), o += (size_t)N;
+    d->staged_max_ctx = 0;
+    for (int j = 0; j < N; j++)
+        if (blk->ctx_len[j] > d->staged_max_ctx) d->staged_max_ctx = blk->ctx_len[j];
     memcpy(hs + o, blk->weights, 4 * (size_t)NB), o += (size_t)NB;
     int nl = 0;
     for (int j = 0; j < NB; j++)
@@ -423,7 +429,7 @@ static void dc_forward(drafter_cuda *d, const uint16_t *w, const uint16_t *aux, 
     const uint16_t *w_fc = w + P[DRAFTER_PARAM_FC].offset;
     const uint16_t *w_hn = w + P[DRAFTER_PARAM_HIDDEN_NORM].offset, *w_fn = w + P[DRAFTER_PARAM_NORM].offset;
     const dflash_attn_shape as = {.nblocks = N, .block_size = B, .nh = nh, .nkv = nkv, .hd = hd,
-                                  .scale = 1.0f / sqrtf((float)hd)};
+                                  .scale = 1.0f / sqrtf((float)hd), .max_ctx = d->staged_max_ctx};
     /* context: F = hidden_norm(aux · fcᵀ), shared by every layer */
     matmul_forward_cuda(mm, d->fc_out, H, NULL, 0, 0.0f, aux, K * H, w_fc, T, H, K * H, st);
     dc_mark(d, DRAFTER_CUDA_GEMM);
@@ -532,7 +538,7 @@ int drafter_cuda_enqueue(drafter_backend *b, const uint16_t *w, float *g, const 
     const uint16_t *aux = bt->aux, *w_fc = w + P[DRAFTER_PARAM_FC].offset;
     const uint16_t *w_hn = w + P[DRAFTER_PARAM_HIDDEN_NORM].offset, *w_fn = w + P[DRAFTER_PARAM_NORM].offset;
     const dflash_attn_shape as = {.nblocks = N, .block_size = B, .nh = nh, .nkv = nkv, .hd = hd,
-                                  .scale = 1.0f / sqrtf((float)hd)};
+                                  .scale = 1.0f / sqrtf((float)hd), .max_ctx = d->staged_max_ctx};
 
     /* ---- forward ---- */
     dc_forward(d, w, aux, T, N, d_pos, d_bids, d_bpos, d_cstart, d_clen);

@@ -633,6 +633,27 @@ static void run_case(const attn_case *k)
     check_same(cname, "dvb", d_dvb, gdvb, (size_t)NB * kd * 2);
     check_same(cname, "delta", d_delta, gdelta, (size_t)NB * nh * 4);
 
+    if (d_ws) { /* the workspace laid out for the longest context (.max_ctx) instead of T, the rest poisoned: the same bits */
+        dflash_attn_shape st = s;
+        for (int j = 0; j < N; j++) st.max_ctx = k->cl[j] > st.max_ctx ? k->cl[j] : st.max_ctx;
+        const size_t tight = dflash_attention_backward_workspace(&st, T);
+        CHECK_CUDA(cudaMemset(d_ws, 0xff, ws_bytes));
+        CHECK_CUDA(cudaMemset(d_dq, 0x55, (size_t)NB * ldo * 2));
+        CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
+        dflash_attention_backward_cuda(&gr, d_delta, d_ws, tight, d_dout, lddo, d_out, ldo, d_lse, &in, &st, stream);
+        uint16_t *a2 = dev_get(d_dq, (size_t)NB * ldo * 2), *b2 = dev_get(d_dkvc, (size_t)T * ldkv * 2);
+        size_t diff = 0;
+        for (int r = 0; r < NB; r++) diff += memcmp(a2 + (size_t)r * ldo, gdq + (size_t)r * ldo, (size_t)qd * 2) != 0;
+        for (int r = 0; r < T; r++)
+            diff += memcmp(b2 + (size_t)r * ldkv, gdkvc + (size_t)r * ldkv, (size_t)2 * kd * 2) != 0;
+        printf("%s %s max_ctx %d: workspace %zu of %zu bytes, dq,dkc,dvc rows_differing=%zu\n",
+               diff || tight > ws_bytes ? "FAIL" : "ok", cname, st.max_ctx, tight, ws_bytes, diff);
+        if (diff || tight > ws_bytes) failures++;
+        free(a2), free(b2);
+        check_same(cname, "dkb (max_ctx)", d_dkb, gdkb, (size_t)NB * kd * 2);
+        check_same(cname, "dvb (max_ctx)", d_dvb, gdvb, (size_t)NB * kd * 2);
+    }
+
     if (d_ws) { /* the recompute path (no workspace), where the kernels took one: dq against the same reference */
         CHECK_CUDA(cudaMemset(d_dq, 0xff, (size_t)NB * ldo * 2));
         dflash_attention_backward_cuda(&gr, d_delta, NULL, 0, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
