@@ -1,0 +1,219 @@
+// matmul_swiglu: act = swiglu(x · w_guᵀ) on Hopper (sm_90a), the gate|up GEMM with the SwiGLU in its epilogue, so the
+// (T, 2I) gate|up product never goes to memory (at Qwen3-8B's T = 19218, I = 12288: 945 MB written and read again per
+// layer by the two-kernel path).
+//
+// Persistent, one CTA per SM, three warpgroups (attention_sm90.cu's shape; the primitives are wgmma_sm90.cuh's). A
+// CTA's tile is kBM = 128 rows of x by kBO = 128 act columns [n0, n0 + 128); its B operand is the 128 gate rows
+// [n0, n0 + 128) of w_gu and the same 128 up rows [I + n0, I + n0 + 128), one 256-row K-major panel (two TMA boxes),
+// so wgmma m64n256k16 leaves gate column c in d[4i + ..] and up column c in d[4(i + 16) + ..] of the same thread.
+// Warpgroup 0's first thread is the producer: per k block (kBK = 64) one box of x and the two boxes of w_gu by TMA
+// into a kStages-deep ring of 128-byte-swizzled stages, each with a "full" mbarrier (the bytes landed) and an "empty"
+// one (one arrival per consumer warp: its wgmma reads are done); it runs ahead across tiles as stages free up.
+// Warpgroups 1 and 2 are the consumers, 64 rows each, the accumulators (64 x 256 fp32: 128 registers a thread) kept
+// across the tile's k blocks, one wgmma group in flight behind the one issued (the stage of the one that finished is
+// released). The epilogue rounds gate and up to bf16 (as the two-kernel path stores gu), computes silu(gate) * up with
+// swiglu_act (swiglu.cu's formula), rounds to bf16 and stores bf16 pairs straight from the registers, rows < T and
+// columns < I only. Tiles go in groups of kGroupM row blocks, row block fastest within a group (a wave of 132 CTAs
+// touches ~16 row blocks of x and ~8 column blocks of w_gu: both stay in L2); CTA b takes tiles b, b + grid, ...
+// Fixed k order per tile, no split-K: deterministic. Tails: rows past T come as zeros from TMA (never stored), a last
+// column block of 64 (I % 128 == 64) reads up rows as its upper gate half and zeros as its upper up half, never
+// stored.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "cuda_check.h"
+#include "matmul_swiglu.h"
+#include "mma_sm80.cuh"
+#include "swiglu_act.cuh"
+#include "wgmma_sm90.cuh"
+
+namespace {
+
+using namespace wgmma_sm90;
+
+constexpr int kConsumers = 2;                    // consumer warpgroups, 64 rows each
+constexpr int kThreads = (kConsumers + 1) * 128; // + the producer warpgroup
+constexpr int kBM = 64 * kConsumers;             // rows of x per tile
+constexpr int kBO = 128;                         // act columns per tile
+constexpr int kBN = 2 * kBO;                     // rows of w_gu per tile: kBO gate rows, then the same kBO up rows
+constexpr int kBK = 64;                          // one 128-byte swizzled panel of the reduction dimension
+constexpr int kStages = 4;
+constexpr int kABytes = kBM * kBK * 2;           // 16 KiB
+constexpr int kBBytes = kBN * kBK * 2;           // 32 KiB
+constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kBarOffset = kStages * kStageBytes;
+constexpr int kSmem = kBarOffset + 2 * kStages * 8 + 1024; // the barriers; slack to align the base to 1024 bytes
+[[maybe_unused]] constexpr int kGroupM = 16;                    // row blocks per group of the tile order
+static_assert(kSmem <= 227 * 1024, "the shared memory of one CTA on sm_90");
+static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "stages and panels start on 1024-byte swizzle atoms");
+// setmaxnreg as attention_sm90.cu: launched at 168 a thread (384 threads), the producer's 128 threads free
+// 128 x (168 - 40) and the consumers' 256 take exactly that
+[[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(128 * (168 - kProducerRegs) == 256 * (kConsumerRegs - 168), "the consumers take what the producer frees");
+
+#ifdef DFLASH_SM90A
+// tile t of the order: groups of kGroupM row blocks (the last group may be shorter), row block fastest in a group
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int &mb, int &nb)
+{
+    const int per_group = kGroupM * tiles_n, group = t / per_group, first = group * kGroupM;
+    const int rows = min(kGroupM, tiles_m - first), r = t - group * per_group;
+    mb = first + r % rows, nb = r / rows;
+}
+
+// the bf16 value the two-kernel path stores for an fp32 sum
+__device__ __forceinline__ float as_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// two act values (columns c, c + 1) from their gate and up sums, as bf16 pair bits
+__device__ __forceinline__ uint32_t act_pair(float g0, float g1, float u0, float u1)
+{
+    return mma_sm80::pack_bf16(swiglu_act(as_bf16(g0), as_bf16(u0)), swiglu_act(as_bf16(g1), as_bf16(u1)));
+}
+#endif
+
+__global__ void __launch_bounds__(kThreads, 1)
+    matmul_swiglu_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
+                         __nv_bfloat16 *act, int ldact, int T, int I, int H)
+{
+#ifdef DFLASH_SM90A
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + kBarOffset), *empty = full + kStages;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(full + s, 1);
+            mbar_init(empty + s, kConsumers * 4); // one arrival per consumer warp
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    // Producer and consumers walk the same tiles and k blocks: the block counter it (stage it % kStages, parity
+    // (it / kStages) & 1) runs on across tiles in both
+    const int tiles_m = (T + kBM - 1) / kBM, tiles_n = (I + kBO - 1) / kBO, ntiles = tiles_m * tiles_n;
+    const int nk = H / kBK, wg = threadIdx.x / 128;
+    if (wg == 0) {
+        setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x != 0) return;
+        tma_prefetch_map(&tm_x), tma_prefetch_map(&tm_w);
+        int it = 0;
+        for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+            int mb, nb;
+            tile_coords(t, tiles_m, tiles_n, mb, nb);
+            for (int kb = 0; kb < nk; kb++, it++) {
+                const int s = it % kStages;
+                if (it >= kStages) mbar_wait(empty + s, (uint32_t)(((it / kStages) & 1) ^ 1)); // it - kStages done
+                unsigned char *st = smem + s * kStageBytes;
+                // a box's rows past the map's end arrive as zeros and count in its bytes: always the whole stage
+                mbar_arrive_expect_tx(full + s, kStageBytes);
+                tma_load_2d(st, &tm_x, kb * kBK, mb * kBM, full + s);
+                tma_load_2d(st + kABytes, &tm_w, kb * kBK, nb * kBO, full + s);
+                tma_load_2d(st + kABytes + kBO * 128, &tm_w, kb * kBK, I + nb * kBO, full + s);
+            }
+        }
+        return;
+    }
+
+    // consumers
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1, tid = threadIdx.x - wg * 128;
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const uint32_t s0 = smem_u32(smem);
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) d[i] = 0.0f;
+    int it = 0;
+    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        int mb, nb;
+        tile_coords(t, tiles_m, tiles_n, mb, nb);
+        for (int kb = 0; kb < nk; kb++, it++) {
+            const int s = it % kStages;
+            mbar_wait(full + s, (uint32_t)((it / kStages) & 1));
+            const uint32_t a = s0 + s * kStageBytes + cw * 64 * 128, b = s0 + s * kStageBytes + kABytes;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kBK / 16; kk++) // 16 columns (32 bytes) along the panel's rows a step
+                wgmma_ss_m64n256k16(d, sw128_desc(a + kk * 32, 16, 1024), sw128_desc(b + kk * 32, 16, 1024),
+                                    kb > 0 || kk > 0);
+            wgmma_commit();
+            if (kb > 0) { // the previous block's group is done: its stage goes back to the producer
+                wgmma_wait<1>();
+                release(empty + (it - 1) % kStages, lane);
+            }
+        }
+        wgmma_wait<0>();
+        fence_regs(d);
+        release(empty + (it - 1) % kStages, lane);
+
+        // epilogue: this thread's rows ra, rb and columns c0 + 8i + {0, 1} (i < 16); I is a multiple of 64, so a
+        // pair is all in or all out
+        const int ra = mb * kBM + cw * 64 + warp * 16 + g, rb = ra + 8, c0 = nb * kBO + 2 * t4;
+        __nv_bfloat16 *pa = act + (size_t)ra * ldact, *pb = act + (size_t)rb * ldact;
+#pragma unroll
+        for (int i = 0; i < kBO / 8; i++) {
+            const int col = c0 + 8 * i;
+            if (col >= I) continue;
+            if (ra < T)
+                *reinterpret_cast<uint32_t *>(pa + col) =
+                    act_pair(d[4 * i], d[4 * i + 1], d[4 * (i + 16)], d[4 * (i + 16) + 1]);
+            if (rb < T)
+                *reinterpret_cast<uint32_t *>(pb + col) =
+                    act_pair(d[4 * i + 2], d[4 * i + 3], d[4 * (i + 16) + 2], d[4 * (i + 16) + 3]);
+        }
+    }
+#else
+    // compiled for a target without wgmma: never launched (matmul_swiglu_cuda_takes says no there)
+    (void)tm_x, (void)tm_w, (void)act, (void)ldact, (void)T, (void)I, (void)H;
+#endif
+}
+
+} // namespace
+
+extern "C" int matmul_swiglu_cuda_takes(const uint16_t *act, int ldact, const uint16_t *x, int ldx,
+                                        const uint16_t *w_gu, int T, int I, int H)
+{
+    return T >= 0 && I > 0 && H > 0 && I % 64 == 0 && H % 64 == 0 && ldx >= H && ldx % 8 == 0 && ldact >= I &&
+           ldact % 2 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w_gu % 16 == 0 && (uintptr_t)act % 4 == 0 &&
+           sm90a_device() && encode_tiled() != NULL;
+}
+
+extern "C" void matmul_swiglu_forward_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t *w_gu,
+                                           int T, int I, int H, void *stream)
+{
+    if (!matmul_swiglu_cuda_takes(act, ldact, x, ldx, w_gu, T, I, H)) {
+        fprintf(stderr,
+                "matmul_swiglu_forward_cuda: T=%d I=%d H=%d ldx=%d ldact=%d (x %p, w_gu %p, act %p) is not a shape "
+                "it takes: I and H multiples of 64, ldx >= H a multiple of 8, ldact >= I even, x and w_gu 16-byte "
+                "aligned, act 4-byte aligned, an sm_90 device whose driver makes tensor maps\n",
+                T, I, H, ldx, ldact, (const void *)x, (const void *)w_gu, (const void *)act);
+        exit(1);
+    }
+    if (T == 0) return;
+    CUtensorMap tm_x, tm_w;
+    if (!make_map(&tm_x, x, ldx, H, (uint64_t)T, kBM) || !make_map(&tm_w, w_gu, H, H, 2 * (uint64_t)I, kBO)) {
+        fprintf(stderr, "matmul_swiglu_forward_cuda: the driver made no tensor map of x (%d, %d; ld %d) or w_gu "
+                        "(%d, %d)\n", T, H, ldx, 2 * I, H);
+        exit(1);
+    }
+    static bool attr_set = false; // set once per process (device 0 semantics)
+    static int sms = 0;
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(matmul_swiglu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+        int dev = 0;
+        CHECK_CUDA(cudaGetDevice(&dev));
+        CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        attr_set = true;
+    }
+    const long long tiles = (long long)((T + kBM - 1) / kBM) * ((I + kBO - 1) / kBO);
+    if (tiles > INT32_MAX - 2LL * sms) { // the walk's tile indices go up to a grid past the last
+        fprintf(stderr, "matmul_swiglu_forward_cuda: T=%d I=%d: %lld tiles overflow\n", T, I, tiles);
+        exit(1);
+    }
+    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); // one CTA per SM (its shared memory), persistent
+    matmul_swiglu_kernel<<<grid, kThreads, kSmem, (cudaStream_t)stream>>>(tm_x, tm_w, (__nv_bfloat16 *)act, ldact,
+                                                                           T, I, H);
+    CHECK_CUDA_LAUNCH();
+}
