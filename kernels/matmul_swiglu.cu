@@ -2,22 +2,24 @@
 // (T, 2I) gate|up product never goes to memory (at Qwen3-8B's T = 19218, I = 12288: 945 MB written and read again per
 // layer by the two-kernel path).
 //
-// Persistent, one CTA per SM, three warpgroups (attention_sm90.cu's shape; the primitives are wgmma_sm90.cuh's). A
-// CTA's tile is kBM = 128 rows of x by kBO = 128 act columns [n0, n0 + 128); its B operand is the 128 gate rows
-// [n0, n0 + 128) of w_gu and the same 128 up rows [I + n0, I + n0 + 128), one 256-row K-major panel (two TMA boxes),
-// so wgmma m64n256k16 leaves gate column c in d[4i + ..] and up column c in d[4(i + 16) + ..] of the same thread.
-// Warpgroup 0's first thread is the producer: per k block (kBK = 64) one box of x and the two boxes of w_gu by TMA
-// into a kStages-deep ring of 128-byte-swizzled stages, each with a "full" mbarrier (the bytes landed) and an "empty"
-// one (one arrival per consumer warp: its wgmma reads are done); it runs ahead across tiles as stages free up.
-// Warpgroups 1 and 2 are the consumers, 64 rows each, the accumulators (64 x 256 fp32: 128 registers a thread) kept
-// across the tile's k blocks, one wgmma group in flight behind the one issued (the stage of the one that finished is
-// released). The epilogue rounds gate and up to bf16 (as the two-kernel path stores gu), computes silu(gate) * up with
-// swiglu_act (swiglu.cu's formula), rounds to bf16 and stores bf16 pairs straight from the registers, rows < T and
-// columns < I only. Tiles go in groups of kGroupM row blocks, row block fastest within a group (a wave of 132 CTAs
-// touches ~16 row blocks of x and ~8 column blocks of w_gu: both stay in L2); CTA b takes tiles b, b + grid, ...
-// Fixed k order per tile, no split-K: deterministic. Tails: rows past T come as zeros from TMA (never stored), a last
-// column block of 64 (I % 128 == 64) reads up rows as its upper gate half and zeros as its upper up half, never
-// stored.
+// Persistent, one CTA per SM, three warpgroups (attention_sm90.cu's shape; the primitives are wgmma_sm90.cuh's). A tile
+// is kBM = 128 rows of x by kBO act columns [n0, n0 + kBO); its B operand is the kBO gate rows [n0, n0 + kBO) of w_gu
+// and the same kBO up rows [I + n0, I + n0 + kBO), one 2 kBO-row K-major panel (two TMA boxes), so a wgmma
+// m64n(2 kBO)k16 leaves gate column c and up column c of a tile in the same thread. Warpgroup 0's first thread is the
+// producer: per k block (kBK = 64) one box of x and the two boxes of w_gu by TMA into a kStages-deep ring of
+// 128-byte-swizzled stages, each with a "full" mbarrier (the bytes landed) and an "empty" one (one arrival per
+// consumer warp that read it); it runs ahead across tiles as stages free up. Warpgroups 1 and 2 are the consumers,
+// their accumulators (128 fp32 registers a thread) kept across a tile's k blocks, one wgmma group in flight behind
+// the one issued (the stage of the one that finished is released). Two schedules (ms_shape): cooperative, both
+// consumers on each tile (kBO = 128, 64 rows each, m64n256k16); ping-pong, each consumer on every other tile alone
+// (kBO = 64, two m64n128k16 a k step for the tile's two 64-row halves), one's epilogue under the other's GEMM. The
+// epilogue rounds gate and up to bf16 (as the two-kernel path stores gu), computes silu(gate) * up with swiglu_act
+// (swiglu.cu's formula), rounds to bf16 and stores bf16 pairs straight from the registers, rows < T and columns < I
+// only. Tiles go in groups of kGroupM row blocks, row block fastest within a group (a wave of 132 CTAs touches ~16
+// row blocks of x and ~8 column blocks of w_gu: both stay in L2); CTA b takes tiles b, b + grid, ... Fixed k order
+// per output, no split-K: deterministic, the same bits from both schedules. Tails: rows past T come as zeros from
+// TMA (never stored); with kBO = 128 a last column block of 64 (I % 128 == 64) reads up rows as its upper gate half
+// and zeros as its upper up half, never stored.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -26,6 +28,7 @@
 #include <cstdlib>
 
 #include "cuda_check.h"
+#include "env_switch.h"
 #include "matmul_swiglu.h"
 #include "mma_sm80.cuh"
 #include "swiglu_act.cuh"
@@ -35,25 +38,32 @@ namespace {
 
 using namespace wgmma_sm90;
 
-constexpr int kConsumers = 2;                    // consumer warpgroups, 64 rows each
+constexpr int kConsumers = 2;                    // consumer warpgroups
 constexpr int kThreads = (kConsumers + 1) * 128; // + the producer warpgroup
-constexpr int kBM = 64 * kConsumers;             // rows of x per tile
-constexpr int kBO = 128;                         // act columns per tile
-constexpr int kBN = 2 * kBO;                     // rows of w_gu per tile: kBO gate rows, then the same kBO up rows
+constexpr int kBM = 128;                         // rows of x per tile
 constexpr int kBK = 64;                          // one 128-byte swizzled panel of the reduction dimension
-constexpr int kStages = 4;
 constexpr int kABytes = kBM * kBK * 2;           // 16 KiB
-constexpr int kBBytes = kBN * kBK * 2;           // 32 KiB
-constexpr int kStageBytes = kABytes + kBBytes;
-constexpr int kBarOffset = kStages * kStageBytes;
-constexpr int kSmem = kBarOffset + 2 * kStages * 8 + 1024; // the barriers; slack to align the base to 1024 bytes
-[[maybe_unused]] constexpr int kGroupM = 16;                    // row blocks per group of the tile order
-static_assert(kSmem <= 227 * 1024, "the shared memory of one CTA on sm_90");
-static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "stages and panels start on 1024-byte swizzle atoms");
+[[maybe_unused]] constexpr int kGroupM = 16;     // row blocks per group of the tile order
 // setmaxnreg as attention_sm90.cu: launched at 168 a thread (384 threads), the producer's 128 threads free
 // 128 x (168 - 40) and the consumers' 256 take exactly that
 [[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(128 * (168 - kProducerRegs) == 256 * (kConsumerRegs - 168), "the consumers take what the producer frees");
+
+// The two schedules (MATMUL_SWIGLU_COOPERATIVE, MATMUL_SWIGLU_PINGPONG): act columns per tile, the ring's depth, the
+// arrivals that free a stage (the consumer warps that read it)
+template <int KERNEL> struct ms_shape {
+    static constexpr bool kPing = KERNEL == MATMUL_SWIGLU_PINGPONG;
+    static constexpr int kBO = kPing ? 64 : 128;         // act columns per tile
+    static constexpr int kBBytes = 2 * kBO * kBK * 2;    // the tile's kBO gate rows, then its kBO up rows
+    static constexpr int kStageBytes = kABytes + kBBytes;
+    static constexpr int kStages = kPing ? 6 : 4;
+    static constexpr int kReaders = kPing ? 4 : 4 * kConsumers; // warps reading a stage
+    static_assert(kReaders % 4 == 0, "whole warpgroups read a stage");
+    static constexpr int kBarOffset = kStages * kStageBytes;
+    static constexpr int kSmem = kBarOffset + 2 * kStages * 8 + 1024; // the barriers; slack to align to 1024 bytes
+    static_assert(kSmem <= 227 * 1024, "the shared memory of one CTA on sm_90");
+    static_assert(kABytes % 1024 == 0 && kBBytes % 2048 == 0, "stages and boxes start on 1024-byte swizzle atoms");
+};
 
 #ifdef DFLASH_SM90A
 // tile t of the order: groups of kGroupM row blocks (the last group may be shorter), row block fastest in a group
@@ -72,27 +82,58 @@ __device__ __forceinline__ uint32_t act_pair(float g0, float g1, float u0, float
 {
     return mma_sm80::pack_bf16(swiglu_act(as_bf16(g0), as_bf16(u0)), swiglu_act(as_bf16(g1), as_bf16(u1)));
 }
+
+// One warpgroup's 64 rows of a tile from the accumulators of an m64n(16 NG)k16 product whose first 8 NG columns are
+// gate columns c0 + 8i + {0, 1} (i < NG, d[4i + ..]) and whose last 8 NG are the up columns of the same act columns
+// (d[4(i + NG) + ..]); this thread's rows ra (= the warpgroup's first + 16 warp + g) and ra + 8. Rows >= T and
+// columns >= I are not stored (I is a multiple of 64, so a pair is all in or all out).
+template <int NG>
+__device__ __forceinline__ void store_act(const float (&d)[8 * NG], __nv_bfloat16 *act, int ldact, int ra, int c0,
+                                          int T, int I)
+{
+    const int rb = ra + 8;
+    __nv_bfloat16 *pa = act + (size_t)ra * ldact, *pb = act + (size_t)rb * ldact;
+#pragma unroll
+    for (int i = 0; i < NG; i++) {
+        const int col = c0 + 8 * i;
+        if (col >= I) continue;
+        if (ra < T)
+            *reinterpret_cast<uint32_t *>(pa + col) =
+                act_pair(d[4 * i], d[4 * i + 1], d[4 * (i + NG)], d[4 * (i + NG) + 1]);
+        if (rb < T)
+            *reinterpret_cast<uint32_t *>(pb + col) =
+                act_pair(d[4 * i + 2], d[4 * i + 3], d[4 * (i + NG) + 2], d[4 * (i + NG) + 3]);
+    }
+}
 #endif
 
+// KERNEL MATMUL_SWIGLU_COOPERATIVE: both consumers on each of the CTA's tiles (128 x 128 act: warpgroup w rows
+// 64w.., wgmma m64n256k16 over the 256-row B panel); the tensor cores idle while they store. MATMUL_SWIGLU_PINGPONG:
+// consumer w takes the CTA's tiles w, w + 2, ... alone (128 x 64 act: two m64n128k16 a k step, one per 64-row half of
+// A, over a 128-row B panel), so one's epilogue runs while the other's GEMM does; the ring's order (the producer
+// streams the CTA's tiles one after another) makes the two take turns.
+template <int KERNEL>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_swiglu_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
                          __nv_bfloat16 *act, int ldact, int T, int I, int H)
 {
 #ifdef DFLASH_SM90A
+    using S = ms_shape<KERNEL>;
+    constexpr int kStages = S::kStages, kBO = S::kBO;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint64_t *full = reinterpret_cast<uint64_t *>(smem + kBarOffset), *empty = full + kStages;
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::kBarOffset), *empty = full + kStages;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
             mbar_init(full + s, 1);
-            mbar_init(empty + s, kConsumers * 4); // one arrival per consumer warp
+            mbar_init(empty + s, S::kReaders); // one arrival per warp that reads the stage
         }
         mbar_init_fence();
     }
     __syncthreads();
 
-    // Producer and consumers walk the same tiles and k blocks: the block counter it (stage it % kStages, parity
-    // (it / kStages) & 1) runs on across tiles in both
+    // The CTA's tiles are j = 0, 1, ... (tile blockIdx.x + j gridDim.x of the order), tile j's k blocks the ring's
+    // blocks it = j nk + kb (stage it % kStages, parity (it / kStages) & 1), for the producer and the consumers alike
     const int tiles_m = (T + kBM - 1) / kBM, tiles_n = (I + kBO - 1) / kBO, ntiles = tiles_m * tiles_n;
     const int nk = H / kBK, wg = threadIdx.x / 128;
     if (wg == 0) {
@@ -106,9 +147,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int kb = 0; kb < nk; kb++, it++) {
                 const int s = it % kStages;
                 if (it >= kStages) mbar_wait(empty + s, (uint32_t)(((it / kStages) & 1) ^ 1)); // it - kStages done
-                unsigned char *st = smem + s * kStageBytes;
+                unsigned char *st = smem + s * S::kStageBytes;
                 // a box's rows past the map's end arrive as zeros and count in its bytes: always the whole stage
-                mbar_arrive_expect_tx(full + s, kStageBytes);
+                mbar_arrive_expect_tx(full + s, S::kStageBytes);
                 tma_load_2d(st, &tm_x, kb * kBK, mb * kBM, full + s);
                 tma_load_2d(st + kABytes, &tm_w, kb * kBK, nb * kBO, full + s);
                 tma_load_2d(st + kABytes + kBO * 128, &tm_w, kb * kBK, I + nb * kBO, full + s);
@@ -122,22 +163,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1, tid = threadIdx.x - wg * 128;
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const uint32_t s0 = smem_u32(smem);
-    float d[128];
+    // cooperative: d, 64 x 256 (this warpgroup's rows of the tile); ping-pong: d0 and d1, 64 x 128 each (the tile's
+    // rows 0-63 and 64-127)
+    float d[S::kPing ? 1 : 128], d0[S::kPing ? 64 : 1], d1[S::kPing ? 64 : 1];
 #pragma unroll
-    for (int i = 0; i < 128; i++) d[i] = 0.0f;
-    int it = 0;
-    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    for (int i = 0; i < (S::kPing ? 1 : 128); i++) d[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (S::kPing ? 64 : 1); i++) d0[i] = 0.0f, d1[i] = 0.0f;
+    const int j0 = S::kPing ? cw : 0, jstep = S::kPing ? 2 : 1;
+    for (int j = j0, t = blockIdx.x + j0 * gridDim.x; t < ntiles; j += jstep, t += jstep * gridDim.x) {
         int mb, nb;
         tile_coords(t, tiles_m, tiles_n, mb, nb);
-        for (int kb = 0; kb < nk; kb++, it++) {
-            const int s = it % kStages;
+        const int it0 = j * nk;
+        for (int kb = 0; kb < nk; kb++) {
+            const int it = it0 + kb, s = it % kStages;
             mbar_wait(full + s, (uint32_t)((it / kStages) & 1));
-            const uint32_t a = s0 + s * kStageBytes + cw * 64 * 128, b = s0 + s * kStageBytes + kABytes;
+            const uint32_t a = s0 + s * S::kStageBytes, b = a + kABytes;
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < kBK / 16; kk++) // 16 columns (32 bytes) along the panel's rows a step
-                wgmma_ss_m64n256k16(d, sw128_desc(a + kk * 32, 16, 1024), sw128_desc(b + kk * 32, 16, 1024),
-                                    kb > 0 || kk > 0);
+            for (int kk = 0; kk < kBK / 16; kk++) { // 16 columns (32 bytes) along the panels' rows a step
+                const uint64_t db = sw128_desc(b + kk * 32, 16, 1024);
+                if constexpr (S::kPing) {
+                    wgmma_ss_m64n128k16(d0, sw128_desc(a + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
+                    wgmma_ss_m64n128k16(d1, sw128_desc(a + 64 * 128 + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
+                } else {
+                    wgmma_ss_m64n256k16(d, sw128_desc(a + cw * 64 * 128 + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
+                }
+            }
             wgmma_commit();
             if (kb > 0) { // the previous block's group is done: its stage goes back to the producer
                 wgmma_wait<1>();
@@ -145,29 +197,54 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         }
         wgmma_wait<0>();
-        fence_regs(d);
-        release(empty + (it - 1) % kStages, lane);
-
-        // epilogue: this thread's rows ra, rb and columns c0 + 8i + {0, 1} (i < 16); I is a multiple of 64, so a
-        // pair is all in or all out
-        const int ra = mb * kBM + cw * 64 + warp * 16 + g, rb = ra + 8, c0 = nb * kBO + 2 * t4;
-        __nv_bfloat16 *pa = act + (size_t)ra * ldact, *pb = act + (size_t)rb * ldact;
-#pragma unroll
-        for (int i = 0; i < kBO / 8; i++) {
-            const int col = c0 + 8 * i;
-            if (col >= I) continue;
-            if (ra < T)
-                *reinterpret_cast<uint32_t *>(pa + col) =
-                    act_pair(d[4 * i], d[4 * i + 1], d[4 * (i + 16)], d[4 * (i + 16) + 1]);
-            if (rb < T)
-                *reinterpret_cast<uint32_t *>(pb + col) =
-                    act_pair(d[4 * i + 2], d[4 * i + 3], d[4 * (i + 16) + 2], d[4 * (i + 16) + 3]);
+        release(empty + (it0 + nk - 1) % kStages, lane);
+        const int c0 = nb * kBO + 2 * t4;
+        if constexpr (S::kPing) {
+            fence_regs(d0);
+            fence_regs(d1);
+            store_act<8>(d0, act, ldact, mb * kBM + warp * 16 + g, c0, T, I);
+            store_act<8>(d1, act, ldact, mb * kBM + 64 + warp * 16 + g, c0, T, I);
+        } else {
+            fence_regs(d);
+            store_act<16>(d, act, ldact, mb * kBM + cw * 64 + warp * 16 + g, c0, T, I);
         }
     }
 #else
     // compiled for a target without wgmma: never launched (matmul_swiglu_cuda_takes says no there)
     (void)tm_x, (void)tm_w, (void)act, (void)ldact, (void)T, (void)I, (void)H;
 #endif
+}
+
+template <int KERNEL>
+void launch(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t *w_gu, int T, int I, int H,
+            cudaStream_t st)
+{
+    using S = ms_shape<KERNEL>;
+    CUtensorMap tm_x, tm_w;
+    if (!make_map(&tm_x, x, ldx, H, (uint64_t)T, kBM) || !make_map(&tm_w, w_gu, H, H, 2 * (uint64_t)I, S::kBO)) {
+        fprintf(stderr, "matmul_swiglu_forward_cuda: the driver made no tensor map of x (%d, %d; ld %d) or w_gu "
+                        "(%d, %d)\n", T, H, ldx, 2 * I, H);
+        exit(1);
+    }
+    static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
+    static int sms = 0;
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(matmul_swiglu_kernel<KERNEL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        S::kSmem));
+        int dev = 0;
+        CHECK_CUDA(cudaGetDevice(&dev));
+        CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        attr_set = true;
+    }
+    const long long tiles = (long long)((T + kBM - 1) / kBM) * ((I + S::kBO - 1) / S::kBO);
+    if (tiles > INT32_MAX / 2 - 2LL * sms || tiles * (H / kBK) > INT32_MAX) { // the walk's tile and block indices
+        fprintf(stderr, "matmul_swiglu_forward_cuda: T=%d I=%d H=%d: %lld tiles overflow its counters\n", T, I, H,
+                tiles);
+        exit(1);
+    }
+    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); // one CTA per SM (its shared memory), persistent
+    matmul_swiglu_kernel<KERNEL><<<grid, kThreads, S::kSmem, st>>>(tm_x, tm_w, (__nv_bfloat16 *)act, ldact, T, I, H);
+    CHECK_CUDA_LAUNCH();
 }
 
 } // namespace
@@ -180,8 +257,8 @@ extern "C" int matmul_swiglu_cuda_takes(const uint16_t *act, int ldact, const ui
            sm90a_device() && encode_tiled() != NULL;
 }
 
-extern "C" void matmul_swiglu_forward_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t *w_gu,
-                                           int T, int I, int H, void *stream)
+extern "C" void matmul_swiglu_forward_cuda_with(int kernel, uint16_t *act, int ldact, const uint16_t *x, int ldx,
+                                                const uint16_t *w_gu, int T, int I, int H, void *stream)
 {
     if (!matmul_swiglu_cuda_takes(act, ldact, x, ldx, w_gu, T, I, H)) {
         fprintf(stderr,
@@ -192,28 +269,22 @@ extern "C" void matmul_swiglu_forward_cuda(uint16_t *act, int ldact, const uint1
         exit(1);
     }
     if (T == 0) return;
-    CUtensorMap tm_x, tm_w;
-    if (!make_map(&tm_x, x, ldx, H, (uint64_t)T, kBM) || !make_map(&tm_w, w_gu, H, H, 2 * (uint64_t)I, kBO)) {
-        fprintf(stderr, "matmul_swiglu_forward_cuda: the driver made no tensor map of x (%d, %d; ld %d) or w_gu "
-                        "(%d, %d)\n", T, H, ldx, 2 * I, H);
+    if (kernel == MATMUL_SWIGLU_AUTO) {
+        static int ping = -1;
+        kernel = env_switch(&ping, "DFLASH_MATMUL_SWIGLU", "pingpong") ? MATMUL_SWIGLU_PINGPONG
+                                                                       : MATMUL_SWIGLU_COOPERATIVE;
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    if (kernel == MATMUL_SWIGLU_COOPERATIVE) launch<MATMUL_SWIGLU_COOPERATIVE>(act, ldact, x, ldx, w_gu, T, I, H, st);
+    else if (kernel == MATMUL_SWIGLU_PINGPONG) launch<MATMUL_SWIGLU_PINGPONG>(act, ldact, x, ldx, w_gu, T, I, H, st);
+    else {
+        fprintf(stderr, "matmul_swiglu_forward_cuda_with: kernel %d is none of MATMUL_SWIGLU_*\n", kernel);
         exit(1);
     }
-    static bool attr_set = false; // set once per process (device 0 semantics)
-    static int sms = 0;
-    if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(matmul_swiglu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-        int dev = 0;
-        CHECK_CUDA(cudaGetDevice(&dev));
-        CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        attr_set = true;
-    }
-    const long long tiles = (long long)((T + kBM - 1) / kBM) * ((I + kBO - 1) / kBO);
-    if (tiles > INT32_MAX - 2LL * sms) { // the walk's tile indices go up to a grid past the last
-        fprintf(stderr, "matmul_swiglu_forward_cuda: T=%d I=%d: %lld tiles overflow\n", T, I, tiles);
-        exit(1);
-    }
-    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); // one CTA per SM (its shared memory), persistent
-    matmul_swiglu_kernel<<<grid, kThreads, kSmem, (cudaStream_t)stream>>>(tm_x, tm_w, (__nv_bfloat16 *)act, ldact,
-                                                                           T, I, H);
-    CHECK_CUDA_LAUNCH();
+}
+
+extern "C" void matmul_swiglu_forward_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t *w_gu,
+                                           int T, int I, int H, void *stream)
+{
+    matmul_swiglu_forward_cuda_with(MATMUL_SWIGLU_AUTO, act, ldact, x, ldx, w_gu, T, I, H, stream);
 }

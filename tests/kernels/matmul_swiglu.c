@@ -3,7 +3,8 @@
  * the padding columns of act untouched. CUDA (sm_90a): the fused kernel against the CPU reference, against the
  * two-kernel path it replaces (cuBLASLt gu + swiglu_forward_cuda: a tolerance, and nearly every value the same bits,
  * the accumulation orders differing only in rare roundings of gate or up), nothing written past the (T, I) block; the
- * driver checks two runs bitwise. Timing: the fused kernel against cuBLASLt gate|up + swiglu at Qwen3-8B's shape. */
+ * driver checks two runs bitwise; each of the two schedules, and the second's bits against the first's. Timing: both
+ * against cuBLASLt gate|up + swiglu at Qwen3-8B's shape. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +70,12 @@ static matmul_cuda *the_mm(void)
     return mm;
 }
 
+static const struct {
+    int kernel;
+    const char *name;
+} ms_kernels[] = {{MATMUL_SWIGLU_COOPERATIVE, "cooperative"}, {MATMUL_SWIGLU_PINGPONG, "pingpong"}};
+enum { MS_NKERNELS = (int)(sizeof ms_kernels / sizeof ms_kernels[0]) };
+
 static void matmul_swiglu_cuda_check(const kc_case *kc)
 {
     const int T = kc->p[0], I = kc->p[1], H = kc->p[2], ldx = kc->p[3], ldact = kc->p[4];
@@ -83,41 +90,53 @@ static void matmul_swiglu_cuda_check(const kc_case *kc)
     } else {
         float *gu_ref = xmalloc(sizeof(float) * (size_t)T * 2 * I), *ref = xmalloc(sizeof(float) * n);
         matmul_swiglu_forward_cpu(ref, I, gu_ref, x_f, ldx, w_f, T, I, H);
-        matmul_swiglu_forward_cuda(d_act, ldact, d_x, ldx, d_w, T, I, H, stream);
-        uint16_t *got = dev_get(d_act, nact * 2);
         /* the path it replaces: cuBLASLt gu (T, 2I), then swiglu */
         uint16_t *d_gu = dev_poisoned((size_t)T * 2 * I), *d_act2 = dev_poisoned(nact);
         matmul_forward_cuda(the_mm(), d_gu, 2 * I, NULL, 0, 0.0f, d_x, ldx, d_w, T, 2 * I, H, stream);
         swiglu_forward_cuda(d_act2, ldact, d_gu, 2 * I, T, I, stream);
-        uint16_t *got2 = dev_get(d_act2, nact * 2);
-        uint16_t *blk = xmalloc(n * 2);
+        uint16_t *got2 = dev_get(d_act2, nact * 2), *first = NULL;
         float *unfused = xmalloc(n * 4);
-        size_t stray = 0, differ = 0;
         for (int r = 0; r < T; r++)
-            for (int j = 0; j < ldact; j++) {
-                const size_t o = (size_t)r * ldact + j;
-                if (j < I) {
-                    blk[(size_t)r * I + j] = got[o], unfused[(size_t)r * I + j] = bf16_to_f32(got2[o]);
-                    differ += got[o] != got2[o];
-                } else {
-                    stray += got[o] != 0xffff;
+            for (int j = 0; j < I; j++) unfused[(size_t)r * I + j] = bf16_to_f32(got2[(size_t)r * ldact + j]);
+        uint16_t *blk = xmalloc(n * 2);
+        for (int kn = 0; kn < MS_NKERNELS; kn++) {
+            const char *kname = ms_kernels[kn].name;
+            if (kn > 0) CHECK_CUDA(cudaMemset(d_act, 0xff, nact * 2));
+            matmul_swiglu_forward_cuda_with(ms_kernels[kn].kernel, d_act, ldact, d_x, ldx, d_w, T, I, H, stream);
+            uint16_t *got = dev_get(d_act, nact * 2);
+            size_t stray = 0, differ = 0;
+            for (int r = 0; r < T; r++)
+                for (int j = 0; j < ldact; j++) {
+                    const size_t o = (size_t)r * ldact + j;
+                    if (j < I) blk[(size_t)r * I + j] = got[o], differ += got[o] != got2[o];
+                    else stray += got[o] != 0xffff;
                 }
+            snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s %s against the CPU reference", kname, shape);
+            compare_bf16(name, blk, ref, n, 8e-3, 2e-2); /* gate|up's rounding, then the output's (as gemv_rmsnorm_swiglu) */
+            snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s %s against cuBLASLt gu + swiglu_forward_cuda",
+                     kname, shape);
+            compare_bf16(name, blk, unfused, n, 8e-3, 2e-2);
+            /* the same arithmetic as the two-kernel path: a value differs only where the two accumulation orders
+             * round gate or up to different bf16 values (fp32 sums ~1e-7 apart against a bf16 step of 4e-3: rare) */
+            snprintf(name, sizeof name,
+                     "matmul_swiglu_forward_cuda %s %s: share of act values not bitwise those of cuBLASLt gu + swiglu "
+                     "(%zu of %zu)", kname, shape, differ, n);
+            kc_report(name, (double)differ / (double)n, 0.01);
+            snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s %s: values written past the (T, I) block",
+                     kname, shape);
+            kc_report(name, (double)stray, 0.0);
+            if (kn == 0) {
+                first = got;
+            } else { /* the same k order per output: the same bits */
+                snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against %s %s", kname, ms_kernels[0].name,
+                         shape);
+                report_same_bits(name, first, got, nact * 2, 0);
+                free(got);
             }
-        snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against the CPU reference", shape);
-        compare_bf16(name, blk, ref, n, 8e-3, 2e-2); /* gate|up's rounding, then the output's (gemv_rmsnorm_swiglu's) */
-        snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against cuBLASLt gu + swiglu_forward_cuda", shape);
-        compare_bf16(name, blk, unfused, n, 8e-3, 2e-2);
-        /* the same arithmetic as the two-kernel path: a value differs only where the two accumulation orders round
-         * gate or up to different bf16 values (fp32 sums ~1e-7 apart against a bf16 step of 4e-3: rare) */
-        snprintf(name, sizeof name,
-                 "matmul_swiglu_forward_cuda %s: share of act values not bitwise those of cuBLASLt gu + swiglu "
-                 "(%zu of %zu)", shape, differ, n);
-        kc_report(name, (double)differ / (double)n, 0.01);
-        snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s: values written past the (T, I) block", shape);
-        kc_report(name, (double)stray, 0.0);
+        }
         CHECK_CUDA(cudaFree(d_gu));
         CHECK_CUDA(cudaFree(d_act2));
-        free(gu_ref), free(ref), free(got), free(got2), free(blk), free(unfused);
+        free(gu_ref), free(ref), free(first), free(got2), free(blk), free(unfused);
     }
     CHECK_CUDA(cudaFree(d_x));
     CHECK_CUDA(cudaFree(d_w));
@@ -126,9 +145,9 @@ static void matmul_swiglu_cuda_check(const kc_case *kc)
 }
 
 /* Timing at bench_target's Qwen3-8B MLP shape (19218 tokens, hidden 4096, intermediate 12288): cuBLASLt gate|up,
- * swiglu_forward_cuda, the two together (the path of today) and the fused kernel, each with its TFLOP/s of the
- * gate|up GEMM's 2·T·2I·H; then the fused act against the two-kernel act at this shape (a tolerance, the share of
- * values that differ) and the fused kernel twice bitwise. */
+ * swiglu_forward_cuda, the two together (the path of today) and the fused kernel's two schedules, each with its
+ * TFLOP/s of the gate|up GEMM's 2·T·2I·H; then the fused act against the two-kernel act at this shape (a tolerance,
+ * the share of values that differ), the two schedules' bits against each other and the first twice bitwise. */
 void kc_time_matmul_swiglu(void)
 {
     const int T = 19218, H = 4096, I = 12288, iters = 10;
@@ -146,16 +165,18 @@ void kc_time_matmul_swiglu(void)
         CHECK_CUDA(cudaEventCreate(&a));
         CHECK_CUDA(cudaEventCreate(&b));
         const double flops = 2.0 * T * 2.0 * I * H;
-        const char *names[4] = {"cuBLASLt gate|up (matmul_forward_cuda)", "swiglu_forward_cuda",
+        const char *names[5] = {"cuBLASLt gate|up (matmul_forward_cuda)", "swiglu_forward_cuda",
                                 "cuBLASLt gate|up + swiglu_forward_cuda (today's path)",
-                                "matmul_swiglu_forward_cuda (fused)"};
-        double ms[4];
-        for (int k = 0; k < 4; k++) {
+                                "matmul_swiglu_forward_cuda cooperative", "matmul_swiglu_forward_cuda pingpong"};
+        double ms[5];
+        uint16_t *got[2];
+        for (int k = 0; k < 5; k++) {
             for (int i = -1; i < iters; i++) { /* one warm-up */
                 if (i == 0) CHECK_CUDA(cudaEventRecord(a, stream));
                 if (k == 0 || k == 2) matmul_forward_cuda(mm, d_gu, 2 * I, NULL, 0, 0.0f, d_x, H, d_w, T, 2 * I, H, stream);
                 if (k == 1 || k == 2) swiglu_forward_cuda(d_act2, I, d_gu, 2 * I, T, I, stream);
-                if (k == 3) matmul_swiglu_forward_cuda(d_act, I, d_x, H, d_w, T, I, H, stream);
+                if (k >= 3)
+                    matmul_swiglu_forward_cuda_with(ms_kernels[k - 3].kernel, d_act, I, d_x, H, d_w, T, I, H, stream);
             }
             CHECK_CUDA(cudaEventRecord(b, stream));
             ms[k] = elapsed_ms(a, b) / iters;
@@ -163,27 +184,31 @@ void kc_time_matmul_swiglu(void)
             else
                 printf("timing %s T=%d H=%d I=%d: %.3f ms, %.0f TFLOP/s\n", names[k], T, H, I, ms[k],
                        flops / ms[k] / 1e9);
+            if (k >= 3) got[k - 3] = dev_get(d_act, n * 2);
         }
-        printf("timing matmul_swiglu: fused %.3f ms against %.3f ms (%+.1f%%); x 36 layers %+.1f ms\n", ms[3], ms[2],
-               100.0 * (ms[3] - ms[2]) / ms[2], 36.0 * (ms[3] - ms[2]));
-        uint16_t *got = dev_get(d_act, n * 2), *got2 = dev_get(d_act2, n * 2);
+        for (int k = 3; k < 5; k++)
+            printf("timing matmul_swiglu: %s %.3f ms against %.3f ms (%+.1f%%); x 36 layers %+.1f ms\n",
+                   names[k], ms[k], ms[2], 100.0 * (ms[k] - ms[2]) / ms[2], 36.0 * (ms[k] - ms[2]));
+        uint16_t *got2 = dev_get(d_act2, n * 2);
         float *unfused = xmalloc(n * 4);
         size_t differ = 0;
-        for (size_t i = 0; i < n; i++) unfused[i] = bf16_to_f32(got2[i]), differ += got[i] != got2[i];
+        for (size_t i = 0; i < n; i++) unfused[i] = bf16_to_f32(got2[i]), differ += got[0][i] != got2[i];
         char name[200];
         snprintf(name, sizeof name, "matmul_swiglu_forward_cuda T=%d I=%d H=%d against cuBLASLt gu + swiglu", T, I, H);
-        compare_bf16(name, got, unfused, n, 8e-3, 2e-2);
+        compare_bf16(name, got[0], unfused, n, 8e-3, 2e-2);
         snprintf(name, sizeof name,
                  "matmul_swiglu_forward_cuda T=%d I=%d H=%d: share of act values not bitwise the two-kernel path's "
                  "(%zu of %zu)", T, I, H, differ, n);
         kc_report(name, (double)differ / (double)n, 0.01);
-        matmul_swiglu_forward_cuda(d_act, I, d_x, H, d_w, T, I, H, stream);
+        snprintf(name, sizeof name, "matmul_swiglu_forward_cuda pingpong against cooperative T=%d I=%d H=%d", T, I, H);
+        report_same_bits(name, got[0], got[1], n * 2, 0);
+        matmul_swiglu_forward_cuda_with(MATMUL_SWIGLU_COOPERATIVE, d_act, I, d_x, H, d_w, T, I, H, stream);
         uint16_t *again = dev_get(d_act, n * 2);
         snprintf(name, sizeof name, "matmul_swiglu_forward_cuda T=%d I=%d H=%d", T, I, H);
-        report_same_bits(name, got, again, n * 2, 0);
+        report_same_bits(name, got[0], again, n * 2, 0);
         CHECK_CUDA(cudaEventDestroy(a));
         CHECK_CUDA(cudaEventDestroy(b));
-        free(got), free(got2), free(again), free(unfused);
+        free(got[0]), free(got[1]), free(got2), free(again), free(unfused);
     }
     void *f[] = {d_x, d_w, d_gu, d_act, d_act2};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) CHECK_CUDA(cudaFree(f[i]));
