@@ -187,22 +187,10 @@ template <int HD> __device__ __forceinline__ void rescale(float (&o)[HD / 2], co
     }
 }
 
-// the consumers' turns at the tensor cores (FlashAttention-3's warp scheduler barrier): in each step (S(j) with
-// P(j-1)·V(j-1)) warpgroup w waits on named barrier 1 + w before it issues its wgmmas and arrives on the other's
-// after, so the two alternate and the softmax of one runs while the other's GEMMs do (256 threads each: 128 waiting,
-// 128 arriving). Both walk the same steps; the last arrival (consumer 1's, on barrier 1) is left unmatched at exit.
-__device__ __forceinline__ void named_arrive(int id, int nthreads)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
-}
-template <bool ON> __device__ __forceinline__ void turn_begin(int cw)
-{
-    if (ON) named_sync(1 + cw, 2 * 128);
-}
-template <bool ON> __device__ __forceinline__ void turn_end(int cw)
-{
-    if (ON) named_arrive(1 + (cw ^ 1), 2 * 128);
-}
+// the consumers' turns at the tensor cores (turn_begin / turn_end, wgmma_sm90.cuh): in each step (S(j) with
+// P(j-1)·V(j-1)) warpgroup w waits for its turn before it issues its wgmmas and hands the turn over after, so the two
+// alternate and the softmax of one runs while the other's GEMMs do. Both walk the same steps; the last hand-over
+// (consumer 1's, on barrier 1) is left unmatched at exit.
 
 // The work items in order: query blocks from the last (the longest causal rows) to the first, within one the
 // sequences that reach it, heads fastest (a GQA group's heads are neighbours in time and share K/V in L2). The items

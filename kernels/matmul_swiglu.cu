@@ -12,7 +12,8 @@
 // their accumulators (128 fp32 registers a thread) kept across a tile's k blocks, one wgmma group in flight behind
 // the one issued (the stage of the one that finished is released). Two schedules (ms_shape): cooperative, both
 // consumers on each tile (kBO = 128, 64 rows each, m64n256k16); ping-pong, each consumer on every other tile alone
-// (kBO = 64, two m64n128k16 a k step for the tile's two 64-row halves), one's epilogue under the other's GEMM. The
+// (kBO = 64, two m64n128k16 a k step for the tile's two 64-row halves), the two taking turns at their GEMMs (named
+// barriers, as attention_sm90.cu's consumers), one's epilogue under the other's GEMM. The
 // epilogue rounds gate and up to bf16 (as the two-kernel path stores gu), computes silu(gate) * up with swiglu_act
 // (swiglu.cu's formula), rounds to bf16 and stores bf16 pairs straight from the registers, rows < T and columns < I
 // only. Tiles go in groups of kGroupM row blocks, row block fastest within a group (a wave of 132 CTAs touches ~16
@@ -110,8 +111,8 @@ __device__ __forceinline__ void store_act(const float (&d)[8 * NG], __nv_bfloat1
 // KERNEL MATMUL_SWIGLU_COOPERATIVE: both consumers on each of the CTA's tiles (128 x 128 act: warpgroup w rows
 // 64w.., wgmma m64n256k16 over the 256-row B panel); the tensor cores idle while they store. MATMUL_SWIGLU_PINGPONG:
 // consumer w takes the CTA's tiles w, w + 2, ... alone (128 x 64 act: two m64n128k16 a k step, one per 64-row half of
-// A, over a 128-row B panel), so one's epilogue runs while the other's GEMM does; the ring's order (the producer
-// streams the CTA's tiles one after another) makes the two take turns.
+// A, over a 128-row B panel), the two taking turns at their tiles' GEMMs, so one's epilogue runs while the other's
+// GEMM does.
 template <int KERNEL>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_swiglu_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
@@ -170,11 +171,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < (S::kPing ? 1 : 128); i++) d[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < (S::kPing ? 64 : 1); i++) d0[i] = 0.0f, d1[i] = 0.0f;
+    // Ping-pong: the consumers take turns at their tiles' GEMMs (turn_begin / turn_end), consumer 0 first. Besides
+    // overlapping one's epilogue with the other's GEMM, the turns keep a consumer from waiting on a block's "full"
+    // barrier while the block kStages before it in the same stage has not landed: a parity wait cannot tell the two
+    // phases apart. A consumer's blocks before its tile's are the other's, and the other waited for every one of them
+    // before it handed the turn over. (Cooperative: both consumers wait for every block in order.)
     const int j0 = S::kPing ? cw : 0, jstep = S::kPing ? 2 : 1;
+    if (S::kPing && cw == 1) turn_end<S::kPing>(cw);
     for (int j = j0, t = blockIdx.x + j0 * gridDim.x; t < ntiles; j += jstep, t += jstep * gridDim.x) {
         int mb, nb;
         tile_coords(t, tiles_m, tiles_n, mb, nb);
         const int it0 = j * nk;
+        turn_begin<S::kPing>(cw);
         for (int kb = 0; kb < nk; kb++) {
             const int it = it0 + kb, s = it % kStages;
             mbar_wait(full + s, (uint32_t)((it / kStages) & 1));
@@ -196,6 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 release(empty + (it - 1) % kStages, lane);
             }
         }
+        turn_end<S::kPing>(cw); // the tile's last block is issued; its epilogue goes under the other's GEMM
         wgmma_wait<0>();
         release(empty + (it0 + nk - 1) % kStages, lane);
         const int c0 = nb * kBO + 2 * t4;
