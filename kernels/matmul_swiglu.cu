@@ -50,15 +50,18 @@ constexpr int kABytes = kBM * kBK * 2;           // 16 KiB
 [[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(128 * (168 - kProducerRegs) == 256 * (kConsumerRegs - 168), "the consumers take what the producer frees");
 
-// The two schedules (MATMUL_SWIGLU_COOPERATIVE, MATMUL_SWIGLU_PINGPONG): act columns per tile, the ring's depth, the
-// arrivals that free a stage (the consumer warps that read it)
+// The schedules (MATMUL_SWIGLU_COOPERATIVE, _PINGPONG, _CLUSTER): act columns per tile, the ring's depth, the CTAs
+// of a cluster, the arrivals that free a stage (the consumer warps that read it, in every CTA of the cluster: each
+// CTA's producer writes its part of the B tile into all of them)
 template <int KERNEL> struct ms_shape {
     static constexpr bool kPing = KERNEL == MATMUL_SWIGLU_PINGPONG;
+    static constexpr int kCluster = KERNEL == MATMUL_SWIGLU_CLUSTER ? 2 : 1;
     static constexpr int kBO = kPing ? 64 : 128;         // act columns per tile
     static constexpr int kBBytes = 2 * kBO * kBK * 2;    // the tile's kBO gate rows, then its kBO up rows
     static constexpr int kStageBytes = kABytes + kBBytes;
     static constexpr int kStages = kPing ? 6 : 4;
-    static constexpr int kReaders = kPing ? 4 : 4 * kConsumers; // warps reading a stage
+    static constexpr int kReaders = (kPing ? 4 : 4 * kConsumers) * kCluster; // warps reading a stage
+    static_assert(kCluster == 1 || (!kPing && kCluster == 2), "the cluster schedule is the cooperative one on 2 CTAs");
     static_assert(kReaders % 4 == 0, "whole warpgroups read a stage");
     static constexpr int kBarOffset = kStages * kStageBytes;
     static constexpr int kSmem = kBarOffset + 2 * kStages * 8 + 1024; // the barriers; slack to align to 1024 bytes
@@ -67,11 +70,11 @@ template <int KERNEL> struct ms_shape {
 };
 
 #ifdef DFLASH_SM90A
-// tile t of the order: groups of kGroupM row blocks (the last group may be shorter), row block fastest in a group
-__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int &mb, int &nb)
+// tile t of the order: groups of gm row blocks (the last group may be shorter), row block fastest in a group
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int gm, int &mb, int &nb)
 {
-    const int per_group = kGroupM * tiles_n, group = t / per_group, first = group * kGroupM;
-    const int rows = min(kGroupM, tiles_m - first), r = t - group * per_group;
+    const int per_group = gm * tiles_n, group = t / per_group, first = group * gm;
+    const int rows = min(gm, tiles_m - first), r = t - group * per_group;
     mb = first + r % rows, nb = r / rows;
 }
 
@@ -109,7 +112,10 @@ __device__ __forceinline__ void store_act(const float (&d)[8 * NG], __nv_bfloat1
 #endif
 
 // KERNEL MATMUL_SWIGLU_COOPERATIVE: both consumers on each of the CTA's tiles (128 x 128 act: warpgroup w rows
-// 64w.., wgmma m64n256k16 over the 256-row B panel); the tensor cores idle while they store. MATMUL_SWIGLU_PINGPONG:
+// 64w.., wgmma m64n256k16 over the 256-row B panel); the tensor cores idle while they store. MATMUL_SWIGLU_CLUSTER:
+// the same on clusters of 2 CTAs that take the two row blocks of a 256-row unit at the same act columns in step:
+// CTA rank r loads its A box alone and B's gate box (r = 0) or up box (r = 1) for both (TMA multicast), so each
+// reads half the B bytes from L2; a consumer warp frees a stage in both CTAs. MATMUL_SWIGLU_PINGPONG:
 // consumer w takes the CTA's tiles w, w + 2, ... alone (128 x 64 act: two m64n128k16 a k step, one per 64-row half of
 // A, over a 128-row B panel), the two taking turns at their tiles' GEMMs, so one's epilogue runs while the other's
 // GEMM does.
@@ -131,31 +137,49 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         mbar_init_fence();
     }
-    __syncthreads();
+    if (S::kCluster > 1) cluster_sync(); // the peer's barriers are initialised before anything lands on them
+    else __syncthreads();
 
-    // The CTA's tiles are j = 0, 1, ... (tile blockIdx.x + j gridDim.x of the order), tile j's k blocks the ring's
-    // blocks it = j nk + kb (stage it % kStages, parity (it / kStages) & 1), for the producer and the consumers alike
-    const int tiles_m = (T + kBM - 1) / kBM, tiles_n = (I + kBO - 1) / kBO, ntiles = tiles_m * tiles_n;
+    // Units: a CTA (a cluster: its CTAs in step) takes the units unit, unit + nunits, ... of the order over units of
+    // kCluster row blocks by kBO act columns; its tiles j = 0, 1, ... (CTA rank crank: row block kCluster mbu +
+    // crank of unit j), tile j's k blocks the ring's blocks it = j nk + kb (stage it % kStages, parity
+    // (it / kStages) & 1), for the producer and the consumers alike
+    const int crank = S::kCluster > 1 ? (int)cluster_ctarank() : 0;
+    const int unit = blockIdx.x / S::kCluster, nunits = gridDim.x / S::kCluster;
+    const int tiles_m = (T + kBM * S::kCluster - 1) / (kBM * S::kCluster), tiles_n = (I + kBO - 1) / kBO;
+    const int ntiles = tiles_m * tiles_n, gm = kGroupM / S::kCluster;
     const int nk = H / kBK, wg = threadIdx.x / 128;
     if (wg == 0) {
         setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x != 0) return;
         tma_prefetch_map(&tm_x), tma_prefetch_map(&tm_w);
         int it = 0;
-        for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-            int mb, nb;
-            tile_coords(t, tiles_m, tiles_n, mb, nb);
+        for (int t = unit; t < ntiles; t += nunits) {
+            int mbu, nb;
+            tile_coords(t, tiles_m, tiles_n, gm, mbu, nb);
+            const int mb = mbu * S::kCluster + crank;
             for (int kb = 0; kb < nk; kb++, it++) {
                 const int s = it % kStages;
                 if (it >= kStages) mbar_wait(empty + s, (uint32_t)(((it / kStages) & 1) ^ 1)); // it - kStages done
                 unsigned char *st = smem + s * S::kStageBytes;
                 // a box's rows past the map's end arrive as zeros and count in its bytes: always the whole stage
+                // (with the peer's multicast half of B, which may land before this arrival)
                 mbar_arrive_expect_tx(full + s, S::kStageBytes);
                 tma_load_2d(st, &tm_x, kb * kBK, mb * kBM, full + s);
-                tma_load_2d(st + kABytes, &tm_w, kb * kBK, nb * kBO, full + s);
-                tma_load_2d(st + kABytes + kBO * 128, &tm_w, kb * kBK, I + nb * kBO, full + s);
+                if (S::kCluster > 1) {
+                    tma_load_2d_multicast(st + kABytes + crank * kBO * 128, &tm_w, kb * kBK, crank * I + nb * kBO,
+                                          full + s, (uint16_t)((1u << S::kCluster) - 1));
+                } else {
+                    tma_load_2d(st + kABytes, &tm_w, kb * kBK, nb * kBO, full + s);
+                    tma_load_2d(st + kABytes + kBO * 128, &tm_w, kb * kBK, I + nb * kBO, full + s);
+                }
             }
         }
+        // cluster: the peer's consumers free this CTA's stages from their CTA; the CTA stays until the last of
+        // those arrivals (the releases of the ring's last kStages blocks) has landed
+        if (S::kCluster > 1)
+            for (int b = it - kStages > 0 ? it - kStages : 0; b < it; b++)
+                mbar_wait(empty + b % kStages, (uint32_t)((b / kStages) & 1));
         return;
     }
 
@@ -178,10 +202,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     // before it handed the turn over. (Cooperative: both consumers wait for every block in order.)
     const int j0 = S::kPing ? cw : 0, jstep = S::kPing ? 2 : 1;
     if (S::kPing && cw == 1) turn_end<S::kPing>(cw);
-    for (int j = j0, t = blockIdx.x + j0 * gridDim.x; t < ntiles; j += jstep, t += jstep * gridDim.x) {
-        int mb, nb;
-        tile_coords(t, tiles_m, tiles_n, mb, nb);
-        const int it0 = j * nk;
+    // a stage read by this warp goes back to the producer of each CTA of the cluster
+    auto free_stage = [&](int stage) {
+        if (S::kCluster > 1) {
+            __syncwarp();
+            if (lane == 0)
+                for (int r = 0; r < S::kCluster; r++) mbar_arrive_cluster(empty + stage, (uint32_t)r);
+        } else {
+            release(empty + stage, lane);
+        }
+    };
+    for (int j = j0, t = unit + j0 * nunits; t < ntiles; j += jstep, t += jstep * nunits) {
+        int mbu, nb;
+        tile_coords(t, tiles_m, tiles_n, gm, mbu, nb);
+        const int mb = mbu * S::kCluster + crank, it0 = j * nk;
         turn_begin<S::kPing>(cw);
         for (int kb = 0; kb < nk; kb++) {
             const int it = it0 + kb, s = it % kStages;
@@ -201,12 +235,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_commit();
             if (kb > 0) { // the previous block's group is done: its stage goes back to the producer
                 wgmma_wait<1>();
-                release(empty + (it - 1) % kStages, lane);
+                free_stage((it - 1) % kStages);
             }
         }
         turn_end<S::kPing>(cw); // the tile's last block is issued; its epilogue goes under the other's GEMM
         wgmma_wait<0>();
-        release(empty + (it0 + nk - 1) % kStages, lane);
+        free_stage((it0 + nk - 1) % kStages);
         const int c0 = nb * kBO + 2 * t4;
         if constexpr (S::kPing) {
             fence_regs(d0);
@@ -235,25 +269,41 @@ void launch(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t
                         "(%d, %d)\n", T, H, ldx, 2 * I, H);
         exit(1);
     }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = S::kCluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = S::kSmem, cfg.stream = st;
+    cfg.attrs = attr, cfg.numAttrs = S::kCluster > 1 ? 1 : 0; // a plain launch without clusters
+    // the most units running at once: one CTA per SM (its shared memory), or the clusters of 2 the GPU holds at once
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
-    static int sms = 0;
+    static int slots = 0;
     if (!attr_set) {
         CHECK_CUDA(cudaFuncSetAttribute(matmul_swiglu_kernel<KERNEL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         S::kSmem));
         int dev = 0;
         CHECK_CUDA(cudaGetDevice(&dev));
-        CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        CHECK_CUDA(cudaDeviceGetAttribute(&slots, cudaDevAttrMultiProcessorCount, dev));
+        if (S::kCluster > 1) {
+            cfg.gridDim = dim3((unsigned)(slots / S::kCluster * S::kCluster));
+            CHECK_CUDA(cudaOccupancyMaxActiveClusters(&slots, matmul_swiglu_kernel<KERNEL>, &cfg));
+            if (slots < 1) {
+                fprintf(stderr, "matmul_swiglu_forward_cuda: the device runs no cluster of %d CTAs of %d bytes of "
+                                "shared memory\n", S::kCluster, S::kSmem);
+                exit(1);
+            }
+        }
         attr_set = true;
     }
-    const long long tiles = (long long)((T + kBM - 1) / kBM) * ((I + S::kBO - 1) / S::kBO);
-    if (tiles > INT32_MAX / 2 - 2LL * sms || tiles * (H / kBK) > INT32_MAX) { // the walk's tile and block indices
+    const long long units = (long long)((T + kBM * S::kCluster - 1) / (kBM * S::kCluster)) * ((I + S::kBO - 1) / S::kBO);
+    if (units > INT32_MAX / 2 - 2LL * slots || units * (H / kBK) > INT32_MAX) { // the walk's tile and block indices
         fprintf(stderr, "matmul_swiglu_forward_cuda: T=%d I=%d H=%d: %lld tiles overflow its counters\n", T, I, H,
-                tiles);
+                units);
         exit(1);
     }
-    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); // one CTA per SM (its shared memory), persistent
-    matmul_swiglu_kernel<KERNEL><<<grid, kThreads, S::kSmem, st>>>(tm_x, tm_w, (__nv_bfloat16 *)act, ldact, T, I, H);
-    CHECK_CUDA_LAUNCH();
+    cfg.gridDim = dim3((unsigned)((units < slots ? units : slots) * S::kCluster)); // persistent
+    CHECK_CUDA(cudaLaunchKernelEx(&cfg, matmul_swiglu_kernel<KERNEL>, tm_x, tm_w, (__nv_bfloat16 *)act, ldact, T, I,
+                                  H));
 }
 
 } // namespace
@@ -279,13 +329,15 @@ extern "C" void matmul_swiglu_forward_cuda_with(int kernel, uint16_t *act, int l
     }
     if (T == 0) return;
     if (kernel == MATMUL_SWIGLU_AUTO) {
-        static int ping = -1;
-        kernel = env_switch(&ping, "DFLASH_MATMUL_SWIGLU", "pingpong") ? MATMUL_SWIGLU_PINGPONG
-                                                                       : MATMUL_SWIGLU_COOPERATIVE;
+        static int ping = -1, cluster = -1;
+        kernel = env_switch(&ping, "DFLASH_MATMUL_SWIGLU", "pingpong")   ? MATMUL_SWIGLU_PINGPONG
+                 : env_switch(&cluster, "DFLASH_MATMUL_SWIGLU", "cluster") ? MATMUL_SWIGLU_CLUSTER
+                                                                          : MATMUL_SWIGLU_COOPERATIVE;
     }
     cudaStream_t st = (cudaStream_t)stream;
     if (kernel == MATMUL_SWIGLU_COOPERATIVE) launch<MATMUL_SWIGLU_COOPERATIVE>(act, ldact, x, ldx, w_gu, T, I, H, st);
     else if (kernel == MATMUL_SWIGLU_PINGPONG) launch<MATMUL_SWIGLU_PINGPONG>(act, ldact, x, ldx, w_gu, T, I, H, st);
+    else if (kernel == MATMUL_SWIGLU_CLUSTER) launch<MATMUL_SWIGLU_CLUSTER>(act, ldact, x, ldx, w_gu, T, I, H, st);
     else {
         fprintf(stderr, "matmul_swiglu_forward_cuda_with: kernel %d is none of MATMUL_SWIGLU_*\n", kernel);
         exit(1);

@@ -194,6 +194,37 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, i
                  "l"((uint64_t)map), "r"(col), "r"(row), "r"(smem_u32(bar))
                  : "memory");
 }
+// the same box into shared memory at the same offset in each CTA of the cluster named by cta_mask (bit r: rank r),
+// completing on the mbarrier at bar's offset in each of them
+__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, int col, int row,
+                                                      uint64_t *bar, uint16_t cta_mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(col), "r"(row), "r"(smem_u32(bar)), "h"(cta_mask)
+                 : "memory");
+}
+
+// thread-block clusters: this CTA's rank; an arrival on the mbarrier at bar's offset in CTA rank cta of the cluster;
+// a barrier over every thread of the cluster (also orders the mbarrier inits before peers use them)
+__device__ __forceinline__ uint32_t cluster_ctarank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t cta)
+{
+    asm volatile("{\n.reg .b32 remote;\n"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(cta)
+                 : "memory");
+}
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
 {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");

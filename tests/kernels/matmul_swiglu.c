@@ -3,8 +3,8 @@
  * the padding columns of act untouched. CUDA (sm_90a): the fused kernel against the CPU reference, against the
  * two-kernel path it replaces (cuBLASLt gu + swiglu_forward_cuda: a tolerance, and nearly every value the same bits,
  * the accumulation orders differing only in rare roundings of gate or up), nothing written past the (T, I) block; the
- * driver checks two runs bitwise; each of the two schedules, and the second's bits against the first's. Timing: both
- * against cuBLASLt gate|up + swiglu at Qwen3-8B's shape. */
+ * driver checks two runs bitwise; a row names its schedule (kernel: matmul_swiglu.h's MATMUL_SWIGLU_*), the
+ * cooperative one's bits the others'. Timing: every schedule against cuBLASLt gate|up + swiglu at Qwen3-8B's shape. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@
 #include "rand_fill.h"
 #endif
 
-/* ---- T I H ldx ldact ---- */
+/* ---- T I H ldx ldact kernel (the CPU check: the reference, whatever the schedule) ---- */
 
 static void matmul_swiglu_cpu_check(const kc_case *c)
 {
@@ -70,21 +70,33 @@ static matmul_cuda *the_mm(void)
     return mm;
 }
 
+/* the schedules, in the order the timing runs them (the riskiest last) */
 static const struct {
     int kernel;
     const char *name;
-} ms_kernels[] = {{MATMUL_SWIGLU_COOPERATIVE, "cooperative"}, {MATMUL_SWIGLU_PINGPONG, "pingpong"}};
+} ms_kernels[] = {{MATMUL_SWIGLU_COOPERATIVE, "cooperative"},
+                  {MATMUL_SWIGLU_PINGPONG, "pingpong"},
+                  {MATMUL_SWIGLU_CLUSTER, "cluster"}};
 enum { MS_NKERNELS = (int)(sizeof ms_kernels / sizeof ms_kernels[0]) };
 
+static const char *ms_kernel_name(int kernel)
+{
+    for (int i = 0; i < MS_NKERNELS; i++)
+        if (ms_kernels[i].kernel == kernel) return ms_kernels[i].name;
+    return "unknown";
+}
+
+/* The row's schedule against the CPU reference and the two-kernel path; any other than the cooperative one also
+ * against the cooperative one's bits. */
 static void matmul_swiglu_cuda_check(const kc_case *kc)
 {
-    const int T = kc->p[0], I = kc->p[1], H = kc->p[2], ldx = kc->p[3], ldact = kc->p[4];
+    const int T = kc->p[0], I = kc->p[1], H = kc->p[2], ldx = kc->p[3], ldact = kc->p[4], kernel = kc->p[5];
     const size_t nx = (size_t)T * ldx, nw = (size_t)2 * I * H, nact = (size_t)T * ldact, n = (size_t)T * I;
     float *x_f = xmalloc(nx * 4), *w_f = xmalloc(nw * 4);
     uint16_t *x = rnd_bf16(nx, 1.0, x_f), *w = rnd_bf16(nw, 0.5, w_f);
     uint16_t *d_x = dev_upload(x, nx * 2), *d_w = dev_upload(w, nw * 2), *d_act = dev_poisoned(nact);
-    char name[240], shape[120];
-    snprintf(shape, sizeof shape, "T=%d I=%d H=%d ldx=%d ldact=%d", T, I, H, ldx, ldact);
+    char name[300], shape[160];
+    snprintf(shape, sizeof shape, "%s T=%d I=%d H=%d ldx=%d ldact=%d", ms_kernel_name(kernel), T, I, H, ldx, ldact);
     if (!matmul_swiglu_cuda_takes(d_act, ldact, d_x, ldx, d_w, T, I, H)) {
         kc_skip("matmul_swiglu_forward_cuda runs on sm_90 devices whose driver makes tensor maps");
     } else {
@@ -94,49 +106,45 @@ static void matmul_swiglu_cuda_check(const kc_case *kc)
         uint16_t *d_gu = dev_poisoned((size_t)T * 2 * I), *d_act2 = dev_poisoned(nact);
         matmul_forward_cuda(the_mm(), d_gu, 2 * I, NULL, 0, 0.0f, d_x, ldx, d_w, T, 2 * I, H, stream);
         swiglu_forward_cuda(d_act2, ldact, d_gu, 2 * I, T, I, stream);
-        uint16_t *got2 = dev_get(d_act2, nact * 2), *first = NULL;
+        uint16_t *got2 = dev_get(d_act2, nact * 2);
         float *unfused = xmalloc(n * 4);
         for (int r = 0; r < T; r++)
             for (int j = 0; j < I; j++) unfused[(size_t)r * I + j] = bf16_to_f32(got2[(size_t)r * ldact + j]);
         uint16_t *blk = xmalloc(n * 2);
-        for (int kn = 0; kn < MS_NKERNELS; kn++) {
-            const char *kname = ms_kernels[kn].name;
-            if (kn > 0) CHECK_CUDA(cudaMemset(d_act, 0xff, nact * 2));
-            matmul_swiglu_forward_cuda_with(ms_kernels[kn].kernel, d_act, ldact, d_x, ldx, d_w, T, I, H, stream);
-            uint16_t *got = dev_get(d_act, nact * 2);
-            size_t stray = 0, differ = 0;
-            for (int r = 0; r < T; r++)
-                for (int j = 0; j < ldact; j++) {
-                    const size_t o = (size_t)r * ldact + j;
-                    if (j < I) blk[(size_t)r * I + j] = got[o], differ += got[o] != got2[o];
-                    else stray += got[o] != 0xffff;
-                }
-            snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s %s against the CPU reference", kname, shape);
-            compare_bf16(name, blk, ref, n, 8e-3, 2e-2); /* gate|up's rounding, then the output's (as gemv_rmsnorm_swiglu) */
-            snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s %s against cuBLASLt gu + swiglu_forward_cuda",
-                     kname, shape);
-            compare_bf16(name, blk, unfused, n, 8e-3, 2e-2);
-            /* the same arithmetic as the two-kernel path: a value differs only where the two accumulation orders
-             * round gate or up to different bf16 values (fp32 sums ~1e-7 apart against a bf16 step of 4e-3: rare) */
-            snprintf(name, sizeof name,
-                     "matmul_swiglu_forward_cuda %s %s: share of act values not bitwise those of cuBLASLt gu + swiglu "
-                     "(%zu of %zu)", kname, shape, differ, n);
-            kc_report(name, (double)differ / (double)n, 0.01);
-            snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s %s: values written past the (T, I) block",
-                     kname, shape);
-            kc_report(name, (double)stray, 0.0);
-            if (kn == 0) {
-                first = got;
-            } else { /* the same k order per output: the same bits */
-                snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against %s %s", kname, ms_kernels[0].name,
-                         shape);
-                report_same_bits(name, first, got, nact * 2, 0);
-                free(got);
+        matmul_swiglu_forward_cuda_with(kernel, d_act, ldact, d_x, ldx, d_w, T, I, H, stream);
+        uint16_t *got = dev_get(d_act, nact * 2);
+        size_t stray = 0, differ = 0;
+        for (int r = 0; r < T; r++)
+            for (int j = 0; j < ldact; j++) {
+                const size_t o = (size_t)r * ldact + j;
+                if (j < I) blk[(size_t)r * I + j] = got[o], differ += got[o] != got2[o];
+                else stray += got[o] != 0xffff;
             }
+        snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against the CPU reference", shape);
+        compare_bf16(name, blk, ref, n, 8e-3, 2e-2); /* gate|up's rounding, then the output's (as gemv_rmsnorm_swiglu) */
+        snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against cuBLASLt gu + swiglu_forward_cuda", shape);
+        compare_bf16(name, blk, unfused, n, 8e-3, 2e-2);
+        /* the same arithmetic as the two-kernel path: a value differs only where the two accumulation orders round
+         * gate or up to different bf16 values (fp32 sums ~1e-7 apart against a bf16 step of 4e-3: rare) */
+        snprintf(name, sizeof name,
+                 "matmul_swiglu_forward_cuda %s: share of act values not bitwise those of cuBLASLt gu + swiglu "
+                 "(%zu of %zu)", shape, differ, n);
+        kc_report(name, (double)differ / (double)n, 0.01);
+        snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s: values written past the (T, I) block", shape);
+        kc_report(name, (double)stray, 0.0);
+        if (kernel != MATMUL_SWIGLU_COOPERATIVE) { /* the same k order per output: the same bits */
+            uint16_t *d_act3 = dev_poisoned(nact);
+            matmul_swiglu_forward_cuda_with(MATMUL_SWIGLU_COOPERATIVE, d_act3, ldact, d_x, ldx, d_w, T, I, H, stream);
+            uint16_t *coop = dev_get(d_act3, nact * 2);
+            snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against the cooperative schedule", shape);
+            report_same_bits(name, coop, got, nact * 2, 0);
+            CHECK_CUDA(cudaFree(d_act3));
+            free(coop);
         }
+        free(got);
         CHECK_CUDA(cudaFree(d_gu));
         CHECK_CUDA(cudaFree(d_act2));
-        free(gu_ref), free(ref), free(first), free(got2), free(blk), free(unfused);
+        free(gu_ref), free(ref), free(got2), free(blk), free(unfused);
     }
     CHECK_CUDA(cudaFree(d_x));
     CHECK_CUDA(cudaFree(d_w));
@@ -165,12 +173,17 @@ void kc_time_matmul_swiglu(void)
         CHECK_CUDA(cudaEventCreate(&a));
         CHECK_CUDA(cudaEventCreate(&b));
         const double flops = 2.0 * T * 2.0 * I * H;
-        const char *names[5] = {"cuBLASLt gate|up (matmul_forward_cuda)", "swiglu_forward_cuda",
-                                "cuBLASLt gate|up + swiglu_forward_cuda (today's path)",
-                                "matmul_swiglu_forward_cuda cooperative", "matmul_swiglu_forward_cuda pingpong"};
-        double ms[5];
-        uint16_t *got[2];
-        for (int k = 0; k < 5; k++) {
+        enum { NT = 3 + MS_NKERNELS };
+        const char *names[NT] = {"cuBLASLt gate|up (matmul_forward_cuda)", "swiglu_forward_cuda",
+                                 "cuBLASLt gate|up + swiglu_forward_cuda (today's path)"};
+        char knames[MS_NKERNELS][64];
+        for (int k = 0; k < MS_NKERNELS; k++) {
+            snprintf(knames[k], sizeof knames[k], "matmul_swiglu_forward_cuda %s", ms_kernels[k].name);
+            names[3 + k] = knames[k];
+        }
+        double ms[NT];
+        uint16_t *got[MS_NKERNELS];
+        for (int k = 0; k < NT; k++) {
             for (int i = -1; i < iters; i++) { /* one warm-up */
                 if (i == 0) CHECK_CUDA(cudaEventRecord(a, stream));
                 if (k == 0 || k == 2) matmul_forward_cuda(mm, d_gu, 2 * I, NULL, 0, 0.0f, d_x, H, d_w, T, 2 * I, H, stream);
@@ -184,9 +197,10 @@ void kc_time_matmul_swiglu(void)
             else
                 printf("timing %s T=%d H=%d I=%d: %.3f ms, %.0f TFLOP/s\n", names[k], T, H, I, ms[k],
                        flops / ms[k] / 1e9);
+            fflush(stdout);
             if (k >= 3) got[k - 3] = dev_get(d_act, n * 2);
         }
-        for (int k = 3; k < 5; k++)
+        for (int k = 3; k < NT; k++)
             printf("timing matmul_swiglu: %s %.3f ms against %.3f ms (%+.1f%%); x 36 layers %+.1f ms\n",
                    names[k], ms[k], ms[2], 100.0 * (ms[k] - ms[2]) / ms[2], 36.0 * (ms[k] - ms[2]));
         uint16_t *got2 = dev_get(d_act2, n * 2);
@@ -200,20 +214,24 @@ void kc_time_matmul_swiglu(void)
                  "matmul_swiglu_forward_cuda T=%d I=%d H=%d: share of act values not bitwise the two-kernel path's "
                  "(%zu of %zu)", T, I, H, differ, n);
         kc_report(name, (double)differ / (double)n, 0.01);
-        snprintf(name, sizeof name, "matmul_swiglu_forward_cuda pingpong against cooperative T=%d I=%d H=%d", T, I, H);
-        report_same_bits(name, got[0], got[1], n * 2, 0);
+        for (int k = 1; k < MS_NKERNELS; k++) {
+            snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against cooperative T=%d I=%d H=%d",
+                     ms_kernels[k].name, T, I, H);
+            report_same_bits(name, got[0], got[k], n * 2, 0);
+        }
         matmul_swiglu_forward_cuda_with(MATMUL_SWIGLU_COOPERATIVE, d_act, I, d_x, H, d_w, T, I, H, stream);
         uint16_t *again = dev_get(d_act, n * 2);
         snprintf(name, sizeof name, "matmul_swiglu_forward_cuda T=%d I=%d H=%d", T, I, H);
         report_same_bits(name, got[0], again, n * 2, 0);
         CHECK_CUDA(cudaEventDestroy(a));
         CHECK_CUDA(cudaEventDestroy(b));
-        free(got[0]), free(got[1]), free(got2), free(again), free(unfused);
+        for (int k = 0; k < MS_NKERNELS; k++) free(got[k]);
+        free(got2), free(again), free(unfused);
     }
     void *f[] = {d_x, d_w, d_gu, d_act, d_act2};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) CHECK_CUDA(cudaFree(f[i]));
 }
 #endif
 
-const kc_op kc_matmul_swiglu = {"matmul_swiglu", "bf16", "T I H ldx ldact", matmul_swiglu_cpu_check,
+const kc_op kc_matmul_swiglu = {"matmul_swiglu", "bf16", "T I H ldx ldact kernel", matmul_swiglu_cpu_check,
                                 KC_CUDA(matmul_swiglu_cuda_check)};
