@@ -18,9 +18,10 @@
 // (swiglu.cu's formula), rounds to bf16 and stores bf16 pairs straight from the registers, rows < T and columns < I
 // only. Tiles go in groups of kGroupM row blocks, row block fastest within a group (a wave of 132 CTAs touches ~16
 // row blocks of x and ~8 column blocks of w_gu: both stay in L2); CTA b takes tiles b, b + grid, ... Fixed k order
-// per output, no split-K: deterministic, the same bits from both schedules. Tails: rows past T come as zeros from
-// TMA (never stored); with kBO = 128 a last column block of 64 (I % 128 == 64) reads up rows as its upper gate half
-// and zeros as its upper up half, never stored.
+// per output, no split-K: deterministic, the same bits from every schedule. Tails: rows past T come as zeros from
+// TMA (never stored; a cluster's second row block wholly past T loads no A at all); with kBO = 128 a last column
+// block of 64 (I % 128 == 64) reads up rows as its upper gate half and zeros as its upper up half, never stored.
+// The cluster schedule (MATMUL_SWIGLU_CLUSTER) is the cooperative one on 2-CTA clusters sharing B by multicast.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -162,10 +163,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const int s = it % kStages;
                 if (it >= kStages) mbar_wait(empty + s, (uint32_t)(((it / kStages) & 1) ^ 1)); // it - kStages done
                 unsigned char *st = smem + s * S::kStageBytes;
-                // a box's rows past the map's end arrive as zeros and count in its bytes: always the whole stage
-                // (with the peer's multicast half of B, which may land before this arrival)
-                mbar_arrive_expect_tx(full + s, S::kStageBytes);
-                tma_load_2d(st, &tm_x, kb * kBK, mb * kBM, full + s);
+                // a box's rows past the map's end arrive as zeros and count in its bytes: the whole stage (with the
+                // peer's multicast half of B, which may land before this arrival), but for a cluster's row block
+                // wholly past T (T <= 128 (2 mbu + 1)), whose A is not loaded (its rows are never stored)
+                const bool a_rows = mb * kBM < T;
+                mbar_arrive_expect_tx(full + s, S::kStageBytes - (a_rows ? 0 : kABytes));
+                if (a_rows) tma_load_2d(st, &tm_x, kb * kBK, mb * kBM, full + s);
                 if (S::kCluster > 1) {
                     tma_load_2d_multicast(st + kABytes + crank * kBO * 128, &tm_w, kb * kBK, crank * I + nb * kBO,
                                           full + s, (uint16_t)((1u << S::kCluster) - 1));
