@@ -22,15 +22,21 @@
 // TMA (never stored; a cluster's second row block wholly past T loads no A at all); with kBO = 128 a last column
 // block of 64 (I % 128 == 64) reads up rows as its upper gate half and zeros as its upper up half, never stored.
 // The cluster schedule (MATMUL_SWIGLU_CLUSTER) is the cooperative one on 2-CTA clusters sharing B by multicast.
+// The _TMASTORE twins of the cooperative and cluster schedules store act as CUTLASS's Hopper epilogues do: each
+// consumer warpgroup writes its 64 x 128 act block (the same act_pair bits) by stmatrix into a 128-byte-swizzled
+// staging buffer of its own, and one thread of it stores the block with two TMA boxes (64 x 64) through a tensor map of
+// act, whose bounds drop rows >= T and columns >= I; the next tile's GEMM starts as soon as the stores are issued, and
+// the staging buffer is rewritten only once they have read it (bulk_wait_read): the 8-row x 16-byte global stores of
+// the direct epilogue no longer hold the tensor cores up.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "cuda_check.h"
-#include "env_switch.h"
 #include "matmul_swiglu.h"
 #include "mma_sm80.cuh"
 #include "swiglu_act.cuh"
@@ -51,12 +57,15 @@ constexpr int kABytes = kBM * kBK * 2;           // 16 KiB
 [[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(128 * (168 - kProducerRegs) == 256 * (kConsumerRegs - 168), "the consumers take what the producer frees");
 
-// The schedules (MATMUL_SWIGLU_COOPERATIVE, _PINGPONG, _CLUSTER): act columns per tile, the ring's depth, the CTAs
-// of a cluster, the arrivals that free a stage (the consumer warps that read it, in every CTA of the cluster: each
-// CTA's producer writes its part of the B tile into all of them)
+// The schedules (MATMUL_SWIGLU_*): act columns per tile, the ring's depth, the CTAs of a cluster, the arrivals that
+// free a stage (the consumer warps that read it, in every CTA of the cluster: each CTA's producer writes its part of
+// the B tile into all of them), whether act goes out through the staging buffer and TMA (kStoreBytes: 16 KiB, two
+// 64 x 64 panels, per consumer warpgroup, after the ring; 4 stages of 48 KiB + 32 KiB + the barriers fit in 227 KiB)
 template <int KERNEL> struct ms_shape {
     static constexpr bool kPing = KERNEL == MATMUL_SWIGLU_PINGPONG;
-    static constexpr int kCluster = KERNEL == MATMUL_SWIGLU_CLUSTER ? 2 : 1;
+    static constexpr bool kTmaStore = KERNEL == MATMUL_SWIGLU_COOPERATIVE_TMASTORE ||
+                                      KERNEL == MATMUL_SWIGLU_CLUSTER_TMASTORE;
+    static constexpr int kCluster = KERNEL == MATMUL_SWIGLU_CLUSTER || KERNEL == MATMUL_SWIGLU_CLUSTER_TMASTORE ? 2 : 1;
     static constexpr int kBO = kPing ? 64 : 128;         // act columns per tile
     static constexpr int kBBytes = 2 * kBO * kBK * 2;    // the tile's kBO gate rows, then its kBO up rows
     static constexpr int kStageBytes = kABytes + kBBytes;
@@ -64,10 +73,14 @@ template <int KERNEL> struct ms_shape {
     static constexpr int kReaders = (kPing ? 4 : 4 * kConsumers) * kCluster; // warps reading a stage
     static_assert(kCluster == 1 || (!kPing && kCluster == 2), "the cluster schedule is the cooperative one on 2 CTAs");
     static_assert(kReaders % 4 == 0, "whole warpgroups read a stage");
-    static constexpr int kBarOffset = kStages * kStageBytes;
+    static constexpr int kStoreOffset = kStages * kStageBytes;
+    static constexpr int kStoreBytes = kTmaStore ? kBM * kBO * 2 : 0; // kConsumers blocks of 64 rows x kBO bf16
+    static_assert(!kTmaStore || (!kPing && kBO == 128), "the staging buffer holds a cooperative tile");
+    static constexpr int kBarOffset = kStoreOffset + kStoreBytes;
     static constexpr int kSmem = kBarOffset + 2 * kStages * 8 + 1024; // the barriers; slack to align to 1024 bytes
     static_assert(kSmem <= 227 * 1024, "the shared memory of one CTA on sm_90");
-    static_assert(kABytes % 1024 == 0 && kBBytes % 2048 == 0, "stages and boxes start on 1024-byte swizzle atoms");
+    static_assert(kABytes % 1024 == 0 && kBBytes % 2048 == 0 && kStoreOffset % 1024 == 0,
+                  "stages, boxes and staging panels start on 1024-byte swizzle atoms");
 };
 
 #ifdef DFLASH_SM90A
@@ -110,6 +123,28 @@ __device__ __forceinline__ void store_act(const float (&d)[8 * NG], __nv_bfloat1
                 act_pair(d[4 * i + 2], d[4 * i + 3], d[4 * (i + NG) + 2], d[4 * (i + NG) + 3]);
     }
 }
+
+// The same act values of one warpgroup's 64 x 8 NG block (d as store_act's; warp w holds rows 16w..16w + 15) into the
+// staging buffer at stg: NG / 8 panels of 64 rows x 64 columns (8 KiB each, 1024-byte aligned), 128-byte swizzled as a
+// TMA box of the act map reads them (16-byte chunk c of row r at chunk c ^ (r & 7)). One stmatrix x4 a pair of column
+// groups i, i + 1: matrix q is rows 8 (q & 1).. of the warp's 16 at act columns 8 (i + (q >> 1)).., the registers in
+// the accumulators' layout; its 8 rows of 16 bytes fall in 8 distinct chunks of a 128-byte row: no bank conflict.
+template <int NG>
+__device__ __forceinline__ void stage_act(const float (&d)[8 * NG], uint32_t stg, int warp, int lane)
+{
+    static_assert(NG % 8 == 0, "whole 64-column panels");
+    const int q = lane >> 3, rr = lane & 7;        // this lane addresses row rr of matrix q
+    const int row = warp * 16 + (q & 1) * 8 + rr; // of the warpgroup's 64 (row & 7 == rr)
+#pragma unroll
+    for (int i = 0; i < NG; i += 2) {
+        const int chunk = i + (q >> 1); // 8 act columns (16 bytes) of the block's 8 NG
+        const uint32_t addr = stg + (uint32_t)((chunk >> 3) * 64 * 128 + row * 128 + (((chunk & 7) ^ rr) << 4));
+        stmatrix_x4(addr, act_pair(d[4 * i], d[4 * i + 1], d[4 * (i + NG)], d[4 * (i + NG) + 1]),
+                    act_pair(d[4 * i + 2], d[4 * i + 3], d[4 * (i + NG) + 2], d[4 * (i + NG) + 3]),
+                    act_pair(d[4 * i + 4], d[4 * i + 5], d[4 * (i + 1 + NG)], d[4 * (i + 1 + NG) + 1]),
+                    act_pair(d[4 * i + 6], d[4 * i + 7], d[4 * (i + 1 + NG) + 2], d[4 * (i + 1 + NG) + 3]));
+    }
+}
 #endif
 
 // KERNEL MATMUL_SWIGLU_COOPERATIVE: both consumers on each of the CTA's tiles (128 x 128 act: warpgroup w rows
@@ -119,11 +154,12 @@ __device__ __forceinline__ void store_act(const float (&d)[8 * NG], __nv_bfloat1
 // reads half the B bytes from L2; a consumer warp frees a stage in both CTAs. MATMUL_SWIGLU_PINGPONG:
 // consumer w takes the CTA's tiles w, w + 2, ... alone (128 x 64 act: two m64n128k16 a k step, one per 64-row half of
 // A, over a 128-row B panel), the two taking turns at their tiles' GEMMs, so one's epilogue runs while the other's
-// GEMM does.
+// GEMM does. The _TMASTORE twins of the cooperative and cluster ones: act through the staging buffer and tm_act (the
+// others do not read tm_act).
 template <int KERNEL>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_swiglu_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
-                         __nv_bfloat16 *act, int ldact, int T, int I, int H)
+                         const __grid_constant__ CUtensorMap tm_act, __nv_bfloat16 *act, int ldact, int T, int I, int H)
 {
 #ifdef DFLASH_SM90A
     using S = ms_shape<KERNEL>;
@@ -154,6 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x != 0) return;
         tma_prefetch_map(&tm_x), tma_prefetch_map(&tm_w);
+        if (S::kTmaStore) tma_prefetch_map(&tm_act);
         int it = 0;
         for (int t = unit; t < ntiles; t += nunits) {
             int mbu, nb;
@@ -250,14 +287,34 @@ __global__ void __launch_bounds__(kThreads, 1)
             fence_regs(d1);
             store_act<8>(d0, act, ldact, mb * kBM + warp * 16 + g, c0, T, I);
             store_act<8>(d1, act, ldact, mb * kBM + 64 + warp * 16 + g, c0, T, I);
+        } else if constexpr (S::kTmaStore) {
+            // this warpgroup's 64 rows: its staging block (two 64 x 64 panels), its named barrier (128 threads; 1
+            // and 2 are the ping-pong turns'), its thread 0 the one that stores and waits
+            fence_regs(d);
+            unsigned char *stg = smem + S::kStoreOffset + cw * (64 * kBO * 2);
+            const int bar = 3 + cw, row = mb * kBM + cw * 64;
+            if (j != j0) { // the previous tile's stores have read the block before it is rewritten
+                if (tid == 0) bulk_wait_read<0>();
+                named_sync(bar, 128);
+            }
+            stage_act<16>(d, smem_u32(stg), warp, lane);
+            fence_proxy_async(); // the stmatrix writes, seen by the TMA store (the async proxy)
+            named_sync(bar, 128);
+            if (tid == 0 && row < T) { // a block wholly past T (or a panel wholly past I) is not stored
+                tma_store_2d(&tm_act, stg, nb * kBO, row);
+                if (nb * kBO + 64 < I) tma_store_2d(&tm_act, stg + 64 * 128, nb * kBO + 64, row);
+                bulk_commit();
+            }
         } else {
             fence_regs(d);
             store_act<16>(d, act, ldact, mb * kBM + cw * 64 + warp * 16 + g, c0, T, I);
         }
     }
+    // the last stores have read the staging buffer (it goes with the CTA) and written act
+    if (S::kTmaStore && tid == 0) bulk_wait<0>();
 #else
     // compiled for a target without wgmma: never launched (matmul_swiglu_cuda_takes says no there)
-    (void)tm_x, (void)tm_w, (void)act, (void)ldact, (void)T, (void)I, (void)H;
+    (void)tm_x, (void)tm_w, (void)tm_act, (void)act, (void)ldact, (void)T, (void)I, (void)H;
 #endif
 }
 
@@ -266,10 +323,11 @@ void launch(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t
             cudaStream_t st)
 {
     using S = ms_shape<KERNEL>;
-    CUtensorMap tm_x, tm_w;
-    if (!make_map(&tm_x, x, ldx, H, (uint64_t)T, kBM) || !make_map(&tm_w, w_gu, H, H, 2 * (uint64_t)I, S::kBO)) {
-        fprintf(stderr, "matmul_swiglu_forward_cuda: the driver made no tensor map of x (%d, %d; ld %d) or w_gu "
-                        "(%d, %d)\n", T, H, ldx, 2 * I, H);
+    CUtensorMap tm_x, tm_w, tm_act = {}; // act's: stores of 64 x 64 boxes (the staging panels), the TMA-store ones only
+    if (!make_map(&tm_x, x, ldx, H, (uint64_t)T, kBM) || !make_map(&tm_w, w_gu, H, H, 2 * (uint64_t)I, S::kBO) ||
+        (S::kTmaStore && !make_map(&tm_act, act, ldact, I, (uint64_t)T, 64))) {
+        fprintf(stderr, "matmul_swiglu_forward_cuda: the driver made no tensor map of x (%d, %d; ld %d), w_gu "
+                        "(%d, %d) or act (%d, %d; ld %d)\n", T, H, ldx, 2 * I, H, T, I, ldact);
         exit(1);
     }
     cudaLaunchConfig_t cfg = {};
@@ -305,11 +363,67 @@ void launch(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t
         exit(1);
     }
     cfg.gridDim = dim3((unsigned)((units < slots ? units : slots) * S::kCluster)); // persistent
-    CHECK_CUDA(cudaLaunchKernelEx(&cfg, matmul_swiglu_kernel<KERNEL>, tm_x, tm_w, (__nv_bfloat16 *)act, ldact, T, I,
-                                  H));
+    CHECK_CUDA(cudaLaunchKernelEx(&cfg, matmul_swiglu_kernel<KERNEL>, tm_x, tm_w, tm_act, (__nv_bfloat16 *)act, ldact,
+                                  T, I, H));
+}
+
+// The schedules, one row each, the one place that maps a MATMUL_SWIGLU_* value and a DFLASH_MATMUL_SWIGLU name to a
+// launch. A TMA-store schedule's act must make a tensor map (16-byte aligned, ldact a multiple of 8); where it does
+// not, its direct-store twin runs instead (the same bits).
+typedef void (*ms_launch_fn)(uint16_t *, int, const uint16_t *, int, const uint16_t *, int, int, int, cudaStream_t);
+const struct ms_schedule {
+    int kernel;
+    const char *name;
+    ms_launch_fn launch;
+    int direct; // the twin storing from the registers (itself for those that do)
+} ms_schedules[] = {
+    {MATMUL_SWIGLU_COOPERATIVE, "cooperative", launch<MATMUL_SWIGLU_COOPERATIVE>, MATMUL_SWIGLU_COOPERATIVE},
+    {MATMUL_SWIGLU_PINGPONG, "pingpong", launch<MATMUL_SWIGLU_PINGPONG>, MATMUL_SWIGLU_PINGPONG},
+    {MATMUL_SWIGLU_CLUSTER, "cluster", launch<MATMUL_SWIGLU_CLUSTER>, MATMUL_SWIGLU_CLUSTER},
+    {MATMUL_SWIGLU_COOPERATIVE_TMASTORE, "cooperative_tmastore", launch<MATMUL_SWIGLU_COOPERATIVE_TMASTORE>,
+     MATMUL_SWIGLU_COOPERATIVE},
+    {MATMUL_SWIGLU_CLUSTER_TMASTORE, "cluster_tmastore", launch<MATMUL_SWIGLU_CLUSTER_TMASTORE>,
+     MATMUL_SWIGLU_CLUSTER},
+};
+constexpr int kNSchedules = (int)(sizeof ms_schedules / sizeof ms_schedules[0]);
+static_assert(kNSchedules == MATMUL_SWIGLU_NKERNELS - 1, "a row for every MATMUL_SWIGLU_* but AUTO");
+
+const ms_schedule *ms_schedule_of(int kernel)
+{
+    for (int i = 0; i < kNSchedules; i++)
+        if (ms_schedules[i].kernel == kernel) return &ms_schedules[i];
+    return NULL;
+}
+
+// MATMUL_SWIGLU_AUTO's schedule: DFLASH_MATMUL_SWIGLU's name (read once), the cooperative one when unset or empty
+int ms_auto(void)
+{
+    static int kernel = -1;
+    if (kernel < 0) {
+        const char *e = getenv("DFLASH_MATMUL_SWIGLU");
+        kernel = MATMUL_SWIGLU_COOPERATIVE;
+        if (e && *e) {
+            int i = 0;
+            while (i < kNSchedules && strcmp(ms_schedules[i].name, e)) i++;
+            if (i == kNSchedules) {
+                fprintf(stderr, "matmul_swiglu_forward_cuda: DFLASH_MATMUL_SWIGLU=%s is none of", e);
+                for (i = 0; i < kNSchedules; i++) fprintf(stderr, " %s", ms_schedules[i].name);
+                fprintf(stderr, "\n");
+                exit(1);
+            }
+            kernel = ms_schedules[i].kernel;
+        }
+    }
+    return kernel;
 }
 
 } // namespace
+
+extern "C" const char *matmul_swiglu_kernel_name(int kernel)
+{
+    const ms_schedule *s = ms_schedule_of(kernel);
+    return s ? s->name : NULL;
+}
 
 extern "C" int matmul_swiglu_cuda_takes(const uint16_t *act, int ldact, const uint16_t *x, int ldx,
                                         const uint16_t *w_gu, int T, int I, int H)
@@ -330,21 +444,14 @@ extern "C" void matmul_swiglu_forward_cuda_with(int kernel, uint16_t *act, int l
                 T, I, H, ldx, ldact, (const void *)x, (const void *)w_gu, (const void *)act);
         exit(1);
     }
-    if (T == 0) return;
-    if (kernel == MATMUL_SWIGLU_AUTO) {
-        static int ping = -1, cluster = -1;
-        kernel = env_switch(&ping, "DFLASH_MATMUL_SWIGLU", "pingpong")   ? MATMUL_SWIGLU_PINGPONG
-                 : env_switch(&cluster, "DFLASH_MATMUL_SWIGLU", "cluster") ? MATMUL_SWIGLU_CLUSTER
-                                                                          : MATMUL_SWIGLU_COOPERATIVE;
-    }
-    cudaStream_t st = (cudaStream_t)stream;
-    if (kernel == MATMUL_SWIGLU_COOPERATIVE) launch<MATMUL_SWIGLU_COOPERATIVE>(act, ldact, x, ldx, w_gu, T, I, H, st);
-    else if (kernel == MATMUL_SWIGLU_PINGPONG) launch<MATMUL_SWIGLU_PINGPONG>(act, ldact, x, ldx, w_gu, T, I, H, st);
-    else if (kernel == MATMUL_SWIGLU_CLUSTER) launch<MATMUL_SWIGLU_CLUSTER>(act, ldact, x, ldx, w_gu, T, I, H, st);
-    else {
+    const ms_schedule *s = ms_schedule_of(kernel == MATMUL_SWIGLU_AUTO ? ms_auto() : kernel);
+    if (!s) {
         fprintf(stderr, "matmul_swiglu_forward_cuda_with: kernel %d is none of MATMUL_SWIGLU_*\n", kernel);
         exit(1);
     }
+    if (T == 0) return;
+    if ((uintptr_t)act % 16 != 0 || ldact % 8 != 0) s = ms_schedule_of(s->direct); // no tensor map of act
+    s->launch(act, ldact, x, ldx, w_gu, T, I, H, (cudaStream_t)stream);
 }
 
 extern "C" void matmul_swiglu_forward_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t *w_gu,

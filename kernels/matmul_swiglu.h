@@ -27,17 +27,31 @@ int matmul_swiglu_cuda_takes(const uint16_t *act, int ldact, const uint16_t *x, 
  * one thread). Where cuBLASLt rounds gate and up to the same bf16 values the act bits equal matmul_forward_cuda +
  * swiglu_forward_cuda's (the accumulation order differs, so in general they agree within the rounding). The same call
  * gives the same bits. Operands matmul_swiglu_cuda_takes refuses exit naming the shape. stream: cudaStream_t.
- * Three schedules: MATMUL_SWIGLU_COOPERATIVE (both consumer warpgroups on one 128 x 128 act tile),
- * MATMUL_SWIGLU_PINGPONG (each on its own 128 x 64 tile, one's epilogue under the other's GEMM) and
+ * The schedules: MATMUL_SWIGLU_COOPERATIVE (both consumer warpgroups on one 128 x 128 act tile),
+ * MATMUL_SWIGLU_PINGPONG (each on its own 128 x 64 tile, one's epilogue under the other's GEMM),
  * MATMUL_SWIGLU_CLUSTER (the cooperative one on clusters of 2 CTAs sharing each B tile by TMA multicast: half the
- * weight bytes from L2); MATMUL_SWIGLU_AUTO is the cooperative one unless the environment has
- * DFLASH_MATMUL_SWIGLU=pingpong or =cluster (read once). All give the same bits (the same k order per output). */
-enum { MATMUL_SWIGLU_AUTO, MATMUL_SWIGLU_COOPERATIVE, MATMUL_SWIGLU_PINGPONG, MATMUL_SWIGLU_CLUSTER };
+ * weight bytes from L2), and MATMUL_SWIGLU_COOPERATIVE_TMASTORE, MATMUL_SWIGLU_CLUSTER_TMASTORE (those two storing act
+ * through shared memory and TMA, the next tile's GEMM under the stores; where act is not 16-byte aligned or ldact not
+ * a multiple of 8 they store directly, as the first two). MATMUL_SWIGLU_AUTO is the cooperative one unless the
+ * environment names another by DFLASH_MATMUL_SWIGLU=cooperative|pingpong|cluster|cooperative_tmastore|cluster_tmastore
+ * (matmul_swiglu_kernel_name's names; read once; another name exits). All give the same bits (the same k order per
+ * output, the same epilogue arithmetic). */
+enum {
+    MATMUL_SWIGLU_AUTO,
+    MATMUL_SWIGLU_COOPERATIVE,
+    MATMUL_SWIGLU_PINGPONG,
+    MATMUL_SWIGLU_CLUSTER,
+    MATMUL_SWIGLU_COOPERATIVE_TMASTORE,
+    MATMUL_SWIGLU_CLUSTER_TMASTORE,
+    MATMUL_SWIGLU_NKERNELS
+};
 void matmul_swiglu_forward_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t *w_gu, int T,
                                 int I, int H, void *stream);
 /* The same with the schedule named (the tests and the timing compare them). */
 void matmul_swiglu_forward_cuda_with(int kernel, uint16_t *act, int ldact, const uint16_t *x, int ldx,
                                      const uint16_t *w_gu, int T, int I, int H, void *stream);
+/* A schedule's DFLASH_MATMUL_SWIGLU name ("cooperative", ...); NULL for none (AUTO, out of range). */
+const char *matmul_swiglu_kernel_name(int kernel);
 #ifdef __cplusplus
 }
 #endif

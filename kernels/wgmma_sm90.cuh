@@ -233,6 +233,36 @@ __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
 // ordinary shared-memory stores (and cp.async) made visible to the async proxy (wgmma, TMA) of this CTA
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// TMA stores: a rows x 64 bf16 box from shared memory (laid out as tma_load_2d leaves it) to the 2D tensor map at
+// (col, row), in this thread's bulk async-group; the box's elements outside the map's bounds are not written.
+// bulk_commit closes the thread's group; bulk_wait_read<N> waits until at most N of its groups still read shared
+// memory (the source may then be rewritten), bulk_wait<N> until at most N are still incomplete (the writes done).
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int col, int row)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"((uint64_t)map),
+                 "r"(smem_u32(src)), "r"(col), "r"(row)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// four 8 x 8 b16 matrices to shared memory, one register of each per thread in the mma accumulator layout (matrix q:
+// row lane / 4, columns 2 (lane % 4) + {0, 1} in r[q], the lower column in the lower half); lane l gives the address of
+// row l % 8 of matrix l / 8 (16 contiguous bytes)
+__device__ __forceinline__ void stmatrix_x4(uint32_t saddr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 template <int N> __device__ __forceinline__ void setmaxnreg_inc()
 {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));

@@ -4,7 +4,8 @@
  * two-kernel path it replaces (cuBLASLt gu + swiglu_forward_cuda: a tolerance, and nearly every value the same bits,
  * the accumulation orders differing only in rare roundings of gate or up), nothing written past the (T, I) block; the
  * driver checks two runs bitwise; a row names its schedule (kernel: matmul_swiglu.h's MATMUL_SWIGLU_*), the
- * cooperative one's bits the others'. Timing: every schedule against cuBLASLt gate|up + swiglu at Qwen3-8B's shape. */
+ * cooperative one's bits the others' (the TMA-store twins too: the same epilogue arithmetic). Timing: every schedule
+ * against cuBLASLt gate|up + swiglu at Qwen3-8B's shape. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,20 +71,17 @@ static matmul_cuda *the_mm(void)
     return mm;
 }
 
-/* the schedules, in the order the timing runs them (the riskiest last) */
-static const struct {
-    int kernel;
-    const char *name;
-} ms_kernels[] = {{MATMUL_SWIGLU_COOPERATIVE, "cooperative"},
-                  {MATMUL_SWIGLU_PINGPONG, "pingpong"},
-                  {MATMUL_SWIGLU_CLUSTER, "cluster"}};
+/* every schedule, in the order the timing runs them (the clusters' last: a hang there loses the least); the names
+ * are matmul_swiglu_kernel_name's */
+static const int ms_kernels[] = {MATMUL_SWIGLU_COOPERATIVE, MATMUL_SWIGLU_PINGPONG, MATMUL_SWIGLU_COOPERATIVE_TMASTORE,
+                                 MATMUL_SWIGLU_CLUSTER, MATMUL_SWIGLU_CLUSTER_TMASTORE};
 enum { MS_NKERNELS = (int)(sizeof ms_kernels / sizeof ms_kernels[0]) };
+_Static_assert(MS_NKERNELS == MATMUL_SWIGLU_NKERNELS - 1, "the timing runs every schedule");
 
 static const char *ms_kernel_name(int kernel)
 {
-    for (int i = 0; i < MS_NKERNELS; i++)
-        if (ms_kernels[i].kernel == kernel) return ms_kernels[i].name;
-    return "unknown";
+    const char *n = matmul_swiglu_kernel_name(kernel);
+    return n ? n : "unknown";
 }
 
 /* The row's schedule against the CPU reference and the two-kernel path; any other than the cooperative one also
@@ -156,9 +154,10 @@ static void matmul_swiglu_cuda_check(const kc_case *kc)
 }
 
 /* Timing at bench_target's Qwen3-8B MLP shape (19218 tokens, hidden 4096, intermediate 12288): cuBLASLt gate|up,
- * swiglu_forward_cuda, the two together (the path of today) and the fused kernel's two schedules, each with its
+ * swiglu_forward_cuda, the two together (the path of today) and the fused kernel's schedules, each with its
  * TFLOP/s of the gate|up GEMM's 2·T·2I·H; then the fused act against the two-kernel act at this shape (a tolerance,
- * the share of values that differ), the two schedules' bits against each other and the first twice bitwise. */
+ * the share of values that differ), the other schedules' bits against the cooperative one's, and that one twice
+ * bitwise. */
 void kc_time_matmul_swiglu(void)
 {
     const int T = 19218, H = 4096, I = 12288, iters = 10;
@@ -181,7 +180,7 @@ void kc_time_matmul_swiglu(void)
                                  "cuBLASLt gate|up + swiglu_forward_cuda (today's path)"};
         char knames[MS_NKERNELS][64];
         for (int k = 0; k < MS_NKERNELS; k++) {
-            snprintf(knames[k], sizeof knames[k], "matmul_swiglu_forward_cuda %s", ms_kernels[k].name);
+            snprintf(knames[k], sizeof knames[k], "matmul_swiglu_forward_cuda %s", ms_kernel_name(ms_kernels[k]));
             names[3 + k] = knames[k];
         }
         double ms[NT];
@@ -192,7 +191,7 @@ void kc_time_matmul_swiglu(void)
                 if (k == 0 || k == 2) matmul_forward_cuda(mm, d_gu, 2 * I, NULL, 0, 0.0f, d_x, H, d_w, T, 2 * I, H, stream);
                 if (k == 1 || k == 2) swiglu_forward_cuda(d_act2, I, d_gu, 2 * I, T, I, stream);
                 if (k >= 3)
-                    matmul_swiglu_forward_cuda_with(ms_kernels[k - 3].kernel, d_act, I, d_x, H, d_w, T, I, H, stream);
+                    matmul_swiglu_forward_cuda_with(ms_kernels[k - 3], d_act, I, d_x, H, d_w, T, I, H, stream);
             }
             CHECK_CUDA(cudaEventRecord(b, stream));
             ms[k] = elapsed_ms(a, b) / iters;
@@ -219,7 +218,7 @@ void kc_time_matmul_swiglu(void)
         kc_report(name, (double)differ / (double)n, 0.01);
         for (int k = 1; k < MS_NKERNELS; k++) {
             snprintf(name, sizeof name, "matmul_swiglu_forward_cuda %s against cooperative T=%d I=%d H=%d",
-                     ms_kernels[k].name, T, I, H);
+                     ms_kernel_name(ms_kernels[k]), T, I, H);
             report_same_bits(name, got[0], got[k], n * 2, 0);
         }
         matmul_swiglu_forward_cuda_with(MATMUL_SWIGLU_COOPERATIVE, d_act, I, d_x, H, d_w, T, I, H, stream);
