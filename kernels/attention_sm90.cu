@@ -124,13 +124,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa
     for (int kk = 0; kk < kBN / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
 }
 
-// one arrival per warp on an "empty" barrier, once the warp's wgmma reads of the stage are complete
-__device__ __forceinline__ void release(uint64_t *bar, int lane)
-{
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);
-}
-
 // the causal mask (when a key of the tile can pass a row of this warpgroup; keys >= len then pass every stored row
 // too), then the online softmax in log2 units: p = 2^(s·scale_log2 − m), rounded to bf16 into the A fragments of
 // P·V (a[0] row g keys 2t.., a[1] row g+8, a[2] row g keys 8+2t.., a[3] row g+8)
@@ -194,22 +187,10 @@ template <int HD> __device__ __forceinline__ void rescale(float (&o)[HD / 2], co
     }
 }
 
-// the consumers' turns at the tensor cores (FlashAttention-3's warp scheduler barrier): in each step (S(j) with
-// P(j-1)·V(j-1)) warpgroup w waits on named barrier 1 + w before it issues its wgmmas and arrives on the other's
-// after, so the two alternate and the softmax of one runs while the other's GEMMs do (256 threads each: 128 waiting,
-// 128 arriving). Both walk the same steps; the last arrival (consumer 1's, on barrier 1) is left unmatched at exit.
-__device__ __forceinline__ void named_arrive(int id, int nthreads)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
-}
-template <bool ON> __device__ __forceinline__ void turn_begin(int cw)
-{
-    if (ON) named_sync(1 + cw, 2 * 128);
-}
-template <bool ON> __device__ __forceinline__ void turn_end(int cw)
-{
-    if (ON) named_arrive(1 + (cw ^ 1), 2 * 128);
-}
+// the consumers' turns at the tensor cores (turn_begin / turn_end, wgmma_sm90.cuh): in each step (S(j) with
+// P(j-1)·V(j-1)) warpgroup w waits for its turn before it issues its wgmmas and hands the turn over after, so the two
+// alternate and the softmax of one runs while the other's GEMMs do. Both walk the same steps; the last hand-over
+// (consumer 1's, on barrier 1) is left unmatched at exit.
 
 // The work items in order: query blocks from the last (the longest causal rows) to the first, within one the
 // sequences that reach it, heads fastest (a GQA group's heads are neighbours in time and share K/V in L2). The items
@@ -532,43 +513,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda: see common/ipc/vmm_pool_cuda.c);
-// NULL when the driver has none
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-encode_tiled_fn encode_tiled(void)
-{
-    static int resolved = 0;
-    static encode_tiled_fn fn = NULL;
-    if (!resolved) {
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult qr = cudaDriverEntryPointSymbolNotFound;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr) ==
-                cudaSuccess &&
-            qr == cudaDriverEntryPointSuccess)
-            fn = (encode_tiled_fn)p;
-        else
-            (void)cudaGetLastError();
-        resolved = 1;
-    }
-    return fn;
-}
-
-// (rows, cols) bf16 matrix at base with row stride ld elements, read in boxes of box_rows x 64 columns, 128-byte
-// swizzled. Returns 0 when the driver cannot make it.
-int make_map(CUtensorMap *map, const void *base, int ld, int cols, uint64_t rows, int box_rows)
-{
-    encode_tiled_fn fn = encode_tiled();
-    if (!fn) return 0;
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
-    cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estr[2] = {1, 1};
-    CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS;
-}
-
 template <int HD>
 void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
                  int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, float scale,
@@ -622,19 +566,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
 
 extern "C" int attention_wgmma_supported(int hd)
 {
-    if (hd != 64 && hd != 128) return 0;
-    static int cc = -1; // device 0 semantics, as the launches' attributes
-    if (cc < 0) {
-        int dev = 0, major = 0, minor = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-            (void)cudaGetLastError();
-            major = minor = 0;
-        }
-        cc = major * 10 + minor;
-    }
-    return cc == 90; // the sm_90a cubin; other devices run the compute_90 PTX, where the kernel is empty
+    return (hd == 64 || hd == 128) && wgmma_sm90::sm90a_device();
 }
 
 extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,

@@ -1,13 +1,15 @@
-// wgmma_sm90: the Hopper (sm_90a) primitives of the warpgroup flash kernels (attention_sm90.cu): shared-memory
-// matrix descriptors for 128-byte-swizzled tiles, wgmma.mma_async (m64nNk16, bf16 in, fp32 accumulators; A from shared
-// memory or registers), mbarriers, the bulk tensor copy (TMA) and setmaxnreg. Device code only, force-inlined, no
-// state. Every instruction here exists only on sm_90a: callers compile their uses under DFLASH_SM90A (defined below
-// for the sm_90a device pass only), so the compute_90 PTX and the host pass still build.
+// wgmma_sm90: the Hopper (sm_90a) primitives of the warpgroup kernels (attention_sm90.cu, matmul_swiglu.cu):
+// shared-memory matrix descriptors for 128-byte-swizzled tiles, wgmma.mma_async (m64nNk16, bf16 in, fp32
+// accumulators; A from shared memory or registers), mbarriers, the bulk tensor copy (TMA) and setmaxnreg, force-inlined
+// device code without state; and on the host the tensor maps of the TMA boxes (make_map). Every instruction here
+// exists only on sm_90a: callers compile their uses under DFLASH_SM90A (defined below for the sm_90a device pass only),
+// so the compute_90 PTX and the host pass still build.
 #ifndef DFLASH_WGMMA_SM90_CUH
 #define DFLASH_WGMMA_SM90_CUH
 
 #include <cuda.h> // CUtensorMap
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <cstdint>
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -77,6 +79,41 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t da,
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
 }
 
+// D (64 x 256 fp32) = A (64 x 16, K-major) · B (256 x 16, K-major)ᵀ + (scale_d ? D : 0): the layout above with
+// i up to 31 (matmul_swiglu.cu: the gate's 128 columns in d[0..63], the up's in d[64..127])
+__device__ __forceinline__ void wgmma_ss_m64n256k16(float (&d)[128], uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"
+                 "%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,"
+                 "%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,"
+                 "%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,"
+                 "%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,"
+                 "%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
+                   "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+                   "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
+                   "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
+                   "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),
+                   "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]),
+                   "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
+                   "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
+                   "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
 // D (64 x N fp32) += A (64 x 16 bf16 in registers, the m16n8k16 A-fragment layout per warp: a[0] row g cols 2t..2t+1,
 // a[1] row g+8, a[2] row g cols 8+2t.., a[3] row g+8 cols 8+2t..) · B (16 x N, descriptor db, MN-major: transposed).
 __device__ __forceinline__ void wgmma_rs_m64n128k16_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
@@ -142,6 +179,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
                  : "memory");
 }
 
+// one arrival per warp on an "empty" barrier, once the warp's wgmma reads of the stage are complete
+__device__ __forceinline__ void release(uint64_t *bar, int lane)
+{
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+}
+
 // rows x 64 bf16 box of a 2D tensor map at (col, row) into shared memory, completing on bar (complete_tx)
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int col, int row, uint64_t *bar)
 {
@@ -150,6 +194,37 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, i
                  "l"((uint64_t)map), "r"(col), "r"(row), "r"(smem_u32(bar))
                  : "memory");
 }
+// the same box into shared memory at the same offset in each CTA of the cluster named by cta_mask (bit r: rank r),
+// completing on the mbarrier at bar's offset in each of them
+__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, int col, int row,
+                                                      uint64_t *bar, uint16_t cta_mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(col), "r"(row), "r"(smem_u32(bar)), "h"(cta_mask)
+                 : "memory");
+}
+
+// thread-block clusters: this CTA's rank; an arrival on the mbarrier at bar's offset in CTA rank cta of the cluster;
+// a barrier over every thread of the cluster (also orders the mbarrier inits before peers use them)
+__device__ __forceinline__ uint32_t cluster_ctarank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t cta)
+{
+    asm volatile("{\n.reg .b32 remote;\n"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(cta)
+                 : "memory");
+}
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
 {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
@@ -157,6 +232,36 @@ __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
 
 // ordinary shared-memory stores (and cp.async) made visible to the async proxy (wgmma, TMA) of this CTA
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// TMA stores: a rows x 64 bf16 box from shared memory (laid out as tma_load_2d leaves it) to the 2D tensor map at
+// (col, row), in this thread's bulk async-group; the box's elements outside the map's bounds are not written.
+// bulk_commit closes the thread's group; bulk_wait_read<N> waits until at most N of its groups still read shared
+// memory (the source may then be rewritten), bulk_wait<N> until at most N are still incomplete (the writes done).
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int col, int row)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"((uint64_t)map),
+                 "r"(smem_u32(src)), "r"(col), "r"(row)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// four 8 x 8 b16 matrices to shared memory, one register of each per thread in the mma accumulator layout (matrix q:
+// row lane / 4, columns 2 (lane % 4) + {0, 1} in r[q], the lower column in the lower half); lane l gives the address of
+// row l % 8 of matrix l / 8 (16 contiguous bytes)
+__device__ __forceinline__ void stmatrix_x4(uint32_t saddr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
 
 template <int N> __device__ __forceinline__ void setmaxnreg_inc()
 {
@@ -172,8 +277,81 @@ __device__ __forceinline__ void named_sync(int id, int nthreads)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
+__device__ __forceinline__ void named_arrive(int id, int nthreads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+// Two consumer warpgroups (cw 0 and 1) taking turns (FlashAttention-3's warp scheduler barrier): warpgroup cw waits
+// on named barrier 1 + cw for its turn and hands it to the other by arriving on the other's (256 threads each: 128
+// waiting, 128 arriving). Consumer 1 hands consumer 0 the first turn (turn_end once before its first turn_begin); a
+// last hand-over nobody waits for may stay unmatched at exit.
+template <bool ON> __device__ __forceinline__ void turn_begin(int cw)
+{
+    if (ON) named_sync(1 + cw, 2 * 128);
+}
+template <bool ON> __device__ __forceinline__ void turn_end(int cw)
+{
+    if (ON) named_arrive(1 + (cw ^ 1), 2 * 128);
+}
 
 #endif // DFLASH_SM90A
+
+// Host side: whether the current device runs the sm_90a cubin (compute capability 9.0; other devices run the
+// compute_90 PTX, where the kernels are empty), read once (device 0 semantics, as the launches' attributes).
+inline int sm90a_device(void)
+{
+    static int cc = -1;
+    if (cc < 0) {
+        int dev = 0, major = 0, minor = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            major = minor = 0;
+        }
+        cc = major * 10 + minor;
+    }
+    return cc == 90;
+}
+
+// Host side: the tensor maps the kernels' TMA boxes read. cuTensorMapEncodeTiled through the runtime's driver entry
+// point (no -lcuda: see common/ipc/vmm_pool_cuda.c); NULL when the driver has none.
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline encode_tiled_fn encode_tiled(void)
+{
+    static int resolved = 0;
+    static encode_tiled_fn fn = NULL;
+    if (!resolved) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult qr = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr) ==
+                cudaSuccess &&
+            qr == cudaDriverEntryPointSuccess)
+            fn = (encode_tiled_fn)p;
+        else
+            (void)cudaGetLastError();
+        resolved = 1;
+    }
+    return fn;
+}
+
+// (rows, cols) bf16 matrix at base with row stride ld elements, read in boxes of box_rows x 64 columns, 128-byte
+// swizzled; a box's rows past `rows` read as zeros (and still count in the box's bytes). Returns 0 when the driver
+// cannot make it.
+inline int make_map(CUtensorMap *map, const void *base, int ld, int cols, uint64_t rows, int box_rows)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn) return 0;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
+    cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
 
 } // namespace wgmma_sm90
 

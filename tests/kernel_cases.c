@@ -75,6 +75,28 @@ const kc_case kernel_cases[] = {
     {KC(kc_matmul_forward_f32, 77, 384, 256, 1)},
     {KC(kc_matmul_pick, 0), .why = "the GEMM pick rule on made-up heuristic answers"},
 
+    /* ---- matmul_swiglu (the gate|up GEMM with SwiGLU in its epilogue): T I H ldx ldact kernel (1 cooperative,
+     * 2 ping-pong, 3 cluster, 4 and 5 the cooperative and cluster ones storing by TMA: MATMUL_SWIGLU_*; their
+     * ldact=130 row runs the direct-store fallback); each schedule's rows after the one before's (a hang loses less) */
+#define MS_ROWS(k, only_)                                                                                            \
+    {KC(kc_matmul_swiglu, 1, 64, 64, 64, 64, k), .only = only_, .why = "one row, one tile of half its columns"},     \
+    {KC(kc_matmul_swiglu, 7, 128, 128, 136, 130, k), .only = only_,                                                 \
+     .why = "odd T, strided x, act's padding columns"},                                                             \
+    {KC(kc_matmul_swiglu, 129, 192, 256, 256, 192, k), .only = only_,                                               \
+     .why = "a row block and one row; I % 128 = 64: a half column block"},                                          \
+    {KC(kc_matmul_swiglu, 1201, 320, 256, 264, 328, k), .only = only_,                                              \
+     .why = "odd T over 10 row blocks, a half column block"},                                                       \
+    {KC(kc_matmul_swiglu, 601, 12288, 4096, 4096, 12288, k), .only = KC_CUDA_ONLY,                                  \
+     .why = "Qwen3-8B's MLP at 601 rows: 480 tiles (cooperative), rounds of the persistent grid, a one-row block"}, \
+    {KC(kc_matmul_swiglu, 2500, 1024, 1024, 1024, 1024, k), .only = KC_CUDA_ONLY,                                   \
+     .why = "160 tiles (cooperative): a second round; k blocks past the ring"}
+    MS_ROWS(1, KC_ALL),
+    MS_ROWS(2, KC_CUDA_ONLY),
+    MS_ROWS(3, KC_CUDA_ONLY),
+    MS_ROWS(4, KC_CUDA_ONLY),
+    MS_ROWS(5, KC_CUDA_ONLY),
+#undef MS_ROWS
+
     /* ---- swiglu: rows dim ldo | rows dim ldgu lddo in_place ---- */
     {KC(kc_swiglu_forward, 1, 101, 101), .why = "saturated gates, aliases"},
     {KC(kc_swiglu_forward, 37, 768, 768), .why = "vector path"},
@@ -523,6 +545,7 @@ const kc_timing kernel_timings[] = {
     {"matmul_backward", kc_time_matmul_backward},
     {"matmul_survey", kc_time_matmul_survey},
     {"dense_layer_other", kc_time_dense_layer_other},
+    {"matmul_swiglu", kc_time_matmul_swiglu},
 };
 const int kernel_ntimings = (int)(sizeof kernel_timings / sizeof kernel_timings[0]);
 #endif

@@ -8,8 +8,10 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
+#include "env_switch.h"
 #include "gemv.h"
 #include "matmul.h"
+#include "matmul_swiglu.h"
 #include "rmsnorm.h"
 #include "swiglu.h"
 #include "target_arena_cuda.h"
@@ -115,12 +117,30 @@ void target_cuda_norm_linear(target_cuda *m, uint16_t *y, int ldy, uint16_t *u, 
     }
 }
 
+/* The rule for the gate|up GEMM with SwiGLU in its epilogue (matmul_swiglu: gu never goes to memory): opt-in until a
+ * GPU run has validated it, DFLASH_GATEUP_FUSED=1 (read once); the rows the GEMV does not take, on the operands
+ * (sm_90a device, shapes) matmul_swiglu_cuda_takes accepts. Else cuBLASLt into gu, then swiglu_forward_cuda. */
+static int tc_gateup_fused(const target_cuda *m, const uint16_t *act, int ldact, const uint16_t *u,
+                           const uint16_t *w_gu, int T, int I, int k)
+{
+    static int on = -1;
+    return env_switch(&on, "DFLASH_GATEUP_FUSED", "1") && T > m->gemv_rows &&
+           matmul_swiglu_cuda_takes(act, ldact, u, k, w_gu, T, I, k);
+}
+
 void target_cuda_norm_linear_swiglu(target_cuda *m, uint16_t *act, int ldact, uint16_t *gu, uint16_t *u,
                                     const uint16_t *x, int ldx, const uint16_t *norm_w, float eps, const uint16_t *w_gu,
                                     int T, int I, int k)
 {
     if (tc_gemv_folds(m, T) && gemv_rmsnorm_swiglu_cuda_takes(x, ldx, norm_w, w_gu, T, I, k, ldact)) {
         gemv_rmsnorm_swiglu_forward_cuda(act, ldact, x, ldx, norm_w, eps, w_gu, T, I, k, m->stream);
+        target_cuda_mark(m, TARGET_CUDA_MATMUL);
+        return;
+    }
+    if (tc_gateup_fused(m, act, ldact, u, w_gu, T, I, k)) {
+        rmsnorm_forward_cuda(u, k, x, ldx, norm_w, T, k, eps, m->stream);
+        target_cuda_mark(m, TARGET_CUDA_OTHER);
+        matmul_swiglu_forward_cuda(act, ldact, u, k, w_gu, T, I, k, m->stream);
         target_cuda_mark(m, TARGET_CUDA_MATMUL);
         return;
     }
