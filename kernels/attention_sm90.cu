@@ -61,6 +61,14 @@ template <int HD> struct sm90_shape {
 // the head dims the kernel takes fill whole 128-byte panels (also read where the sm_90a code is compiled out)
 static_assert(sm90_shape<64>::kPanels == 1 && sm90_shape<128>::kPanels == 2, "head_dim 64 and 128: 1 and 2 panels");
 
+// The Q side of qk_norm_rope folded in (attention_qfold; device pointers, w NULL: no norm)
+struct qfold_args {
+    const __nv_bfloat16 *w;
+    float eps;
+    const int32_t *pos;
+    const double *inv_freq;
+};
+
 #ifdef DFLASH_SM90A
 // rows [row0, row0 + ROWS) of a (len, HD) slice with row stride ld into swizzled panels PANEL_ROWS rows apart, rows
 // >= len zero; threads tid, tid + nthr, ... of the caller each issue their share of 16-byte cp.async copies
@@ -129,6 +137,81 @@ __device__ __forceinline__ void release(uint64_t *bar, int lane)
 {
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
+}
+
+// The fold: this consumer's 64 Q rows of the item (sequence-local rows row0.., at tile: row r of 64-column panel p
+// at p * kBM * 128 + r * 128, 16-byte chunk c at chunk c ^ (r & 7)) normed and rotated in place, bitwise as
+// qk_norm_rope_cuda's per-token kernel (qk_norm_rope_tok_kernel) does them. There lane v of a row's G = HD/8 holds
+// chunk v (elements 8v..8v+7) and sums its squares as nvcc contracts `ss += f.x * f.x + f.y * f.y` from 0: ((q0 +
+// q1) + q2) + q3, q_j = fma(x_2j, x_2j, x_2j+1²); the row's sum is the butterfly over xor G/2, G/4, .., 1; rstd =
+// rsqrt(fma(ss, 1/HD, eps)) (its ss / HD + eps); a = w·(rstd·x); element i < HD/2 pairs with i + HD/2 (the lane
+// G/2 away); the angle pos·inv_freq[i] in double, reduced to [-π, π] by fma(rint(ang / 2π), -2π, ang), __sincosf
+// of it as a float; x1' = fma(c, x1, -(s·x2)), x2' = fma(c, x2, s·x1); one bf16 rounding. Here a thread holds chunk
+// u and its partner u + G/2 (the butterfly's first stage is the sum of their two sums: the same tree) and writes
+// both: G/2 threads a row, 256/G rows a pass. The explicit _rn intrinsics keep nvcc from contracting otherwise.
+// Element pairs are re-read from shared memory one at a time (4 bytes; the row's k16 slot rotated by the row's place
+// in the warp, so a warp's accesses hit 32 banks): the consumers' registers are nearly all held by O, S and P here
+// (whole-row registers spilled). Rows at or past len (the next sequence's, or zero) become zero. Generic-proxy
+// stores: the caller fences and syncs before the wgmma reads them.
+template <int HD>
+__device__ __forceinline__ void qfold_rows(unsigned char *tile, int start, int row0, int len, const qfold_args &f,
+                                           int tid)
+{
+    constexpr int G = HD / 8, P = G / 2, kRows = 128 / P;
+    const double two_pi = 6.283185307179586476925, inv_two_pi = 0.15915494309189533577;
+    const int u = tid % P, r_in = tid / P, slot = r_in % (32 / P); // slot: the row's place in its warp
+    const int ca = u, cb = u + P; // chunk indices along the row (8 per panel)
+#pragma unroll 1
+    for (int r = r_in; r < 64; r += kRows) {
+        unsigned char *pa = tile + (ca >> 3) * kBM * 128 + r * 128 + (((ca & 7) ^ (r & 7)) << 4);
+        unsigned char *pb = tile + (cb >> 3) * kBM * 128 + r * 128 + (((cb & 7) ^ (r & 7)) << 4);
+        float ss;
+        {
+            const uint4 xa = *reinterpret_cast<const uint4 *>(pa), xb = *reinterpret_cast<const uint4 *>(pb);
+            const __nv_bfloat162 *ha = reinterpret_cast<const __nv_bfloat162 *>(&xa);
+            const __nv_bfloat162 *hb = reinterpret_cast<const __nv_bfloat162 *>(&xb);
+            float ssa = 0.0f, ssb = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float2 fa = __bfloat1622float2(ha[j]), fb = __bfloat1622float2(hb[j]);
+                const float qa = __fmaf_rn(fa.x, fa.x, __fmul_rn(fa.y, fa.y));
+                const float qb = __fmaf_rn(fb.x, fb.x, __fmul_rn(fb.y, fb.y));
+                ssa = j ? __fadd_rn(ssa, qa) : qa, ssb = j ? __fadd_rn(ssb, qb) : qb;
+            }
+            ss = __fadd_rn(ssa, ssb); // the butterfly's stage xor G/2
+        }
+#pragma unroll
+        for (int o = P / 2; o > 0; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+        const float rstd = rsqrtf(__fmaf_rn(ss, 1.0f / (float)HD, f.eps));
+        const bool valid = row0 + r < len;
+        const double p = (double)(valid ? f.pos[start + row0 + r] : 0);
+#pragma unroll 1
+        for (int jj = 0; jj < 4; jj++) { // a pair of elements of each chunk at a time
+            const int j = (jj + slot) & 3, i0 = 8 * ca + 2 * j;
+            __nv_bfloat162 *qa = reinterpret_cast<__nv_bfloat162 *>(pa + 4 * j);
+            __nv_bfloat162 *qb = reinterpret_cast<__nv_bfloat162 *>(pb + 4 * j);
+            float2 a = __bfloat1622float2(*qa), b = __bfloat1622float2(*qb);
+            if (f.w) {
+                const float2 wa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(f.w + i0));
+                const float2 wb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(f.w + i0 + HD / 2));
+                a.x = __fmul_rn(wa.x, __fmul_rn(rstd, a.x)), a.y = __fmul_rn(wa.y, __fmul_rn(rstd, a.y));
+                b.x = __fmul_rn(wb.x, __fmul_rn(rstd, b.x)), b.y = __fmul_rn(wb.y, __fmul_rn(rstd, b.y));
+            }
+            float o1[2], o2[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float x1 = e ? a.y : a.x, x2 = e ? b.y : b.x;
+                double ang = __dmul_rn(f.inv_freq[i0 + e], p);
+                ang = __fma_rn(rint(__dmul_rn(ang, inv_two_pi)), -two_pi, ang);
+                float sn, cs;
+                __sincosf((float)ang, &sn, &cs);
+                o1[e] = __fmaf_rn(cs, x1, -__fmul_rn(sn, x2));
+                o2[e] = __fmaf_rn(cs, x2, __fmul_rn(sn, x1));
+            }
+            *qa = valid ? __floats2bfloat162_rn(o1[0], o1[1]) : __floats2bfloat162_rn(0.0f, 0.0f);
+            *qb = valid ? __floats2bfloat162_rn(o2[0], o2[1]) : __floats2bfloat162_rn(0.0f, 0.0f);
+        }
+    }
 }
 
 // the causal mask (when a key of the tile can pass a row of this warpgroup; keys >= len then pass every stored row
@@ -251,13 +334,13 @@ __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlen
 }
 #endif
 
-template <int HD, bool PINGPONG>
+template <int HD, bool PINGPONG, bool FOLD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
                           const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v,
                           int ldv, const int32_t *cu_seqlens, int nseq, int nh, int nqb, int group, float scale_log2,
-                          int pairs)
+                          int pairs, qfold_args fold)
 {
 #ifdef DFLASH_SM90A
     using S = sm90_shape<HD>;
@@ -392,6 +475,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         row_a = r0 + warp * 16 + g, row_b = row_a + 8;
         sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
         mbar_wait(full_q + (n & 1), (uint32_t)((n >> 1) & 1));
+        if constexpr (FOLD) { // this warpgroup's rows normed and rotated in place before its first S reads them
+            qfold_rows<HD>(sq + (n & 1) * S::kQBytes + cw * 64 * 128, it.start, r0, it.len, fold, tid);
+            fence_proxy_async(); // the wgmma reads the stores through the async proxy
+            named_sync(3 + cw, 128); // every warp's rows stored (barriers 1 and 2 are the ping-pong's)
+        }
     };
     // O of the item, relative to the running max of the tile whose P is being added; rescaled after that GEMM
     float o[HD / 2];
@@ -528,7 +616,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // compiled for a target without wgmma: never launched (attention_wgmma_supported says no there)
     (void)tm_q, (void)tm_k, (void)tm_v, (void)use_tma, (void)out, (void)ldo, (void)q, (void)ldq, (void)k, (void)ldk;
     (void)v, (void)ldv, (void)cu_seqlens, (void)nseq, (void)nh, (void)nqb, (void)group, (void)scale_log2;
-    (void)pairs;
+    (void)pairs, (void)fold;
 #endif
 }
 
@@ -572,16 +660,21 @@ int make_map(CUtensorMap *map, const void *base, int ld, int cols, uint64_t rows
 template <int HD>
 void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
                  int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, float scale,
-                 int want_tma, cudaStream_t st)
+                 int want_tma, const attention_qfold *qf, cudaStream_t st)
 {
     constexpr int smem = sm90_shape<HD>::kSmem;
     static_assert(smem <= 227 * 1024, "the shared memory of one CTA on sm_90");
+    // the four instances: ping-pong or not, the fold or not
+    typedef void (*kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, int, __nv_bfloat16 *, int,
+                              const __nv_bfloat16 *, int, const __nv_bfloat16 *, int, const __nv_bfloat16 *, int,
+                              const int32_t *, int, int, int, int, float, int, qfold_args);
+    static const kernel_fn kernels[2][2] = {{flash_fwd_sm90_kernel<HD, false, false>, flash_fwd_sm90_kernel<HD, false, true>},
+                                            {flash_fwd_sm90_kernel<HD, true, false>, flash_fwd_sm90_kernel<HD, true, true>}};
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++)
+                CHECK_CUDA(cudaFuncSetAttribute(kernels[a][b], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
     // DFLASH_ATTENTION_PINGPONG=0: the consumers issue their wgmmas without taking turns (measured against)
@@ -612,9 +705,12 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         exit(1);
     }
     const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
-    (pingpong ? flash_fwd_sm90_kernel<HD, true> : flash_fwd_sm90_kernel<HD, false>)<<<grid, kThreads, smem, st>>>(
+    const qfold_args fold = {qf ? (const __nv_bfloat16 *)qf->q_w : nullptr, qf ? qf->eps : 0.0f,
+                             qf ? qf->pos : nullptr, qf ? qf->inv_freq : nullptr};
+    kernels[pingpong][qf != nullptr]<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
-        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs);
+        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs,
+        fold);
     CHECK_CUDA_LAUNCH();
 }
 
@@ -637,14 +733,21 @@ extern "C" int attention_wgmma_supported(int hd)
     return cc == 90; // the sm_90a cubin; other devices run the compute_90 PTX, where the kernel is empty
 }
 
-extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
-                                             int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
-                                             int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
-                                             void *stream)
+extern "C" void attention_wgmma_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
+                                                   const uint16_t *k, int ldk, const uint16_t *v, int ldv,
+                                                   const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh,
+                                                   int nkv, int hd, float scale, int tma, const attention_qfold *fold,
+                                                   void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
+    if (fold && (!fold->pos || !fold->inv_freq || (uintptr_t)fold->q_w % 4 != 0)) {
+        fprintf(stderr, "attention_wgmma_qfold_forward_cuda: the fold needs the rows' positions (%p), inv_freq (%p) "
+                        "and a 4-byte aligned q_w (%p)\n", (const void *)fold->pos, (const void *)fold->inv_freq,
+                (const void *)fold->q_w);
+        exit(1);
+    }
 #define LAUNCH_SM90(H) \
-    launch_sm90<H>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, st)
+    launch_sm90<H>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, fold, st)
     if (hd == 128) LAUNCH_SM90(128);
     else if (hd == 64) LAUNCH_SM90(64);
     else {
@@ -652,4 +755,13 @@ extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint1
         exit(1);
     }
 #undef LAUNCH_SM90
+}
+
+extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                             int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                             int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
+                                             void *stream)
+{
+    attention_wgmma_qfold_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
+                                       scale, tma, NULL, stream);
 }
