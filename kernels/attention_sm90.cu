@@ -149,9 +149,9 @@ __device__ __forceinline__ void release(uint64_t *bar, int lane)
 // of it as a float; x1' = fma(c, x1, -(s·x2)), x2' = fma(c, x2, s·x1); one bf16 rounding. Here a thread holds chunk
 // u and its partner u + G/2 (the butterfly's first stage is the sum of their two sums: the same tree) and writes
 // both: G/2 threads a row, 256/G rows a pass. The explicit _rn intrinsics keep nvcc from contracting otherwise.
-// Element pairs are re-read from shared memory one at a time (4 bytes; the row's k16 slot rotated by the row's place
-// in the warp, so a warp's accesses hit 32 banks): the consumers' registers are nearly all held by O, S and P here
-// (whole-row registers spilled). Rows at or past len (the next sequence's, or zero) become zero. Generic-proxy
+// Element pairs are re-read from shared memory 4 bytes at a time, the pair index rotated by the row's place in its
+// warp so that a warp's accesses hit 32 different banks: the consumers' registers are nearly all held by O, S and P
+// here (a whole row in registers spilled). Rows at or past len (the next sequence's, or zero) become zero. Generic-proxy
 // stores: the caller fences and syncs before the wgmma reads them.
 template <int HD>
 __device__ __forceinline__ void qfold_rows(unsigned char *tile, int start, int row0, int len, const qfold_args &f,
@@ -185,8 +185,9 @@ __device__ __forceinline__ void qfold_rows(unsigned char *tile, int start, int r
         const float rstd = rsqrtf(__fmaf_rn(ss, 1.0f / (float)HD, f.eps));
         const bool valid = row0 + r < len;
         const double p = (double)(valid ? f.pos[start + row0 + r] : 0);
-#pragma unroll 1
-        for (int jj = 0; jj < 4; jj++) { // a pair of elements of each chunk at a time
+#pragma unroll 2
+        for (int jj = 0; jj < 4; jj++) { // a pair of elements of each chunk at a time (two pairs in flight: more
+                                         // spill 64 bytes at HD 128)
             const int j = (jj + slot) & 3, i0 = 8 * ca + 2 * j;
             __nv_bfloat162 *qa = reinterpret_cast<__nv_bfloat162 *>(pa + 4 * j);
             __nv_bfloat162 *qb = reinterpret_cast<__nv_bfloat162 *>(pb + 4 * j);
