@@ -385,8 +385,10 @@ static enum attention_cuda_kernel auto_kernel(bool aligned, int hd, int window, 
 extern "C" int attention_qfold_applies(const uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
                                        int ldk, const uint16_t *v, int ldv, int hd, int window, const float *sinks)
 {
-    static int on = -1; // DFLASH_ATTENTION_QFOLD=1: the fold, opt-in until a GPU run has validated it
-    return env_switch(&on, "DFLASH_ATTENTION_QFOLD", "1") &&
+    // DFLASH_ATTENTION_QFOLD=1 (or =begin, the fold without the passes ahead: attention_sm90.cu): the fold, opt-in
+    // until a GPU run has validated it
+    static int on = -1, begin = -1;
+    return (env_switch(&on, "DFLASH_ATTENTION_QFOLD", "1") || env_switch(&begin, "DFLASH_ATTENTION_QFOLD", "begin")) &&
            auto_kernel(rows_aligned(out, ldo, q, ldq, k, ldk, v, ldv), hd, window, sinks) == ATTENTION_CUDA_WGMMA;
 }
 

@@ -716,7 +716,8 @@ static void attention_wgmma_cuda_check(const kc_case *c)
  * tolerances; bitwise equal to the unfused one where `bitwise` (qk_norm_rope_cuda takes q by its per-token kernel,
  * whose arithmetic the fold reproduces), else within those tolerances of it; the cp.async staging bitwise equal to
  * TMA's; k of the k-only call bitwise equal to the full call's where `bitwise`; q left raw in memory. Then the public
- * path: attention_qfold_applies (1 exactly when DFLASH_ATTENTION_QFOLD=1 in the environment) and, as
+ * path: attention_qfold_applies (1 exactly when DFLASH_ATTENTION_QFOLD is 1 or begin; begin also picks the kernel's
+ * variant without passes ahead for every folded launch here) and, as
  * attn_block_cuda.c runs it, attention_causal_qfold_forward_cuda with the fold (then bitwise the folded output) or
  * without it after the full qk_norm_rope_cuda (then bitwise the unfused one). nh nkv hd with_norm bitwise */
 static void attention_qfold_cuda_check(const kc_case *c)
@@ -820,7 +821,7 @@ static void attention_qfold_cuda_check(const kc_case *c)
     }
     /* the public path: the switch read as the environment says, the output as the path it chose */
     const char *env = getenv("DFLASH_ATTENTION_QFOLD");
-    const int want = env && !strcmp(env, "1") && attention_wgmma_chosen(hd);
+    const int want = env && (!strcmp(env, "1") || !strcmp(env, "begin")) && attention_wgmma_chosen(hd);
     size_t dp = 0;
     for (size_t i = 0; i < no; i++) dp += o[kPublic][i] != o[applies ? kFold : kUnfused][i];
     printf("%s %s: attention_qfold_applies %d (DFLASH_ATTENTION_QFOLD=%s, wgmma chosen %d); "
