@@ -144,8 +144,9 @@ __device__ __forceinline__ void release(uint64_t *bar, int lane)
     if (lane == 0) mbar_arrive(bar);
 }
 
-// The fold: this consumer's 64 Q rows of the item (sequence-local rows row0.., at tile: row r of 64-column panel p
-// at p * kBM * 128 + r * 128, 16-byte chunk c at chunk c ^ (r & 7)) normed and rotated in place, bitwise as
+// The fold: this consumer's 64 Q rows of an item (row r of 64-column panel p at tile + p * kBM * 128 + r * 128,
+// 16-byte chunk c at chunk c ^ (r & 7); packed row row0 + r, its position pos[row0 + r]) normed and rotated in place,
+// bitwise as
 // qk_norm_rope_cuda's per-token kernel (qk_norm_rope_tok_kernel) does them. There lane v of a row's G = HD/8 holds
 // chunk v (elements 8v..8v+7) and sums its squares as nvcc contracts `ss += f.x * f.x + f.y * f.y` from 0: ((q0 +
 // q1) + q2) + q3, q_j = fma(x_2j, x_2j, x_2j+1²); the row's sum is the butterfly over xor G/2, G/4, .., 1; rstd =
@@ -157,8 +158,8 @@ __device__ __forceinline__ void release(uint64_t *bar, int lane)
 // pass). The explicit _rn intrinsics keep nvcc from contracting otherwise.
 // Element pairs are re-read from shared memory 4 bytes at a time, the pair index rotated by the row's place in its
 // warp so that a warp's accesses hit 32 different banks: the consumers' registers are nearly all held by O, S and P
-// here (a whole row in registers spilled). Rows at or past len (the next sequence's, or zero) become zero. Generic-proxy
-// stores: the caller fences and syncs before the wgmma reads them.
+// here (a whole row in registers spilled). Rows r >= nvalid (past the sequence: the next sequence's, or zero) become
+// zero. Generic-proxy stores: the caller fences and syncs before the wgmma reads them.
 template <int HD> constexpr int kQfoldPasses = 64 / (128 / (HD / 16)); // 4 at HD 128, 2 at HD 64
 
 // shared-memory accesses of the fold by 32-bit address (no 64-bit generic pointers: registers are scarce there)
@@ -527,9 +528,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t sq_addr = 0;
     // the fold (FOLD 1: in begin() only; 2: ahead too): a warp's passes of item n's rows done ahead, during item
     // n - 1's steps (ahead; the same across a warp): each step folds a pass of the next item's rows into the other Q
-    // buffer while its GEMMs run, once that Q has landed; begin() does the passes left. The next item's first packed row and valid rows are in shared memory
-    // (nx_rec, two per consumer by item parity: written before begin()'s barrier, read in the item's steps, never
-    // while a warp still reads the other), not in registers: there every register is held by S, O and P
+    // buffer while its GEMMs run, once that Q has landed; begin() does the passes left. The next item's first packed
+    // row and valid rows are in shared memory (nx_rec, two per consumer by item parity: written before begin()'s
+    // barrier, read in the item's steps, never while a warp still reads the other), not in registers: there every
+    // register is held by S, O and P
     int ahead = 0;
     auto begin = [&]() {
         nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
@@ -592,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
         wgmma_commit();
         turn_end<PINGPONG>(cw);
-        if constexpr (FOLD == 2) // a pass of the next item's rows (generic proxy, the other Q buffer) while the GEMMs run
+        if constexpr (FOLD == 2) // a pass of the next item's rows (the other Q buffer) while the GEMMs run
             if (ahead < kQfoldPasses<HD> && mbar_done_warp(full_q + ((n + 1) & 1), (uint32_t)(((n + 1) >> 1) & 1))) {
                 const int2 nx = lds64(smem_u32(nx_rec + 2 * cw + (n & 1)));
                 qfold_pass<HD, 1>(smem_u32(sq + ((n + 1) & 1) * S::kQBytes + cw * 64 * 128), nx.x, nx.y, fold, tid,
