@@ -824,11 +824,19 @@ static void attention_qfold_cuda_check(const kc_case *c)
     const int want = env && (!strcmp(env, "1") || !strcmp(env, "begin")) && attention_wgmma_chosen(hd);
     size_t dp = 0;
     for (size_t i = 0; i < no; i++) dp += o[kPublic][i] != o[applies ? kFold : kUnfused][i];
-    printf("%s %s: attention_qfold_applies %d (DFLASH_ATTENTION_QFOLD=%s, wgmma chosen %d); "
-           "attention_causal_qfold_forward_cuda bitwise identical to the %s path (%zu of %zu values differ)\n",
-           applies == want && !dp ? "ok" : "FAIL", name, applies, env ? env : "(unset)", attention_wgmma_chosen(hd),
-           applies ? "folded" : "unfused", dp, no);
-    failures += applies != want || dp != 0;
+    if (!applies && !attention_wgmma_chosen(hd)) { /* DFLASH_ATTENTION=mma_sync: the other kernel, its own bits */
+        double nrp = 0, ep = err_vs_max(o[kPublic], ldo, ref, qd, T, qd, &nrp);
+        const int okp = applies == want && ep <= 1e-2 && nrp <= 5e-3;
+        printf("%s %s: attention_qfold_applies 0 (wgmma not chosen); the public path by mma.sync max_err/max_ref=%.3g "
+               "norm_rel=%.3g\n", okp ? "ok" : "FAIL", name, ep, nrp);
+        failures += !okp;
+    } else {
+        printf("%s %s: attention_qfold_applies %d (DFLASH_ATTENTION_QFOLD=%s); attention_causal_qfold_forward_cuda "
+               "bitwise identical to the %s path (%zu of %zu values differ)\n",
+               applies == want && !dp ? "ok" : "FAIL", name, applies, env ? env : "(unset)",
+               applies ? "folded" : "unfused", dp, no);
+        failures += applies != want || dp != 0;
+    }
     fflush(stdout);
     for (int r = 0; r < kOuts; r++) {
         CHECK_CUDA(cudaFree(d_o[r]));
