@@ -11,7 +11,7 @@ set -u
 for sw in unset 1 begin; do
     echo "== test_kernel_cases_gpu attention_qfold, DFLASH_ATTENTION_QFOLD=$sw"
     if [ $sw = unset ]; then e="env -u DFLASH_ATTENTION_QFOLD"; else e="env DFLASH_ATTENTION_QFOLD=$sw"; fi
-    $e timeout 15 build/gpu/test_kernel_cases_gpu attention_qfold > /tmp/qfold_kc_$sw.log 2>&1
+    $e timeout 12 build/gpu/test_kernel_cases_gpu attention_qfold > /tmp/qfold_kc_$sw.log 2>&1
     echo "rc=$? ok=$(grep -c '^ok' /tmp/qfold_kc_$sw.log) FAIL=$(grep -c '^FAIL' /tmp/qfold_kc_$sw.log)"
     grep -v "^== " /tmp/qfold_kc_$sw.log | cut -c1-260
 done
@@ -23,7 +23,7 @@ for sw in unset 1 begin; do
     grep "target step\|forward alone\|time split\|rates\|non-finite\|rror\|FAIL" /tmp/qfold_bt_$sw.log | cut -c1-300
 done
 echo "== test_target_gpu qwen3, DFLASH_ATTENTION_QFOLD=1"
-DFLASH_ATTENTION_QFOLD=1 timeout 25 build/gpu/test_target_gpu qwen3 > /tmp/qfold_tt.log 2>&1
+DFLASH_ATTENTION_QFOLD=1 timeout 35 build/gpu/test_target_gpu qwen3 > /tmp/qfold_tt.log 2>&1
 echo "rc=$? ok=$(grep -c '^ok' /tmp/qfold_tt.log) FAIL=$(grep -c '^FAIL' /tmp/qfold_tt.log)"
 grep -m 12 "FAIL" /tmp/qfold_tt.log | cut -c1-300
 tail -n 3 /tmp/qfold_tt.log | cut -c1-300
