@@ -364,7 +364,43 @@ extern "C" int attention_wgmma_chosen(int hd) { return !mma_sync_forced() && att
 static void causal_forward(enum attention_cuda_kernel kernel, uint16_t *out, int ldo, const uint16_t *q, int ldq,
                            const uint16_t *k, int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
                            int max_seqlen, int nh, int nkv, int hd, float scale, int window, const float *sinks,
-                           void *stream);
+                           const attention_qfold *fold, void *stream);
+
+// Whether the rows are 16-byte aligned (the tensor-core kernels' loads)
+static bool rows_aligned(const uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                         const uint16_t *v, int ldv)
+{
+    return ldo % 8 == 0 && ldq % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && (uintptr_t)out % 16 == 0 &&
+           (uintptr_t)q % 16 == 0 && (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
+}
+
+// The one place the automatic choice is made: wgmma on Hopper where it has the head_dim, the rows are aligned and no
+// window or sinks (gpt-oss's options, which the wgmma kernel lacks) are asked for, else mma.sync (or scalar)
+static enum attention_cuda_kernel auto_kernel(bool aligned, int hd, int window, const float *sinks)
+{
+    const bool plain = window <= 0 && sinks == NULL;
+    return aligned && plain && attention_wgmma_chosen(hd) ? ATTENTION_CUDA_WGMMA : ATTENTION_CUDA_MMA_SYNC;
+}
+
+extern "C" int attention_qfold_applies(const uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                       int ldk, const uint16_t *v, int ldv, int hd, int window, const float *sinks)
+{
+    // DFLASH_ATTENTION_QFOLD=1 (or =begin, the fold without the passes ahead: attention_sm90.cu): the fold, opt-in
+    // until a GPU run has validated it
+    static int on = -1, begin = -1;
+    return (env_switch(&on, "DFLASH_ATTENTION_QFOLD", "1") || env_switch(&begin, "DFLASH_ATTENTION_QFOLD", "begin")) &&
+           auto_kernel(rows_aligned(out, ldo, q, ldq, k, ldk, v, ldv), hd, window, sinks) == ATTENTION_CUDA_WGMMA;
+}
+
+extern "C" void attention_causal_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
+                                                    const uint16_t *k, int ldk, const uint16_t *v, int ldv,
+                                                    const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh,
+                                                    int nkv, int hd, float scale, int window, const float *sinks,
+                                                    const attention_qfold *fold, void *stream)
+{
+    causal_forward(ATTENTION_CUDA_AUTO, out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
+                   scale, window, sinks, fold, stream);
+}
 
 extern "C" void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
                                               int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens,
@@ -372,7 +408,7 @@ extern "C" void attention_causal_forward_cuda(uint16_t *out, int ldo, const uint
                                               void *stream)
 {
     causal_forward(ATTENTION_CUDA_AUTO, out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
-                   scale, 0, NULL, stream);
+                   scale, 0, NULL, NULL, stream);
 }
 
 extern "C" void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
@@ -382,7 +418,7 @@ extern "C" void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const
                                                    void *stream)
 {
     causal_forward(ATTENTION_CUDA_AUTO, out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
-                   scale, window, sinks, stream);
+                   scale, window, sinks, NULL, stream);
 }
 
 extern "C" void attention_causal_forward_cuda_with(enum attention_cuda_kernel kernel, uint16_t *out, int ldo,
@@ -391,15 +427,15 @@ extern "C" void attention_causal_forward_cuda_with(enum attention_cuda_kernel ke
                                                    int max_seqlen, int nh, int nkv, int hd, float scale, void *stream)
 {
     causal_forward(kernel, out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd, scale, 0, NULL,
-                   stream);
+                   NULL, stream);
 }
 
-// The one body: the kernel chosen (AUTO: wgmma on Hopper where it has the head_dim and no window or sinks are asked
-// for, else mma.sync, else scalar), then launched.
+// The one body: the kernel chosen (AUTO: auto_kernel), then launched; fold (attention_qfold) only where
+// attention_qfold_applies said so.
 static void causal_forward(enum attention_cuda_kernel kernel, uint16_t *out, int ldo, const uint16_t *q, int ldq,
                            const uint16_t *k, int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
                            int max_seqlen, int nh, int nkv, int hd, float scale, int window, const float *sinks,
-                           void *stream)
+                           const attention_qfold *fold, void *stream)
 {
     if (nseq <= 0 || max_seqlen <= 0 || nh <= 0) return;
     if (nkv <= 0 || nh % nkv != 0) {
@@ -408,12 +444,15 @@ static void causal_forward(enum attention_cuda_kernel kernel, uint16_t *out, int
     }
     cudaStream_t st = (cudaStream_t)stream;
     const int group = nh / nkv;
-    bool aligned = ldo % 8 == 0 && ldq % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && (uintptr_t)out % 16 == 0 &&
-                   (uintptr_t)q % 16 == 0 && (uintptr_t)k % 16 == 0 && (uintptr_t)v % 16 == 0;
-    // the one place the kernel is chosen: wgmma on Hopper where it has the head_dim, else mma.sync (or scalar)
-    const bool plain = window <= 0 && sinks == NULL; // the wgmma kernel has no window or sinks (gpt-oss's options)
-    if (kernel == ATTENTION_CUDA_AUTO)
-        kernel = aligned && plain && attention_wgmma_chosen(hd) ? ATTENTION_CUDA_WGMMA : ATTENTION_CUDA_MMA_SYNC;
+    const bool aligned = rows_aligned(out, ldo, q, ldq, k, ldk, v, ldv);
+    const bool plain = window <= 0 && sinks == NULL;
+    if (fold && !attention_qfold_applies(out, ldo, q, ldq, k, ldk, v, ldv, hd, window, sinks)) {
+        fprintf(stderr, "attention_causal_qfold_forward_cuda: the Q fold asked for where attention_qfold_applies says "
+                        "no (head_dim %d, aligned %d, window %d, sinks %s): the caller's qk_norm_rope must do q\n",
+                hd, (int)aligned, window, sinks ? "yes" : "no");
+        exit(1);
+    }
+    if (kernel == ATTENTION_CUDA_AUTO) kernel = auto_kernel(aligned, hd, window, sinks);
     if (kernel == ATTENTION_CUDA_WGMMA) {
         if (!aligned || !plain || !attention_wgmma_supported(hd)) {
             fprintf(stderr, "attention_causal_forward_cuda_with: the wgmma kernel takes head_dim 64 or 128 with 16-byte "
@@ -421,8 +460,8 @@ static void causal_forward(enum attention_cuda_kernel kernel, uint16_t *out, int
                             "sinks %s)\n", hd, (int)aligned, window, sinks ? "yes" : "no");
             exit(1);
         }
-        attention_wgmma_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
-                                     scale, 1, stream);
+        attention_wgmma_qfold_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv,
+                                           hd, scale, 1, fold, stream);
         return;
     }
     if (aligned) {

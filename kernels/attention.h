@@ -49,6 +49,35 @@ void attention_causal_opts_forward_cuda(uint16_t *out, int ldo, const uint16_t *
                                         int max_seqlen, int nh, int nkv, int hd, float scale, int window,
                                         const float *sinks, void *stream);
 
+/* The Q side of qk_norm_rope (qk_norm_rope.h) folded into the causal attention (issue 23): the Hopper kernel
+ * normalises (per head RMSNorm with q_w, fp32) and rotates (rotate-half RoPE at the row's position) each Q tile in
+ * shared memory after it lands, rounding to bf16 once, in qk_norm_rope_cuda's per-token kernel's arithmetic order:
+ * the same bits as qk_norm_rope_cuda on q then the attention where qk_norm_rope_cuda takes q with that kernel
+ * ((nh + nkv)·hd/8 <= 640 threads, 16-byte aligned, no cache append: Qwen3-8B's 32 + 8 heads of 128), within the
+ * bf16 rounding of the rows otherwise (its per-row kernels take the sine by sincosf instead of __sincosf). One HBM
+ * pass of q less. */
+typedef struct attention_qfold {
+    const uint16_t *q_w;     /* (hd) bf16 q_norm weight, or NULL: rotation only (Llama) */
+    float eps;               /* the norm's epsilon */
+    const int32_t *pos;      /* (T) device: each packed row's position */
+    const double *inv_freq;  /* (hd/2) device: rope_inv_freq */
+} attention_qfold;
+/* The one rule: whether attention_causal_qfold_forward_cuda folds the Q side for these arguments: the environment
+ * asks for it (DFLASH_ATTENTION_QFOLD=1, or =begin for the variant that folds each item's rows only when the item
+ * begins, none ahead during the previous item's GEMMs, to measure against; read once; default off until a GPU has
+ * validated it) and the call takes the Hopper kernel (the choice attention_causal_opts_forward_cuda makes:
+ * attention_wgmma_chosen(hd), 16-byte aligned rows, no window or sinks). When 1, the caller runs qk_norm_rope_cuda
+ * with q = NULL (nh = 0: k only) and passes the fold; when 0, qk_norm_rope_cuda on q and k as before and no fold. */
+int attention_qfold_applies(const uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                            const uint16_t *v, int ldv, int hd, int window, const float *sinks);
+/* attention_causal_opts_forward_cuda on raw q (not yet normed and rotated) with the fold (attention_qfold_applies
+ * must have said 1 for these arguments: a call it does not take exits with a message), or on q as given when fold
+ * is NULL. k must be normed and rotated already. */
+void attention_causal_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                         int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                         int max_seqlen, int nh, int nkv, int hd, float scale, int window,
+                                         const float *sinks, const attention_qfold *fold, void *stream);
+
 /* The kernels behind attention_causal_forward_cuda, chosen in attention.cu (attention_cuda_kernel): the Hopper one
  * (attention_sm90.cu: wgmma, TMA, warp-specialised) where attention_wgmma_supported(hd) (an sm_90 device, head_dim
  * 64 or 128, 16-byte aligned rows), else mma.sync (attention.cu; any head_dim). DFLASH_ATTENTION=mma_sync in the
@@ -72,6 +101,13 @@ int attention_wgmma_chosen(int hd);
 void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
                                   const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen,
                                   int nh, int nkv, int hd, float scale, int tma, void *stream);
+/* The Hopper kernel with the Q side of qk_norm_rope folded in (fold non-NULL; attention_qfold): q raw, k normed and
+ * rotated; fold NULL: attention_wgmma_forward_cuda. The tests' and benchmarks' way to the fold by name (whatever
+ * DFLASH_ATTENTION_QFOLD says, except that =begin picks that variant). */
+void attention_wgmma_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                                        const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                        int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
+                                        const attention_qfold *fold, void *stream);
 #ifdef __cplusplus
 }
 #endif

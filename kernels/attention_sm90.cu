@@ -22,6 +22,10 @@
 // swizzled 64-column panels (wgmma_sm90.cuh), written identically by TMA and by the cp.async path. Fixed order within
 // an item and no atomics: the result is deterministic. head_dim 64 and 128 (attention.cu's mma.sync kernel takes the
 // others).
+// The fold (attention_qfold, opt-in: its own kernel instances, FOLD 1 and 2): Q arrives raw and each consumer norms
+// and rotates its 64 rows of the tile in shared memory (qfold_pass, qk_norm_rope_cuda's per-token arithmetic to the
+// bit) before its first S of the item; FOLD 2 does most of those passes ahead, one per step of the previous item
+// while its GEMMs run, once the next Q tile has landed, and begin() only the passes left.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -56,10 +60,19 @@ template <int HD> struct sm90_shape {
     static constexpr int kQBytes = kBM * HD * 2;
     static constexpr int kTileBytes = kBN * HD * 2; // one K or V tile
     static constexpr int kBarOffset = 2 * kQBytes + 2 * kStages * kTileBytes; // two Q buffers, the K and V stages
-    static constexpr int kSmem = kBarOffset + 128 + 1024; // 12 barriers; slack to align the base to 1024 bytes
+    // 12 barriers and the fold's 4 next-item records (attention_qfold); slack to align the base to 1024 bytes
+    static constexpr int kSmem = kBarOffset + 128 + 1024;
 };
 // the head dims the kernel takes fill whole 128-byte panels (also read where the sm_90a code is compiled out)
 static_assert(sm90_shape<64>::kPanels == 1 && sm90_shape<128>::kPanels == 2, "head_dim 64 and 128: 1 and 2 panels");
+
+// The Q side of qk_norm_rope folded in (attention_qfold; device pointers, w NULL: no norm)
+struct qfold_args {
+    const __nv_bfloat16 *w;
+    float eps;
+    const int32_t *pos;
+    const double *inv_freq;
+};
 
 #ifdef DFLASH_SM90A
 // rows [row0, row0 + ROWS) of a (len, HD) slice with row stride ld into swizzled panels PANEL_ROWS rows apart, rows
@@ -122,6 +135,130 @@ __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
+}
+
+// The fold: this consumer's 64 Q rows of an item (row r of 64-column panel p at tile + p * kBM * 128 + r * 128,
+// 16-byte chunk c at chunk c ^ (r & 7); packed row row0 + r, its position pos[row0 + r]) normed and rotated in place,
+// bitwise as
+// qk_norm_rope_cuda's per-token kernel (qk_norm_rope_tok_kernel) does them. There lane v of a row's G = HD/8 holds
+// chunk v (elements 8v..8v+7) and sums its squares as nvcc contracts `ss += f.x * f.x + f.y * f.y` from 0: ((q0 +
+// q1) + q2) + q3, q_j = fma(x_2j, x_2j, x_2j+1²); the row's sum is the butterfly over xor G/2, G/4, .., 1; rstd =
+// rsqrt(fma(ss, 1/HD, eps)) (its ss / HD + eps); a = w·(rstd·x); element i < HD/2 pairs with i + HD/2 (the lane
+// G/2 away); the angle pos·inv_freq[i] in double, reduced to [-π, π] by fma(rint(ang / 2π), -2π, ang), __sincosf
+// of it as a float; x1' = fma(c, x1, -(s·x2)), x2' = fma(c, x2, s·x1); one bf16 rounding. Here a thread holds chunk
+// u and its partner u + G/2 (the butterfly's first stage is the sum of their two sums: the same tree) and writes
+// both: G/2 threads a row, 256/G rows a pass (kQfoldPasses passes of 64 rows; a warp's rows are its own in every
+// pass). The explicit _rn intrinsics keep nvcc from contracting otherwise.
+// Element pairs are re-read from shared memory 4 bytes at a time, the pair index rotated by the row's place in its
+// warp so that a warp's accesses hit 32 different banks: the consumers' registers are nearly all held by O, S and P
+// here (a whole row in registers spilled). Rows r >= nvalid (past the sequence: the next sequence's, or zero) become
+// zero. Generic-proxy stores: the caller fences and syncs before the wgmma reads them.
+template <int HD> constexpr int kQfoldPasses = 64 / (128 / (HD / 16)); // 4 at HD 128, 2 at HD 64
+
+// shared-memory accesses of the fold by 32-bit address (no 64-bit generic pointers: registers are scarce there)
+__device__ __forceinline__ uint4 lds128(uint32_t a)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t a)
+{
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+__device__ __forceinline__ void sts32(uint32_t a, uint32_t v)
+{
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ int2 lds64(uint32_t a)
+{
+    int2 v;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
+    return v;
+}
+__device__ __forceinline__ void sts64(uint32_t a, int x, int y)
+{
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(a), "r"(x), "r"(y) : "memory");
+}
+__device__ __forceinline__ float2 bf2_to_f2(uint32_t v)
+{
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v));
+}
+__device__ __forceinline__ uint32_t f2_to_bf2(float lo, float hi)
+{
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+// pass `pass` of the fold (one row of each thread's; the same across a warp) over the rows of the tile at shared
+// address tile whose packed row is row0 + r, valid (the rest zero) for r < nvalid; UNROLL element pairs in flight
+template <int HD, int UNROLL>
+__device__ __forceinline__ void qfold_pass(uint32_t tile, int row0, int nvalid, const qfold_args &f, int tid, int pass)
+{
+    constexpr int G = HD / 8, P = G / 2, kRows = 128 / P;
+    const double two_pi = 6.283185307179586476925, inv_two_pi = 0.15915494309189533577;
+    const int u = tid % P, r_in = tid / P, slot = r_in % (32 / P); // slot: the row's place in its warp
+    const int ca = u, cb = u + P; // chunk indices along the row (8 per panel)
+    const int r = r_in + pass * kRows;
+    const uint32_t pa = tile + (ca >> 3) * kBM * 128 + r * 128 + (((ca & 7) ^ (r & 7)) << 4);
+    const uint32_t pb = tile + (cb >> 3) * kBM * 128 + r * 128 + (((cb & 7) ^ (r & 7)) << 4);
+    float ss;
+    {
+        const uint4 xa = lds128(pa), xb = lds128(pb);
+        const uint32_t ha[4] = {xa.x, xa.y, xa.z, xa.w}, hb[4] = {xb.x, xb.y, xb.z, xb.w};
+        float ssa = 0.0f, ssb = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 fa = bf2_to_f2(ha[j]), fb = bf2_to_f2(hb[j]);
+            const float qa = __fmaf_rn(fa.x, fa.x, __fmul_rn(fa.y, fa.y));
+            const float qb = __fmaf_rn(fb.x, fb.x, __fmul_rn(fb.y, fb.y));
+            ssa = j ? __fadd_rn(ssa, qa) : qa, ssb = j ? __fadd_rn(ssb, qb) : qb;
+        }
+        ss = __fadd_rn(ssa, ssb); // the butterfly's stage xor G/2
+    }
+#pragma unroll
+    for (int o = P / 2; o > 0; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+    const float rstd = rsqrtf(__fmaf_rn(ss, 1.0f / (float)HD, f.eps));
+    const bool valid = r < nvalid;
+    const double p = (double)(valid ? f.pos[row0 + r] : 0);
+#pragma unroll UNROLL
+    for (int jj = 0; jj < 4; jj++) { // a pair of elements of each chunk at a time
+        const int j = (jj + slot) & 3, i0 = 8 * ca + 2 * j;
+        float2 a = bf2_to_f2(lds32(pa + 4 * j)), b = bf2_to_f2(lds32(pb + 4 * j));
+        if (f.w) {
+            const float2 wa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(f.w + i0));
+            const float2 wb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(f.w + i0 + HD / 2));
+            a.x = __fmul_rn(wa.x, __fmul_rn(rstd, a.x)), a.y = __fmul_rn(wa.y, __fmul_rn(rstd, a.y));
+            b.x = __fmul_rn(wb.x, __fmul_rn(rstd, b.x)), b.y = __fmul_rn(wb.y, __fmul_rn(rstd, b.y));
+        }
+        float o1[2], o2[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float x1 = e ? a.y : a.x, x2 = e ? b.y : b.x;
+            double ang = __dmul_rn(f.inv_freq[i0 + e], p);
+            ang = __fma_rn(rint(__dmul_rn(ang, inv_two_pi)), -two_pi, ang);
+            float sn, cs;
+            __sincosf((float)ang, &sn, &cs);
+            o1[e] = __fmaf_rn(cs, x1, -__fmul_rn(sn, x2));
+            o2[e] = __fmaf_rn(cs, x2, __fmul_rn(sn, x1));
+        }
+        sts32(pa + 4 * j, valid ? f2_to_bf2(o1[0], o1[1]) : 0u);
+        sts32(pb + 4 * j, valid ? f2_to_bf2(o2[0], o2[1]) : 0u);
+    }
+}
+
+// whether the phase of the given parity has completed, without waiting, the same answer across the warp
+__device__ __forceinline__ bool mbar_done_warp(uint64_t *bar, uint32_t parity)
+{
+    uint32_t ok;
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(smem_u32(bar)), "r"(parity)
+                 : "memory");
+    return __all_sync(0xffffffffu, ok);
 }
 
 // the causal mask (when a key of the tile can pass a row of this warpgroup; keys >= len then pass every stored row
@@ -232,13 +369,13 @@ __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlen
 }
 #endif
 
-template <int HD, bool PINGPONG>
+template <int HD, bool PINGPONG, int FOLD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
                           const __nv_bfloat16 *q, int ldq, const __nv_bfloat16 *k, int ldk, const __nv_bfloat16 *v,
                           int ldv, const int32_t *cu_seqlens, int nseq, int nh, int nqb, int group, float scale_log2,
-                          int pairs)
+                          int pairs, qfold_args fold)
 {
 #ifdef DFLASH_SM90A
     using S = sm90_shape<HD>;
@@ -249,6 +386,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::kBarOffset);
     uint64_t *full_k = bars, *full_v = bars + kStages, *empty_k = bars + 2 * kStages, *empty_v = bars + 3 * kStages;
     uint64_t *full_q = bars + 4 * kStages, *empty_q = full_q + 2;
+    // the fold's next-item record of consumer c in item n: (first packed row, valid rows) at nx_rec + 2 c + (n & 1)
+    uint64_t *const nx_rec = empty_q + 2;
+    static_assert(4 * kStages + 4 + 4 <= 128 / 8, "the barriers and the fold's records fit their 128 bytes");
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
@@ -367,12 +507,36 @@ __global__ void __launch_bounds__(kThreads, 1)
     // row (sequence-local), row_a / row_b this thread's, sq_addr its 64 rows in each Q panel (panels kBM rows apart)
     int t = 0, n = 0, nkb = 0, r0 = 0, row_a = 0, row_b = 0;
     uint32_t sq_addr = 0;
+    // the fold (FOLD 1: in begin() only; 2: ahead too): a warp's passes of item n's rows done ahead, during item
+    // n - 1's steps (ahead; the same across a warp): each step folds a pass of the next item's rows into the other Q
+    // buffer while its GEMMs run, once that Q has landed; begin() does the passes left. The next item's first packed
+    // row and valid rows are in shared memory (nx_rec, two per consumer by item parity: written before begin()'s
+    // barrier, read in the item's steps, never while a warp still reads the other), not in registers: there every
+    // register is held by S, O and P
+    int ahead = 0;
     auto begin = [&]() {
         nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
         r0 = it.qb * kBM + (it.pair ? 0 : cw * 64);
         row_a = r0 + warp * 16 + g, row_b = row_a + 8;
         sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
         mbar_wait(full_q + (n & 1), (uint32_t)((n >> 1) & 1));
+        if constexpr (FOLD > 0) { // this warpgroup's rows normed and rotated in place before its first S reads them
+#pragma unroll 1
+            for (int pass = ahead; pass < kQfoldPasses<HD>; pass++)
+                qfold_pass<HD, 2>(smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128), it.start + r0, it.len - r0,
+                                  fold, tid, pass);
+            if constexpr (FOLD == 2) { // the next item (none: no passes ahead)
+                item_walk peek = walk;
+                work_item nx{0, 0, 0, 0, 0};
+                ahead = next_item(peek, cu_seqlens, nseq, nh, pairs, nx) ? 0 : kQfoldPasses<HD>;
+                if (tid == 0) {
+                    const int nr0 = nx.qb * kBM + (nx.pair ? 0 : cw * 64);
+                    sts64(smem_u32(nx_rec + 2 * cw + (n & 1)), nx.start + nr0, nx.len - nr0);
+                }
+            }
+            fence_proxy_async(); // the wgmma reads the stores through the async proxy
+            named_sync(3 + cw, 128); // every warp's rows stored (barriers 1 and 2 are the ping-pong's)
+        }
     };
     // O of the item, relative to the running max of the tile whose P is being added; rescaled after that GEMM
     float o[HD / 2];
@@ -411,6 +575,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
         wgmma_commit();
         turn_end<PINGPONG>(cw);
+        if constexpr (FOLD == 2) // a pass of the next item's rows (the other Q buffer) while the GEMMs run
+            if (ahead < kQfoldPasses<HD> && mbar_done_warp(full_q + ((n + 1) & 1), (uint32_t)(((n + 1) >> 1) & 1))) {
+                const int2 nx = lds64(smem_u32(nx_rec + 2 * cw + (n & 1)));
+                qfold_pass<HD, 1>(smem_u32(sq + ((n + 1) & 1) * S::kQBytes + cw * 64 * 128), nx.x, nx.y, fold, tid,
+                                  ahead++);
+            }
         wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
         fence_regs(s);
         release(empty_k + stage, lane);
@@ -486,7 +656,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // one item from its tile 0's P in p0: its steps, then finish. Returns 0 after the CTA's last item, else where
     // the next item's tile 0 P is: 1 in p0, 2 in p1
-    auto item = [&](uint32_t(&p0)[kBN / 16][4], uint32_t(&p1)[kBN / 16][4]) -> int {
+    auto item = [&](uint32_t(&p0)[kBN / 16][4], uint32_t(&p1)[kBN / 16][4]) __attribute__((always_inline)) -> int {
         int j = 1;
         for (; j + 1 < nkb; j += 2) {
             step(j, p0, p1);
@@ -509,23 +679,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     // compiled for a target without wgmma: never launched (attention_wgmma_supported says no there)
     (void)tm_q, (void)tm_k, (void)tm_v, (void)use_tma, (void)out, (void)ldo, (void)q, (void)ldq, (void)k, (void)ldk;
     (void)v, (void)ldv, (void)cu_seqlens, (void)nseq, (void)nh, (void)nqb, (void)group, (void)scale_log2;
-    (void)pairs;
+    (void)pairs, (void)fold;
 #endif
 }
 
 template <int HD>
 void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
                  int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, float scale,
-                 int want_tma, cudaStream_t st)
+                 int want_tma, const attention_qfold *qf, cudaStream_t st)
 {
     constexpr int smem = sm90_shape<HD>::kSmem;
     static_assert(smem <= 227 * 1024, "the shared memory of one CTA on sm_90");
+    // the six instances: ping-pong or not; no fold, the fold in begin() only, the fold ahead too
+    typedef void (*kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, int, __nv_bfloat16 *, int,
+                              const __nv_bfloat16 *, int, const __nv_bfloat16 *, int, const __nv_bfloat16 *, int,
+                              const int32_t *, int, int, int, int, float, int, qfold_args);
+    static const kernel_fn kernels[2][3] = {
+        {flash_fwd_sm90_kernel<HD, false, 0>, flash_fwd_sm90_kernel<HD, false, 1>, flash_fwd_sm90_kernel<HD, false, 2>},
+        {flash_fwd_sm90_kernel<HD, true, 0>, flash_fwd_sm90_kernel<HD, true, 1>, flash_fwd_sm90_kernel<HD, true, 2>}};
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        CHECK_CUDA(cudaFuncSetAttribute(flash_fwd_sm90_kernel<HD, false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                CHECK_CUDA(cudaFuncSetAttribute(kernels[a][b], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
     // DFLASH_ATTENTION_PINGPONG=0: the consumers issue their wgmmas without taking turns (measured against)
@@ -556,9 +732,15 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
         exit(1);
     }
     const unsigned grid = (unsigned)(items < sms ? items : sms); // one CTA per SM (its shared memory), persistent
-    (pingpong ? flash_fwd_sm90_kernel<HD, true> : flash_fwd_sm90_kernel<HD, false>)<<<grid, kThreads, smem, st>>>(
+    const qfold_args fold = {qf ? (const __nv_bfloat16 *)qf->q_w : nullptr, qf ? qf->eps : 0.0f,
+                             qf ? qf->pos : nullptr, qf ? qf->inv_freq : nullptr};
+    // DFLASH_ATTENTION_QFOLD=begin: the fold in begin() only, none ahead (measured against)
+    static int fold_begin = -1;
+    const int mode = !qf ? 0 : env_switch(&fold_begin, "DFLASH_ATTENTION_QFOLD", "begin") ? 1 : 2;
+    kernels[pingpong][mode]<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
-        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs);
+        ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs,
+        fold);
     CHECK_CUDA_LAUNCH();
 }
 
@@ -569,14 +751,21 @@ extern "C" int attention_wgmma_supported(int hd)
     return (hd == 64 || hd == 128) && wgmma_sm90::sm90a_device();
 }
 
-extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
-                                             int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
-                                             int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
-                                             void *stream)
+extern "C" void attention_wgmma_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
+                                                   const uint16_t *k, int ldk, const uint16_t *v, int ldv,
+                                                   const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh,
+                                                   int nkv, int hd, float scale, int tma, const attention_qfold *fold,
+                                                   void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
+    if (fold && (!fold->pos || !fold->inv_freq || (uintptr_t)fold->q_w % 4 != 0)) {
+        fprintf(stderr, "attention_wgmma_qfold_forward_cuda: the fold needs the rows' positions (%p), inv_freq (%p) "
+                        "and a 4-byte aligned q_w (%p)\n", (const void *)fold->pos, (const void *)fold->inv_freq,
+                (const void *)fold->q_w);
+        exit(1);
+    }
 #define LAUNCH_SM90(H) \
-    launch_sm90<H>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, st)
+    launch_sm90<H>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, fold, st)
     if (hd == 128) LAUNCH_SM90(128);
     else if (hd == 64) LAUNCH_SM90(64);
     else {
@@ -584,4 +773,13 @@ extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint1
         exit(1);
     }
 #undef LAUNCH_SM90
+}
+
+extern "C" void attention_wgmma_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k,
+                                             int ldk, const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                             int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
+                                             void *stream)
+{
+    attention_wgmma_qfold_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
+                                       scale, tma, NULL, stream);
 }

@@ -179,6 +179,23 @@ const kc_case kernel_cases[] = {
     {KC(kc_attention_wgmma, 8, 2, 128, 8), KC_SEQS(250, 391), .why = "peaked softmax (amplitude 8)"},
     {KC(kc_attention_wgmma, 6, 2, 64, 4), KC_SEQS(1, 200, 333), .why = "head_dim 64, group 3"},
     {KC(kc_attention_wgmma, 16, 4, 64, 2), KC_SEQS(129, 1000, 3), .why = "head_dim 64, group 4"},
+    /* qk_norm_rope's Q side folded into the Hopper attention (sm_90 only on the device): nh nkv hd with_norm bitwise
+     * (bitwise: qk_norm_rope_cuda takes q by its per-token kernel, (nh + nkv) hd/8 <= 640, so folded = unfused) */
+    {KC(kc_attention_qfold, 6, 2, 64, 1, 1), KC_SEQS(1, 37, 2, 65), .why = "head_dim 64, GQA 3, one-token sequences"},
+    {KC(kc_attention_qfold, 4, 2, 128, 1, 1), KC_SEQS(33, 1, 64, 129),
+     .why = "GQA 2: every sequence's last block paired (two heads an item)"},
+    {KC(kc_attention_qfold, 4, 2, 128, 0, 1), KC_SEQS(5, 1, 70), .why = "rope only (no q_norm: Llama)"},
+    {KC(kc_attention_qfold, 32, 8, 128, 1, 1), KC_SEQS(1, 130, 257, 1, 383, 64, 129), .only = KC_CUDA_ONLY,
+     .why = "Qwen3-8B heads (group 4), odd lengths, one-token sequences, paired last blocks"},
+    {KC(kc_attention_qfold, 12, 4, 128, 1, 1), KC_SEQS(300, 1, 517, 128, 255, 2), .only = KC_CUDA_ONLY,
+     .why = "group 3 (no pairs), lengths across tile edges"},
+    {KC(kc_attention_qfold, 16, 4, 64, 1, 1), KC_SEQS(129, 1000, 3, 37), .only = KC_CUDA_ONLY,
+     .why = "head_dim 64, group 4, paired last blocks"},
+    {KC(kc_attention_qfold, 16, 2, 128, 1, 1), KC_SEQS(5, 700, 64, 1, 129, 300, 17), .only = KC_CUDA_ONLY,
+     .why = "group 8, more items than SMs, partial tiles over a neighbour's rows"},
+    {KC(kc_attention_qfold, 8, 8, 128, 1, 1), KC_SEQS(640), .only = KC_CUDA_ONLY, .why = "MHA, exactly five tiles"},
+    {KC(kc_attention_qfold, 40, 8, 128, 1, 0), KC_SEQS(77, 300), .only = KC_CUDA_ONLY,
+     .why = "Qwen3-14B heads: 48 x 16 lanes > 640, qk_norm_rope_cuda's per-row kernel (sincosf): within tolerance"},
     /* gpt-oss: sinks (per head) and a sliding window, packed and against a KV cache: nh nkv hd window sinks */
     {KC(kc_attention_opts, 4, 2, 8, 0, 0), KC_SEQS(9, 1, 20), .only = KC_CPU_ONLY,
      .why = "head_dim 8 on the CPU only (the device's rows below): no window, no sinks = the plain kernel"},

@@ -145,18 +145,26 @@ void attn_cuda_forward(target_cuda *m, const attn_cuda *w, const attn_cuda_layer
     target_cuda_norm_linear(m, w->qkv, qkvw, m->u, r, ldr, l->input_norm, eps, l->w_qkv, T, qkvw, H);
     target_cuda_mark(m, TARGET_CUDA_MATMUL);
     bias_add_bf16_cuda(w->qkv, qkvw, T, qkvw, l->b_qkv, st);
+    /* the packed causal attention may take q's norm and rotation itself (attention_qfold_applies: opt-in); then
+     * qk_norm_rope does k only */
+    const int packed = !kv || kv->packed;
+    const attention_qfold fold = {l->q_norm, eps, rows->pos, m->d_inv_freq};
+    const int qfold = packed && attention_qfold_applies(w->attn, qd, w->qkv, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd,
+                                                        qkvw, hd, l->window, l->sinks);
+    uint16_t *qn = qfold ? NULL : w->qkv;
+    const int nhn = qfold ? 0 : nh;
     if (kv) /* norm, rotation and the cache's append of the rows' keys and values in one launch */
-        qk_norm_rope_append_cuda(w->qkv, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw, T, nh, nkv, hd, l->q_norm,
+        qk_norm_rope_append_cuda(qn, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw, T, nhn, nkv, hd, l->q_norm,
                                  l->k_norm, eps, rows->pos, m->d_inv_freq, ca->kc[li], ca->vc[li], ca->seq_stride,
                                  kv->seq, st);
     else
-        qk_norm_rope_cuda(w->qkv, qkvw, w->qkv + qd, qkvw, T, nh, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
+        qk_norm_rope_cuda(qn, qkvw, w->qkv + qd, qkvw, T, nhn, nkv, hd, l->q_norm, l->k_norm, eps, rows->pos,
                           m->d_inv_freq, st);
     target_cuda_mark(m, TARGET_CUDA_OTHER);
-    if (!kv || kv->packed)
-        attention_causal_opts_forward_cuda(w->attn, qd, w->qkv, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw,
-                                           rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, l->window,
-                                           l->sinks, st);
+    if (packed)
+        attention_causal_qfold_forward_cuda(w->attn, qd, w->qkv, qkvw, w->qkv + qd, qkvw, w->qkv + qd + kd, qkvw,
+                                            rows->cu, rows->nseq, rows->max_seqlen, nh, nkv, hd, scale, l->window,
+                                            l->sinks, qfold ? &fold : NULL, st);
     else
         kv_attention_opts_forward_cuda(w->attn, qd, w->qkv, qkvw, ca->kc[li], ca->vc[li], ca->seq_stride, kv->seq,
                                        kv->pos, T, kv->max_pos, nh, nkv, hd, scale, l->window, l->sinks,

@@ -344,6 +344,80 @@ static void qk_norm_rope_backward_cpu_check(const kc_case *kc)
     free(c.x), free(c.g), free(c.y), free(qw), free(kw), free(pos), free(inv), free(d), free(dqw), free(dkw);
 }
 
+/* ---- attention_qfold: nh nkv hd with_norm bitwise, seqs (qk_norm_rope's Q side folded into the attention) ---- */
+
+/* Each packed row's position: its place in its sequence, odd sequences from 30000 on (the angle's reduction at long
+ * positions) */
+static int32_t *qfold_positions(const int32_t *cu, int nseq, int T)
+{
+    int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)(T ? T : 1));
+    for (int s = 0; s < nseq; s++)
+        for (int t = cu[s]; t < cu[s + 1]; t++) pos[t] = t - cu[s] + (s % 2) * 30000;
+    return pos;
+}
+
+/* The fold's reference, the composition the unfused forward runs: qk_norm_rope_cpu on q and k of the packed
+ * (T, (nh + 2 nkv) hd) rows x (in place), then attention_causal_forward_cpu into ref (T, nh hd); with round_qk the
+ * normed q and k are rounded to bf16 in between (as the device stores them). */
+static void qfold_reference(float *ref, float *x, const int32_t *cu, int nseq, int T, int nh, int nkv, int hd,
+                            const float *qw, const float *kw, const int32_t *pos, const double *inv, int round_qk)
+{
+    const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd;
+    qk_norm_rope_cpu(x, ld, x + qd, ld, T, nh, nkv, hd, qw, kw, 1e-6f, pos, inv);
+    float *q = xmalloc((size_t)(T ? T : 1) * qd * 4), *k = xmalloc((size_t)(T ? T : 1) * kd * 4);
+    float *v = xmalloc((size_t)(T ? T : 1) * kd * 4);
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < qd + kd; i++)
+            if (round_qk) x[(size_t)t * ld + i] = bf16_to_f32(f32_to_bf16(x[(size_t)t * ld + i]));
+        memcpy(q + (size_t)t * qd, x + (size_t)t * ld, (size_t)qd * 4);
+        memcpy(k + (size_t)t * kd, x + (size_t)t * ld + qd, (size_t)kd * 4);
+        memcpy(v + (size_t)t * kd, x + (size_t)t * ld + qd + kd, (size_t)kd * 4);
+    }
+    attention_causal_forward_cpu(ref, q, k, v, cu, nseq, nh, nkv, hd, 1.0f / sqrtf((float)hd));
+    free(q), free(k), free(v);
+}
+
+/* The reference against the naive double composition: qk_ref's norm and rotation, then the dense-mask attention */
+static void attention_qfold_cpu_check(const kc_case *c)
+{
+    const int nh = c->p[0], nkv = c->p[1], hd = c->p[2], with_norm = c->p[3], nseq = c->nseqs;
+    int T;
+    int32_t *cu = cu_of(c, &T, NULL), *pos = qfold_positions(cu, nseq, T);
+    const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd;
+    float *x = rnd_floats((size_t)T * ld, 3.0), *qw = rnd_floats(hd, 1.5), *kw = rnd_floats(hd, 1.5);
+    double *inv = xmalloc(sizeof(double) * (size_t)hd / 2);
+    rope_params rp = {.theta = 1e6};
+    rope_inv_freq(inv, hd, &rp);
+    float *y = dup_floats(x, (size_t)T * ld), *ref = xmalloc(sizeof(float) * (size_t)T * qd);
+    qfold_reference(ref, y, cu, nseq, T, nh, nkv, hd, with_norm ? qw : NULL, with_norm ? kw : NULL, pos, inv, 0);
+    /* naive: q and k normed and rotated in double (qk_ref), then the attention in double */
+    double *xn = xmalloc(sizeof(double) * (size_t)T * ld), *want = xmalloc(sizeof(double) * (size_t)T * qd);
+    qk_ref(xn, x, ld, T, nh, nkv, hd, hd, with_norm ? qw : NULL, with_norm ? kw : NULL, 1e-6f, pos, 1e6);
+    float *q = xmalloc(sizeof(float) * (size_t)T * qd), *k = xmalloc(sizeof(float) * (size_t)T * kd);
+    float *v = xmalloc(sizeof(float) * (size_t)T * kd);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < qd + 2 * kd; i++) {
+            float f = (float)xn[(size_t)t * ld + i];
+            if (i < qd) q[(size_t)t * qd + i] = f;
+            else if (i < qd + kd) k[(size_t)t * kd + i - qd] = f;
+            else v[(size_t)t * kd + i - qd - kd] = f;
+        }
+    attention_dense_ref(want, q, k, v, cu, nseq, T, nh, nkv, hd, 1.0 / sqrt((double)hd));
+    double e = 0, mx = 0;
+    for (size_t i = 0; i < (size_t)T * qd; i++) e = fmax(e, fabs(ref[i] - want[i])), mx = fmax(mx, fabs(want[i]));
+    EXPECT(e <= 1e-4 * fmax(1.0, mx)); /* fp32 norm, rotation and softmax against double */
+    if (test_failed_here) fprintf(stderr, "  max err %g, max |ref| %g\n", e, mx);
+    /* a length-1 sequence attends only to itself: out = its v, untouched by the norm */
+    for (int s = 0; s < nseq; s++)
+        if (c->seqs[s] == 1)
+            for (int h = 0; h < nh; h++)
+                for (int i = 0; i < hd; i++)
+                    EXPECT_NEAR(ref[(size_t)cu[s] * qd + (size_t)h * hd + i],
+                                x[(size_t)cu[s] * ld + qd + kd + (size_t)(h / (nh / nkv)) * hd + i], 1e-6);
+    free(cu), free(pos), free(x), free(qw), free(kw), free(inv), free(y), free(ref), free(xn), free(want), free(q);
+    free(k), free(v);
+}
+
 #ifdef DFLASH_CUDA
 /* q and k inside one (n, qd + 2 kd) buffer as in the forward; positions up to maxpos. n nh nkv hd with_norm maxpos */
 static void qk_norm_rope_cuda_check(const kc_case *c)
@@ -634,6 +708,146 @@ static void attention_wgmma_cuda_check(const kc_case *c)
     CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_cu));
     free(cu), free(ref);
 }
+
+/* The fold on the device (sm_90 only; skipped elsewhere). The packed (T, (nh + 2 nkv) hd) rows, raw, go two ways:
+ * unfused, qk_norm_rope_cuda on q and k then the Hopper attention by name; folded, qk_norm_rope_cuda on k only
+ * (q = NULL, nh = 0) then attention_wgmma_qfold_forward_cuda (TMA, and again with cp.async staging). The folded
+ * output against the CPU reference (qfold_reference, q and k rounded to bf16) with attention_cuda_check's
+ * tolerances; bitwise equal to the unfused one where `bitwise` (qk_norm_rope_cuda takes q by its per-token kernel,
+ * whose arithmetic the fold reproduces), else within those tolerances of it; the cp.async staging bitwise equal to
+ * TMA's; k of the k-only call bitwise equal to the full call's where `bitwise`; q left raw in memory. Then the public
+ * path: attention_qfold_applies (1 exactly when DFLASH_ATTENTION_QFOLD is 1 or begin; begin also picks the kernel's
+ * variant without passes ahead for every folded launch here) and, as
+ * attn_block_cuda.c runs it, attention_causal_qfold_forward_cuda with the fold (then bitwise the folded output) or
+ * without it after the full qk_norm_rope_cuda (then bitwise the unfused one). nh nkv hd with_norm bitwise */
+static void attention_qfold_cuda_check(const kc_case *c)
+{
+    const int nh = c->p[0], nkv = c->p[1], hd = c->p[2], with_norm = c->p[3], bitwise = c->p[4], nseq = c->nseqs;
+    int dev = 0, major = 0, minor = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major * 10 + minor != 90) {
+        char why[128];
+        snprintf(why, sizeof why, "the wgmma kernel is built for sm_90a, this device is sm_%d%d", major, minor);
+        kc_skip(why);
+        return;
+    }
+    int T, maxlen;
+    int32_t *cu = cu_of(c, &T, &maxlen), *pos = qfold_positions(cu, nseq, T);
+    const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd, ldo = qd + 8;
+    const size_t nx = (size_t)T * ld, no = (size_t)T * ldo;
+    float *x_f = xmalloc(nx * 4), *qw_f = xmalloc((size_t)hd * 4), *kw_f = xmalloc((size_t)hd * 4);
+    uint16_t *x = rnd_bf16(nx, 3.0, x_f), *qw = rnd_bf16((size_t)hd, 1.5, qw_f), *kw = rnd_bf16((size_t)hd, 1.5, kw_f);
+    double *inv = xmalloc(sizeof(double) * (size_t)hd / 2);
+    rope_params rp = {.theta = 1e6};
+    rope_inv_freq(inv, hd, &rp);
+    float *ref = xmalloc(sizeof(float) * (size_t)T * qd);
+    qfold_reference(ref, x_f, cu, nseq, T, nh, nkv, hd, with_norm ? qw_f : NULL, with_norm ? kw_f : NULL, pos, inv, 1);
+    const float scale = 1.0f / sqrtf((float)hd);
+    uint16_t *d_full = dev_upload(x, nx * 2), *d_konly = dev_upload(x, nx * 2), *d_qw = dev_upload(qw, (size_t)hd * 2);
+    uint16_t *d_kw = dev_upload(kw, (size_t)hd * 2), *d_pub = dev_upload(x, nx * 2);
+    int32_t *d_pos = dev_upload(pos, sizeof(int32_t) * (size_t)T), *d_cu = dev_upload(cu, sizeof(int32_t) * (nseq + 1));
+    double *d_inv = dev_upload(inv, sizeof(double) * (size_t)hd / 2);
+    const uint16_t *wq = with_norm ? d_qw : NULL, *wk = with_norm ? d_kw : NULL;
+    const attention_qfold fold = {wq, 1e-6f, d_pos, d_inv};
+    enum { kUnfused, kFold, kFoldCp, kPublic, kOuts };
+    uint16_t *d_o[kOuts], *o[kOuts];
+    for (int r = 0; r < kOuts; r++) d_o[r] = dev_poisoned(no);
+    /* unfused: q and k normed and rotated in memory, then the attention */
+    qk_norm_rope_cuda(d_full, ld, d_full + qd, ld, T, nh, nkv, hd, wq, wk, 1e-6f, d_pos, d_inv, stream);
+    attention_wgmma_forward_cuda(d_o[kUnfused], ldo, d_full, ld, d_full + qd, ld, d_full + qd + kd, ld, d_cu, nseq,
+                                 maxlen, nh, nkv, hd, scale, 1, stream);
+    /* folded: k only in memory, q in the attention (TMA, then cp.async staging) */
+    qk_norm_rope_cuda(NULL, ld, d_konly + qd, ld, T, 0, nkv, hd, NULL, wk, 1e-6f, d_pos, d_inv, stream);
+    for (int r = kFold; r <= kFoldCp; r++)
+        attention_wgmma_qfold_forward_cuda(d_o[r], ldo, d_konly, ld, d_konly + qd, ld, d_konly + qd + kd, ld, d_cu,
+                                           nseq, maxlen, nh, nkv, hd, scale, r == kFold, &fold, stream);
+    /* the public path as attn_block_cuda.c takes it */
+    const int applies = attention_qfold_applies(d_o[kPublic], ldo, d_pub, ld, d_pub + qd, ld, d_pub + qd + kd, ld, hd,
+                                                0, NULL);
+    qk_norm_rope_cuda(applies ? NULL : d_pub, ld, d_pub + qd, ld, T, applies ? 0 : nh, nkv, hd, wq, wk, 1e-6f, d_pos,
+                      d_inv, stream);
+    attention_causal_qfold_forward_cuda(d_o[kPublic], ldo, d_pub, ld, d_pub + qd, ld, d_pub + qd + kd, ld, d_cu, nseq,
+                                        maxlen, nh, nkv, hd, scale, 0, NULL, applies ? &fold : NULL, stream);
+    for (int r = 0; r < kOuts; r++) o[r] = dev_get(d_o[r], no * 2);
+    uint16_t *full = dev_get(d_full, nx * 2), *konly = dev_get(d_konly, nx * 2);
+
+    char name[256];
+    snprintf(name, sizeof name, "attention_qfold T=%d nseq=%d nh=%d nkv=%d hd=%d norm=%d maxlen=%d", T, nseq, nh, nkv,
+             hd, with_norm, maxlen);
+    double nr = 0, e = err_vs_max(o[kFold], ldo, ref, qd, T, qd, &nr);
+    int ok = e <= 1e-2 && nr <= 5e-3;
+    printf("%s %s: folded vs the CPU reference max_err/max_ref=%.3g (tol 1e-2) norm_rel=%.3g (tol 5e-3)\n",
+           ok ? "ok" : "FAIL", name, e, nr);
+    if (!ok) failures++;
+    /* folded against unfused: the same bits, or (a per-row qk_norm_rope kernel) the same tolerances */
+    size_t diff = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < qd; i++) diff += o[kFold][(size_t)t * ldo + i] != o[kUnfused][(size_t)t * ldo + i];
+    if (bitwise) {
+        printf("%s %s: folded bitwise identical to qk_norm_rope_cuda + attention (%zu of %zu values differ)\n",
+               diff ? "FAIL" : "ok", name, diff, (size_t)T * qd);
+        if (diff) failures++;
+    } else {
+        float *uf = xmalloc(sizeof(float) * (size_t)T * qd);
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < qd; i++) uf[(size_t)t * qd + i] = bf16_to_f32(o[kUnfused][(size_t)t * ldo + i]);
+        double nr2 = 0, e2 = err_vs_max(o[kFold], ldo, uf, qd, T, qd, &nr2);
+        int ok2 = e2 <= 1e-2 && nr2 <= 5e-3;
+        printf("%s %s: folded vs qk_norm_rope_cuda + attention (its per-row kernel: not bitwise, %zu of %zu values "
+               "differ) max_err/max=%.3g (tol 1e-2) norm_rel=%.3g (tol 5e-3)\n", ok2 ? "ok" : "FAIL", name, diff,
+               (size_t)T * qd, e2, nr2);
+        if (!ok2) failures++;
+        free(uf);
+    }
+    /* the cp.async staging: the same bits; memory: k of the k-only call, q raw */
+    size_t dcp = 0, dk = 0, dq = 0;
+    for (size_t i = 0; i < no; i++) dcp += o[kFoldCp][i] != o[kFold][i];
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < qd + kd; i++) {
+            const size_t j = (size_t)t * ld + i;
+            if (i < qd) dq += konly[j] != x[j];
+            else dk += konly[j] != full[j];
+        }
+    printf("%s %s: cp.async staging bitwise identical to TMA's (%zu of %zu values differ)\n", dcp ? "FAIL" : "ok", name,
+           dcp, no);
+    printf("%s %s: q left raw in memory (%zu values changed)\n", dq ? "FAIL" : "ok", name, dq);
+    failures += dcp != 0, failures += dq != 0;
+    if (bitwise) {
+        printf("%s %s: k of the k-only qk_norm_rope_cuda bitwise identical to the full call's (%zu differ)\n",
+               dk ? "FAIL" : "ok", name, dk);
+        failures += dk != 0;
+    }
+    /* the public path: the switch read as the environment says, the output as the path it chose */
+    const char *env = getenv("DFLASH_ATTENTION_QFOLD");
+    const int want = env && (!strcmp(env, "1") || !strcmp(env, "begin")) && attention_wgmma_chosen(hd);
+    size_t dp = 0;
+    for (size_t i = 0; i < no; i++) dp += o[kPublic][i] != o[applies ? kFold : kUnfused][i];
+    if (!applies && !attention_wgmma_chosen(hd)) { /* DFLASH_ATTENTION=mma_sync: the other kernel, its own bits */
+        double nrp = 0, ep = err_vs_max(o[kPublic], ldo, ref, qd, T, qd, &nrp);
+        const int okp = applies == want && ep <= 1e-2 && nrp <= 5e-3;
+        printf("%s %s: attention_qfold_applies 0 (wgmma not chosen); the public path by mma.sync max_err/max_ref=%.3g "
+               "norm_rel=%.3g\n", okp ? "ok" : "FAIL", name, ep, nrp);
+        failures += !okp;
+    } else {
+        printf("%s %s: attention_qfold_applies %d (DFLASH_ATTENTION_QFOLD=%s); attention_causal_qfold_forward_cuda "
+               "bitwise identical to the %s path (%zu of %zu values differ)\n",
+               applies == want && !dp ? "ok" : "FAIL", name, applies, env ? env : "(unset)",
+               applies ? "folded" : "unfused", dp, no);
+        failures += applies != want || dp != 0;
+    }
+    fflush(stdout);
+    for (int r = 0; r < kOuts; r++) {
+        CHECK_CUDA(cudaFree(d_o[r]));
+        free(o[r]);
+    }
+    CHECK_CUDA(cudaFree(d_full)); CHECK_CUDA(cudaFree(d_konly)); CHECK_CUDA(cudaFree(d_pub));
+    CHECK_CUDA(cudaFree(d_qw)); CHECK_CUDA(cudaFree(d_kw)); CHECK_CUDA(cudaFree(d_pos)); CHECK_CUDA(cudaFree(d_cu));
+    CHECK_CUDA(cudaFree(d_inv));
+    free(cu), free(pos), free(x_f), free(qw_f), free(kw_f), free(x), free(qw), free(kw), free(inv), free(ref);
+    free(full), free(konly);
+}
 #endif
 
 const kc_op kc_rope_inv_freq = {"rope_inv_freq", "f64", "regime", rope_inv_freq_cpu_check, NULL};
@@ -650,3 +864,6 @@ const kc_op kc_attention_causal = {"attention_causal_forward", "bf16", "nh nkv h
 /* no CPU check of its own: its reference is attention_causal_forward's, checked by that op's rows */
 const kc_op kc_attention_wgmma = {"attention_wgmma", "bf16", "nh nkv hd amp", NULL,
                                   KC_CUDA(attention_wgmma_cuda_check)};
+/* the Q side of qk_norm_rope folded into the Hopper attention (attention_qfold) */
+const kc_op kc_attention_qfold = {"attention_qfold", "bf16", "nh nkv hd with_norm bitwise", attention_qfold_cpu_check,
+                                  KC_CUDA(attention_qfold_cuda_check)};
