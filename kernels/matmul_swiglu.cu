@@ -3,31 +3,32 @@
 // layer by the two-kernel path).
 //
 // Persistent, one CTA per SM, three warpgroups (attention_sm90.cu's shape; the primitives are wgmma_sm90.cuh's). A tile
-// is kBM = 128 rows of x by kBO act columns [n0, n0 + kBO); its B operand is the kBO gate rows [n0, n0 + kBO) of w_gu
-// and the same kBO up rows [I + n0, I + n0 + kBO), one 2 kBO-row K-major panel (two TMA boxes), so a wgmma
-// m64n(2 kBO)k16 leaves gate column c and up column c of a tile in the same thread. Warpgroup 0's first thread is the
-// producer: per k block (kBK = 64) one box of x and the two boxes of w_gu by TMA into a kStages-deep ring of
-// 128-byte-swizzled stages, each with a "full" mbarrier (the bytes landed) and an "empty" one (one arrival per
-// consumer warp that read it); it runs ahead across tiles as stages free up. Warpgroups 1 and 2 are the consumers,
-// their accumulators (128 fp32 registers a thread) kept across a tile's k blocks, one wgmma group in flight behind
-// the one issued (the stage of the one that finished is released). Two schedules (ms_shape): cooperative, both
-// consumers on each tile (kBO = 128, 64 rows each, m64n256k16); ping-pong, each consumer on every other tile alone
-// (kBO = 64, two m64n128k16 a k step for the tile's two 64-row halves), the two taking turns at their GEMMs (named
-// barriers, as attention_sm90.cu's consumers), one's epilogue under the other's GEMM. The
-// epilogue rounds gate and up to bf16 (as the two-kernel path stores gu), computes silu(gate) * up with swiglu_act
-// (swiglu.cu's formula), rounds to bf16 and stores bf16 pairs straight from the registers, rows < T and columns < I
-// only. Tiles go in groups of kGroupM row blocks, row block fastest within a group (a wave of 132 CTAs touches ~16
-// row blocks of x and ~8 column blocks of w_gu: both stay in L2); CTA b takes tiles b, b + grid, ... Fixed k order
-// per output, no split-K: deterministic, the same bits from every schedule. Tails: rows past T come as zeros from
-// TMA (never stored; a cluster's second row block wholly past T loads no A at all); with kBO = 128 a last column
-// block of 64 (I % 128 == 64) reads up rows as its upper gate half and zeros as its upper up half, never stored.
-// The cluster schedule (MATMUL_SWIGLU_CLUSTER) is the cooperative one on 2-CTA clusters sharing B by multicast.
-// The _TMASTORE twins of the cooperative and cluster schedules store act as CUTLASS's Hopper epilogues do: each
-// consumer warpgroup writes its 64 x 128 act block (the same act_pair bits) by stmatrix into a 128-byte-swizzled
-// staging buffer of its own, and one thread of it stores the block with two TMA boxes (64 x 64) through a tensor map of
-// act, whose bounds drop rows >= T and columns >= I; the next tile's GEMM starts as soon as the stores are issued, and
-// the staging buffer is rewritten only once they have read it (bulk_wait_read): the 8-row x 16-byte global stores of
-// the direct epilogue no longer hold the tensor cores up.
+// is kBM rows of x (128; 64 for the wide ping-pong one) by kBO act columns [n0, n0 + kBO); its B operand is the kBO
+// gate rows [n0, n0 + kBO) of w_gu and the same kBO up rows [I + n0, I + n0 + kBO), one 2 kBO-row K-major panel (two
+// TMA boxes), so a wgmma m64n(2 kBO)k16 leaves gate column c and up column c of a tile in the same thread. Warpgroup
+// 0's first thread is the producer: per k block (kBK = 64) one box of x and the two boxes of w_gu by TMA into a
+// kStages-deep ring of 128-byte-swizzled stages, each with a "full" mbarrier (the bytes landed) and an "empty" one (one
+// arrival per consumer warp that read it); it runs ahead across tiles as stages free up. Warpgroups 1 and 2 are the
+// consumers, their accumulators (128 fp32 registers a thread) kept across a tile's k blocks, one wgmma group in flight
+// behind the one issued (the stage of the one that finished is released). Two schedules (ms_shape): cooperative, both
+// consumers on each tile (kBO = 128, 64 rows each, m64n256k16); ping-pong, each consumer on every other tile alone (kBO
+// = 64, two m64n128k16 a k step for the tile's two 64-row halves; the wide one: kBM = 64, kBO = 128, one m64n256k16 as
+// a cooperative consumer's), the two taking turns at their GEMMs (named barriers, as attention_sm90.cu's consumers),
+// one's epilogue under the other's GEMM. The epilogue rounds gate and up to bf16 (as the two-kernel path stores gu),
+// computes silu(gate) * up with swiglu_act (swiglu.cu's formula), rounds to bf16 and stores bf16 pairs straight from
+// the registers, rows < T and columns < I only. Tiles go in groups of kGroupM row blocks, row block fastest within a
+// group (a wave of 132 CTAs touches ~16 row blocks of x and ~8 column blocks of w_gu: both stay in L2); CTA b takes
+// tiles b, b + grid, ... Fixed k order per output, no split-K: deterministic, the same bits from every schedule. Tails:
+// rows past T come as zeros from TMA (never stored; a cluster's second row block wholly past T loads no A at all); with
+// kBO = 128 a last column block of 64 (I % 128 == 64) reads up rows as its upper gate half and zeros as its upper up
+// half, never stored. The cluster schedule (MATMUL_SWIGLU_CLUSTER) is the cooperative one on 2-CTA clusters sharing B
+// by multicast. The _TMASTORE twins of the cooperative, cluster and ping-pong schedules store act as CUTLASS's Hopper
+// epilogues do: each consumer warpgroup writes its act block (64 x 128; ping-pong 128 x 64; the same act_pair bits) by
+// stmatrix into a 128-byte-swizzled staging buffer of its own, and one thread of it stores the block with two TMA boxes
+// (64 x 64) through a tensor map of act, whose bounds drop rows >= T and columns >= I; the next GEMM starts as soon as
+// the stores are issued, and the staging buffer is rewritten only once they have read it (bulk_wait_read): the 8-row x
+// 16-byte global stores of the direct epilogue no longer hold the tensor cores (or, ping-pong, the other consumer's
+// turn) up.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -48,34 +49,48 @@ using namespace wgmma_sm90;
 
 constexpr int kConsumers = 2;                    // consumer warpgroups
 constexpr int kThreads = (kConsumers + 1) * 128; // + the producer warpgroup
-constexpr int kBM = 128;                         // rows of x per tile
 constexpr int kBK = 64;                          // one 128-byte swizzled panel of the reduction dimension
-constexpr int kABytes = kBM * kBK * 2;           // 16 KiB
 [[maybe_unused]] constexpr int kGroupM = 16;     // row blocks per group of the tile order
 // setmaxnreg as attention_sm90.cu: launched at 168 a thread (384 threads), the producer's 128 threads free
 // 128 x (168 - 40) and the consumers' 256 take exactly that
 [[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(128 * (168 - kProducerRegs) == 256 * (kConsumerRegs - 168), "the consumers take what the producer frees");
 
-// The schedules (MATMUL_SWIGLU_*): act columns per tile, the ring's depth, the CTAs of a cluster, the arrivals that
-// free a stage (the consumer warps that read it, in every CTA of the cluster: each CTA's producer writes its part of
-// the B tile into all of them), whether act goes out through the staging buffer and TMA (kStoreBytes: 16 KiB, two
-// 64 x 64 panels, per consumer warpgroup, after the ring; 4 stages of 48 KiB + 32 KiB + the barriers fit in 227 KiB)
+// The schedules (MATMUL_SWIGLU_*): rows and act columns per tile, the ring's depth, the CTAs of a cluster, the
+// arrivals that free a stage (the consumer warps that read it, in every CTA of the cluster: each CTA's producer writes
+// its part of the B tile into all of them), whether act goes out through the staging buffer and TMA (kStoreBlock per
+// consumer warpgroup, 64 x 64 panels of 8 KiB, after the ring). A consumer's product is either one m64n256k16 a k step
+// over its 64 rows (kHalves false: the cooperative ones, each consumer one half of the tile; the wide ping-pong one,
+// a consumer the whole 64-row tile) or two m64n128k16 over the tile's two 64-row halves (kHalves: ping-pong, 128 x 64
+// act). Shared memory (227 KiB = 232448 bytes a CTA): cooperative 4 stages of 48 KiB (+ 2 x 16 KiB staging: 230464
+// bytes); ping-pong 6 of 32 KiB (+ 2 x 16 KiB: 230496); wide ping-pong 5 of 40 KiB (205904; with staging blocks it
+// would keep 4 stages only).
 template <int KERNEL> struct ms_shape {
-    static constexpr bool kPing = KERNEL == MATMUL_SWIGLU_PINGPONG;
+    static constexpr bool kWide = KERNEL == MATMUL_SWIGLU_PINGPONG_WIDE;
+    static constexpr bool kPing =
+        KERNEL == MATMUL_SWIGLU_PINGPONG || KERNEL == MATMUL_SWIGLU_PINGPONG_TMASTORE || kWide;
     static constexpr bool kTmaStore = KERNEL == MATMUL_SWIGLU_COOPERATIVE_TMASTORE ||
-                                      KERNEL == MATMUL_SWIGLU_CLUSTER_TMASTORE;
+                                      KERNEL == MATMUL_SWIGLU_CLUSTER_TMASTORE ||
+                                      KERNEL == MATMUL_SWIGLU_PINGPONG_TMASTORE;
     static constexpr int kCluster = KERNEL == MATMUL_SWIGLU_CLUSTER || KERNEL == MATMUL_SWIGLU_CLUSTER_TMASTORE ? 2 : 1;
-    static constexpr int kBO = kPing ? 64 : 128;         // act columns per tile
-    static constexpr int kBBytes = 2 * kBO * kBK * 2;    // the tile's kBO gate rows, then its kBO up rows
+    static constexpr int kBM = kWide ? 64 : 128;          // rows of x per tile
+    static constexpr int kBO = kPing && !kWide ? 64 : 128; // act columns per tile
+    static constexpr bool kHalves = kBO == 64;            // a consumer's two m64n128k16 (else one m64n256k16)
+    static constexpr int kABytes = kBM * kBK * 2;
+    static constexpr int kBBytes = 2 * kBO * kBK * 2;     // the tile's kBO gate rows, then its kBO up rows
     static constexpr int kStageBytes = kABytes + kBBytes;
-    static constexpr int kStages = kPing ? 6 : 4;
+    static constexpr int kStages = !kPing ? 4 : kWide ? 5 : 6;
     static constexpr int kReaders = (kPing ? 4 : 4 * kConsumers) * kCluster; // warps reading a stage
     static_assert(kCluster == 1 || (!kPing && kCluster == 2), "the cluster schedule is the cooperative one on 2 CTAs");
     static_assert(kReaders % 4 == 0, "whole warpgroups read a stage");
+    static_assert(kBM == (kPing && !kHalves ? 64 : 128) && (kHalves ? kPing : kBO == 128),
+                  "a consumer's rows: its 64 (one m64n256k16), or the tile's two halves of 64 (ping-pong)");
     static constexpr int kStoreOffset = kStages * kStageBytes;
-    static constexpr int kStoreBytes = kTmaStore ? kBM * kBO * 2 : 0; // kConsumers blocks of 64 rows x kBO bf16
-    static_assert(!kTmaStore || (!kPing && kBO == 128), "the staging buffer holds a cooperative tile");
+    // a consumer's act block in staging: its 64 rows x 128 (cooperative) or its tile's 128 rows x 64 (ping-pong)
+    static constexpr int kStoreBlock = kTmaStore ? (kPing ? kBM : 64) * kBO * 2 : 0;
+    static constexpr int kStorePanels = kStoreBlock / (64 * 64 * 2);
+    static constexpr int kStoreBytes = kConsumers * kStoreBlock;
+    static_assert(!kTmaStore || (kStorePanels == 2 && !kWide), "two 64 x 64 panels a consumer (kHalves: one a half)");
     static constexpr int kBarOffset = kStoreOffset + kStoreBytes;
     static constexpr int kSmem = kBarOffset + 2 * kStages * 8 + 1024; // the barriers; slack to align to 1024 bytes
     static_assert(kSmem <= 227 * 1024, "the shared memory of one CTA on sm_90");
@@ -154,8 +169,9 @@ __device__ __forceinline__ void stage_act(const float (&d)[8 * NG], uint32_t stg
 // reads half the B bytes from L2; a consumer warp frees a stage in both CTAs. MATMUL_SWIGLU_PINGPONG:
 // consumer w takes the CTA's tiles w, w + 2, ... alone (128 x 64 act: two m64n128k16 a k step, one per 64-row half of
 // A, over a 128-row B panel), the two taking turns at their tiles' GEMMs, so one's epilogue runs while the other's
-// GEMM does. The _TMASTORE twins of the cooperative and cluster ones: act through the staging buffer and tm_act (the
-// others do not read tm_act).
+// GEMM does. MATMUL_SWIGLU_PINGPONG_WIDE: the same turns, consumer w on tiles of 64 rows x 128 act (one m64n256k16 a
+// k step over a 64-row A block and the 256-row B panel, as a cooperative consumer's). The _TMASTORE twins of the
+// cooperative, cluster and ping-pong ones: act through the staging buffers and tm_act (the others do not read tm_act).
 template <int KERNEL>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_swiglu_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
@@ -163,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 {
 #ifdef DFLASH_SM90A
     using S = ms_shape<KERNEL>;
-    constexpr int kStages = S::kStages, kBO = S::kBO;
+    constexpr int kStages = S::kStages, kBO = S::kBO, kBM = S::kBM, kABytes = S::kABytes;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::kBarOffset), *empty = full + kStages;
@@ -228,13 +244,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1, tid = threadIdx.x - wg * 128;
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const uint32_t s0 = smem_u32(smem);
-    // cooperative: d, 64 x 256 (this warpgroup's rows of the tile); ping-pong: d0 and d1, 64 x 128 each (the tile's
-    // rows 0-63 and 64-127)
-    float d[S::kPing ? 1 : 128], d0[S::kPing ? 64 : 1], d1[S::kPing ? 64 : 1];
+    // one m64n256k16 a k step: d, 64 x 256 (this warpgroup's 64 rows of the tile: cooperative its half, wide
+    // ping-pong the whole tile); kHalves (ping-pong): d0 and d1, 64 x 128 each (the tile's rows 0-63 and 64-127)
+    constexpr bool kHalves = S::kHalves;
+    float d[kHalves ? 1 : 128], d0[kHalves ? 64 : 1], d1[kHalves ? 64 : 1];
 #pragma unroll
-    for (int i = 0; i < (S::kPing ? 1 : 128); i++) d[i] = 0.0f;
+    for (int i = 0; i < (kHalves ? 1 : 128); i++) d[i] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < (S::kPing ? 64 : 1); i++) d0[i] = 0.0f, d1[i] = 0.0f;
+    for (int i = 0; i < (kHalves ? 64 : 1); i++) d0[i] = 0.0f, d1[i] = 0.0f;
+    // this warpgroup's first row in a tile's A block and in act (ping-pong: the whole tile's)
+    const int arow = S::kPing ? 0 : cw * 64;
     // Ping-pong: the consumers take turns at their tiles' GEMMs (turn_begin / turn_end), consumer 0 first. Besides
     // overlapping one's epilogue with the other's GEMM, the turns keep a consumer from waiting on a block's "full"
     // barrier while the block kStages before it in the same stage has not landed: a parity wait cannot tell the two
@@ -265,11 +284,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < kBK / 16; kk++) { // 16 columns (32 bytes) along the panels' rows a step
                 const uint64_t db = sw128_desc(b + kk * 32, 16, 1024);
-                if constexpr (S::kPing) {
+                if constexpr (kHalves) {
                     wgmma_ss_m64n128k16(d0, sw128_desc(a + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
                     wgmma_ss_m64n128k16(d1, sw128_desc(a + 64 * 128 + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
                 } else {
-                    wgmma_ss_m64n256k16(d, sw128_desc(a + cw * 64 * 128 + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
+                    wgmma_ss_m64n256k16(d, sw128_desc(a + arow * 128 + kk * 32, 16, 1024), db, kb > 0 || kk > 0);
                 }
             }
             wgmma_commit();
@@ -281,33 +300,42 @@ __global__ void __launch_bounds__(kThreads, 1)
         turn_end<S::kPing>(cw); // the tile's last block is issued; its epilogue goes under the other's GEMM
         wgmma_wait<0>();
         free_stage((it0 + nk - 1) % kStages);
-        const int c0 = nb * kBO + 2 * t4;
-        if constexpr (S::kPing) {
+        const int c0 = nb * kBO + 2 * t4, row = mb * kBM + arow; // this warpgroup's first act row
+        if constexpr (kHalves) {
             fence_regs(d0);
             fence_regs(d1);
-            store_act<8>(d0, act, ldact, mb * kBM + warp * 16 + g, c0, T, I);
-            store_act<8>(d1, act, ldact, mb * kBM + 64 + warp * 16 + g, c0, T, I);
-        } else if constexpr (S::kTmaStore) {
-            // this warpgroup's 64 rows: its staging block (two 64 x 64 panels), its named barrier (128 threads; 1
-            // and 2 are the ping-pong turns'), its thread 0 the one that stores and waits
+        } else {
             fence_regs(d);
-            unsigned char *stg = smem + S::kStoreOffset + cw * (64 * kBO * 2);
-            const int bar = 3 + cw, row = mb * kBM + cw * 64;
+        }
+        if constexpr (S::kTmaStore) {
+            // this warpgroup's act block: its staging block (two 64 x 64 panels: its 64 rows' column halves, or
+            // kHalves its tile's row halves), its named barrier (128 threads; 1 and 2 are the ping-pong turns'), its
+            // thread 0 the one that stores and waits
+            unsigned char *stg = smem + S::kStoreOffset + cw * S::kStoreBlock;
+            const int bar = 3 + cw;
             if (j != j0) { // the previous tile's stores have read the block before it is rewritten
                 if (tid == 0) bulk_wait_read<0>();
                 named_sync(bar, 128);
             }
-            stage_act<16>(d, smem_u32(stg), warp, lane);
+            if constexpr (kHalves) {
+                stage_act<8>(d0, smem_u32(stg), warp, lane);
+                stage_act<8>(d1, smem_u32(stg + 64 * 128), warp, lane);
+            } else {
+                stage_act<16>(d, smem_u32(stg), warp, lane);
+            }
             fence_proxy_async(); // the stmatrix writes, seen by the TMA store (the async proxy)
             named_sync(bar, 128);
-            if (tid == 0 && row < T) { // a block wholly past T (or a panel wholly past I) is not stored
+            if (tid == 0 && row < T) { // a block wholly past T (or a panel wholly past T or I) is not stored
                 tma_store_2d(&tm_act, stg, nb * kBO, row);
-                if (nb * kBO + 64 < I) tma_store_2d(&tm_act, stg + 64 * 128, nb * kBO + 64, row);
+                if (kHalves ? row + 64 < T : nb * kBO + 64 < I)
+                    tma_store_2d(&tm_act, stg + 64 * 128, nb * kBO + (kHalves ? 0 : 64), row + (kHalves ? 64 : 0));
                 bulk_commit();
             }
+        } else if constexpr (kHalves) {
+            store_act<8>(d0, act, ldact, row + warp * 16 + g, c0, T, I);
+            store_act<8>(d1, act, ldact, row + 64 + warp * 16 + g, c0, T, I);
         } else {
-            fence_regs(d);
-            store_act<16>(d, act, ldact, mb * kBM + cw * 64 + warp * 16 + g, c0, T, I);
+            store_act<16>(d, act, ldact, row + warp * 16 + g, c0, T, I);
         }
     }
     // the last stores have read the staging buffer (it goes with the CTA) and written act
@@ -324,7 +352,7 @@ void launch(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t
 {
     using S = ms_shape<KERNEL>;
     CUtensorMap tm_x, tm_w, tm_act = {}; // act's: stores of 64 x 64 boxes (the staging panels), the TMA-store ones only
-    if (!make_map(&tm_x, x, ldx, H, (uint64_t)T, kBM) || !make_map(&tm_w, w_gu, H, H, 2 * (uint64_t)I, S::kBO) ||
+    if (!make_map(&tm_x, x, ldx, H, (uint64_t)T, S::kBM) || !make_map(&tm_w, w_gu, H, H, 2 * (uint64_t)I, S::kBO) ||
         (S::kTmaStore && !make_map(&tm_act, act, ldact, I, (uint64_t)T, 64))) {
         fprintf(stderr, "matmul_swiglu_forward_cuda: the driver made no tensor map of x (%d, %d; ld %d), w_gu "
                         "(%d, %d) or act (%d, %d; ld %d)\n", T, H, ldx, 2 * I, H, T, I, ldact);
@@ -356,7 +384,8 @@ void launch(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t
         }
         attr_set = true;
     }
-    const long long units = (long long)((T + kBM * S::kCluster - 1) / (kBM * S::kCluster)) * ((I + S::kBO - 1) / S::kBO);
+    const long long units =
+        (long long)((T + S::kBM * S::kCluster - 1) / (S::kBM * S::kCluster)) * ((I + S::kBO - 1) / S::kBO);
     if (units > INT32_MAX / 2 - 2LL * slots || units * (H / kBK) > INT32_MAX) { // the walk's tile and block indices
         fprintf(stderr, "matmul_swiglu_forward_cuda: T=%d I=%d H=%d: %lld tiles overflow its counters\n", T, I, H,
                 units);
@@ -384,6 +413,9 @@ const struct ms_schedule {
      MATMUL_SWIGLU_COOPERATIVE},
     {MATMUL_SWIGLU_CLUSTER_TMASTORE, "cluster_tmastore", launch<MATMUL_SWIGLU_CLUSTER_TMASTORE>,
      MATMUL_SWIGLU_CLUSTER},
+    {MATMUL_SWIGLU_PINGPONG_TMASTORE, "pingpong_tmastore", launch<MATMUL_SWIGLU_PINGPONG_TMASTORE>,
+     MATMUL_SWIGLU_PINGPONG},
+    {MATMUL_SWIGLU_PINGPONG_WIDE, "pingpong_wide", launch<MATMUL_SWIGLU_PINGPONG_WIDE>, MATMUL_SWIGLU_PINGPONG_WIDE},
 };
 constexpr int kNSchedules = (int)(sizeof ms_schedules / sizeof ms_schedules[0]);
 static_assert(kNSchedules == MATMUL_SWIGLU_NKERNELS - 1, "a row for every MATMUL_SWIGLU_* but AUTO");

@@ -30,12 +30,14 @@ int matmul_swiglu_cuda_takes(const uint16_t *act, int ldact, const uint16_t *x, 
  * The schedules: MATMUL_SWIGLU_COOPERATIVE (both consumer warpgroups on one 128 x 128 act tile),
  * MATMUL_SWIGLU_PINGPONG (each on its own 128 x 64 tile, one's epilogue under the other's GEMM),
  * MATMUL_SWIGLU_CLUSTER (the cooperative one on clusters of 2 CTAs sharing each B tile by TMA multicast: half the
- * weight bytes from L2), and MATMUL_SWIGLU_COOPERATIVE_TMASTORE, MATMUL_SWIGLU_CLUSTER_TMASTORE (those two storing act
- * through shared memory and TMA, the next tile's GEMM under the stores; where act is not 16-byte aligned or ldact not
- * a multiple of 8 they store directly, as the first two). MATMUL_SWIGLU_AUTO is the cooperative one unless the
- * environment names another by DFLASH_MATMUL_SWIGLU=cooperative|pingpong|cluster|cooperative_tmastore|cluster_tmastore
- * (matmul_swiglu_kernel_name's names; read once; another name exits). All give the same bits (the same k order per
- * output, the same epilogue arithmetic). */
+ * weight bytes from L2), MATMUL_SWIGLU_COOPERATIVE_TMASTORE, MATMUL_SWIGLU_CLUSTER_TMASTORE,
+ * MATMUL_SWIGLU_PINGPONG_TMASTORE (those three storing act through shared memory and TMA, the next GEMM under the
+ * stores; where act is not 16-byte aligned or ldact not a multiple of 8 they store directly, as their twins), and
+ * MATMUL_SWIGLU_PINGPONG_WIDE (ping-pong with each consumer on its own 64 x 128 act tile: the cooperative one's
+ * per-warpgroup product, one's epilogue under the other's GEMM). MATMUL_SWIGLU_AUTO is the cooperative one unless
+ * the environment names another by DFLASH_MATMUL_SWIGLU=cooperative|pingpong|cluster|cooperative_tmastore|
+ * cluster_tmastore|pingpong_tmastore|pingpong_wide (matmul_swiglu_kernel_name's names; read once; another name
+ * exits). All give the same bits (the same k order per output, the same epilogue arithmetic). */
 enum {
     MATMUL_SWIGLU_AUTO,
     MATMUL_SWIGLU_COOPERATIVE,
@@ -43,6 +45,8 @@ enum {
     MATMUL_SWIGLU_CLUSTER,
     MATMUL_SWIGLU_COOPERATIVE_TMASTORE,
     MATMUL_SWIGLU_CLUSTER_TMASTORE,
+    MATMUL_SWIGLU_PINGPONG_TMASTORE,
+    MATMUL_SWIGLU_PINGPONG_WIDE,
     MATMUL_SWIGLU_NKERNELS
 };
 void matmul_swiglu_forward_cuda(uint16_t *act, int ldact, const uint16_t *x, int ldx, const uint16_t *w_gu, int T,

@@ -76,8 +76,9 @@ const kc_case kernel_cases[] = {
     {KC(kc_matmul_pick, 0), .why = "the GEMM pick rule on made-up heuristic answers"},
 
     /* ---- matmul_swiglu (the gate|up GEMM with SwiGLU in its epilogue): T I H ldx ldact kernel (1 cooperative,
-     * 2 ping-pong, 3 cluster, 4 and 5 the cooperative and cluster ones storing by TMA: MATMUL_SWIGLU_*; their
-     * ldact=130 row runs the direct-store fallback); each schedule's rows after the one before's (a hang loses less) */
+     * 2 ping-pong, 3 cluster, 4, 5 and 6 the cooperative, cluster and ping-pong ones storing by TMA, 7 ping-pong on
+     * 64 x 128 act tiles: MATMUL_SWIGLU_*; the TMA-store ones' ldact=130 row runs the direct-store fallback); each
+     * schedule's rows after the one before's (a hang loses less) */
 #define MS_ROWS(k, only_)                                                                                            \
     {KC(kc_matmul_swiglu, 1, 64, 64, 64, 64, k), .only = only_, .why = "one row, one tile of half its columns"},     \
     {KC(kc_matmul_swiglu, 7, 128, 128, 136, 130, k), .only = only_,                                                 \
@@ -95,6 +96,8 @@ const kc_case kernel_cases[] = {
     MS_ROWS(3, KC_CUDA_ONLY),
     MS_ROWS(4, KC_CUDA_ONLY),
     MS_ROWS(5, KC_CUDA_ONLY),
+    MS_ROWS(6, KC_CUDA_ONLY),
+    MS_ROWS(7, KC_CUDA_ONLY),
 #undef MS_ROWS
 
     /* ---- swiglu: rows dim ldo | rows dim ldgu lddo in_place ---- */

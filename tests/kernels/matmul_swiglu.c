@@ -73,8 +73,10 @@ static matmul_cuda *the_mm(void)
 
 /* every schedule, in the order the timing runs them (the clusters' last: a hang there loses the least); the names
  * are matmul_swiglu_kernel_name's */
-static const int ms_kernels[] = {MATMUL_SWIGLU_COOPERATIVE, MATMUL_SWIGLU_PINGPONG, MATMUL_SWIGLU_COOPERATIVE_TMASTORE,
-                                 MATMUL_SWIGLU_CLUSTER, MATMUL_SWIGLU_CLUSTER_TMASTORE};
+static const int ms_kernels[] = {MATMUL_SWIGLU_COOPERATIVE,         MATMUL_SWIGLU_PINGPONG,
+                                 MATMUL_SWIGLU_PINGPONG_TMASTORE,   MATMUL_SWIGLU_PINGPONG_WIDE,
+                                 MATMUL_SWIGLU_COOPERATIVE_TMASTORE, MATMUL_SWIGLU_CLUSTER,
+                                 MATMUL_SWIGLU_CLUSTER_TMASTORE};
 enum { MS_NKERNELS = (int)(sizeof ms_kernels / sizeof ms_kernels[0]) };
 _Static_assert(MS_NKERNELS == MATMUL_SWIGLU_NKERNELS - 1, "the timing runs every schedule");
 
