@@ -491,6 +491,19 @@ static void check_rows_same(const char *cname, const char *what, const uint16_t 
     free(h);
 }
 
+/* rows of the device dq (NB x qd of ldo) and dkc|dvc (T x 2 kd of ldkv) whose own columns differ from the host copies
+ * of an earlier run (the padding is not compared: the runs poison it differently) */
+static size_t dq_dkvc_rows_differing(const uint16_t *d_dq, const uint16_t *gdq, int NB, int ldo, int qd,
+                                     const uint16_t *d_dkvc, const uint16_t *gdkvc, int T, int ldkv, int kd)
+{
+    uint16_t *a2 = dev_get(d_dq, (size_t)NB * ldo * 2), *b2 = dev_get(d_dkvc, (size_t)T * ldkv * 2);
+    size_t diff = 0;
+    for (int r = 0; r < NB; r++) diff += memcmp(a2 + (size_t)r * ldo, gdq + (size_t)r * ldo, (size_t)qd * 2) != 0;
+    for (int r = 0; r < T; r++) diff += memcmp(b2 + (size_t)r * ldkv, gdkvc + (size_t)r * ldkv, (size_t)2 * kd * 2) != 0;
+    free(a2), free(b2);
+    return diff;
+}
+
 static void run_case(const attn_case *k)
 {
     const int N = k->N, B = k->B, nh = k->nh, nkv = k->nkv, hd = k->hd, T = k->T, NB = N * B;
@@ -620,14 +633,9 @@ static void run_case(const attn_case *k)
     dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
     /* the padding was poisoned with 0xff the first time and 0x55 now: compare the tensors' own columns only */
     {
-        uint16_t *a2 = dev_get(d_dq, (size_t)NB * ldo * 2), *b2 = dev_get(d_dkvc, (size_t)T * ldkv * 2);
-        size_t diff = 0;
-        for (int r = 0; r < NB; r++) diff += memcmp(a2 + (size_t)r * ldo, gdq + (size_t)r * ldo, (size_t)qd * 2) != 0;
-        for (int r = 0; r < T; r++)
-            diff += memcmp(b2 + (size_t)r * ldkv, gdkvc + (size_t)r * ldkv, (size_t)2 * kd * 2) != 0;
+        const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
         printf("%s %s determinism dq,dkc,dvc rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, diff);
         if (diff) failures++;
-        free(a2), free(b2);
     }
     check_same(cname, "dkb", d_dkb, gdkb, (size_t)NB * kd * 2);
     check_same(cname, "dvb", d_dvb, gdvb, (size_t)NB * kd * 2);
@@ -640,16 +648,13 @@ static void run_case(const attn_case *k)
         CHECK_CUDA(cudaMemset(d_ws, 0xff, ws_bytes));
         CHECK_CUDA(cudaMemset(d_dq, 0x55, (size_t)NB * ldo * 2));
         CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
+        CHECK_CUDA(cudaMemset(d_dkb, 0x55, (size_t)NB * kd * 2));
+        CHECK_CUDA(cudaMemset(d_dvb, 0x55, (size_t)NB * kd * 2));
         dflash_attention_backward_cuda(&gr, d_delta, d_ws, tight, d_dout, lddo, d_out, ldo, d_lse, &in, &st, stream);
-        uint16_t *a2 = dev_get(d_dq, (size_t)NB * ldo * 2), *b2 = dev_get(d_dkvc, (size_t)T * ldkv * 2);
-        size_t diff = 0;
-        for (int r = 0; r < NB; r++) diff += memcmp(a2 + (size_t)r * ldo, gdq + (size_t)r * ldo, (size_t)qd * 2) != 0;
-        for (int r = 0; r < T; r++)
-            diff += memcmp(b2 + (size_t)r * ldkv, gdkvc + (size_t)r * ldkv, (size_t)2 * kd * 2) != 0;
+        const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
         printf("%s %s max_ctx %d: workspace %zu of %zu bytes, dq,dkc,dvc rows_differing=%zu\n",
                diff || tight > ws_bytes ? "FAIL" : "ok", cname, st.max_ctx, tight, ws_bytes, diff);
         if (diff || tight > ws_bytes) failures++;
-        free(a2), free(b2);
         check_same(cname, "dkb (max_ctx)", d_dkb, gdkb, (size_t)NB * kd * 2);
         check_same(cname, "dvb (max_ctx)", d_dvb, gdvb, (size_t)NB * kd * 2);
     }

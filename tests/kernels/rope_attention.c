@@ -632,22 +632,28 @@ static void attention_cuda_check(const kc_case *c)
     free(cu), free(ref), free(o);
 }
 
+/* the wgmma rows' device check: 1 (the row skipped, saying why) on a device other than sm_90 */
+static int skipped_unless_sm90(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major * 10 + minor == 90) return 0;
+    char why[128];
+    snprintf(why, sizeof why, "the wgmma kernel is built for sm_90a, this device is sm_%d%d", major, minor);
+    kc_skip(why);
+    return 1;
+}
+
 /* The Hopper kernel (attention_sm90.cu: wgmma, TMA) by name against the CPU reference, with attention_cuda_check's
  * tolerances; then a second run, the cp.async staging (instead of TMA) and attention_causal_forward_cuda (which
  * chooses this kernel on sm_90) bitwise identical to the first run. On a device other than sm_90 the row is skipped;
  * on sm_90 a head_dim it should take and does not fails. nh nkv hd amp */
 static void attention_wgmma_cuda_check(const kc_case *c)
 {
-    int nh = c->p[0], nkv = c->p[1], hd = c->p[2], nseq = c->nseqs, T, maxlen, dev = 0, major = 0, minor = 0;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    if (major * 10 + minor != 90) {
-        char why[128];
-        snprintf(why, sizeof why, "the wgmma kernel is built for sm_90a, this device is sm_%d%d", major, minor);
-        kc_skip(why);
-        return;
-    }
+    int nh = c->p[0], nkv = c->p[1], hd = c->p[2], nseq = c->nseqs, T, maxlen;
+    if (skipped_unless_sm90()) return;
     if (!attention_wgmma_supported(hd)) {
         printf("FAIL attention_wgmma hd=%d: an sm_90 device, yet attention_wgmma_supported(%d) is 0\n", hd, hd);
         failures++;
@@ -723,16 +729,7 @@ static void attention_wgmma_cuda_check(const kc_case *c)
 static void attention_qfold_cuda_check(const kc_case *c)
 {
     const int nh = c->p[0], nkv = c->p[1], hd = c->p[2], with_norm = c->p[3], bitwise = c->p[4], nseq = c->nseqs;
-    int dev = 0, major = 0, minor = 0;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    if (major * 10 + minor != 90) {
-        char why[128];
-        snprintf(why, sizeof why, "the wgmma kernel is built for sm_90a, this device is sm_%d%d", major, minor);
-        kc_skip(why);
-        return;
-    }
+    if (skipped_unless_sm90()) return;
     int T, maxlen;
     int32_t *cu = cu_of(c, &T, &maxlen), *pos = qfold_positions(cu, nseq, T);
     const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd, ldo = qd + 8;
