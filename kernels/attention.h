@@ -108,6 +108,18 @@ void attention_wgmma_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *
                                         const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
                                         int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
                                         const attention_qfold *fold, void *stream);
+/* The skip (issue 23), opt-in until a GPU run validates it: consumer 0 of each item (its rows end before the second
+ * half of the item's diagonal key tile) computes S there over the first 64 keys only and its last P·V over them; the
+ * same bits as without it (attention_sm90.cu says why). Not with DFLASH_ATTENTION_PINGPONG=0 nor with the fold ahead
+ * (DFLASH_ATTENTION_QFOLD=1; =begin takes it). The one rule: attention_wgmma_skip_applies() (DFLASH_ATTENTION_SKIP=1
+ * in the environment, read once), which attention_wgmma_forward_cuda and attention_wgmma_qfold_forward_cuda follow.
+ * attention_wgmma_skip_forward_cuda: attention_wgmma_qfold_forward_cuda with the skip (skip 1) or without (0)
+ * whatever the environment says (the tests compare the two in one process). */
+int attention_wgmma_skip_applies(void);
+void attention_wgmma_skip_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
+                                       const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
+                                       int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
+                                       const attention_qfold *fold, int skip, void *stream);
 #ifdef __cplusplus
 }
 #endif
