@@ -26,9 +26,10 @@
 // and rotates its 64 rows of the tile in shared memory (qfold_pass, qk_norm_rope_cuda's per-token arithmetic to the
 // bit) before its first S of the item; FOLD 2 does most of those passes ahead, one per step of the previous item
 // while its GEMMs run, once the next Q tile has landed, and begin() only the passes left.
-// The skip (attention_wgmma_skip_applies, opt-in: its own instances, SKIP, a consumer body each): consumer 0, whose rows
-// end before the diagonal key tile's second half, computes S there over the first 64 keys (an n64 wgmma) and its
-// item's last P·V over them (4 of 8 k16 steps); the same bits (the comment at kHalf says why).
+// The skip (attention_wgmma_skip_applies, opt-in: its own instances, SKIP 1 and 2, a consumer body each): consumer 0,
+// whose rows end before the diagonal key tile's second half, computes S there over the first 64 keys (an n64 wgmma)
+// and its item's last P·V over them (4 of 8 k16 steps); SKIP 2 also gives a non-paired item whose rows 64..127 lie
+// past the sequence's end to consumer 0 alone. The same bits (the comments at kHalf and kPass say why).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -286,6 +287,29 @@ __device__ __forceinline__ void qfold_pass(uint32_t tile, int row0, int nvalid, 
     }
 }
 
+// The skip's barrier steps for consumer 0 in an item it takes alone, without branches (a branch among a step's wgmmas
+// can make ptxas serialise them): one arrival of `count` per warp on an "empty" barrier once the warp's wgmma reads of
+// the stage are complete (release's; count 2: for both consumers' warps); a turn taken or handed over where `on`
+// (turn_begin / turn_end's bar.sync and bar.arrive predicated, the predicate the same across the warpgroup)
+__device__ __forceinline__ void release_count(uint64_t *bar, int lane, uint32_t count)
+{
+    __syncwarp();
+    if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
+                                : "memory");
+}
+__device__ __forceinline__ void turn_begin_if(int cw, bool on)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p bar.sync %0, %1;\n}\n" ::"r"(1 + cw), "r"(2 * 128),
+                 "r"((int)on)
+                 : "memory");
+}
+__device__ __forceinline__ void turn_end_if(int cw, bool on)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p bar.arrive %0, %1;\n}\n" ::"r"(1 + (cw ^ 1)),
+                 "r"(2 * 128), "r"((int)on)
+                 : "memory");
+}
+
 // whether the phase of the given parity has completed, without waiting, the same answer across the warp
 __device__ __forceinline__ bool mbar_done_warp(uint64_t *bar, uint32_t parity)
 {
@@ -383,13 +407,24 @@ struct item_walk {
 struct work_item {
     int qb, head, start, len, pair;
 };
+// pass_dead (the skip's consumer 1): an item whose rows 64..127 all lie past its sequence's end (not paired, the last
+// query block of <= 64 rows: solo, consumer 0 takes it alone) is passed over, its tiles (qb + 1) added to *tiles and
+// 1 to *items (the consumer's tile and item counters)
 __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlens, int nseq, int nh, int pairs,
-                                          work_item &it)
+                                          work_item &it, bool pass_dead = false, int *tiles = nullptr,
+                                          int *items = nullptr)
 {
     while (w.qb >= 0) {
         const int start = cu_seqlens[w.seq], len = cu_seqlens[w.seq + 1] - start;
         if (w.qb * kBM < len) {
             const int pair = pairs && len - w.qb * kBM <= 64, cnt = nh >> pair;
+            if (pass_dead && !pair && w.qb * kBM + 64 >= len && w.next < w.c + cnt) {
+                *tiles += w.qb + 1, *items += 1;
+                w.round++;
+                w.next = w.round * (int)gridDim.x +
+                         ((w.round & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x);
+                continue;
+            }
             if (w.next < w.c + cnt) {
                 it.qb = w.qb, it.head = (w.next - w.c) << pair, it.start = start, it.len = len, it.pair = pair;
                 w.round++;
@@ -405,7 +440,7 @@ __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlen
 }
 #endif
 
-template <int HD, bool PINGPONG, int FOLD, bool SKIP>
+template <int HD, bool PINGPONG, int FOLD, int SKIP>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
@@ -543,19 +578,44 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The skip (SKIP instances, kHalf): consumer 0's 64 rows (qb·kBM + 0..63, in a paired item too) end before the
     // second half of its item's last key tile (keys qb·kBM + 64..127, the diagonal one: kBN == kBM), so it computes S
     // there over the first 64 keys only (step's diag, at call sites of its own in item) and the item's last P·V over
-    // them (finish's h, at call sites of its own). The same bits: online_softmax's mask sets every one of those 64 columns to -inf whatever s[32..63] held (key >
-    // row for each row of the warpgroup), so the max, p (bf16 +0 there, the first half's the same values), the row
-    // sums (x + 0 = x) and P come out as when they were computed; the four k16 steps left out of the P·V would each
-    // add products of p = +0 (0·v = ±0 for finite v: the masked keys' V rows are the sequence's own, the next
-    // sequence's or zero) to O, and o + ±0 = o for every o != 0 and for o = +0 (only a column exactly -0 so far, every
-    // visible v of it ±0, could turn +0 there).
-    const bool kHalf = SKIP && cw == 0;
+    // them (finish's h, at call sites of its own). The same bits: online_softmax's mask sets every one of those 64
+    // columns to -inf whatever s[32..63] held (key > row for each row of the warpgroup), so the max, p (bf16 +0 there,
+    // the first half's the same values), the row sums (x + 0 = x) and P come out as when they were computed; the four
+    // k16 steps left out of the P·V would each add products of p = +0 (0·v = ±0 for finite v: the masked keys' V rows
+    // are the sequence's own, the next sequence's or zero) to O, and o + ±0 = o for every o != 0 and for o = +0 (only a
+    // column exactly -0 so far, every visible v of it ±0, could turn +0 there). The n64 S's columns are the n128's
+    // (each element's k16 reduction the same; the attention_wgmma rows compare the bits).
+    const bool kHalf = SKIP && cw == 0, kSolo = SKIP == 2 && cw == 0;
+    // The skip's solo items (SKIP 2): in a non-paired item whose rows 64..127 all lie at or past the sequence's end
+    // (its last query block has <= 64 rows: with even groups a paired item unless DFLASH_ATTENTION_PAIRS=0) consumer 1
+    // would store nothing: it passes the item over (next_item's pass_dead; t and n still count it), and consumer 0
+    // takes it alone: each of its warps arrives for both consumers (count 2) on the item's K, V and Q "empty" barriers,
+    // and it takes no turns in the item's steps nor in its finish (the turns consumer 1 does not take: it goes from the
+    // item before straight to the one after, its finish of the item before issuing the next one's first S). Each
+    // arrival still lands in its tile's own phase: a consumer arrives on a stage's "empty" barrier only after waiting
+    // for that tile on its "full" one, which the producer fills only after both consumers' arrivals for the tile two
+    // back. Consumer 0 computes what it computed without the skip: the same bits.
+    const bool kPass = SKIP == 2 && cw == 1;
+    int t = 0, n = 0; // the tile and item counters of the item under way (below)
+    bool solo = false;  // the item under way is consumer 0's alone (kSolo only)
+    auto rel = [&](uint64_t *bar, bool w_solo) { // release, for both consumers where w_solo
+        if (kSolo) release_count(bar, lane, w_solo ? 2u : 1u);
+        else release(bar, lane);
+    };
+    auto tbegin = [&](bool w_solo) { // the turns, none where w_solo
+        if (kSolo) turn_begin_if(cw, !w_solo);
+        else turn_begin<PINGPONG>(cw);
+    };
+    auto tend = [&](bool w_solo) {
+        if (kSolo) turn_end_if(cw, !w_solo);
+        else turn_end<PINGPONG>(cw);
+    };
     if (cw == 1) turn_end<PINGPONG>(cw); // consumer 0 takes the first turn
-    if (!next_item(walk, cu_seqlens, nseq, nh, pairs, it)) return;
+    if (!next_item(walk, cu_seqlens, nseq, nh, pairs, it, kPass, &t, &n)) return;
 
     // the item under way (it): t its first tile's counter, n its own, nkb its tiles, r0 this warpgroup's first query
     // row (sequence-local), row_a / row_b this thread's, sq_addr its 64 rows in each Q panel (panels kBM rows apart)
-    int t = 0, n = 0, nkb = 0, r0 = 0, row_a = 0, row_b = 0;
+    int nkb = 0, r0 = 0, row_a = 0, row_b = 0;
     uint32_t sq_addr = 0;
     // the fold (FOLD 1: in begin() only; 2: ahead too): a warp's passes of item n's rows done ahead, during item
     // n - 1's steps (ahead; the same across a warp): each step folds a pass of the next item's rows into the other Q
@@ -566,6 +626,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int ahead = 0;
     auto begin = [&]() {
         nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
+        if (kSolo) solo = !it.pair && it.qb * kBM + 64 >= it.len;
         r0 = it.qb * kBM + (it.pair ? 0 : cw * 64);
         row_a = r0 + warp * 16 + g, row_b = row_a + 8;
         sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
@@ -578,7 +639,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (FOLD == 2) { // the next item (none: no passes ahead)
                 item_walk peek = walk;
                 work_item nx{0, 0, 0, 0, 0};
-                ahead = next_item(peek, cu_seqlens, nseq, nh, pairs, nx) ? 0 : kQfoldPasses<HD>;
+                int pt = 0, pn = 0;
+                ahead = next_item(peek, cu_seqlens, nseq, nh, pairs, nx, kPass, &pt, &pn) ? 0 : kQfoldPasses<HD>;
                 if (tid == 0) {
                     const int nr0 = nx.qb * kBM + (nx.pair ? 0 : cw * 64);
                     sts64(smem_u32(nx_rec + 2 * cw + (n & 1)), nx.start + nr0, nx.len - nr0);
@@ -587,6 +649,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             fence_proxy_async(); // the wgmma reads the stores through the async proxy
             named_sync(3 + cw, 128); // every warp's rows stored (barriers 1 and 2 are the ping-pong's)
         }
+        if (SKIP == 2) __syncwarp(); // (without it ptxas ran short of registers, C7511, at head_dim 128)
     };
     // O of the item, relative to the running max of the tile whose P is being added; rescaled after that GEMM
     float o[HD / 2];
@@ -601,12 +664,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // the first S of the CTA's first item, alone (every later item's goes with its predecessor's last P·V)
     begin();
-    mbar_wait(full_k, 0);
-    issue_qk<HD, kBN>(s, sq_addr, sk0);
+    mbar_wait(full_k + t % kStages, (uint32_t)((t / kStages) & 1)); // t 0 unless consumer 1 passed items over
+    issue_qk<HD, kBN>(s, sq_addr, sk0 + (t % kStages) * S::kTileBytes);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
-    release(empty_k, lane);
+    rel(empty_k + t % kStages, solo);
     online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, pa);
 
     // one step: S(j) and P(j-1)·V(j-1) in flight together, then the softmax of S(j) (exp2 on the SFU, shuffles)
@@ -620,13 +683,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(full_k + stage, parity);
         mbar_wait(full_v + pstage, pparity);
         fence_regs_u<kBN>(p_prev);
-        turn_begin<PINGPONG>(cw);
+        tbegin(solo);
         if (diag) issue_qk_lo<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes); // the diagonal tile, kHalf
         else issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
         wgmma_commit();
         issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
         wgmma_commit();
-        turn_end<PINGPONG>(cw);
+        tend(solo);
         if constexpr (FOLD == 2) // a pass of the next item's rows (the other Q buffer) while the GEMMs run
             if (ahead < kQfoldPasses<HD> && mbar_done_warp(full_q + ((n + 1) & 1), (uint32_t)(((n + 1) >> 1) & 1))) {
                 const int2 nx = lds64(smem_u32(nx_rec + 2 * cw + (n & 1)));
@@ -635,11 +698,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
         fence_regs(s);
-        release(empty_k + stage, lane);
+        rel(empty_k + stage, solo);
         online_softmax<kBN>(s, j * kBN + kBN - 1 > r0, j * kBN, row_a, row_b, scale_log2, st, p_next);
         wgmma_wait<0>();
         fence_regs(o);
-        release(empty_v + pstage, lane);
+        rel(empty_v + pstage, solo);
         rescale<HD>(o, st);
     };
 
@@ -679,7 +742,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t vparity = (uint32_t)(((t + nkb - 1) / kStages) & 1);
         const work_item done = it;
         const float l_a = st.l_a, l_b = st.l_b;
-        const bool more = next_item(walk, cu_seqlens, nseq, nh, pairs, it);
+        const bool done_solo = solo;
+        const bool more = next_item(walk, cu_seqlens, nseq, nh, pairs, it, kPass, &t, &n);
         mbar_wait(full_v + vstage, vparity);
         if (more) {
             t += nkb, n++;
@@ -687,15 +751,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int stage = t % kStages;
             mbar_wait(full_k + stage, (uint32_t)((t / kStages) & 1));
             fence_regs_u<kBN>(p_last);
-            turn_begin<PINGPONG>(cw);
+            tbegin(done_solo);
             issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
             wgmma_commit();
             last_pv(p_last, vstage, h);
             wgmma_commit();
-            turn_end<PINGPONG>(cw);
+            tend(done_solo);
             wgmma_wait<1>();
             fence_regs(s);
-            release(empty_k + stage, lane);
+            rel(empty_k + stage, solo);
             st = fresh;
             online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, p_free);
         } else {
@@ -705,7 +769,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma_wait<0>();
         fence_regs(o);
-        release(empty_v + vstage, lane);
+        rel(empty_v + vstage, done_solo);
         store(done, l_a, l_b);
 #pragma unroll
         for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
@@ -735,7 +799,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             last_in_p1 = j < nkb;
             if (last_in_p1) step(j, p0, p1, false);
         }
-        release(empty_q + (n & 1), lane); // every S of this item is done
+        rel(empty_q + (n & 1), solo); // every S of this item is done
         if (kHalf) { // finish's call sites for each, so that its choice is made outside the wgmmas
             if (last_in_p1) return finish(p1, p0, true) ? 1 : 0;
             return finish(p0, p1, true) ? 2 : 0;
@@ -776,16 +840,18 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     typedef void (*kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, int, __nv_bfloat16 *, int,
                               const __nv_bfloat16 *, int, const __nv_bfloat16 *, int, const __nv_bfloat16 *, int,
                               const int32_t *, int, int, int, int, float, int, qfold_args);
-    static const kernel_fn kernels[3][3] = {
-        {flash_fwd_sm90_kernel<HD, false, 0, false>, flash_fwd_sm90_kernel<HD, false, 1, false>,
-         flash_fwd_sm90_kernel<HD, false, 2, false>},
-        {flash_fwd_sm90_kernel<HD, true, 0, false>, flash_fwd_sm90_kernel<HD, true, 1, false>,
-         flash_fwd_sm90_kernel<HD, true, 2, false>},
-        {flash_fwd_sm90_kernel<HD, true, 0, true>, flash_fwd_sm90_kernel<HD, true, 1, true>,
-         flash_fwd_sm90_kernel<HD, true, 2, false>}};
+    static const kernel_fn kernels[4][3] = {
+        {flash_fwd_sm90_kernel<HD, false, 0, 0>, flash_fwd_sm90_kernel<HD, false, 1, 0>,
+         flash_fwd_sm90_kernel<HD, false, 2, 0>},
+        {flash_fwd_sm90_kernel<HD, true, 0, 0>, flash_fwd_sm90_kernel<HD, true, 1, 0>,
+         flash_fwd_sm90_kernel<HD, true, 2, 0>},
+        {flash_fwd_sm90_kernel<HD, true, 0, 1>, flash_fwd_sm90_kernel<HD, true, 1, 1>,
+         flash_fwd_sm90_kernel<HD, true, 2, 0>},
+        {flash_fwd_sm90_kernel<HD, true, 0, 2>, flash_fwd_sm90_kernel<HD, true, 1, 2>,
+         flash_fwd_sm90_kernel<HD, true, 2, 0>}};
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
-        for (int a = 0; a < 3; a++)
+        for (int a = 0; a < 4; a++)
             for (int b = 0; b < 3; b++)
                 CHECK_CUDA(cudaFuncSetAttribute(kernels[a][b], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
@@ -824,7 +890,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     static int fold_begin = -1;
     const int mode = !qf ? 0 : env_switch(&fold_begin, "DFLASH_ATTENTION_QFOLD", "begin") ? 1 : 2;
     // the skip with the ping-pong only (DFLASH_ATTENTION_PINGPONG=0 measures the kernel without either)
-    kernels[pingpong && skip ? 2 : pingpong][mode]<<<grid, kThreads, smem, st>>>(
+    kernels[pingpong && skip ? 1 + skip : pingpong][mode]<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
         ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs,
         fold);
@@ -840,8 +906,8 @@ extern "C" int attention_wgmma_supported(int hd)
 
 extern "C" int attention_wgmma_skip_applies(void)
 {
-    static int skip = -1;
-    return env_switch(&skip, "DFLASH_ATTENTION_SKIP", "1");
+    static int half = -1, solo = -1;
+    return env_switch(&solo, "DFLASH_ATTENTION_SKIP", "2") ? 2 : env_switch(&half, "DFLASH_ATTENTION_SKIP", "1");
 }
 
 extern "C" void attention_wgmma_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
@@ -861,6 +927,11 @@ extern "C" void attention_wgmma_skip_forward_cuda(uint16_t *out, int ldo, const 
                                                   int skip, void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
+    if (skip < 0 || skip > 2) {
+        fprintf(stderr, "attention_wgmma_skip_forward_cuda: skip %d (0 none, 1 the diagonal tile's half, 2 and the "
+                        "solo items)\n", skip);
+        exit(1);
+    }
     if (fold && (!fold->pos || !fold->inv_freq || (uintptr_t)fold->q_w % 4 != 0)) {
         fprintf(stderr, "attention_wgmma_qfold_forward_cuda: the fold needs the rows' positions (%p), inv_freq (%p) "
                         "and a 4-byte aligned q_w (%p)\n", (const void *)fold->pos, (const void *)fold->inv_freq,
