@@ -189,6 +189,10 @@ const kc_case kernel_cases[] = {
      .why = "head_dim 64, group 3"},
     {KC(kc_attention_wgmma, 8, 2, 64, 2), KC_SEQS(64, 65, 127, 128, 129, 1, 192, 193, 256, 257),
      .why = "head_dim 64, group 4, paired last blocks"},
+    {KC(kc_attention_wgmma, 24, 8, 128, 2), KC_SEQS(5, 700, 64, 1, 129, 300, 17, 40, 200),
+     .why = "group 3, more items than SMs: skip 2's solo items among a CTA's other items"},
+    {KC(kc_attention_wgmma, 32, 32, 64, 2), KC_SEQS(5, 700, 64, 1, 129, 300, 17, 40, 200),
+     .why = "MHA, head_dim 64, more items than SMs: solo items among a CTA's other items"},
     /* qk_norm_rope's Q side folded into the Hopper attention (sm_90 only on the device): nh nkv hd with_norm bitwise
      * (bitwise: qk_norm_rope_cuda takes q by its per-token kernel, (nh + nkv) hd/8 <= 640, so folded = unfused) */
     {KC(kc_attention_qfold, 6, 2, 64, 1, 1), KC_SEQS(1, 37, 2, 65), .why = "head_dim 64, GQA 3, one-token sequences"},
