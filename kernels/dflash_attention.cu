@@ -881,7 +881,7 @@ __device__ __forceinline__ void sw_load_rows(unsigned char *tile, const bf16 *ba
 // NT threads. Thread t copies 16-byte chunk t % (HD/8) of rows t / (HD/8) + k·s, s = NT/(HD/8): one division a step,
 // the next row's (head, slot) by adding s slots (one wrap at most when B >= s), 32-bit offsets from the block's first
 // row, and each row's swizzled chunk s rows (128·s bytes) after the last's.
-template <int HD, int NT>
+template <int HD, int NT, int UNROLL = kWgItem / (NT / (HD / 8))>
 __device__ __forceinline__ void sw_load_item(unsigned char *sq, unsigned char *sdo, float *slse, float *sd,
                                              const Args &a, int j, int c, int kh)
 {
@@ -893,7 +893,7 @@ __device__ __forceinline__ void sw_load_item(unsigned char *sq, unsigned char *s
     const size_t col = (size_t)kh * a.G * HD + ch * 8;
     const bf16 *qb = a.q + (size_t)j * a.B * a.ldq + col, *db = a.dout + (size_t)j * a.B * a.lddo + col;
     const int off0 = sw_off<kWgItem>(r0, ch); // (r0 + kStep·k) & 7 == r0 & 7: the same swizzle
-#pragma unroll
+#pragma unroll UNROLL
     for (int k = 0; k < kWgItem / kStep; k++) {
         const int rho = rho0 + k * kStep;
         if (k > 0) {
@@ -1449,7 +1449,7 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
             for (int it = 0; it < items; it++, t++) {
                 const int stage = t % kWg2Stages;
                 if (t >= kWg2Stages) mbar_wait(empty + stage, (uint32_t)(((t / kWg2Stages) & 1) ^ 1)); // t - S read
-                sw_load_item<HD, 128>(sq + stage * S::kItemBytes, sdo + stage * S::kItemBytes, slse + stage * kWgItem,
+                sw_load_item<HD, 128, 1>(sq + stage * S::kItemBytes, sdo + stage * S::kItemBytes, slse + stage * kWgItem,
                                       sd + stage * kWgItem, a, s_list[li], chunk, kh);
                 cp_async_commit();
                 if (it > 0) {
