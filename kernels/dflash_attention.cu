@@ -2200,11 +2200,8 @@ bool wgmma_device() { return attention_wgmma_chosen(128) != 0; }
 
 // DFLASH_ATTENTION_DKV=wg2: the dk/dv CTAs of a producer and two consumer warpgroups (dkv_wg2_sm90), where the
 // backward takes the dS workspace; opt-in until a GPU run (tests/gpu/dkvwg2_ab.sh) has checked and timed it
-bool dkv_wg2()
-{
-    static int on = -1;
-    return env_switch(&on, "DFLASH_ATTENTION_DKV", "wg2") != 0;
-}
+int g_dkv_wg2 = -1; // env_switch's cache, or what dflash_attention_dkv_wg2 set
+bool dkv_wg2() { return env_switch(&g_dkv_wg2, "DFLASH_ATTENTION_DKV", "wg2") != 0; }
 
 template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
 {
@@ -2327,6 +2324,8 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
 
 // the dS workspace is used (its size nonzero): head_dim 128 on the wgmma kernels
 static bool ws_applies(const dflash_attn_shape *s) { return s->hd == 128 && wgmma_device(); }
+
+extern "C" void dflash_attention_dkv_wg2(int on) { g_dkv_wg2 = on < 0 ? -1 : on != 0; }
 
 extern "C" size_t dflash_attention_backward_workspace(const dflash_attn_shape *s, int T)
 {
