@@ -954,7 +954,7 @@ template <class Load> __device__ __forceinline__ void wg_stage_next(bool more, L
 // (sync: over its 128 threads).
 template <int HD, class Sync>
 __device__ __forceinline__ bool sum_parts_at(const Args &a, float (&dk)[HD / 2], float (&dv)[HD / 2], int slot,
-                                             int part, int parts, int tid, int &s_last, Sync &&sync)
+                                             int part, int parts, unsigned tid, int &s_last, Sync &&sync)
 {
     constexpr int kPart = HD * 128; // floats of one partial: dK then dV, HD/2 each per thread
     float *base = a.dkv_part + (size_t)slot * parts * kPart;
@@ -991,7 +991,7 @@ __device__ __forceinline__ bool sum_parts(const Args &a, float (&dk)[HD / 2], fl
 {
     static_assert(kBwdWgs == 1, "sum_parts: one warpgroup a dk/dv CTA");
     __shared__ int s_last;
-    return sum_parts_at<HD>(a, dk, dv, slot, part, parts, (int)threadIdx.x, s_last, [] { __syncthreads(); });
+    return sum_parts_at<HD>(a, dk, dv, slot, part, parts, threadIdx.x, s_last, [] { __syncthreads(); });
 }
 
 // The warpgroup's dSᵀ fragments (da: A fragments of 64 key rows x 64 query rows, warp w rows 16w..16w+15) to the
@@ -1001,7 +1001,7 @@ __device__ __forceinline__ bool sum_parts(const Args &a, float (&dk)[HD / 2], fl
 // coalesced copies out. The caller's barrier before the next step keeps sds from being overwritten while it is read.
 // store_ds_tile_at: the same for the warpgroup whose thread tid (0..127) this is and whose named barrier is bar.
 __device__ __forceinline__ void store_ds_tile_at(unsigned char *sds, const uint32_t (&da)[kWgItem / 16][4], bf16 *dst,
-                                                 int tid, int bar)
+                                                 unsigned tid, int bar)
 {
     const int warp = tid / 32, lane = tid % 32, m = lane >> 3, i = lane & 7;
     // fragment kk's matrix m (register m): keys 16w + 8 (m & 1) .., query rows 16 kk + 8 (m >> 1) ..; transposed,
@@ -1021,7 +1021,7 @@ __device__ __forceinline__ void store_ds_tile_at(unsigned char *sds, const uint3
 __device__ __forceinline__ void store_ds_tile(unsigned char *sds, const uint32_t (&da)[kWgItem / 16][4], bf16 *dst)
 {
     static_assert(kBwdWgs == 1, "store_ds_tile: one warpgroup a dk/dv CTA (its barrier, its 128 threads)");
-    store_ds_tile_at(sds, da, dst, (int)threadIdx.x, 1);
+    store_ds_tile_at(sds, da, dst, threadIdx.x, 1);
 }
 
 // The pieces of one dk/dv step (64 key rows of the warpgroup x one 64-row query chunk of block jb), shared by the
@@ -1504,7 +1504,7 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
                     named_sync(1 + cw, 128);
                     store_ds_tile_at(sds, da,
                                      a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem),
-                                     tid, 1 + cw);
+                                     (unsigned)tid, 1 + cw);
                 }
                 wgmma_wait<0>();
                 fence_regs(dv);
@@ -1519,7 +1519,7 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
     }
     if (wgr0 >= bound) return; // rows past the source's end: no tile (nor partial, nor counter) of today's
     if (parts > 1 &&
-        !sum_parts_at<HD>(a, dk, dv, tile * a.nkv + kh, part, parts, tid, s_last[cw], [&] { named_sync(1 + cw, 128); }))
+        !sum_parts_at<HD>(a, dk, dv, tile * a.nkv + kh, part, parts, (unsigned)tid, s_last[cw], [&] { named_sync(1 + cw, 128); }))
         return; // another part writes the tile
 
     bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
