@@ -33,7 +33,9 @@
 // workspace (dflash_attention_backward_workspace) the dk/dv CTAs also write each step's dS tile (64 query rows x 64
 // keys, 8 KB) there and a second launch of dq CTAs sums dQ += dS·K over them in key order (5 GEMMs a block's step in
 // all, not 7), each context dk/dv tile's blocks split over two CTAs (the first tile, which every block of a sorted
-// sequence sees, would otherwise be the launch's longest chain; DFLASH_ATTENTION_DKV_SPLIT=0 keeps one); without one
+// sequence sees, would otherwise be the launch's longest chain; DFLASH_ATTENTION_DKV_SPLIT=0 keeps one;
+// DFLASH_ATTENTION_DKV=wg2, not yet run on a GPU: dk/dv CTAs of 128 key rows, a producer warpgroup staging each
+// step's Q, dO, lse, D once for two consumer warpgroups of 64 keys each, the same bits: dkv_wg2_sm90); without one
 // (or DFLASH_ATTENTION_DQ=recompute) the dq CTAs share the dk/dv launch and recompute S, P, dP and dS.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
