@@ -33,7 +33,9 @@
 // workspace (dflash_attention_backward_workspace) the dk/dv CTAs also write each step's dS tile (64 query rows x 64
 // keys, 8 KB) there and a second launch of dq CTAs sums dQ += dS·K over them in key order (5 GEMMs a block's step in
 // all, not 7), each context dk/dv tile's blocks split over two CTAs (the first tile, which every block of a sorted
-// sequence sees, would otherwise be the launch's longest chain; DFLASH_ATTENTION_DKV_SPLIT=0 keeps one); without one
+// sequence sees, would otherwise be the launch's longest chain; DFLASH_ATTENTION_DKV_SPLIT=0 keeps one;
+// DFLASH_ATTENTION_DKV=wg2, not yet run on a GPU: dk/dv CTAs of 128 key rows, a producer warpgroup staging each
+// step's Q, dO, lse, D once for two consumer warpgroups of 64 keys each, the same bits: dkv_wg2_sm90); without one
 // (or DFLASH_ATTENTION_DQ=recompute) the dq CTAs share the dk/dv launch and recompute S, P, dP and dS.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
@@ -881,7 +883,7 @@ __device__ __forceinline__ void sw_load_rows(unsigned char *tile, const bf16 *ba
 // NT threads. Thread t copies 16-byte chunk t % (HD/8) of rows t / (HD/8) + k·s, s = NT/(HD/8): one division a step,
 // the next row's (head, slot) by adding s slots (one wrap at most when B >= s), 32-bit offsets from the block's first
 // row, and each row's swizzled chunk s rows (128·s bytes) after the last's.
-template <int HD, int NT>
+template <int HD, int NT, int UNROLL = kWgItem / (NT / (HD / 8))>
 __device__ __forceinline__ void sw_load_item(unsigned char *sq, unsigned char *sdo, float *slse, float *sd,
                                              const Args &a, int j, int c, int kh)
 {
@@ -893,7 +895,7 @@ __device__ __forceinline__ void sw_load_item(unsigned char *sq, unsigned char *s
     const size_t col = (size_t)kh * a.G * HD + ch * 8;
     const bf16 *qb = a.q + (size_t)j * a.B * a.ldq + col, *db = a.dout + (size_t)j * a.B * a.lddo + col;
     const int off0 = sw_off<kWgItem>(r0, ch); // (r0 + kStep·k) & 7 == r0 & 7: the same swizzle
-#pragma unroll
+#pragma unroll UNROLL
     for (int k = 0; k < kWgItem / kStep; k++) {
         const int rho = rho0 + k * kStep;
         if (k > 0) {
@@ -950,40 +952,48 @@ template <class Load> __device__ __forceinline__ void wg_stage_next(bool more, L
 // element i of thread t at i·128 + t, coalesced); the last part to finish (a device-scope counter) sums every part's
 // partial in part order into dk, dv and returns true, the others false. The order of the sum is fixed by the part
 // index alone, whoever finishes last: deterministic.
-template <int HD>
-__device__ __forceinline__ bool sum_parts(const Args &a, float (&dk)[HD / 2], float (&dv)[HD / 2], int slot, int part,
-                                       int parts)
+// sum_parts_at: the same for the warpgroup whose thread tid (0..127) this is, its flag s_last (shared) and its barrier
+// (sync: over its 128 threads).
+template <int HD, class Sync>
+__device__ __forceinline__ bool sum_parts_at(const Args &a, float (&dk)[HD / 2], float (&dv)[HD / 2], int slot,
+                                             int part, int parts, unsigned tid, int &s_last, Sync &&sync)
 {
-    static_assert(kBwdWgs == 1, "sum_parts: one warpgroup a dk/dv CTA");
     constexpr int kPart = HD * 128; // floats of one partial: dK then dV, HD/2 each per thread
-    __shared__ int s_last;
     float *base = a.dkv_part + (size_t)slot * parts * kPart;
     float *mine = base + (size_t)part * kPart;
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) {
-        __stcg(mine + i * 128 + threadIdx.x, dk[i]);
-        __stcg(mine + (HD / 2 + i) * 128 + threadIdx.x, dv[i]);
+        __stcg(mine + i * 128 + tid, dk[i]);
+        __stcg(mine + (HD / 2 + i) * 128 + tid, dv[i]);
     }
     __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(a.dkv_count + slot, 1) == parts - 1;
-    __syncthreads();
+    sync();
+    if (tid == 0) s_last = atomicAdd(a.dkv_count + slot, 1) == parts - 1;
+    sync();
     if (!s_last) return false;
     __threadfence();
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) {
-        dk[i] = __ldcg(base + i * 128 + threadIdx.x);
-        dv[i] = __ldcg(base + (HD / 2 + i) * 128 + threadIdx.x);
+        dk[i] = __ldcg(base + i * 128 + tid);
+        dv[i] = __ldcg(base + (HD / 2 + i) * 128 + tid);
     }
     for (int p = 1; p < parts; p++) {
         const float *pp = base + (size_t)p * kPart;
 #pragma unroll
         for (int i = 0; i < HD / 2; i++) {
-            dk[i] += __ldcg(pp + i * 128 + threadIdx.x);
-            dv[i] += __ldcg(pp + (HD / 2 + i) * 128 + threadIdx.x);
+            dk[i] += __ldcg(pp + i * 128 + tid);
+            dv[i] += __ldcg(pp + (HD / 2 + i) * 128 + tid);
         }
     }
     return true;
+}
+template <int HD>
+__device__ __forceinline__ bool sum_parts(const Args &a, float (&dk)[HD / 2], float (&dv)[HD / 2], int slot, int part,
+                                       int parts)
+{
+    static_assert(kBwdWgs == 1, "sum_parts: one warpgroup a dk/dv CTA");
+    __shared__ int s_last;
+    return sum_parts_at<HD>(a, dk, dv, slot, part, parts, threadIdx.x, s_last, [] { __syncthreads(); });
 }
 
 // The warpgroup's dSᵀ fragments (da: A fragments of 64 key rows x 64 query rows, warp w rows 16w..16w+15) to the
@@ -991,10 +1001,11 @@ __device__ __forceinline__ bool sum_parts(const Args &a, float (&dk)[HD / 2], fl
 // 128 bytes of keys, as issue_s's Q): transposed into the shared staging tile sds by stmatrix .trans (one x4 per
 // k16 fragment; its eight 16-byte rows a matrix on distinct swizzled chunks), one warpgroup barrier, 16-byte
 // coalesced copies out. The caller's barrier before the next step keeps sds from being overwritten while it is read.
-__device__ __forceinline__ void store_ds_tile(unsigned char *sds, const uint32_t (&da)[kWgItem / 16][4], bf16 *dst)
+// store_ds_tile_at: the same for the warpgroup whose thread tid (0..127) this is and whose named barrier is bar.
+__device__ __forceinline__ void store_ds_tile_at(unsigned char *sds, const uint32_t (&da)[kWgItem / 16][4], bf16 *dst,
+                                                 unsigned tid, int bar)
 {
-    static_assert(kBwdWgs == 1, "store_ds_tile: one warpgroup a dk/dv CTA (its barrier, its 128 threads)");
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m = lane >> 3, i = lane & 7;
+    const int warp = tid / 32, lane = tid % 32, m = lane >> 3, i = lane & 7;
     // fragment kk's matrix m (register m): keys 16w + 8 (m & 1) .., query rows 16 kk + 8 (m >> 1) ..; transposed,
     // its row i (lane 8m + i's address) is query row n = 16 kk + 8 (m >> 1) + i: keys chunk 2w + (m & 1), n & 7 = i
     const uint32_t base = mma_sm80::smem_u32(sds) + (8 * (m >> 1) + i) * 128 + (((2 * warp + (m & 1)) ^ i) << 4);
@@ -1003,11 +1014,16 @@ __device__ __forceinline__ void store_ds_tile(unsigned char *sds, const uint32_t
         asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(base + kk * 2048),
                      "r"(da[kk][0]), "r"(da[kk][1]), "r"(da[kk][2]), "r"(da[kk][3])
                      : "memory");
-    wgmma_sm90::named_sync(1, 128);
+    wgmma_sm90::named_sync(bar, 128);
     uint4 *gd = reinterpret_cast<uint4 *>(dst);
     const uint4 *sd = reinterpret_cast<const uint4 *>(sds);
 #pragma unroll 1
-    for (int c = threadIdx.x; c < kWgKeys * kWgItem * 2 / 16; c += 128) gd[c] = sd[c];
+    for (int c = tid; c < kWgKeys * kWgItem * 2 / 16; c += 128) gd[c] = sd[c];
+}
+__device__ __forceinline__ void store_ds_tile(unsigned char *sds, const uint32_t (&da)[kWgItem / 16][4], bf16 *dst)
+{
+    static_assert(kBwdWgs == 1, "store_ds_tile: one warpgroup a dk/dv CTA (its barrier, its 128 threads)");
+    store_ds_tile_at(sds, da, dst, threadIdx.x, 1);
 }
 
 // The pieces of one dk/dv step (64 key rows of the warpgroup x one 64-row query chunk of block jb), shared by the
@@ -1335,6 +1351,205 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
     }
 }
 #endif
+
+// ---- the dk/dv CTAs of a producer and two consumer warpgroups (DFLASH_ATTENTION_DKV=wg2, with the dS workspace) ----
+//
+// FlashAttention-3's backward shape: a CTA owns 128 key rows of one kv head, consumer warpgroup c (1 + c of the CTA)
+// the 64-key tile 2·tile2 + c of today's dk/dv CTAs (its own K, V in shared memory, its dK, dV in registers, its own
+// dS staging tile and workspace tiles, its own context partial and counter), and the producer warpgroup (0) stages
+// each step's Q, dO, lse and D once for both through a ring of kWg2Stages stages (cp.async by its 128 threads, the
+// copies of a step made visible to the async proxy and announced on the stage's "full" mbarrier once the next step's
+// are issued; each consumer warp arrives on the stage's "empty" one when its GEMMs have read the stage). setmaxnreg
+// moves registers from the producer to the consumers. The steps are the CTA's blocks (gather_blocks over its 128 rows)
+// x query chunks in block order, as today; consumer c computes a step exactly when today's CTA of its 64-key tile has
+// that block in its list (gather_blocks' test on its own rows: lo < hi, lo < min(its end, bound), hi > its first row),
+// else it waits for the stage and arrives on its empty barrier only. So each of its dK, dV rows sums the same terms in
+// the same order, each through the same instructions (dkv_issue_t, dkv_p, dkv_ds, dkv_issue_dv_dk as the pipelined
+// loop; the serial loop's math written out), and each dS tile it writes is today's, in today's slot: the same bits.
+// Context tiles split over a.ctx_parts CTAs by the same block ranges, each consumer summing its own 64-key tile's
+// partials (sum_parts_at) in part order. A consumer whose 64 rows lie past the source's end (the last 128-row tile of
+// an odd count) sees no block, and writes nothing.
+constexpr int kWg2Stages = 3, kWg2Consumers = 2, kWg2Threads = (kWg2Consumers + 1) * 128;
+constexpr int kWg2Rows = kWg2Consumers * kWgKeys; // key rows a CTA
+// launched at 168 registers a thread (384 threads, one CTA an SM): the producer's 128 threads free 128 x (168 - 24),
+// the consumers' 256 take exactly that, 256 x (240 - 168) (an inc the frees do not cover would wait forever)
+[[maybe_unused]] constexpr int kWg2ProducerRegs = 24, kWg2ConsumerRegs = 240;
+static_assert(128 * (168 - kWg2ProducerRegs) == 256 * (kWg2ConsumerRegs - 168), "the consumers take what the producer frees");
+template <int HD> struct wg2_dkv_shape {
+    static constexpr int kKBytes = kWgKeys * HD * 2;  // one consumer's K (and V) tile: HD/64 panels of 64 rows
+    static constexpr int kItemBytes = kWgItem * HD * 2; // Q (and dO) of one step
+    static constexpr int kDsBytes = kWgKeys * kWgItem * 2;
+    static constexpr int kStageOff = 2 * kWg2Consumers * kKBytes;                 // K0, K1, V0, V1
+    static constexpr int kDsOff = kStageOff + 2 * kWg2Stages * kItemBytes;          // the stages' Q, then their dO
+    static constexpr int kRowOff = kDsOff + kWg2Consumers * kDsBytes;               // the consumers' dS staging tiles
+    static constexpr int kBarOff = kRowOff + 2 * kWg2Stages * kWgItem * (int)sizeof(float); // lse, D of each stage
+    static constexpr int kSmem = kBarOff + 2 * kWg2Stages * 8 + 1024;               // full, empty; 1024 to align
+};
+static_assert(wg2_dkv_shape<128>::kDsOff % 1024 == 0 && wg2_dkv_shape<128>::kDsBytes % 1024 == 0,
+              "wg2_dkv_shape: the swizzled tiles on 1024-byte atoms");
+
+#ifdef DFLASH_SM90A
+// CTA w of source src (w < n_ctx: context, (tile2, part) w / nkv of kv head w % nkv; else block rows)
+template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem, int n_ctx)
+{
+    static_assert(HD == 128, "dkv_wg2_sm90: head_dim 128 (the accumulators of 64 x HD, the n128 wgmma)");
+    using S = wg2_dkv_shape<HD>;
+    using namespace wgmma_sm90;
+    constexpr int nw = kWg2Threads / 32;
+    __shared__ int s_list[nw * 32];
+    __shared__ int s_wcount[nw];
+    __shared__ int s_last[kWg2Consumers];
+    unsigned char *sk = smem, *sv = sk + kWg2Consumers * S::kKBytes, *sq = smem + S::kStageOff;
+    unsigned char *sdo = sq + kWg2Stages * S::kItemBytes;
+    float *slse = reinterpret_cast<float *>(smem + S::kRowOff), *sd = slse + kWg2Stages * kWgItem;
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::kBarOff), *empty = full + kWg2Stages;
+    int w = blockIdx.x;
+    const int src = w < n_ctx ? 0 : 1;
+    w -= src ? n_ctx : 0;
+    const int parts = src == 0 ? a.ctx_parts : 1;
+    const int tile2 = w / a.nkv / parts, part = w / a.nkv % parts, kh = w % a.nkv;
+    const int row0 = tile2 * kWg2Rows, bound = src == 0 ? a.T : a.N * a.B, rend = min(row0 + kWg2Rows, bound);
+    const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+    const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
+    int cand_lo = (int)((long long)a.N * part / parts), cand_hi = (int)((long long)a.N * (part + 1) / parts);
+    if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kWg2Stages; s++) {
+            mbar_init(full + s, 4);                     // one arrival per producer warp
+            mbar_init(empty + s, kWg2Consumers * 4); // one per consumer warp
+        }
+        mbar_init_fence();
+    }
+    if (wg == 0) { // both halves' K and V: their copies complete with the first step's, before its full arrival
+        const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
+        const int ldk = src == 0 ? a.ldkc : a.ldkb, ldv = src == 0 ? a.ldvc : a.ldvb;
+#pragma unroll
+        for (int c = 0; c < kWg2Consumers; c++) {
+            sw_load_rows<HD, kWgKeys, 128>(sk + c * S::kKBytes, k + (size_t)kh * HD, ldk, row0 + c * kWgKeys, bound);
+            sw_load_rows<HD, kWgKeys, 128>(sv + c * S::kKBytes, v + (size_t)kh * HD, ldv, row0 + c * kWgKeys, bound);
+        }
+        cp_async_commit();
+    }
+    __syncthreads(); // the barriers initialised
+
+    // Both roles walk the same batches (gather_blocks: every thread of the CTA, its two barriers keep s_list from being
+    // rewritten while either role still reads the batch before) and count the steps t the same way: stage t % S,
+    // phase parity (t / S) & 1.
+    if (wg == 0) {
+        setmaxnreg_dec<kWg2ProducerRegs>();
+        // the step's copies announced on its full barrier: this thread's landed (and made visible to the wgmma's async
+        // proxy), the warp's, then one arrival
+        auto announce = [&](int stage) {
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(full + stage);
+        };
+        int t = 0;
+        for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
+            const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
+            int li = 0, chunk = 0;
+            for (int it = 0; it < items; it++, t++) {
+                const int stage = t % kWg2Stages;
+                if (t >= kWg2Stages) mbar_wait(empty + stage, (uint32_t)(((t / kWg2Stages) & 1) ^ 1)); // t - S read
+                sw_load_item<HD, 128, 1>(sq + stage * S::kItemBytes, sdo + stage * S::kItemBytes, slse + stage * kWgItem,
+                                      sd + stage * kWgItem, a, s_list[li], chunk, kh);
+                cp_async_commit();
+                if (it > 0) {
+                    cp_async_wait<1>(); // step t - 1's (and the K, V before them)
+                    announce((t - 1) % kWg2Stages);
+                }
+                const bool wrap = chunk + 1 == nchunk;
+                li += wrap, chunk = wrap ? 0 : chunk + 1;
+            }
+            if (items > 0) {
+                cp_async_wait<0>();
+                announce((t - 1) % kWg2Stages);
+            }
+        }
+        cp_async_wait<0>(); // a CTA no block sees still has its K/V copy in flight
+        return;
+    }
+
+    setmaxnreg_inc<kWg2ConsumerRegs>();
+    const int cw = wg - 1, tid = threadIdx.x - wg * 128, warp = tid / 32, g = lane >> 2, tig = lane & 3;
+    const int tile = tile2 * kWg2Consumers + cw; // today's 64-key tile: its workspace slots, partial and counter
+    const int wgr0 = row0 + cw * kWgKeys, wend = min(wgr0 + kWgKeys, bound), wr0 = wgr0 + warp * 16;
+    const uint32_t kaddr = wgmma_sm90::smem_u32(sk + cw * S::kKBytes), vaddr = wgmma_sm90::smem_u32(sv + cw * S::kKBytes);
+    unsigned char *sds = smem + S::kDsOff + cw * S::kDsBytes;
+    float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.0f;
+    int t = 0;
+    for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
+        const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
+        int li = 0, chunk = 0;
+        for (int it = 0; it < items; it++, t++) {
+            const int stage = t % kWg2Stages, jb = s_list[li];
+            int lo, hi;
+            block_interval(a, src, jb, lo, hi);
+            mbar_wait(full + stage, (uint32_t)((t / kWg2Stages) & 1));
+            if (lo < hi && lo < wend && hi > wgr0) { // today's CTA of this 64-key tile has the block (gather_blocks)
+                const DkvStep p{wgmma_sm90::smem_u32(sq + stage * S::kItemBytes), wgmma_sm90::smem_u32(sdo + stage * S::kItemBytes),
+                                slse + stage * kWgItem, sd + stage * kWgItem};
+                float st[32], dpt[32];
+                uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
+                dkv_issue_t<HD>(st, kaddr, p.qaddr);
+                dkv_issue_t<HD>(dpt, vaddr, p.doaddr);
+                wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
+                fence_regs(st);
+                dkv_p(a, st, pa, p.tl, wr0, lo, hi, src, jb, chunk);
+                wgmma_wait<0>();
+                fence_regs(dpt);
+                dkv_ds(st, dpt, da, p.td);
+                dkv_issue_dv_dk<HD>(dv, dk, pa, da, p);
+                if (a.dsw) { // dSᵀ out for the dq CTAs while the two GEMMs run (the barrier: the last tile read out)
+                    named_sync(1 + cw, 128);
+                    store_ds_tile_at(sds, da,
+                                     a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem),
+                                     (unsigned)tid, 1 + cw);
+                }
+                wgmma_wait<0>();
+                fence_regs(dv);
+                fence_regs(dk);
+                fence_frags<kWgItem / 16>(pa);
+                fence_frags<kWgItem / 16>(da);
+            }
+            release(empty + stage, lane); // this warp is done with the stage (its GEMMs waited for)
+            const bool wrap = chunk + 1 == nchunk;
+            li += wrap, chunk = wrap ? 0 : chunk + 1;
+        }
+    }
+    if (wgr0 >= bound) return; // rows past the source's end: no tile (nor partial, nor counter) of today's
+    if (parts > 1 &&
+        !sum_parts_at<HD>(a, dk, dv, tile * a.nkv + kh, part, parts, (unsigned)tid, s_last[cw], [&] { named_sync(1 + cw, 128); }))
+        return; // another part writes the tile
+
+    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
+    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = wr0 + g + rr * 8;
+        if (row >= bound) continue;
+        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
+                pack_bf16(dk[4 * i + rr * 2] * a.scale, dk[4 * i + rr * 2 + 1] * a.scale);
+            *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[4 * i + rr * 2], dv[4 * i + rr * 2 + 1]);
+        }
+    }
+}
+#endif
+
+// The wg2 dk/dv launch: the context CTAs (n_ctx: 128-row tiles x parts x kv heads) first, then the block-row ones.
+template <int HD> __global__ void __launch_bounds__(kWg2Threads, 1) dkv_wg2_sm90_kernel(const Args a, int n_ctx)
+{
+#ifdef DFLASH_SM90A
+    extern __shared__ unsigned char smem_wg2[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg2 + 1023) & ~(uintptr_t)1023);
+    dkv_wg2_sm90<HD>(a, smem, n_ctx);
+#endif
+}
 
 // ---- Hopper forward and dq (head_dim 128): wgmma ----
 //
@@ -1985,6 +2200,11 @@ template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
 // DFLASH_ATTENTION not mma_sync)
 bool wgmma_device() { return attention_wgmma_chosen(128) != 0; }
 
+// DFLASH_ATTENTION_DKV=wg2: the dk/dv CTAs of a producer and two consumer warpgroups (dkv_wg2_sm90), where the
+// backward takes the dS workspace; opt-in until a GPU run (tests/gpu/dkvwg2_ab.sh) has checked and timed it
+int g_dkv_wg2 = -1; // env_switch's cache, or what dflash_attention_dkv_wg2 set
+bool dkv_wg2() { return env_switch(&g_dkv_wg2, "DFLASH_ATTENTION_DKV", "wg2") != 0; }
+
 template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
 {
     static bool attr_set = false;
@@ -1996,6 +2216,8 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 CHECK_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_sm90_smem<HD>()));
             CHECK_CUDA(cudaFuncSetAttribute(dq_ws_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             wg_dqws_shape<HD>::kSmem));
+            CHECK_CUDA(cudaFuncSetAttribute(dkv_wg2_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            wg2_dkv_shape<HD>::kSmem));
         }
         attr_set = true;
     }
@@ -2012,8 +2234,15 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 const int n_ctx_parts = n_ctx * a.ctx_parts;
                 if (a.ctx_parts > 1 && n_ctx > 0)
                     CHECK_CUDA(cudaMemsetAsync(a.dkv_count, 0, (size_t)n_ctx * sizeof(int), st));
-                auto dkv = pipe ? bwd_sm90_kernel<HD, true, false> : bwd_sm90_kernel<HD, false, true>; // n_q 0
-                dkv<<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx_parts, 0);
+                if (dkv_wg2()) { // the CTAs of 128 key rows: a producer and two consumer warpgroups (not yet run)
+                    const int n2_ctx = (a.T + kWg2Rows - 1) / kWg2Rows * a.nkv * a.ctx_parts;
+                    const int n2_blk = (a.N * a.B + kWg2Rows - 1) / kWg2Rows * a.nkv;
+                    dkv_wg2_sm90_kernel<HD><<<(unsigned)(n2_ctx + n2_blk), kWg2Threads, wg2_dkv_shape<HD>::kSmem, st>>>(
+                        a, n2_ctx);
+                } else {
+                    auto dkv = pipe ? bwd_sm90_kernel<HD, true, false> : bwd_sm90_kernel<HD, false, true>; // n_q 0
+                    dkv<<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx_parts, 0);
+                }
                 CHECK_CUDA_LAUNCH();
                 const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
                 dq_ws_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, wg_dqws_shape<HD>::kSmem, st>>>(a);
@@ -2097,6 +2326,8 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
 
 // the dS workspace is used (its size nonzero): head_dim 128 on the wgmma kernels
 static bool ws_applies(const dflash_attn_shape *s) { return s->hd == 128 && wgmma_device(); }
+
+extern "C" void dflash_attention_dkv_wg2(int on) { g_dkv_wg2 = on < 0 ? -1 : on != 0; }
 
 extern "C" size_t dflash_attention_backward_workspace(const dflash_attn_shape *s, int T)
 {

@@ -659,6 +659,23 @@ static void run_case(const attn_case *k)
         check_same(cname, "dvb (max_ctx)", d_dvb, gdvb, (size_t)NB * kd * 2);
     }
 
+    if (d_ws) { /* the dk/dv CTAs of a producer and two consumer warpgroups (DFLASH_ATTENTION_DKV=wg2): the first
+                 * run's bits (each consumer takes today's 64-key tile's steps in today's order; the dS tiles the same) */
+        dflash_attention_dkv_wg2(1);
+        CHECK_CUDA(cudaMemset(d_ws, 0xff, ws_bytes));
+        CHECK_CUDA(cudaMemset(d_dq, 0x55, (size_t)NB * ldo * 2));
+        CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
+        CHECK_CUDA(cudaMemset(d_dkb, 0x55, (size_t)NB * kd * 2));
+        CHECK_CUDA(cudaMemset(d_dvb, 0x55, (size_t)NB * kd * 2));
+        dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
+        dflash_attention_dkv_wg2(-1);
+        const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
+        printf("%s %s dkv wg2: dq,dkc,dvc rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, diff);
+        if (diff) failures++;
+        check_same(cname, "dkb (dkv wg2)", d_dkb, gdkb, (size_t)NB * kd * 2);
+        check_same(cname, "dvb (dkv wg2)", d_dvb, gdvb, (size_t)NB * kd * 2);
+    }
+
     if (d_ws) { /* the recompute path (no workspace), where the kernels took one: dq against the same reference */
         CHECK_CUDA(cudaMemset(d_dq, 0xff, (size_t)NB * ldo * 2));
         dflash_attention_backward_cuda(&gr, d_delta, NULL, 0, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
@@ -728,6 +745,18 @@ static void run_case(const attn_case *k)
             CHECK_CUDA(cudaEventElapsedTime(&ms_r, e0, e1));
             printf("timing %s W=%d backward without the dS workspace (dq recomputes) %.3f ms; workspace %.1f MB\n",
                    k->name, k->window, ms_r / iters, ws_bytes / 1e6);
+            float ms_w = 0; /* the dk/dv CTAs of a producer and two consumer warpgroups (DFLASH_ATTENTION_DKV=wg2) */
+            dflash_attention_dkv_wg2(1);
+            CHECK_CUDA(cudaEventRecord(e0, stream));
+            for (int i = 0; i < iters; i++)
+                dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s,
+                                               stream);
+            CHECK_CUDA(cudaEventRecord(e1, stream));
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            CHECK_CUDA(cudaEventElapsedTime(&ms_w, e0, e1));
+            dflash_attention_dkv_wg2(-1);
+            printf("timing %s W=%d backward with the wg2 dk/dv CTAs (DFLASH_ATTENTION_DKV=wg2) %.3f ms\n", k->name,
+                   k->window, ms_w / iters);
         }
         ms_f /= iters, ms_b /= iters;
         const double tf = fwd_flop / (ms_f * 1e-3) / 1e12, tb = 2 * fwd_flop / (ms_b * 1e-3) / 1e12;
