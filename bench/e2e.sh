@@ -2,9 +2,9 @@
 # End to end on one GPU (GPU machine): dflashd + prefetch + dflash-target-cuda + dflash-drafter-cuda sharing the GPU,
 # a target with random weights (bench/e2e_fixture.py: FAMILY=qwen3, the default, the Qwen3-8B shape; FAMILY=qwen3_5
 # the Qwen3.5-9B hybrid shape; qwen3_moe the Qwen3-30B-A3B shape; gpt_oss the gpt-oss-20b shape) and ~3000-token
-# samples, SEQS of them per batch (default 1; see bench/e2e_job.bash), the drafter the job derives from the target (5 layers, its hidden size, block 16,
-# 512 anchors, the spec's 5 default taps). Prints samples/s and tokens/s over the run's steady part (the
-# ledger), and how busy each GPU process kept the GPU (nvidia-smi pmon).
+# samples, SEQS of them a batch (default 1; bench/e2e_job.bash), the drafter the job derives from the target (5 layers,
+# its hidden size, block 16, 512 anchors a sequence, the spec's 5 default taps). Prints samples/s and tokens/s over the
+# run's steady part (the ledger), and how busy each GPU process kept the GPU (nvidia-smi pmon).
 # usage: BUILD=build OUT=/tmp/out STEPS=200 [FAMILY=qwen3|qwen3_5|qwen3_moe|gpt_oss] [LAYERS=N] [SEQS=N] bench/e2e.sh
 # WORK=DIR: the work folder (default a new /tmp/dflash-e2e-XXXXXX, left in place); a WORK that already holds
 # target/config.json and data.jsonl is used as it is (no fixture made). RUN_TIMEOUT=S ends the run after S seconds
