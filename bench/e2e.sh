@@ -21,8 +21,8 @@ mkdir -p "$OUT" "$W"
 if [ -f "$W/target/config.json" ] && [ -f "$W/data.jsonl" ]; then
     echo "e2e: the target and data already in $W are used as they are"
 else
-    python3 bench/e2e_fixture.py "$W" --family "${FAMILY:-qwen3}" --samples $((STEPS * SEQS + 50)) ${LAYERS:+--layers $LAYERS} ||
-        exit 1
+    python3 bench/e2e_fixture.py "$W" --family "${FAMILY:-qwen3}" --samples $((STEPS * SEQS + 50)) \
+        ${LAYERS:+--layers $LAYERS} || exit 1
 fi
 "$BIN/dflash-prepare" -o "$W/data" "$W/data.jsonl" | tail -1 || exit 1
 . bench/e2e_job.bash
@@ -58,7 +58,8 @@ try: lines = [json.loads(l) for l in open(os.path.join(w, "ledger.jsonl"))]
 except OSError: lines = []
 if not lines: sys.exit("e2e: no step committed (see %s.out and %s/logs)" % (w, w))
 toks = sum(l["tokens"] for l in lines)
-print("e2e: %d steps (%d samples, %d tokens), loss %.3f -> %.3f" % (len(lines), seqs * len(lines), toks, lines[0]["loss"], lines[-1]["loss"]))
+print("e2e: %d steps (%d samples, %d tokens), loss %.3f -> %.3f" % (len(lines), seqs * len(lines), toks,
+                                                                     lines[0]["loss"], lines[-1]["loss"]))
 # the steady part: from the 10th committed step to the last, timed by the poller
 poll = [tuple(map(float, l.split())) for l in open(w + ".poll") if len(l.split()) == 2]
 first = next(((t, n) for t, n in poll if n >= 10), None)
