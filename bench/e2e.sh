@@ -2,9 +2,9 @@
 # End to end on one GPU (GPU machine): dflashd + prefetch + dflash-target-cuda + dflash-drafter-cuda sharing the GPU,
 # a target with random weights (bench/e2e_fixture.py: FAMILY=qwen3, the default, the Qwen3-8B shape; FAMILY=qwen3_5
 # the Qwen3.5-9B hybrid shape; qwen3_moe the Qwen3-30B-A3B shape; gpt_oss the gpt-oss-20b shape) and ~3000-token
-# samples, SEQS of them per batch (default 1; see bench/e2e_job.bash), the drafter the job derives from the target (5 layers, its hidden size, block 16,
-# 512 anchors, the spec's 5 default taps). Prints samples/s and tokens/s over the run's steady part (the
-# ledger), and how busy each GPU process kept the GPU (nvidia-smi pmon).
+# samples, SEQS of them a batch (default 1; bench/e2e_job.bash), the drafter the job derives from the target (5 layers,
+# its hidden size, block 16, 512 anchors a sequence, the spec's 5 default taps). Prints samples/s and tokens/s over the
+# run's steady part (the ledger), and how busy each GPU process kept the GPU (nvidia-smi pmon).
 # usage: BUILD=build OUT=/tmp/out STEPS=200 [FAMILY=qwen3|qwen3_5|qwen3_moe|gpt_oss] [LAYERS=N] [SEQS=N] bench/e2e.sh
 # WORK=DIR: the work folder (default a new /tmp/dflash-e2e-XXXXXX, left in place); a WORK that already holds
 # target/config.json and data.jsonl is used as it is (no fixture made). RUN_TIMEOUT=S ends the run after S seconds
@@ -21,8 +21,8 @@ mkdir -p "$OUT" "$W"
 if [ -f "$W/target/config.json" ] && [ -f "$W/data.jsonl" ]; then
     echo "e2e: the target and data already in $W are used as they are"
 else
-    python3 bench/e2e_fixture.py "$W" --family "${FAMILY:-qwen3}" --samples $((STEPS * SEQS + 50)) ${LAYERS:+--layers $LAYERS} ||
-        exit 1
+    python3 bench/e2e_fixture.py "$W" --family "${FAMILY:-qwen3}" --samples $((STEPS * SEQS + 50)) \
+        ${LAYERS:+--layers $LAYERS} || exit 1
 fi
 "$BIN/dflash-prepare" -o "$W/data" "$W/data.jsonl" | tail -1 || exit 1
 . bench/e2e_job.bash
@@ -58,7 +58,8 @@ try: lines = [json.loads(l) for l in open(os.path.join(w, "ledger.jsonl"))]
 except OSError: lines = []
 if not lines: sys.exit("e2e: no step committed (see %s.out and %s/logs)" % (w, w))
 toks = sum(l["tokens"] for l in lines)
-print("e2e: %d steps (%d samples, %d tokens), loss %.3f -> %.3f" % (len(lines), seqs * len(lines), toks, lines[0]["loss"], lines[-1]["loss"]))
+print("e2e: %d steps (%d samples, %d tokens), loss %.3f -> %.3f" % (len(lines), seqs * len(lines), toks,
+                                                                     lines[0]["loss"], lines[-1]["loss"]))
 # the steady part: from the 10th committed step to the last, timed by the poller
 poll = [tuple(map(float, l.split())) for l in open(w + ".poll") if len(l.split()) == 2]
 first = next(((t, n) for t, n in poll if n >= 10), None)

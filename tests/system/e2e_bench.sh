@@ -126,9 +126,9 @@ EOP
 }
 tiny_run qwen3_5 "$G" 512 64 e2e_bench_hybrid_runs e2e_bench_drafter_follows
 
-# SEQS=2: the same WORK (target and data; the run has its own folder, run-seqs2), two samples a batch. The packing is a function of (data, seed, batch id), the
-# shuffle of (seed, epoch) alone, so batch b of this run holds batches 2b and 2b + 1 of the run above: its ledger's
-# tokens are theirs added, and the summary counts two samples a step
+# SEQS=2: the same WORK (target and data; the run has its own folder, run-seqs2), two samples a batch. The packing is
+# a function of (data, seed, batch id), the shuffle of (seed, epoch) alone, so batch b of this run holds batches 2b and
+# 2b + 1 of the run above: its ledger's tokens are theirs added, and the summary counts two samples a step
 if [ -f "$T/w-qwen3_5/run/ledger.jsonl" ]; then
     out=$(WORK=$T/w-qwen3_5 OUT=$T/out-seqs2 BACKEND=cpu STEPS=3 SEQS=2 RUN_TIMEOUT=120 bash bench/e2e.sh 2>&1)
     rc=$?
@@ -143,7 +143,8 @@ print(", ".join("%d = %d + %d" % (t, one[2 * b], one[2 * b + 1]) for b, t in sor
 EOP
 )
     mrc=$?
-    if [ $rc -eq 0 ] && [ $mrc -eq 0 ] && grep -q "^e2e: 3 steps (6 samples" <<<"$out"; then ok "e2e_bench_seqs2_packs_two (tokens a step: $msg)"
+    if [ $rc -eq 0 ] && [ $mrc -eq 0 ] && grep -q "^e2e: 3 steps (6 samples" <<<"$out"; then
+        ok "e2e_bench_seqs2_packs_two (tokens a step: $msg)"
     else fail e2e_bench_seqs2_packs_two "rc $rc: $msg $(tail -3 <<<"$out")"; fi
     out=$(SEQS=0 STEPS=1 bash bench/e2e.sh 2>&1)
     [ $? -eq 2 ] && grep -q "SEQS=0: want the samples per batch" <<<"$out" && ok e2e_bench_seqs_checked ||
