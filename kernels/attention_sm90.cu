@@ -29,7 +29,8 @@
 // The skip (attention_wgmma_skip_applies, opt-in: its own instances, SKIP 1 and 2, a consumer body each): consumer 0,
 // whose rows end before the diagonal key tile's second half, computes S there over the first 64 keys (an n64 wgmma)
 // and its item's last P·V over them (4 of 8 k16 steps); SKIP 2 also gives a non-paired item whose rows 64..127 lie
-// past the sequence's end to consumer 0 alone. The same bits (the comments at kHalf and kPass say why).
+// past the sequence's end to consumer 0 alone (not instantiated, skip 2 runs level 1: launch_sm90 says why). The
+// same bits (the comments at kHalf and kPass say why).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -595,6 +596,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // arrival still lands in its tile's own phase: a consumer arrives on a stage's "empty" barrier only after waiting
     // for that tile on its "full" one, which the producer fills only after both consumers' arrivals for the tile two
     // back. Consumer 0 computes what it computed without the skip: the same bits.
+    // NOT INSTANTIATED (launch_sm90 says why): the "full" waits of consumer 1 after a passed item are not safe: it
+    // last waited for the item before's tiles, and parity tells phase k from k - 2 only if phase k - 1 is complete.
     const bool kPass = SKIP == 2 && cw == 1;
     int t = 0, n = 0; // the tile and item counters of the item under way (below)
     bool solo = false;  // the item under way is consumer 0's alone (kSolo only)
@@ -840,18 +843,22 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     typedef void (*kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, int, __nv_bfloat16 *, int,
                               const __nv_bfloat16 *, int, const __nv_bfloat16 *, int, const __nv_bfloat16 *, int,
                               const int32_t *, int, int, int, int, float, int, qfold_args);
-    static const kernel_fn kernels[4][3] = {
+    // Level 2 (SKIP 2) is not instantiated: its consumer 1 waits on a full barrier by parity after passing a solo
+    // item's tiles over, but a stage's barrier may then be two phases short (the solo item's tiles load only as
+    // consumer 0 releases its earlier ones: with qb >= 1 the next item's tile 0 shares a stage with the solo item's
+    // tile nkb - 2, with two solo items in a row its Q buffer with the first one's), and a parity wait two phases
+    // ahead passes at once (S from a stale tile, arrivals in the wrong phase). Skip 2 runs level 1 until consumer 1
+    // waits for and releases each passed tile in order (reviewer, see the kPass comment)
+    static const kernel_fn kernels[3][3] = {
         {flash_fwd_sm90_kernel<HD, false, 0, 0>, flash_fwd_sm90_kernel<HD, false, 1, 0>,
          flash_fwd_sm90_kernel<HD, false, 2, 0>},
         {flash_fwd_sm90_kernel<HD, true, 0, 0>, flash_fwd_sm90_kernel<HD, true, 1, 0>,
          flash_fwd_sm90_kernel<HD, true, 2, 0>},
         {flash_fwd_sm90_kernel<HD, true, 0, 1>, flash_fwd_sm90_kernel<HD, true, 1, 1>,
-         flash_fwd_sm90_kernel<HD, true, 2, 0>},
-        {flash_fwd_sm90_kernel<HD, true, 0, 2>, flash_fwd_sm90_kernel<HD, true, 1, 2>,
          flash_fwd_sm90_kernel<HD, true, 2, 0>}};
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
-        for (int a = 0; a < 4; a++)
+        for (int a = 0; a < 3; a++)
             for (int b = 0; b < 3; b++)
                 CHECK_CUDA(cudaFuncSetAttribute(kernels[a][b], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
@@ -890,7 +897,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     static int fold_begin = -1;
     const int mode = !qf ? 0 : env_switch(&fold_begin, "DFLASH_ATTENTION_QFOLD", "begin") ? 1 : 2;
     // the skip with the ping-pong only (DFLASH_ATTENTION_PINGPONG=0 measures the kernel without either)
-    kernels[pingpong && skip ? 1 + skip : pingpong][mode]<<<grid, kThreads, smem, st>>>(
+    kernels[pingpong && skip ? 2 : pingpong][mode]<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
         ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs,
         fold);
