@@ -693,7 +693,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
         wgmma_commit();
         tend(solo);
-        if constexpr (FOLD == 2) // a pass of the next item's rows (the other Q buffer) while the GEMMs run
+        // a pass of the next item's rows (the other Q buffer) while the GEMMs run. Its parity test is safe because
+        // this consumer waited (begin) for the phase before, item n - 1's tile in that buffer, and the producer
+        // refills it only after both consumers' 8 releases of item n + 1: the phase tested is never two short nor
+        // passed (a consumer that passed items over, kPass, could not do this: FOLD 2 has no SKIP instances)
+        if constexpr (FOLD == 2)
             if (ahead < kQfoldPasses<HD> && mbar_done_warp(full_q + ((n + 1) & 1), (uint32_t)(((n + 1) >> 1) & 1))) {
                 const int2 nx = lds64(smem_u32(nx_rec + 2 * cw + (n & 1)));
                 qfold_pass<HD, 1>(smem_u32(sq + ((n + 1) & 1) * S::kQBytes + cw * 64 * 128), nx.x, nx.y, fold, tid,
