@@ -215,6 +215,11 @@ const kc_case kernel_cases[] = {
      .why = "the skip with the fold: last blocks of 64 (paired), 65, 127, 128, 129 rows"},
     {KC(kc_attention_qfold, 6, 2, 64, 1, 1), KC_SEQS(64, 65, 127, 128, 129, 1, 257), .only = KC_CUDA_ONLY,
      .why = "the skip with the fold, head_dim 64, GQA 3"},
+    {KC(kc_attention_qfold, 12, 4, 128, 1, 1), KC_SEQS(513, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+     .only = KC_CUDA_ONLY,
+     .why = "the fold ahead (276 items, 132 SMs): 12 CTAs fold all 4 passes of their next item during a 5-tile item"},
+    {KC(kc_attention_qfold, 24, 8, 64, 1, 1), KC_SEQS(257, 1, 1, 1, 1, 1, 1, 1, 1), .only = KC_CUDA_ONLY,
+     .why = "the fold ahead at head_dim 64 (264 items, 132 SMs): 24 CTAs fold both passes of their next item ahead"},
     {KC(kc_attention_qfold, 40, 8, 128, 1, 0), KC_SEQS(77, 300), .only = KC_CUDA_ONLY,
      .why = "Qwen3-14B heads: 48 x 16 lanes > 640, qk_norm_rope_cuda's per-row kernel (sincosf): within tolerance"},
     /* gpt-oss: sinks (per head) and a sliding window, packed and against a KV cache: nh nkv hd window sinks */
