@@ -122,16 +122,13 @@ __device__ __forceinline__ void gdc_lda_f32(uint32_t *hi, uint32_t *lo, const fl
     }
 }
 
-/* x[2np], x[2np+1] += ax · (b[0..1], b[2..3]) and y[2np], y[2np+1] += ay · the same B pair: two A row fragments (k and
- * q of the chunk's rows) against one 16-column slice of B */
+/* acc[2np], acc[2np+1] += a · (b[0..1], b[2..3]): one A row fragment against one 16-column slice of B (two n8 tiles),
+ * the product every tensor-core loop of this kernel is made of */
 template <int N>
-__device__ __forceinline__ void gdc_mma_pair(float (&x)[N][4], float (&y)[N][4], int np, const uint32_t (&ax)[4],
-                                             const uint32_t (&ay)[4], const uint32_t (&b)[4])
+__device__ __forceinline__ void gdc_mma_n16(float (&acc)[N][4], int np, const uint32_t (&a)[4], const uint32_t (&b)[4])
 {
-    mma_bf16(x[2 * np], ax, b[0], b[1]);
-    mma_bf16(x[2 * np + 1], ax, b[2], b[3]);
-    mma_bf16(y[2 * np], ay, b[0], b[1]);
-    mma_bf16(y[2 * np + 1], ay, b[2], b[3]);
+    mma_bf16(acc[2 * np], a, b[0], b[1]);
+    mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
 }
 
 /* acc (NTO n8 tiles from column n0) += A (the 16 rows from m0 of the row-major fp32 matrix a, its 16-column k tiles
@@ -147,14 +144,11 @@ __device__ __forceinline__ void gdc_mma_split(float (&acc)[NTO][4], const float 
 #pragma unroll
         for (int np = 0; np < NTO / 2; np++) {
             gdc_ldb_kn(b, bh, ldb, n0 + np * 16, kc * 16);
-            mma_bf16(acc[2 * np], ah, b[0], b[1]);
-            mma_bf16(acc[2 * np + 1], ah, b[2], b[3]);
+            gdc_mma_n16(acc, np, ah, b);
             if (EXACT) {
-                mma_bf16(acc[2 * np], al, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], al, b[2], b[3]);
+                gdc_mma_n16(acc, np, al, b);
                 gdc_ldb_kn(b, bl, ldb, n0 + np * 16, kc * 16);
-                mma_bf16(acc[2 * np], ah, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], ah, b[2], b[3]);
+                gdc_mma_n16(acc, np, ah, b);
             }
         }
     }
@@ -363,7 +357,8 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
 #pragma unroll
                 for (int np = 0; np < NTU / 2; np++) {
                     gdc_ldb_nk(b, Kc, LDK, u0 + np * 16, k0);
-                    gdc_mma_pair(kk, qk, np, ak, aqf, b);
+                    gdc_mma_n16(kk, np, ak, b);
+                    gdc_mma_n16(qk, np, aqf, b);
                 }
             }
         }
@@ -381,10 +376,12 @@ static __global__ void __launch_bounds__(GDC_THREADS, 1)
 #pragma unroll
                 for (int np = 0; np < NTO / 2; np++) {
                     gdc_ldb_kn(b, Sh, LDV, n0o + np * 16, k0);
-                    gdc_mma_pair(ks, qs, np, ak, aqf, b);
+                    gdc_mma_n16(ks, np, ak, b);
+                    gdc_mma_n16(qs, np, aqf, b);
                     if (EXACT) {
                         gdc_ldb_kn(b, Sl, LDV, n0o + np * 16, k0);
-                        gdc_mma_pair(ks, qs, np, ak, aqf, b);
+                        gdc_mma_n16(ks, np, ak, b);
+                        gdc_mma_n16(qs, np, aqf, b);
                     }
                 }
             }
