@@ -28,14 +28,14 @@
 // masks with their GEMMs on wgmma (m64 per warpgroup, operands from 128-byte-swizzled shared tiles that cp.async
 // fills, P and dS as bf16 register operands; wgmma_sm90.cuh): a forward CTA of two warpgroups (128 query rows over
 // 64-key tiles, two CTAs an SM), and a backward of one-warpgroup CTAs (two an SM, each on its own pace): dk/dv CTAs
-// of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers; DFLASH_ATTENTION_DKV_PIPE=1 issues the next step's Sᵀ
-// and dPᵀ behind this step's dV and dK, not yet run on a GPU) and dq CTAs of 64 query rows. With the caller's dS
+// of 64 key rows (dK and dV, 64 x 128 fp32 each, in registers; the next step's Sᵀ and dPᵀ issued behind this step's
+// dV and dK) and dq CTAs of 64 query rows. With the caller's dS
 // workspace (dflash_attention_backward_workspace) the dk/dv CTAs also write each step's dS tile (64 query rows x 64
 // keys, 8 KB) there and a second launch of dq CTAs sums dQ += dS·K over them in key order (5 GEMMs a block's step in
 // all, not 7), each context dk/dv tile's blocks split over two CTAs (the first tile, which every block of a sorted
 // sequence sees, would otherwise be the launch's longest chain; DFLASH_ATTENTION_DKV_SPLIT=0 keeps one;
-// DFLASH_ATTENTION_DKV=wg2, not yet run on a GPU: dk/dv CTAs of 128 key rows, a producer warpgroup staging each
-// step's Q, dO, lse, D once for two consumer warpgroups of 64 keys each, the same bits: dkv_wg2_sm90); without one
+// without a window the dk/dv CTAs are of 128 key rows, a producer warpgroup staging each step's Q, dO, lse, D once
+// for two consumer warpgroups of 64 keys each, the same bits: dkv_wg2_sm90, dkv_wg2's rule); without one
 // (or DFLASH_ATTENTION_DQ=recompute) the dq CTAs share the dk/dv launch and recompute S, P, dP and dS.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
@@ -1118,13 +1118,13 @@ __device__ __forceinline__ void dkv_issue_dv_dk(float (&dv)[HD / 2], float (&dk)
     wgmma_commit();
 }
 
-// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv. Serial step loop (the default): issue Sᵀ, dPᵀ;
-// exp; dSᵀ; issue dV, dK; wait for all; next step. PIPE (DFLASH_ATTENTION_DKV_PIPE=1, FlashAttention-3's
+// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv. Serial step loop (DFLASH_ATTENTION_DKV_PIPE=0):
+// issue Sᵀ, dPᵀ; exp; dSᵀ; issue dV, dK; wait for all; next step. PIPE (the default, FlashAttention-3's
 // intra-warpgroup pipelining): step it+1's Sᵀ is issued right behind step it's dV and dK and the wait for those (wgmma
 // groups complete in order) lets it run on, so the tensor pipe runs dV(it), dK(it), Sᵀ(it+1), dPᵀ(it+1) back to back.
-// The pipelined loop compiles clean (0 spills, no ptxas C75xx serialisation) but has not run on a GPU yet: not the
-// default until tests/gpu/dkv_pipe_gpu.sh has checked and timed it. Until then the serial loop stays the text that ran
-// (the step's math written out there, as the pipelined loop's dkv_p, dkv_ds); once one loop is chosen, the other goes.
+// On the H200 (bench/RESULTS.md, 2026-12-05) every row passed with it and the 8B backward took 1.87 ms against the serial
+// loop's 1.99 (0.68 against 0.72 under a 256-row window). The serial loop (the step's math written out there, as the
+// pipelined loop's dkv_p, dkv_ds) is to go once a GPU run has checked the build without it.
 template <int HD, bool PIPE>
 __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int src, int w)
 {
@@ -2200,10 +2200,25 @@ template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
 // DFLASH_ATTENTION not mma_sync)
 bool wgmma_device() { return attention_wgmma_chosen(128) != 0; }
 
-// DFLASH_ATTENTION_DKV=wg2: the dk/dv CTAs of a producer and two consumer warpgroups (dkv_wg2_sm90), where the
-// backward takes the dS workspace; opt-in until a GPU run (tests/gpu/dkvwg2_ab.sh) has checked and timed it
-int g_dkv_wg2 = -1; // env_switch's cache, or what dflash_attention_dkv_wg2 set
-bool dkv_wg2() { return env_switch(&g_dkv_wg2, "DFLASH_ATTENTION_DKV", "wg2") != 0; }
+// Which dk/dv CTAs the backward runs where it takes the dS workspace: those of a producer and two consumer
+// warpgroups (dkv_wg2_sm90, 128 key rows) without a window, where they were faster on the H200 (bench_drafter 117.7
+// against 120.3 ms a step, the backward 10.2 against 13.3 ms; bench/RESULTS.md, 2026-12-05), else the one-warpgroup ones
+// of 64 key rows (faster under a 256-row window: 0.713 against 0.754 ms). The same bits either way.
+// DFLASH_ATTENTION_DKV=wg1 or =wg2 (read once) or dflash_attention_dkv_wg2 forces one.
+enum { kDkvWg1, kDkvWg2, kDkvByWindow };
+int g_dkv_choice = -1; // the environment's choice (read once), or what dflash_attention_dkv_wg2 set
+bool dkv_wg2(int window)
+{
+    if (g_dkv_choice < 0) {
+        const char *e = getenv("DFLASH_ATTENTION_DKV");
+        g_dkv_choice = !e || !*e ? kDkvByWindow : !strcmp(e, "wg2") ? kDkvWg2 : !strcmp(e, "wg1") ? kDkvWg1 : -1;
+        if (g_dkv_choice < 0) {
+            fprintf(stderr, "dflash_attention_backward_cuda: DFLASH_ATTENTION_DKV=%s is neither wg1 nor wg2\n", e);
+            exit(1);
+        }
+    }
+    return g_dkv_choice == kDkvWg2 || (g_dkv_choice == kDkvByWindow && window == 0);
+}
 
 template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
 {
@@ -2226,15 +2241,15 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
     const int n_q = (int)((rows + kQRows - 1) / kQRows) * a.nkv;
     if constexpr (HD == 128) {
         if (wgmma_device()) {
-            static int pipe_on = -1; // DFLASH_ATTENTION_DKV_PIPE=1: the dk/dv CTAs' pipelined step loop (not yet run)
-            const bool pipe = env_switch(&pipe_on, "DFLASH_ATTENTION_DKV_PIPE", "1");
+            static int serial = -1; // DFLASH_ATTENTION_DKV_PIPE=0: the one-warpgroup dk/dv CTAs' serial step loop
+            const bool pipe = !env_switch(&serial, "DFLASH_ATTENTION_DKV_PIPE", "0");
             const int n_ctx = (a.T + kWgRows - 1) / kWgRows * a.nkv;
             const int n_blk = (a.N * a.B + kWgRows - 1) / kWgRows * a.nkv;
             if (a.dsw) { // the dk/dv CTAs alone (they write dS; context tiles in ctx_parts), then dq from their tiles
                 const int n_ctx_parts = n_ctx * a.ctx_parts;
                 if (a.ctx_parts > 1 && n_ctx > 0)
                     CHECK_CUDA(cudaMemsetAsync(a.dkv_count, 0, (size_t)n_ctx * sizeof(int), st));
-                if (dkv_wg2()) { // the CTAs of 128 key rows: a producer and two consumer warpgroups (not yet run)
+                if (dkv_wg2(a.W)) { // the CTAs of 128 key rows: a producer and two consumer warpgroups
                     const int n2_ctx = (a.T + kWg2Rows - 1) / kWg2Rows * a.nkv * a.ctx_parts;
                     const int n2_blk = (a.N * a.B + kWg2Rows - 1) / kWg2Rows * a.nkv;
                     dkv_wg2_sm90_kernel<HD><<<(unsigned)(n2_ctx + n2_blk), kWg2Threads, wg2_dkv_shape<HD>::kSmem, st>>>(
@@ -2327,7 +2342,7 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
 // the dS workspace is used (its size nonzero): head_dim 128 on the wgmma kernels
 static bool ws_applies(const dflash_attn_shape *s) { return s->hd == 128 && wgmma_device(); }
 
-extern "C" void dflash_attention_dkv_wg2(int on) { g_dkv_wg2 = on < 0 ? -1 : on != 0; }
+extern "C" void dflash_attention_dkv_wg2(int on) { g_dkv_choice = on < 0 ? -1 : on ? kDkvWg2 : kDkvWg1; }
 
 extern "C" size_t dflash_attention_backward_workspace(const dflash_attn_shape *s, int T)
 {

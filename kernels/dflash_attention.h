@@ -104,8 +104,8 @@ void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delt
                                     int ldo, const float *lse, const dflash_attn_cuda_in *in,
                                     const dflash_attn_shape *s, void *stream);
 /* The backward's dk/dv CTAs where it takes the dS workspace (tests): 1 those of a producer and two consumer
- * warpgroups (as DFLASH_ATTENTION_DKV=wg2; the same bits), 0 the default ones, -1 as the environment says (the
- * start). */
+ * warpgroups (as DFLASH_ATTENTION_DKV=wg2), 0 the one-warpgroup ones (=wg1), -1 as the environment says (the start:
+ * unset, the two-warpgroup ones without a window, the one-warpgroup ones under one). The same bits all ways. */
 void dflash_attention_dkv_wg2(int on);
 #ifdef __cplusplus
 }

@@ -427,13 +427,15 @@ const ms_schedule *ms_schedule_of(int kernel)
     return NULL;
 }
 
-// MATMUL_SWIGLU_AUTO's schedule: DFLASH_MATMUL_SWIGLU's name (read once), the cooperative one when unset or empty
+// MATMUL_SWIGLU_AUTO's schedule: DFLASH_MATMUL_SWIGLU's name (read once), when unset or empty the cooperative one
+// with the TMA-store epilogue (the fastest on the H200 at the 8B shape: 5.19 ms, 746 TFLOP/s, against cooperative's
+// 5.78 and cuBLASLt + swiglu's 5.70; bench/RESULTS.md, 2026-12-05)
 int ms_auto(void)
 {
     static int kernel = -1;
     if (kernel < 0) {
         const char *e = getenv("DFLASH_MATMUL_SWIGLU");
-        kernel = MATMUL_SWIGLU_COOPERATIVE;
+        kernel = MATMUL_SWIGLU_COOPERATIVE_TMASTORE;
         if (e && *e) {
             int i = 0;
             while (i < kNSchedules && strcmp(ms_schedules[i].name, e)) i++;

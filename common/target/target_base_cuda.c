@@ -117,14 +117,15 @@ void target_cuda_norm_linear(target_cuda *m, uint16_t *y, int ldy, uint16_t *u, 
     }
 }
 
-/* The rule for the gate|up GEMM with SwiGLU in its epilogue (matmul_swiglu: gu never goes to memory): opt-in until a
- * GPU run has validated it, DFLASH_GATEUP_FUSED=1 (read once); the rows the GEMV does not take, on the operands
- * (sm_90a device, shapes) matmul_swiglu_cuda_takes accepts. Else cuBLASLt into gu, then swiglu_forward_cuda. */
+/* The rule for the gate|up GEMM with SwiGLU in its epilogue (matmul_swiglu: gu never goes to memory): the rows the
+ * GEMV does not take, on the operands (sm_90a device, shapes) matmul_swiglu_cuda_takes accepts, unless
+ * DFLASH_GATEUP_FUSED=0 (read once). Else cuBLASLt into gu, then swiglu_forward_cuda. On the H200 the fused GEMM
+ * made the Qwen3-8B target step 434.2 ms against 438.6 (bench/RESULTS.md, 2026-12-05). */
 static int tc_gateup_fused(const target_cuda *m, const uint16_t *act, int ldact, const uint16_t *u,
                            const uint16_t *w_gu, int T, int I, int k)
 {
-    static int on = -1;
-    return env_switch(&on, "DFLASH_GATEUP_FUSED", "1") && T > m->gemv_rows &&
+    static int off = -1;
+    return !env_switch(&off, "DFLASH_GATEUP_FUSED", "0") && T > m->gemv_rows &&
            matmul_swiglu_cuda_takes(act, ldact, u, k, w_gu, T, I, k);
 }
 

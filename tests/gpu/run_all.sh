@@ -36,7 +36,7 @@ for t in test_kernel_cases_gpu test_vmm_pool test_decode_gpu; do
 done
 # the target forward, one process per family (the hybrid one also writes checkpoints and runs CPU references)
 one test_target_gpu timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
-# the Q side of qk_norm_rope folded into the attention (attention_qfold_applies; opt-in until validated)
+# the Q side of qk_norm_rope folded into the attention (attention_qfold_applies; opt-in, measured slower)
 one test_target_gpu_qfold env DFLASH_ATTENTION_QFOLD=1 timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
 one test_target_gpu_hybrid timeout 480 "$BUILD/gpu/test_target_gpu" hybrid
 one test_target_gpu_qwen3_moe timeout 300 "$BUILD/gpu/test_target_gpu" qwen3_moe

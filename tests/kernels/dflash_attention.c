@@ -659,9 +659,12 @@ static void run_case(const attn_case *k)
         check_same(cname, "dvb (max_ctx)", d_dvb, gdvb, (size_t)NB * kd * 2);
     }
 
-    if (d_ws) { /* the dk/dv CTAs of a producer and two consumer warpgroups (DFLASH_ATTENTION_DKV=wg2): the first
-                 * run's bits (each consumer takes today's 64-key tile's steps in today's order; the dS tiles the same) */
-        dflash_attention_dkv_wg2(1);
+    for (int wg = 1; d_ws && wg <= 2; wg++) { /* the dk/dv CTAs of one warpgroup, then those of a producer and two
+                 * consumer warpgroups (DFLASH_ATTENTION_DKV=wg1, =wg2), each forced: the first run's bits (each wg2
+                 * consumer takes a one-warpgroup 64-key tile's steps in its order; the dS tiles the same) */
+        char what[32];
+        snprintf(what, sizeof what, "dkv wg%d", wg);
+        dflash_attention_dkv_wg2(wg == 2);
         CHECK_CUDA(cudaMemset(d_ws, 0xff, ws_bytes));
         CHECK_CUDA(cudaMemset(d_dq, 0x55, (size_t)NB * ldo * 2));
         CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
@@ -670,10 +673,13 @@ static void run_case(const attn_case *k)
         dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
         dflash_attention_dkv_wg2(-1);
         const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
-        printf("%s %s dkv wg2: dq,dkc,dvc rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, diff);
+        printf("%s %s %s: dq,dkc,dvc rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, what, diff);
         if (diff) failures++;
-        check_same(cname, "dkb (dkv wg2)", d_dkb, gdkb, (size_t)NB * kd * 2);
-        check_same(cname, "dvb (dkv wg2)", d_dvb, gdvb, (size_t)NB * kd * 2);
+        char dkb_what[48], dvb_what[48];
+        snprintf(dkb_what, sizeof dkb_what, "dkb (%s)", what);
+        snprintf(dvb_what, sizeof dvb_what, "dvb (%s)", what);
+        check_same(cname, dkb_what, d_dkb, gdkb, (size_t)NB * kd * 2);
+        check_same(cname, dvb_what, d_dvb, gdvb, (size_t)NB * kd * 2);
     }
 
     if (d_ws) { /* the recompute path (no workspace), where the kernels took one: dq against the same reference */
@@ -745,18 +751,20 @@ static void run_case(const attn_case *k)
             CHECK_CUDA(cudaEventElapsedTime(&ms_r, e0, e1));
             printf("timing %s W=%d backward without the dS workspace (dq recomputes) %.3f ms; workspace %.1f MB\n",
                    k->name, k->window, ms_r / iters, ws_bytes / 1e6);
-            float ms_w = 0; /* the dk/dv CTAs of a producer and two consumer warpgroups (DFLASH_ATTENTION_DKV=wg2) */
-            dflash_attention_dkv_wg2(1);
-            CHECK_CUDA(cudaEventRecord(e0, stream));
-            for (int i = 0; i < iters; i++)
-                dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s,
-                                               stream);
-            CHECK_CUDA(cudaEventRecord(e1, stream));
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            CHECK_CUDA(cudaEventElapsedTime(&ms_w, e0, e1));
-            dflash_attention_dkv_wg2(-1);
-            printf("timing %s W=%d backward with the wg2 dk/dv CTAs (DFLASH_ATTENTION_DKV=wg2) %.3f ms\n", k->name,
-                   k->window, ms_w / iters);
+            for (int wg = 1; wg <= 2; wg++) { /* each of the dk/dv CTAs forced (DFLASH_ATTENTION_DKV=wg1, =wg2) */
+                float ms_w = 0;
+                dflash_attention_dkv_wg2(wg == 2);
+                CHECK_CUDA(cudaEventRecord(e0, stream));
+                for (int i = 0; i < iters; i++)
+                    dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in,
+                                                   &s, stream);
+                CHECK_CUDA(cudaEventRecord(e1, stream));
+                CHECK_CUDA(cudaEventSynchronize(e1));
+                CHECK_CUDA(cudaEventElapsedTime(&ms_w, e0, e1));
+                dflash_attention_dkv_wg2(-1);
+                printf("timing %s W=%d backward with the wg%d dk/dv CTAs (DFLASH_ATTENTION_DKV=wg%d) %.3f ms\n", k->name,
+                       k->window, wg, wg, ms_w / iters);
+            }
         }
         ms_f /= iters, ms_b /= iters;
         const double tf = fwd_flop / (ms_f * 1e-3) / 1e12, tb = 2 * fwd_flop / (ms_b * 1e-3) / 1e12;
