@@ -109,21 +109,6 @@ void attention_wgmma_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *
                                         const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
                                         int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
                                         const attention_qfold *fold, void *stream);
-/* The skip (issue 23), opt-in until a GPU run validates it, the same bits as without it (attention_sm90.cu says
- * why). Level 1: consumer 0 of each item (its rows end before the second half of the item's diagonal key tile)
- * computes S there over the first 64 keys only and its last P·V over them. Level 2, also: a non-paired item whose rows
- * 64..127 all lie past the sequence's end (a last query block of <= 64 rows with an odd group, or
- * DFLASH_ATTENTION_PAIRS=0) is consumer 0's alone, consumer 1 passing it over (disabled: level 2 runs level 1,
- * attention_sm90.cu's launch_sm90 says why). Not with DFLASH_ATTENTION_PINGPONG=0
- * nor with the fold ahead (DFLASH_ATTENTION_QFOLD=1; =begin takes it). The one rule: attention_wgmma_skip_applies()
- * (DFLASH_ATTENTION_SKIP=1 or =2 in the environment, read once: the level, else 0), which attention_wgmma_forward_cuda
- * and attention_wgmma_qfold_forward_cuda follow. attention_wgmma_skip_forward_cuda: attention_wgmma_qfold_forward_cuda
- * at skip level `skip` (0, 1, 2) whatever the environment says (the tests compare them in one process). */
-int attention_wgmma_skip_applies(void);
-void attention_wgmma_skip_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
-                                       const uint16_t *v, int ldv, const int32_t *cu_seqlens, int nseq,
-                                       int max_seqlen, int nh, int nkv, int hd, float scale, int tma,
-                                       const attention_qfold *fold, int skip, void *stream);
 #ifdef __cplusplus
 }
 #endif

@@ -26,11 +26,6 @@
 // and rotates its 64 rows of the tile in shared memory (qfold_pass, qk_norm_rope_cuda's per-token arithmetic to the
 // bit) before its first S of the item; FOLD 2 does most of those passes ahead, one per step of the previous item
 // while its GEMMs run, once the next Q tile has landed, and begin() only the passes left.
-// The skip (attention_wgmma_skip_applies, opt-in: its own instances, SKIP 1 and 2, a consumer body each): consumer 0,
-// whose rows end before the diagonal key tile's second half, computes S there over the first 64 keys (an n64 wgmma)
-// and its item's last P·V over them (4 of 8 k16 steps); SKIP 2 also gives a non-paired item whose rows 64..127 lie
-// past the sequence's end to consumer 0 alone (not instantiated, skip 2 runs level 1: launch_sm90 says why). The
-// same bits (the comments at kHalf and kPass say why).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -133,46 +128,13 @@ __device__ __forceinline__ void issue_qk(float (&s)[kBN / 2], uint32_t sq_addr, 
     }
 }
 
-// The skip (SKIP instances): columns 0-63 of a 64 x 128 S accumulator (s[0..31] in wgmma's layout: column block i in
-// s[4i..4i+3]) = A · (the tile's first 64 keys)ᵀ, an m64n64k16 wgmma bound to the n128 array's first half (the same
-// registers, so no copy lands among the wgmmas); s[32..63] keep what they held
-__device__ __forceinline__ void wgmma_ss_m64n64k16_lo(float (&d)[64], uint64_t da, uint64_t db, int scale_d)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
-                 "%25,%26,%27,%28,%29,%30,%31"
-                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(scale_d));
-}
-
-// S over the tile's first 64 keys only (the diagonal tile for rows that end before its second half: the skip)
+// O += P·V: V panels kBN * 128 bytes apart, 8-key groups 1024 bytes, 16 keys (2048 bytes) a step; issued only
 template <int HD, int kBN>
-__device__ __forceinline__ void issue_qk_lo(float (&s)[kBN / 2], uint32_t sq_addr, uint32_t sk_addr)
-{
-    static_assert(kBN == 128, "the first half of a 128-key tile");
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-        const uint32_t off = (uint32_t)(kk % 4) * 32;
-        wgmma_ss_m64n64k16_lo(s, sw128_desc(sq_addr + (kk / 4) * kBM * 128 + off, 16, 1024),
-                              sw128_desc(sk_addr + (kk / 4) * kBN * 128 + off, 16, 1024), kk > 0);
-    }
-}
-
-// O += P·V over the tile's first KEYS keys: V panels kBN * 128 bytes apart, 8-key groups 1024 bytes, 16 keys (2048
-// bytes) a step; issued only
-template <int HD, int kBN, int KEYS = kBN>
 __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa)[kBN / 16][4], uint32_t sv_addr)
 {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < KEYS / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
+    for (int kk = 0; kk < kBN / 16; kk++) wgmma_pv<HD>(o, pa[kk], sw128_desc(sv_addr + kk * 2048, kBN * 128, 1024));
 }
 
 // The fold: this consumer's 64 Q rows of an item (row r of 64-column panel p at tile + p * kBM * 128 + r * 128,
@@ -288,29 +250,6 @@ __device__ __forceinline__ void qfold_pass(uint32_t tile, int row0, int nvalid, 
     }
 }
 
-// The skip's barrier steps for consumer 0 in an item it takes alone, without branches (a branch among a step's wgmmas
-// can make ptxas serialise them): one arrival of `count` per warp on an "empty" barrier once the warp's wgmma reads of
-// the stage are complete (release's; count 2: for both consumers' warps); a turn taken or handed over where `on`
-// (turn_begin / turn_end's bar.sync and bar.arrive predicated, the predicate the same across the warpgroup)
-__device__ __forceinline__ void release_count(uint64_t *bar, int lane, uint32_t count)
-{
-    __syncwarp();
-    if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
-                                : "memory");
-}
-__device__ __forceinline__ void turn_begin_if(int cw, bool on)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p bar.sync %0, %1;\n}\n" ::"r"(1 + cw), "r"(2 * 128),
-                 "r"((int)on)
-                 : "memory");
-}
-__device__ __forceinline__ void turn_end_if(int cw, bool on)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p bar.arrive %0, %1;\n}\n" ::"r"(1 + (cw ^ 1)),
-                 "r"(2 * 128), "r"((int)on)
-                 : "memory");
-}
-
 // whether the phase of the given parity has completed, without waiting, the same answer across the warp
 __device__ __forceinline__ bool mbar_done_warp(uint64_t *bar, uint32_t parity)
 {
@@ -408,24 +347,13 @@ struct item_walk {
 struct work_item {
     int qb, head, start, len, pair;
 };
-// pass_dead (the skip's consumer 1): an item whose rows 64..127 all lie past its sequence's end (not paired, the last
-// query block of <= 64 rows: solo, consumer 0 takes it alone) is passed over, its tiles (qb + 1) added to *tiles and
-// 1 to *items (the consumer's tile and item counters)
 __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlens, int nseq, int nh, int pairs,
-                                          work_item &it, bool pass_dead = false, int *tiles = nullptr,
-                                          int *items = nullptr)
+                                          work_item &it)
 {
     while (w.qb >= 0) {
         const int start = cu_seqlens[w.seq], len = cu_seqlens[w.seq + 1] - start;
         if (w.qb * kBM < len) {
             const int pair = pairs && len - w.qb * kBM <= 64, cnt = nh >> pair;
-            if (pass_dead && !pair && w.qb * kBM + 64 >= len && w.next < w.c + cnt) {
-                *tiles += w.qb + 1, *items += 1;
-                w.round++;
-                w.next = w.round * (int)gridDim.x +
-                         ((w.round & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x);
-                continue;
-            }
             if (w.next < w.c + cnt) {
                 it.qb = w.qb, it.head = (w.next - w.c) << pair, it.start = start, it.len = len, it.pair = pair;
                 w.round++;
@@ -441,7 +369,7 @@ __device__ __forceinline__ bool next_item(item_walk &w, const int32_t *cu_seqlen
 }
 #endif
 
-template <int HD, bool PINGPONG, int FOLD, int SKIP>
+template <int HD, bool PINGPONG, int FOLD>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, int use_tma, __nv_bfloat16 *out, int ldo,
@@ -567,58 +495,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
 
-    // consumers: the body of consumer cw, one for both (cw at run time), or in the SKIP instances one inlined for
-    // each with cw a constant, so that the skip is settled at compile time (a run-time choice between the n64 and
-    // n128 S, or the 4- and 8-step P·V, made ptxas inject warpgroup.arrive and serialise the wgmmas, C7519 / C7520,
-    // and spill; so did one inside the step even with the consumer a constant)
-    auto consume = [&](const int cw_fixed) __attribute__((always_inline)) {
+    // consumers
     setmaxnreg_inc<kConsumerRegs>();
-    const int cw = SKIP ? cw_fixed : wg - 1, tid = threadIdx.x - wg * 128;
+    const int cw = wg - 1, tid = threadIdx.x - wg * 128;
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const uint32_t sk0 = smem_u32(sk), sv0 = smem_u32(sv);
-    // The skip (SKIP instances, kHalf): consumer 0's 64 rows (qb·kBM + 0..63, in a paired item too) end before the
-    // second half of its item's last key tile (keys qb·kBM + 64..127, the diagonal one: kBN == kBM), so it computes S
-    // there over the first 64 keys only (step's diag, at call sites of its own in item) and the item's last P·V over
-    // them (finish's h, at call sites of its own). The same bits: online_softmax's mask sets every one of those 64
-    // columns to -inf whatever s[32..63] held (key > row for each row of the warpgroup), so the max, p (bf16 +0 there,
-    // the first half's the same values), the row sums (x + 0 = x) and P come out as when they were computed; the four
-    // k16 steps left out of the P·V would each add products of p = +0 (0·v = ±0 for finite v: the masked keys' V rows
-    // are the sequence's own, the next sequence's or zero) to O, and o + ±0 = o for every o != 0 and for o = +0 (only a
-    // column exactly -0 so far, every visible v of it ±0, could turn +0 there). The n64 S's columns are the n128's
-    // (each element's k16 reduction the same; the attention_wgmma rows compare the bits).
-    const bool kHalf = SKIP && cw == 0, kSolo = SKIP == 2 && cw == 0;
-    // The skip's solo items (SKIP 2): in a non-paired item whose rows 64..127 all lie at or past the sequence's end
-    // (its last query block has <= 64 rows: with even groups a paired item unless DFLASH_ATTENTION_PAIRS=0) consumer 1
-    // would store nothing: it passes the item over (next_item's pass_dead; t and n still count it), and consumer 0
-    // takes it alone: each of its warps arrives for both consumers (count 2) on the item's K, V and Q "empty" barriers,
-    // and it takes no turns in the item's steps nor in its finish (the turns consumer 1 does not take: it goes from the
-    // item before straight to the one after, its finish of the item before issuing the next one's first S). Each
-    // arrival still lands in its tile's own phase: a consumer arrives on a stage's "empty" barrier only after waiting
-    // for that tile on its "full" one, which the producer fills only after both consumers' arrivals for the tile two
-    // back. Consumer 0 computes what it computed without the skip: the same bits.
-    // NOT INSTANTIATED (launch_sm90 says why): the "full" waits of consumer 1 after a passed item are not safe: it
-    // last waited for the item before's tiles, and parity tells phase k from k - 2 only if phase k - 1 is complete.
-    const bool kPass = SKIP == 2 && cw == 1;
-    int t = 0, n = 0; // the tile and item counters of the item under way (below)
-    bool solo = false;  // the item under way is consumer 0's alone (kSolo only)
-    auto rel = [&](uint64_t *bar, bool w_solo) { // release, for both consumers where w_solo
-        if (kSolo) release_count(bar, lane, w_solo ? 2u : 1u);
-        else release(bar, lane);
-    };
-    auto tbegin = [&](bool w_solo) { // the turns, none where w_solo
-        if (kSolo) turn_begin_if(cw, !w_solo);
-        else turn_begin<PINGPONG>(cw);
-    };
-    auto tend = [&](bool w_solo) {
-        if (kSolo) turn_end_if(cw, !w_solo);
-        else turn_end<PINGPONG>(cw);
-    };
     if (cw == 1) turn_end<PINGPONG>(cw); // consumer 0 takes the first turn
-    if (!next_item(walk, cu_seqlens, nseq, nh, pairs, it, kPass, &t, &n)) return;
+    if (!next_item(walk, cu_seqlens, nseq, nh, pairs, it)) return;
 
     // the item under way (it): t its first tile's counter, n its own, nkb its tiles, r0 this warpgroup's first query
     // row (sequence-local), row_a / row_b this thread's, sq_addr its 64 rows in each Q panel (panels kBM rows apart)
-    int nkb = 0, r0 = 0, row_a = 0, row_b = 0;
+    int t = 0, n = 0, nkb = 0, r0 = 0, row_a = 0, row_b = 0;
     uint32_t sq_addr = 0;
     // the fold (FOLD 1: in begin() only; 2: ahead too): a warp's passes of item n's rows done ahead, during item
     // n - 1's steps (ahead; the same across a warp): each step folds a pass of the next item's rows into the other Q
@@ -629,7 +516,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     int ahead = 0;
     auto begin = [&]() {
         nkb = (min(it.len, it.qb * kBM + kBM) + kBN - 1) / kBN;
-        if (kSolo) solo = !it.pair && it.qb * kBM + 64 >= it.len;
         r0 = it.qb * kBM + (it.pair ? 0 : cw * 64);
         row_a = r0 + warp * 16 + g, row_b = row_a + 8;
         sq_addr = smem_u32(sq + (n & 1) * S::kQBytes + cw * 64 * 128);
@@ -642,8 +528,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (FOLD == 2) { // the next item (none: no passes ahead)
                 item_walk peek = walk;
                 work_item nx{0, 0, 0, 0, 0};
-                int pt = 0, pn = 0;
-                ahead = next_item(peek, cu_seqlens, nseq, nh, pairs, nx, kPass, &pt, &pn) ? 0 : kQfoldPasses<HD>;
+                ahead = next_item(peek, cu_seqlens, nseq, nh, pairs, nx) ? 0 : kQfoldPasses<HD>;
                 if (tid == 0) {
                     const int nr0 = nx.qb * kBM + (nx.pair ? 0 : cw * 64);
                     sts64(smem_u32(nx_rec + 2 * cw + (n & 1)), nx.start + nr0, nx.len - nr0);
@@ -652,7 +537,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             fence_proxy_async(); // the wgmma reads the stores through the async proxy
             named_sync(3 + cw, 128); // every warp's rows stored (barriers 1 and 2 are the ping-pong's)
         }
-        if (SKIP == 2) __syncwarp(); // (without it ptxas ran short of registers, C7511, at head_dim 128)
     };
     // O of the item, relative to the running max of the tile whose P is being added; rescaled after that GEMM
     float o[HD / 2];
@@ -667,36 +551,34 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // the first S of the CTA's first item, alone (every later item's goes with its predecessor's last P·V)
     begin();
-    mbar_wait(full_k + t % kStages, (uint32_t)((t / kStages) & 1)); // t 0 unless consumer 1 passed items over
-    issue_qk<HD, kBN>(s, sq_addr, sk0 + (t % kStages) * S::kTileBytes);
+    mbar_wait(full_k, 0);
+    issue_qk<HD, kBN>(s, sq_addr, sk0);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
-    rel(empty_k + t % kStages, solo);
+    release(empty_k, lane);
     online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, pa);
 
     // one step: S(j) and P(j-1)·V(j-1) in flight together, then the softmax of S(j) (exp2 on the SFU, shuffles)
     // into p_next while the tensor cores do the second GEMM. P alternates between pa and pn without copies (a copy
     // the compiler placed among the wgmmas would serialise them)
-    auto step = [&](int j, uint32_t(&p_prev)[kBN / 16][4], uint32_t(&p_next)[kBN / 16][4], bool diag)
-                    __attribute__((always_inline)) {
+    auto step = [&](int j, uint32_t(&p_prev)[kBN / 16][4], uint32_t(&p_next)[kBN / 16][4]) {
         const int stage = (t + j) % kStages, pstage = (t + j - 1) % kStages;
         const uint32_t parity = (uint32_t)(((t + j) / kStages) & 1);
         const uint32_t pparity = (uint32_t)(((t + j - 1) / kStages) & 1);
         mbar_wait(full_k + stage, parity);
         mbar_wait(full_v + pstage, pparity);
         fence_regs_u<kBN>(p_prev);
-        tbegin(solo);
-        if (diag) issue_qk_lo<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes); // the diagonal tile, kHalf
-        else issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
+        turn_begin<PINGPONG>(cw);
+        issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
         wgmma_commit();
         issue_pv<HD, kBN>(o, p_prev, sv0 + pstage * S::kTileBytes);
         wgmma_commit();
-        tend(solo);
+        turn_end<PINGPONG>(cw);
         // a pass of the next item's rows (the other Q buffer) while the GEMMs run. Its parity test is safe because
         // this consumer waited (begin) for the phase before, item n - 1's tile in that buffer, and the producer
         // refills it only after both consumers' 8 releases of item n + 1: the phase tested is never two short nor
-        // passed (a consumer that passed items over, kPass, could not do this: FOLD 2 has no SKIP instances)
+        // passed
         if constexpr (FOLD == 2)
             if (ahead < kQfoldPasses<HD> && mbar_done_warp(full_q + ((n + 1) & 1), (uint32_t)(((n + 1) >> 1) & 1))) {
                 const int2 nx = lds64(smem_u32(nx_rec + 2 * cw + (n & 1)));
@@ -705,11 +587,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         wgmma_wait<1>(); // S(j) done, P(j-1)·V(j-1) may still run
         fence_regs(s);
-        rel(empty_k + stage, solo);
+        release(empty_k + stage, lane);
         online_softmax<kBN>(s, j * kBN + kBN - 1 > r0, j * kBN, row_a, row_b, scale_log2, st, p_next);
         wgmma_wait<0>();
         fence_regs(o);
-        rel(empty_v + pstage, solo);
+        release(empty_v + pstage, lane);
         rescale<HD>(o, st);
     };
 
@@ -738,19 +620,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the item's last P·V (P in p_last), issued together with the next item's first S, whose softmax (fresh state)
     // goes into p_free while the GEMM runs; then the item's O is stored and cleared. Returns whether there is a next
     // item (it, t, n and the rest describe it then).
-    // the item's last P·V from p_last, over the diagonal tile's first 64 keys where h (a constant at each call)
-    auto last_pv = [&](uint32_t(&p_last)[kBN / 16][4], int vstage, bool h) {
-        if (h) issue_pv<HD, kBN, kBN / 2>(o, p_last, sv0 + vstage * S::kTileBytes);
-        else issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
-    };
-    auto finish = [&](uint32_t(&p_last)[kBN / 16][4], uint32_t(&p_free)[kBN / 16][4], bool h)
-                      __attribute__((always_inline)) -> bool {
+    auto finish = [&](uint32_t(&p_last)[kBN / 16][4], uint32_t(&p_free)[kBN / 16][4]) -> bool {
         const int vstage = (t + nkb - 1) % kStages;
         const uint32_t vparity = (uint32_t)(((t + nkb - 1) / kStages) & 1);
         const work_item done = it;
         const float l_a = st.l_a, l_b = st.l_b;
-        const bool done_solo = solo;
-        const bool more = next_item(walk, cu_seqlens, nseq, nh, pairs, it, kPass, &t, &n);
+        const bool more = next_item(walk, cu_seqlens, nseq, nh, pairs, it);
         mbar_wait(full_v + vstage, vparity);
         if (more) {
             t += nkb, n++;
@@ -758,25 +633,25 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int stage = t % kStages;
             mbar_wait(full_k + stage, (uint32_t)((t / kStages) & 1));
             fence_regs_u<kBN>(p_last);
-            tbegin(done_solo);
+            turn_begin<PINGPONG>(cw);
             issue_qk<HD, kBN>(s, sq_addr, sk0 + stage * S::kTileBytes);
             wgmma_commit();
-            last_pv(p_last, vstage, h);
+            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
             wgmma_commit();
-            tend(done_solo);
+            turn_end<PINGPONG>(cw);
             wgmma_wait<1>();
             fence_regs(s);
-            rel(empty_k + stage, solo);
+            release(empty_k + stage, lane);
             st = fresh;
             online_softmax<kBN>(s, kBN - 1 > r0, 0, row_a, row_b, scale_log2, st, p_free);
         } else {
             fence_regs_u<kBN>(p_last);
-            last_pv(p_last, vstage, h);
+            issue_pv<HD, kBN>(o, p_last, sv0 + vstage * S::kTileBytes);
             wgmma_commit();
         }
         wgmma_wait<0>();
         fence_regs(o);
-        rel(empty_v + vstage, done_solo);
+        release(empty_v + vstage, lane);
         store(done, l_a, l_b);
 #pragma unroll
         for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
@@ -787,32 +662,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the next item's tile 0 P is: 1 in p0, 2 in p1
     auto item = [&](uint32_t(&p0)[kBN / 16][4], uint32_t(&p1)[kBN / 16][4]) __attribute__((always_inline)) -> int {
         int j = 1;
-        bool last_in_p1;
-        if (kHalf) { // the diagonal tile's step (j = nkb - 1 >= 1) at call sites of its own
-            for (; j + 2 < nkb; j += 2) {
-                step(j, p0, p1, false);
-                step(j + 1, p1, p0, false);
-            }
-            last_in_p1 = j + 1 == nkb; // steps j .. nkb - 1 left: none (nkb 1), the diagonal one, or one and it
-            if (j + 1 < nkb) {
-                step(j, p0, p1, false);
-                step(j + 1, p1, p0, true);
-            } else if (last_in_p1) step(j, p0, p1, true);
-        } else {
-            for (; j + 1 < nkb; j += 2) {
-                step(j, p0, p1, false);
-                step(j + 1, p1, p0, false);
-            }
-            last_in_p1 = j < nkb;
-            if (last_in_p1) step(j, p0, p1, false);
+        for (; j + 1 < nkb; j += 2) {
+            step(j, p0, p1);
+            step(j + 1, p1, p0);
         }
-        rel(empty_q + (n & 1), solo); // every S of this item is done
-        if (kHalf) { // finish's call sites for each, so that its choice is made outside the wgmmas
-            if (last_in_p1) return finish(p1, p0, true) ? 1 : 0;
-            return finish(p0, p1, true) ? 2 : 0;
-        }
-        if (last_in_p1) return finish(p1, p0, false) ? 1 : 0;
-        return finish(p0, p1, false) ? 2 : 0;
+        const bool last_in_p1 = j < nkb;
+        if (last_in_p1) step(j, p0, p1);
+        release(empty_q + (n & 1), lane); // every S of this item is done
+        if (last_in_p1) return finish(p1, p0) ? 1 : 0;
+        return finish(p0, p1) ? 2 : 0;
     };
     for (int where = 1; where;) { // where the current item's tile 0 P is: 1 pa, 2 pn
         if (where == 1) where = item(pa, pn);
@@ -821,11 +679,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             where = r ? 3 - r : 0;
         }
     }
-    };
-    if (SKIP) {
-        if (wg == 1) consume(0);
-        else consume(1);
-    } else consume(-1);
 #else
     // compiled for a target without wgmma: never launched (attention_wgmma_supported says no there)
     (void)tm_q, (void)tm_k, (void)tm_v, (void)use_tma, (void)out, (void)ldo, (void)q, (void)ldq, (void)k, (void)ldk;
@@ -837,32 +690,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int HD>
 void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk, const uint16_t *v,
                  int ldv, const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh, int nkv, float scale,
-                 int want_tma, const attention_qfold *qf, int skip, cudaStream_t st)
+                 int want_tma, const attention_qfold *qf, cudaStream_t st)
 {
     constexpr int smem = sm90_shape<HD>::kSmem;
     static_assert(smem <= 227 * 1024, "the shared memory of one CTA on sm_90");
-    // the instances: no ping-pong, ping-pong, ping-pong with the skip (not without the ping-pong, nor with the fold
-    // ahead: there ptxas serialised the wgmmas at head_dim 64, C7511, and spilled 56 bytes at 128); no fold, the fold
-    // in begin() only, the fold ahead too
+    // the six instances: ping-pong or not; no fold, the fold in begin() only, the fold ahead too
     typedef void (*kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, int, __nv_bfloat16 *, int,
                               const __nv_bfloat16 *, int, const __nv_bfloat16 *, int, const __nv_bfloat16 *, int,
                               const int32_t *, int, int, int, int, float, int, qfold_args);
-    // Level 2 (SKIP 2) is not instantiated: its consumer 1 waits on a full barrier by parity after passing a solo
-    // item's tiles over, but a stage's barrier may then be two phases short (the solo item's tiles load only as
-    // consumer 0 releases its earlier ones: with qb >= 1 the next item's tile 0 shares a stage with the solo item's
-    // tile nkb - 2, with two solo items in a row its Q buffer with the first one's), and a parity wait two phases
-    // ahead passes at once (S from a stale tile, arrivals in the wrong phase). Skip 2 runs level 1 until consumer 1
-    // waits for and releases each passed tile in order (reviewer, see the kPass comment)
-    static const kernel_fn kernels[3][3] = {
-        {flash_fwd_sm90_kernel<HD, false, 0, 0>, flash_fwd_sm90_kernel<HD, false, 1, 0>,
-         flash_fwd_sm90_kernel<HD, false, 2, 0>},
-        {flash_fwd_sm90_kernel<HD, true, 0, 0>, flash_fwd_sm90_kernel<HD, true, 1, 0>,
-         flash_fwd_sm90_kernel<HD, true, 2, 0>},
-        {flash_fwd_sm90_kernel<HD, true, 0, 1>, flash_fwd_sm90_kernel<HD, true, 1, 1>,
-         flash_fwd_sm90_kernel<HD, true, 2, 0>}};
+    static const kernel_fn kernels[2][3] = {
+        {flash_fwd_sm90_kernel<HD, false, 0>, flash_fwd_sm90_kernel<HD, false, 1>, flash_fwd_sm90_kernel<HD, false, 2>},
+        {flash_fwd_sm90_kernel<HD, true, 0>, flash_fwd_sm90_kernel<HD, true, 1>, flash_fwd_sm90_kernel<HD, true, 2>}};
     static bool attr_set = false; // per template instance; set once per process (device 0 semantics)
     if (!attr_set) {
-        for (int a = 0; a < 3; a++)
+        for (int a = 0; a < 2; a++)
             for (int b = 0; b < 3; b++)
                 CHECK_CUDA(cudaFuncSetAttribute(kernels[a][b], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
@@ -900,8 +741,7 @@ void launch_sm90(uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint1
     // DFLASH_ATTENTION_QFOLD=begin: the fold in begin() only, none ahead (measured against)
     static int fold_begin = -1;
     const int mode = !qf ? 0 : env_switch(&fold_begin, "DFLASH_ATTENTION_QFOLD", "begin") ? 1 : 2;
-    // the skip with the ping-pong only (DFLASH_ATTENTION_PINGPONG=0 measures the kernel without either)
-    kernels[pingpong && skip ? 2 : pingpong][mode]<<<grid, kThreads, smem, st>>>(
+    kernels[pingpong][mode]<<<grid, kThreads, smem, st>>>(
         tm_q, tm_k, tm_v, tma, (__nv_bfloat16 *)out, ldo, (const __nv_bfloat16 *)q, ldq, (const __nv_bfloat16 *)k,
         ldk, (const __nv_bfloat16 *)v, ldv, cu_seqlens, nseq, nh, nqb, nh / nkv, scale * 1.4426950408889634f, pairs,
         fold);
@@ -915,34 +755,13 @@ extern "C" int attention_wgmma_supported(int hd)
     return (hd == 64 || hd == 128) && wgmma_sm90::sm90a_device();
 }
 
-extern "C" int attention_wgmma_skip_applies(void)
-{
-    static int half = -1, solo = -1;
-    return env_switch(&solo, "DFLASH_ATTENTION_SKIP", "2") ? 2 : env_switch(&half, "DFLASH_ATTENTION_SKIP", "1");
-}
-
 extern "C" void attention_wgmma_qfold_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
                                                    const uint16_t *k, int ldk, const uint16_t *v, int ldv,
                                                    const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh,
                                                    int nkv, int hd, float scale, int tma, const attention_qfold *fold,
                                                    void *stream)
 {
-    attention_wgmma_skip_forward_cuda(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, hd,
-                                      scale, tma, fold, attention_wgmma_skip_applies(), stream);
-}
-
-extern "C" void attention_wgmma_skip_forward_cuda(uint16_t *out, int ldo, const uint16_t *q, int ldq,
-                                                  const uint16_t *k, int ldk, const uint16_t *v, int ldv,
-                                                  const int32_t *cu_seqlens, int nseq, int max_seqlen, int nh,
-                                                  int nkv, int hd, float scale, int tma, const attention_qfold *fold,
-                                                  int skip, void *stream)
-{
     cudaStream_t st = (cudaStream_t)stream;
-    if (skip < 0 || skip > 2) {
-        fprintf(stderr, "attention_wgmma_skip_forward_cuda: skip %d (0 none, 1 the diagonal tile's half, 2 and the "
-                        "solo items)\n", skip);
-        exit(1);
-    }
     if (fold && (!fold->pos || !fold->inv_freq || (uintptr_t)fold->q_w % 4 != 0)) {
         fprintf(stderr, "attention_wgmma_qfold_forward_cuda: the fold needs the rows' positions (%p), inv_freq (%p) "
                         "and a 4-byte aligned q_w (%p)\n", (const void *)fold->pos, (const void *)fold->inv_freq,
@@ -950,7 +769,7 @@ extern "C" void attention_wgmma_skip_forward_cuda(uint16_t *out, int ldo, const 
         exit(1);
     }
 #define LAUNCH_SM90(H) \
-    launch_sm90<H>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, fold, skip, st)
+    launch_sm90<H>(out, ldo, q, ldq, k, ldk, v, ldv, cu_seqlens, nseq, max_seqlen, nh, nkv, scale, tma, fold, st)
     if (hd == 128) LAUNCH_SM90(128);
     else if (hd == 64) LAUNCH_SM90(64);
     else {

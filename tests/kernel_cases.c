@@ -182,10 +182,10 @@ const kc_case kernel_cases[] = {
     {KC(kc_attention_wgmma, 8, 2, 128, 8), KC_SEQS(250, 391), .why = "peaked softmax (amplitude 8)"},
     {KC(kc_attention_wgmma, 6, 2, 64, 4), KC_SEQS(1, 200, 333), .why = "head_dim 64, group 3"},
     {KC(kc_attention_wgmma, 16, 4, 64, 2), KC_SEQS(129, 1000, 3), .why = "head_dim 64, group 4"},
-    /* the skip (each row runs it, skip 1 and 0, bitwise against the first run): last query blocks of 64 (paired where
-     * the group is even), 65, 127, 128 and 129 rows, one-token sequences, one- to three-tile items */
+    /* last query blocks of 64 (paired where the group is even), 65, 127, 128 and 129 rows, one-token sequences, one- to
+     * three-tile items; more items than SMs */
     {KC(kc_attention_wgmma, 8, 2, 128, 2), KC_SEQS(64, 65, 127, 128, 129, 1, 192, 193, 256, 257),
-     .why = "group 4: the diagonal tile's half S and P.V, paired last blocks"},
+     .why = "group 4: paired last blocks"},
     {KC(kc_attention_wgmma, 9, 3, 128, 2), KC_SEQS(64, 65, 127, 128, 129, 1, 192, 193, 256, 257),
      .why = "group 3 (no pairs): <= 64-row last blocks, consumer 1's rows all past the end"},
     {KC(kc_attention_wgmma, 6, 2, 64, 2), KC_SEQS(64, 65, 127, 128, 129, 1, 192, 193, 256, 257),
@@ -193,9 +193,9 @@ const kc_case kernel_cases[] = {
     {KC(kc_attention_wgmma, 8, 2, 64, 2), KC_SEQS(64, 65, 127, 128, 129, 1, 192, 193, 256, 257),
      .why = "head_dim 64, group 4, paired last blocks"},
     {KC(kc_attention_wgmma, 24, 8, 128, 2), KC_SEQS(5, 700, 64, 1, 129, 300, 17, 40, 200),
-     .why = "group 3, more items than SMs: skip 2's solo items among a CTA's other items"},
+     .why = "group 3, more items than SMs: one-tile items among a CTA's other items"},
     {KC(kc_attention_wgmma, 32, 32, 64, 2), KC_SEQS(5, 700, 64, 1, 129, 300, 17, 40, 200),
-     .why = "MHA, head_dim 64, more items than SMs: solo items among a CTA's other items"},
+     .why = "MHA, head_dim 64, more items than SMs"},
     /* qk_norm_rope's Q side folded into the Hopper attention (sm_90 only on the device): nh nkv hd with_norm bitwise
      * (bitwise: qk_norm_rope_cuda takes q by its per-token kernel, (nh + nkv) hd/8 <= 640, so folded = unfused) */
     {KC(kc_attention_qfold, 6, 2, 64, 1, 1), KC_SEQS(1, 37, 2, 65), .why = "head_dim 64, GQA 3, one-token sequences"},
@@ -212,9 +212,9 @@ const kc_case kernel_cases[] = {
      .why = "group 8, more items than SMs, partial tiles over a neighbour's rows"},
     {KC(kc_attention_qfold, 8, 8, 128, 1, 1), KC_SEQS(640), .only = KC_CUDA_ONLY, .why = "MHA, exactly five tiles"},
     {KC(kc_attention_qfold, 8, 2, 128, 1, 1), KC_SEQS(64, 65, 127, 128, 129, 1, 257), .only = KC_CUDA_ONLY,
-     .why = "the skip with the fold: last blocks of 64 (paired), 65, 127, 128, 129 rows"},
+     .why = "last blocks of 64 (paired), 65, 127, 128, 129 rows"},
     {KC(kc_attention_qfold, 6, 2, 64, 1, 1), KC_SEQS(64, 65, 127, 128, 129, 1, 257), .only = KC_CUDA_ONLY,
-     .why = "the skip with the fold, head_dim 64, GQA 3"},
+     .why = "last blocks of 64 (paired), 65, 127, 128, 129 rows, head_dim 64, GQA 3"},
     {KC(kc_attention_qfold, 12, 4, 128, 1, 1), KC_SEQS(513, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
      .only = KC_CUDA_ONLY,
      .why = "the fold ahead (276 items, 132 SMs): 12 CTAs fold all 4 passes of their next item during a 5-tile item"},

@@ -647,10 +647,8 @@ static int skipped_unless_sm90(void)
 }
 
 /* The Hopper kernel (attention_sm90.cu: wgmma, TMA) by name against the CPU reference, with attention_cuda_check's
- * tolerances; then a second run, the cp.async staging (instead of TMA), attention_causal_forward_cuda (which
- * chooses this kernel on sm_90), and the kernel with its skip (attention_wgmma_skip_forward_cuda skip 1, the
- * diagonal tile's half, and 2, with the solo items too: each with TMA and cp.async staging) and without (skip 0)
- * whatever DFLASH_ATTENTION_SKIP says, bitwise identical to the first run. On a device other than sm_90 the row is skipped;
+ * tolerances; then a second run, the cp.async staging (instead of TMA) and attention_causal_forward_cuda (which
+ * chooses this kernel on sm_90) bitwise identical to the first run. On a device other than sm_90 the row is skipped;
  * on sm_90 a head_dim it should take and does not fails. nh nkv hd amp */
 static void attention_wgmma_cuda_check(const kc_case *c)
 {
@@ -667,27 +665,18 @@ static void attention_wgmma_cuda_check(const kc_case *c)
     /* out with its own stride */
     const int ld = (nh + 2 * nkv) * hd, qd = nh * hd, kd = nkv * hd, ldo = qd + 8;
     const size_t no = (size_t)T * ldo;
-    enum { kRuns = 9 };
-    /* 0, 1: TMA staging twice; 2: cp.async staging; 3: the automatic choice; 4, 5: skip 1, TMA and cp.async; 6, 7:
-     * skip 2, TMA and cp.async; 8: skip 0 */
-    static const char *const kSame[kRuns] = {"", "a second run", "cp.async staging", "attention_causal_forward_cuda",
-                                             "the skip (skip 1)", "the skip (skip 1) with cp.async staging",
-                                             "the skip with solo items (skip 2)",
-                                             "the skip with solo items (skip 2) with cp.async staging",
-                                             "the kernel without the skip (skip 0)"};
+    enum { kRuns = 4 };
+    /* 0, 1: TMA staging twice; 2: cp.async staging; 3: the automatic choice */
+    static const char *const kSame[kRuns] = {"", "a second run", "cp.async staging", "attention_causal_forward_cuda"};
     uint16_t *d_o[kRuns], *o[kRuns];
     for (int r = 0; r < kRuns; r++) d_o[r] = dev_poisoned(no);
     for (int r = 0; r < kRuns; r++) {
-        if (r < 3)
+        if (r < kRuns - 1)
             attention_wgmma_forward_cuda(d_o[r], ldo, d_x, ld, d_x + qd, ld, d_x + qd + kd, ld, d_cu, nseq, maxlen, nh,
                                          nkv, hd, scale, r < 2, stream);
-        else if (r == 3)
+        else
             attention_causal_forward_cuda(d_o[r], ldo, d_x, ld, d_x + qd, ld, d_x + qd + kd, ld, d_cu, nseq, maxlen,
                                           nh, nkv, hd, scale, stream);
-        else
-            attention_wgmma_skip_forward_cuda(d_o[r], ldo, d_x, ld, d_x + qd, ld, d_x + qd + kd, ld, d_cu, nseq,
-                                              maxlen, nh, nkv, hd, scale, r != 5 && r != 7, NULL,
-                                              r == 8 ? 0 : r < 6 ? 1 : 2, stream);
         o[r] = dev_get(d_o[r], no * 2);
     }
     char name[256];
@@ -759,7 +748,7 @@ static void attention_qfold_cuda_check(const kc_case *c)
     double *d_inv = dev_upload(inv, sizeof(double) * (size_t)hd / 2);
     const uint16_t *wq = with_norm ? d_qw : NULL, *wk = with_norm ? d_kw : NULL;
     const attention_qfold fold = {wq, 1e-6f, d_pos, d_inv};
-    enum { kUnfused, kFold, kFoldCp, kPublic, kFoldSkip, kFoldSolo, kFoldNoSkip, kOuts };
+    enum { kUnfused, kFold, kFoldCp, kPublic, kOuts };
     uint16_t *d_o[kOuts], *o[kOuts];
     for (int r = 0; r < kOuts; r++) d_o[r] = dev_poisoned(no);
     /* unfused: q and k normed and rotated in memory, then the attention */
@@ -771,12 +760,6 @@ static void attention_qfold_cuda_check(const kc_case *c)
     for (int r = kFold; r <= kFoldCp; r++)
         attention_wgmma_qfold_forward_cuda(d_o[r], ldo, d_konly, ld, d_konly + qd, ld, d_konly + qd + kd, ld, d_cu,
                                            nseq, maxlen, nh, nkv, hd, scale, r == kFold, &fold, stream);
-    /* folded with the kernel's skip (1, 2) and without it, whatever DFLASH_ATTENTION_SKIP says (the skip has no
-     * instance with the fold ahead: DFLASH_ATTENTION_QFOLD=begin runs it) */
-    for (int r = kFoldSkip; r <= kFoldNoSkip; r++)
-        attention_wgmma_skip_forward_cuda(d_o[r], ldo, d_konly, ld, d_konly + qd, ld, d_konly + qd + kd, ld, d_cu,
-                                          nseq, maxlen, nh, nkv, hd, scale, 1, &fold,
-                                          r == kFoldSkip ? 1 : r == kFoldSolo ? 2 : 0, stream);
     /* the public path as attn_block_cuda.c takes it */
     const int applies = attention_qfold_applies(d_o[kPublic], ldo, d_pub, ld, d_pub + qd, ld, d_pub + qd + kd, ld, hd,
                                                 0, NULL);
@@ -826,14 +809,6 @@ static void attention_qfold_cuda_check(const kc_case *c)
         }
     printf("%s %s: cp.async staging bitwise identical to TMA's (%zu of %zu values differ)\n", dcp ? "FAIL" : "ok", name,
            dcp, no);
-    for (int r = kFoldSkip; r <= kFoldNoSkip; r++) {
-        size_t ds = 0;
-        for (size_t i = 0; i < no; i++) ds += o[r][i] != o[kFold][i];
-        printf("%s %s: folded %s bitwise identical to the folded run (%zu of %zu values differ)\n", ds ? "FAIL" : "ok",
-               name, r == kFoldSkip ? "with the skip (skip 1)" : r == kFoldSolo ? "with the skip and solo items (skip 2)"
-                                                                                  : "without the skip (skip 0)", ds, no);
-        failures += ds != 0;
-    }
     printf("%s %s: q left raw in memory (%zu values changed)\n", dq ? "FAIL" : "ok", name, dq);
     failures += dcp != 0, failures += dq != 0;
     if (bitwise) {
