@@ -1118,14 +1118,13 @@ __device__ __forceinline__ void dkv_issue_dv_dk(float (&dv)[HD / 2], float (&dk)
     wgmma_commit();
 }
 
-// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv. Serial step loop (DFLASH_ATTENTION_DKV_PIPE=0):
-// issue Sᵀ, dPᵀ; exp; dSᵀ; issue dV, dK; wait for all; next step. PIPE (the default, FlashAttention-3's
+// dk/dv CTA w of source src: key tile w / nkv of kv head w % nkv. The step loop is pipelined (FlashAttention-3's
 // intra-warpgroup pipelining): step it+1's Sᵀ is issued right behind step it's dV and dK and the wait for those (wgmma
 // groups complete in order) lets it run on, so the tensor pipe runs dV(it), dK(it), Sᵀ(it+1), dPᵀ(it+1) back to back.
-// On the H200 (bench/RESULTS.md, 2026-12-05) every row passed with it and the 8B backward took 1.87 ms against the serial
-// loop's 1.99 (0.68 against 0.72 under a 256-row window). The serial loop (the step's math written out there, as the
-// pipelined loop's dkv_p, dkv_ds) is to go once a GPU run has checked the build without it.
-template <int HD, bool PIPE>
+// On the H200 (bench/RESULTS.md, 2026-12-05) every row passed with it and the 8B backward took 1.87 ms against the
+// serial loop's 1.99 (issue Sᵀ, dPᵀ; exp; dSᵀ; issue dV, dK; wait for all; 0.68 against 0.72 under a 256-row window),
+// which is gone since.
+template <int HD>
 __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int src, int w)
 {
     static_assert(HD == 128, "dkv_sm90: head_dim 128 (the accumulators of 64 x HD, the n128 wgmma)");
@@ -1140,7 +1139,7 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
     unsigned char *sds = reinterpret_cast<unsigned char *>(sd + 2 * kWgItem); // dSᵀ staging (a.dsw)
     const int parts = src == 0 ? a.ctx_parts : 1; // CTA w: (tile, part) w / nkv of kv head w % nkv
     const int tile = w / a.nkv / parts, part = w / a.nkv % parts, kh = w % a.nkv;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
     const int row0 = tile * kWgRows, bound = src == 0 ? a.T : a.N * a.B, rend = min(row0 + kWgRows, bound);
     {
         const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
@@ -1148,7 +1147,7 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
         sw_load_rows<HD, kWgRows, nw * 32>(sv, v + (size_t)kh * HD, src == 0 ? a.ldvc : a.ldvb, row0, bound);
         cp_async_commit();
     }
-    const int wr0 = row0 + warp * 16, wgr0 = row0 + wg * kWgKeys;
+    const int wr0 = row0 + warp * 16;
     const uint32_t kaddr = mma_sm80::smem_u32(sk), vaddr = mma_sm80::smem_u32(sv);
     float dk[HD / 2], dv[HD / 2];
 #pragma unroll
@@ -1177,160 +1176,59 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
         if (items == 0) continue;
         load_step(0, 0, 0);
         cp_async_commit();
-        if constexpr (!PIPE) {
-            int li = 0, chunk = 0; // step it: chunk `chunk` of block s_list[li] (it = li * nchunk + chunk)
-            for (int it = 0; it < items; it++) {
-                const int stage = it & 1;
-                const bool wrap = chunk + 1 == nchunk;
-                const int nli = wrap ? li + 1 : li, nch = wrap ? 0 : chunk + 1; // step it + 1's
-                wg_stage_next(it + 1 < items, [&] {
-                    const int ns = stage ^ 1;
-                    sw_load_item<HD, nw * 32>(sq + ns * S::kItemBytes, sdo + ns * S::kItemBytes, slse + ns * kWgItem,
-                                              sd + ns * kWgItem, a, s_list[nli], nch, kh);
-                });
-                int lo, hi;
-                const int jb = s_list[li];
-                block_interval(a, src, jb, lo, hi);
-                if (wgr0 < hi && wgr0 + kWgKeys > lo) { // the block sees some key row of the warpgroup (uniform in it)
-                    const uint32_t qaddr = mma_sm80::smem_u32(sq + stage * S::kItemBytes);
-                    const uint32_t doaddr = mma_sm80::smem_u32(sdo + stage * S::kItemBytes);
-                    const float *tl = slse + stage * kWgItem, *td = sd + stage * kWgItem;
-                    float st[32], dpt[32];
-                    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: HD/16 k16 steps each (32 bytes along a panel row, the next panel every 4)
-                    const uint64_t kdesc = sw128_desc(kaddr, 16, 1024), vdesc = sw128_desc(vaddr, 16, 1024);
-                    const uint64_t qdesc = sw128_desc(qaddr, 16, 1024), dodesc = sw128_desc(doaddr, 16, 1024);
-                    wgmma_fence();
-    #pragma unroll
-                    for (int kk = 0; kk < HD / 16; kk++) {
-                        const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
-                        const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
-                        wgmma_ss_m64n64k16(st, desc_at(kdesc, off), desc_at(qdesc, qoff), kk > 0);
-                    }
-                    wgmma_commit();
-    #pragma unroll
-                    for (int kk = 0; kk < HD / 16; kk++) {
-                        const uint32_t off = (uint32_t)(kk / 4) * kWgRows * 128 + (kk % 4) * 32;
-                        const uint32_t qoff = (uint32_t)(kk / 4) * kWgItem * 128 + (kk % 4) * 32;
-                        wgmma_ss_m64n64k16(dpt, desc_at(vdesc, off), desc_at(dodesc, qoff), kk > 0);
-                    }
-                    wgmma_commit();
-                    wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
-                    fence_regs(st);
-                    // Pᵀ = exp(Sᵀ·scale - lse[column]), 0 on key rows the block (under a window: the column's slot) does not
-                    // see; accumulator (t, e): key row g (e < 2) or g + 8, column 8t + 2·tig + (e & 1)
-                    const int kr0 = wr0 + g, kr1 = wr0 + g + 8;
-                    const bool vis0 = lo <= kr0 && kr0 < hi, vis1 = lo <= kr1 && kr1 < hi;
-                    uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
-    #pragma unroll
-                    for (int t = 0; t < kWgItem / 8; t++) {
-                        const float2 lt = *reinterpret_cast<const float2 *>(tl + t * 8 + tig * 2);
-                        const float l0 = lt.x * kLog2e, l1 = lt.y * kLog2e;
-                        bool v00 = vis0, v01 = vis0, v10 = vis1, v11 = vis1;
-                        if (a.W > 0) {
-                            const int rho = chunk * kWgItem + t * 8 + tig * 2;
-                            int clo, chi;
-                            row_interval(a, src, jb, rho % a.B, clo, chi);
-                            v00 = v00 && clo <= kr0 && kr0 < chi, v10 = v10 && clo <= kr1 && kr1 < chi;
-                            row_interval(a, src, jb, (rho + 1) % a.B, clo, chi);
-                            v01 = v01 && clo <= kr0 && kr0 < chi, v11 = v11 && clo <= kr1 && kr1 < chi;
-                        }
-                        float *s4 = st + 4 * t;
-                        s4[0] = v00 ? fast_exp2(fmaf(s4[0], a.scale_log2, -l0)) : 0.0f;
-                        s4[1] = v01 ? fast_exp2(fmaf(s4[1], a.scale_log2, -l1)) : 0.0f;
-                        s4[2] = v10 ? fast_exp2(fmaf(s4[2], a.scale_log2, -l0)) : 0.0f;
-                        s4[3] = v11 ? fast_exp2(fmaf(s4[3], a.scale_log2, -l1)) : 0.0f;
-                        pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0], s4[1]);
-                        pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2], s4[3]);
-                    }
-                    wgmma_wait<0>();
-                    fence_regs(dpt);
-                    // dSᵀ = Pᵀ (dPᵀ - D[column])
-    #pragma unroll
-                    for (int t = 0; t < kWgItem / 8; t++) {
-                        const float2 dt = *reinterpret_cast<const float2 *>(td + t * 8 + tig * 2);
-                        const float d0 = dt.x, d1 = dt.y;
-                        const float *s4 = st + 4 * t, *p4 = dpt + 4 * t;
-                        da[t / 2][(t & 1) * 2 + 0] = pack_bf16(s4[0] * (p4[0] - d0), s4[1] * (p4[1] - d1));
-                        da[t / 2][(t & 1) * 2 + 1] = pack_bf16(s4[2] * (p4[2] - d0), s4[3] * (p4[3] - d1));
-                    }
-                    // dV += Pᵀ·dO, dK += dSᵀ·Q: dO and Q MN-major (the reduction over query rows = tile rows): panels
-                    // kWgItem·128 bytes apart, 8-row groups 1024, 16 rows (2048 bytes) a step
-                    fence_frags<kWgItem / 16>(pa);
-                    fence_frags<kWgItem / 16>(da);
-                    const uint64_t dot = sw128_desc(doaddr, kWgItem * 128, 1024), qt = sw128_desc(qaddr, kWgItem * 128, 1024);
-                    wgmma_fence();
-    #pragma unroll
-                    for (int kk = 0; kk < kWgItem / 16; kk++) wgmma_rs_m64n128k16_tb(dv, pa[kk], desc_at(dot, kk * 2048), 1);
-                    wgmma_commit();
-    #pragma unroll
-                    for (int kk = 0; kk < kWgItem / 16; kk++)
-                        wgmma_rs_m64n128k16_tb(dk, da[kk], desc_at(qt, kk * 2048), 1);
-                    wgmma_commit();
-                    if (a.dsw) { // dSᵀ out for the dq CTAs while the two GEMMs run
-                        store_ds_tile(sds, da, a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem));
-                    }
-                    wgmma_wait<0>();
-                    fence_regs(dv);
-                    fence_regs(dk);
-                }
-                __syncthreads(); // the next prefetch overwrites this stage; the next scan overwrites s_list
-                li = nli, chunk = nch;
-            }
+        // Stage it & 1 holds step it. Step it+1's Sᵀ is issued right behind step it's dV, dK; once those are
+        // done (the wait lets Sᵀ(it+1) run on), stage it & 1 is refilled with step it+2 (the copies have a step to
+        // land, waited for before Sᵀ(it+2)) and dPᵀ(it+1) is issued: its accumulators take the registers of Pᵀ,
+        // dSᵀ, so dK, dV, Sᵀ, dPᵀ and the fragments never all live at once (255 registers).
+        float st[32], dpt[32];
+        uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
+        // step i's block and chunk from i alone (one live counter; nchunk is 1 for B·G = 64)
+        auto load_nth = [&](int s, int i) { load_step(s, i / nchunk, i % nchunk); };
+        if (items > 1) {
+            load_nth(1, 1);
+            cp_async_commit();
+            cp_async_wait<1>(); // K, V and step 0
         } else {
-            // Stage it & 1 holds step it. Step it+1's Sᵀ is issued right behind step it's dV, dK; once those are
-            // done (the wait lets Sᵀ(it+1) run on), stage it & 1 is refilled with step it+2 (the copies have a step to
-            // land, waited for before Sᵀ(it+2)) and dPᵀ(it+1) is issued: its accumulators take the registers of Pᵀ,
-            // dSᵀ, so dK, dV, Sᵀ, dPᵀ and the fragments never all live at once (255 registers).
-            float st[32], dpt[32];
-            uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
-            // step i's block and chunk from i alone (one live counter; nchunk is 1 for B·G = 64)
-            auto load_nth = [&](int s, int i) { load_step(s, i / nchunk, i % nchunk); };
-            if (items > 1) {
-                load_nth(1, 1);
-                cp_async_commit();
-                cp_async_wait<1>(); // K, V and step 0
-            } else {
-                cp_async_wait<0>();
-            }
-            fence_proxy_async(); // this thread's copies, visible to the wgmma (async proxy) after the barrier
-            __syncthreads();
-            dkv_issue_t<HD>(st, kaddr, step_at(0).qaddr);
-            dkv_issue_t<HD>(dpt, vaddr, step_at(0).doaddr);
-            for (int it = 0;; it++) { // the next step's wgmma issued on every way round: no branch between a wgmma and its wait
-                const int stage = it & 1, li = it / nchunk, chunk = it - li * nchunk;
-                wgmma_wait<1>(); // Sᵀ(it) done (dPᵀ(it) may run)
-                fence_regs(st);
-                int lo, hi;
-                block_interval(a, src, s_list[li], lo, hi);
-                dkv_p(a, st, pa, step_at(stage).tl, wr0, lo, hi, src, s_list[li], chunk);
-                wgmma_wait<0>(); // dPᵀ(it)
-                fence_regs(dpt);
-                dkv_ds(st, dpt, da, step_at(stage).td);
-                dkv_issue_dv_dk<HD>(dv, dk, pa, da, step_at(stage));
-                store_ds(da, li, chunk, lo);
-                if (it + 1 == items) break;
-                cp_async_wait<0>(); // step it+1's copies (this thread's), then everyone's: the wgmma may read them
-                fence_proxy_async();
-                __syncthreads(); // also: the dS staging tile is read out before step it+1 rewrites it
-                const DkvStep n = step_at(stage ^ 1);
-                dkv_issue_t<HD>(st, kaddr, n.qaddr);
-                wgmma_wait<1>(); // dV(it), dK(it) done; Sᵀ(it+1) may run
-                fence_frags<kWgItem / 16>(pa);
-                fence_frags<kWgItem / 16>(da);
-                if (it + 2 < items) {
-                    __syncthreads(); // every warp's dV/dK(it) done: this stage is free
-                    load_nth(stage, it + 2);
-                    cp_async_commit();
-                }
-                dkv_issue_t<HD>(dpt, vaddr, n.doaddr);
-            }
-            wgmma_wait<0>(); // the batch's last dV/dK
-            fence_regs(dv);
-            fence_regs(dk);
+            cp_async_wait<0>();
+        }
+        fence_proxy_async(); // this thread's copies, visible to the wgmma (async proxy) after the barrier
+        __syncthreads();
+        dkv_issue_t<HD>(st, kaddr, step_at(0).qaddr);
+        dkv_issue_t<HD>(dpt, vaddr, step_at(0).doaddr);
+        for (int it = 0;; it++) { // the next step's wgmma issued on every way round: no branch between a wgmma and its wait
+            const int stage = it & 1, li = it / nchunk, chunk = it - li * nchunk;
+            wgmma_wait<1>(); // Sᵀ(it) done (dPᵀ(it) may run)
+            fence_regs(st);
+            int lo, hi;
+            block_interval(a, src, s_list[li], lo, hi);
+            dkv_p(a, st, pa, step_at(stage).tl, wr0, lo, hi, src, s_list[li], chunk);
+            wgmma_wait<0>(); // dPᵀ(it)
+            fence_regs(dpt);
+            dkv_ds(st, dpt, da, step_at(stage).td);
+            dkv_issue_dv_dk<HD>(dv, dk, pa, da, step_at(stage));
+            store_ds(da, li, chunk, lo);
+            if (it + 1 == items) break;
+            cp_async_wait<0>(); // step it+1's copies (this thread's), then everyone's: the wgmma may read them
+            fence_proxy_async();
+            __syncthreads(); // also: the dS staging tile is read out before step it+1 rewrites it
+            const DkvStep n = step_at(stage ^ 1);
+            dkv_issue_t<HD>(st, kaddr, n.qaddr);
+            wgmma_wait<1>(); // dV(it), dK(it) done; Sᵀ(it+1) may run
             fence_frags<kWgItem / 16>(pa);
             fence_frags<kWgItem / 16>(da);
-            __syncthreads(); // the next scan overwrites s_list, the next batch's first copy stage 0
+            if (it + 2 < items) {
+                __syncthreads(); // every warp's dV/dK(it) done: this stage is free
+                load_nth(stage, it + 2);
+                cp_async_commit();
+            }
+            dkv_issue_t<HD>(dpt, vaddr, n.doaddr);
         }
+        wgmma_wait<0>(); // the batch's last dV/dK
+        fence_regs(dv);
+        fence_regs(dk);
+        fence_frags<kWgItem / 16>(pa);
+        fence_frags<kWgItem / 16>(da);
+        __syncthreads(); // the next scan overwrites s_list, the next batch's first copy stage 0
     }
     cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
     if (parts > 1 && !sum_parts<HD>(a, dk, dv, tile * a.nkv + kh, part, parts)) return; // another part writes the tile
@@ -1931,9 +1829,9 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
 
 // The Hopper backward's CTAs in one launch, heaviest kinds first (as bwd_kernel): context dk/dv tiles (the first
 // rows, seen by the most blocks, first), dq tiles (latest blocks first; DQ, the launch without a dS workspace), block-row
-// dk/dv tiles. PIPE: dkv_sm90's pipelined step loop, whose launch with a workspace takes the instance without dq code
-// (with it, ptxas would share the 255 registers with dq_sm90's and spill).
-template <int HD, bool PIPE, bool DQ>
+// dk/dv tiles. The launch with a workspace takes the instance without dq code (DQ false; with it, ptxas would share
+// the pipelined dk/dv loop's 255 registers with dq_sm90's and spill).
+template <int HD, bool DQ>
 __global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a, int n_ctx, int n_q)
 {
 #ifdef DFLASH_SM90A
@@ -1941,7 +1839,7 @@ __global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
     int w = blockIdx.x;
     if (w < n_ctx) {
-        dkv_sm90<HD, PIPE>(a, smem, 0, w);
+        dkv_sm90<HD>(a, smem, 0, w);
         return;
     }
     w -= n_ctx;
@@ -1949,7 +1847,7 @@ __global__ void __launch_bounds__(kBwdWgs * 128, 2) bwd_sm90_kernel(const Args a
         dq_sm90<HD>(a, smem, n_q / a.nkv - 1 - w / a.nkv, w % a.nkv);
         return;
     }
-    dkv_sm90<HD, PIPE>(a, smem, 1, w - n_q);
+    dkv_sm90<HD>(a, smem, 1, w - n_q);
 #endif
 }
 
@@ -2226,8 +2124,7 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
     if (!attr_set) {
         CHECK_CUDA(cudaFuncSetAttribute(bwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_smem<HD>()));
         if constexpr (HD == 128) {
-            for (auto k : {bwd_sm90_kernel<HD, false, true>, bwd_sm90_kernel<HD, true, true>,
-                           bwd_sm90_kernel<HD, true, false>})
+            for (auto k : {bwd_sm90_kernel<HD, true>, bwd_sm90_kernel<HD, false>})
                 CHECK_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_sm90_smem<HD>()));
             CHECK_CUDA(cudaFuncSetAttribute(dq_ws_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             wg_dqws_shape<HD>::kSmem));
@@ -2241,8 +2138,6 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
     const int n_q = (int)((rows + kQRows - 1) / kQRows) * a.nkv;
     if constexpr (HD == 128) {
         if (wgmma_device()) {
-            static int serial = -1; // DFLASH_ATTENTION_DKV_PIPE=0: the one-warpgroup dk/dv CTAs' serial step loop
-            const bool pipe = !env_switch(&serial, "DFLASH_ATTENTION_DKV_PIPE", "0");
             const int n_ctx = (a.T + kWgRows - 1) / kWgRows * a.nkv;
             const int n_blk = (a.N * a.B + kWgRows - 1) / kWgRows * a.nkv;
             if (a.dsw) { // the dk/dv CTAs alone (they write dS; context tiles in ctx_parts), then dq from their tiles
@@ -2255,8 +2150,7 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                     dkv_wg2_sm90_kernel<HD><<<(unsigned)(n2_ctx + n2_blk), kWg2Threads, wg2_dkv_shape<HD>::kSmem, st>>>(
                         a, n2_ctx);
                 } else {
-                    auto dkv = pipe ? bwd_sm90_kernel<HD, true, false> : bwd_sm90_kernel<HD, false, true>; // n_q 0
-                    dkv<<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx_parts, 0);
+                    bwd_sm90_kernel<HD, false><<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx_parts, 0);
                 }
                 CHECK_CUDA_LAUNCH();
                 const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
@@ -2265,8 +2159,7 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 return;
             }
             const int nq = (int)((rows + kWgDqRows - 1) / kWgDqRows) * a.nkv;
-            auto both = pipe ? bwd_sm90_kernel<HD, true, true> : bwd_sm90_kernel<HD, false, true>;
-            both<<<(unsigned)(n_ctx + nq + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx, nq);
+            bwd_sm90_kernel<HD, true><<<(unsigned)(n_ctx + nq + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx, nq);
             CHECK_CUDA_LAUNCH();
             return;
         }
