@@ -948,6 +948,29 @@ template <class Load> __device__ __forceinline__ void wg_stage_next(bool more, L
     __syncthreads();
 }
 
+// A wgmma warp's dK (times the softmax scale) and dV rows out as bf16: its 16 key rows from wr0 (the accumulator's
+// rows g and g + 8; those at or past bound are not stored) of kv head kh, into source src's gradients (0 context, 1
+// block rows)
+template <int HD>
+__device__ __forceinline__ void store_dkv_rows(const Args &a, int src, int kh, const float (&dk)[HD / 2],
+                                               const float (&dv)[HD / 2], int wr0, int g, int tig, int bound)
+{
+    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
+    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = wr0 + g + rr * 8;
+        if (row >= bound) continue;
+        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
+                pack_bf16(dk[4 * i + rr * 2] * a.scale, dk[4 * i + rr * 2 + 1] * a.scale);
+            *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[4 * i + rr * 2], dv[4 * i + rr * 2 + 1]);
+        }
+    }
+}
+
 // Part `part` of dk/dv tile slot `slot` (of `parts`): its dK|dV accumulators to its fp32 partial (thread-major:
 // element i of thread t at i·128 + t, coalesced); the last part to finish (a device-scope counter) sums every part's
 // partial in part order into dk, dv and returns true, the others false. The order of the sum is fixed by the part
@@ -1233,20 +1256,7 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
     cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
     if (parts > 1 && !sum_parts<HD>(a, dk, dv, tile * a.nkv + kh, part, parts)) return; // another part writes the tile
 
-    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
-    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int row = wr0 + g + rr * 8;
-        if (row >= bound) continue;
-        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++) {
-            *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
-                pack_bf16(dk[4 * i + rr * 2] * a.scale, dk[4 * i + rr * 2 + 1] * a.scale);
-            *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[4 * i + rr * 2], dv[4 * i + rr * 2 + 1]);
-        }
-    }
+    store_dkv_rows<HD>(a, src, kh, dk, dv, wr0, g, tig, bound);
 }
 #endif
 
@@ -1422,20 +1432,7 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
         !sum_parts_at<HD>(a, dk, dv, tile * a.nkv + kh, part, parts, (unsigned)tid, s_last[cw], [&] { named_sync(1 + cw, 128); }))
         return; // another part writes the tile
 
-    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
-    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int row = wr0 + g + rr * 8;
-        if (row >= bound) continue;
-        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++) {
-            *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
-                pack_bf16(dk[4 * i + rr * 2] * a.scale, dk[4 * i + rr * 2 + 1] * a.scale);
-            *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[4 * i + rr * 2], dv[4 * i + rr * 2 + 1]);
-        }
-    }
+    store_dkv_rows<HD>(a, src, kh, dk, dv, wr0, g, tig, bound);
 }
 #endif
 

@@ -504,6 +504,19 @@ static size_t dq_dkvc_rows_differing(const uint16_t *d_dq, const uint16_t *gdq, 
     return diff;
 }
 
+/* Before a second backward that must give the first one's bits: the dS workspace (ws_bytes) all 0xff (a tile dq reads
+ * that dk/dv did not write gives NaN) and the gradients 0x55 (a row not written shows): dq (NB x ldo), dkc|dvc packed
+ * (T x ldkv), dkb and dvb (NB x kd) */
+static void poison_backward_outputs(const dflash_attn_cuda_grads *gr, void *d_ws, size_t ws_bytes, int NB, int T,
+                                    int ldo, int ldkv, int kd)
+{
+    CHECK_CUDA(cudaMemset(d_ws, 0xff, ws_bytes));
+    CHECK_CUDA(cudaMemset(gr->dq, 0x55, (size_t)NB * ldo * 2));
+    CHECK_CUDA(cudaMemset(gr->dkc, 0x55, (size_t)T * ldkv * 2));
+    CHECK_CUDA(cudaMemset(gr->dkb, 0x55, (size_t)NB * kd * 2));
+    CHECK_CUDA(cudaMemset(gr->dvb, 0x55, (size_t)NB * kd * 2));
+}
+
 static void run_case(const attn_case *k)
 {
     const int N = k->N, B = k->B, nh = k->nh, nkv = k->nkv, hd = k->hd, T = k->T, NB = N * B;
@@ -645,11 +658,7 @@ static void run_case(const attn_case *k)
         dflash_attn_shape st = s;
         for (int j = 0; j < N; j++) st.max_ctx = k->cl[j] > st.max_ctx ? k->cl[j] : st.max_ctx;
         const size_t tight = dflash_attention_backward_workspace(&st, T);
-        CHECK_CUDA(cudaMemset(d_ws, 0xff, ws_bytes));
-        CHECK_CUDA(cudaMemset(d_dq, 0x55, (size_t)NB * ldo * 2));
-        CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
-        CHECK_CUDA(cudaMemset(d_dkb, 0x55, (size_t)NB * kd * 2));
-        CHECK_CUDA(cudaMemset(d_dvb, 0x55, (size_t)NB * kd * 2));
+        poison_backward_outputs(&gr, d_ws, ws_bytes, NB, T, ldo, ldkv, kd);
         dflash_attention_backward_cuda(&gr, d_delta, d_ws, tight, d_dout, lddo, d_out, ldo, d_lse, &in, &st, stream);
         const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
         printf("%s %s max_ctx %d: workspace %zu of %zu bytes, dq,dkc,dvc rows_differing=%zu\n",
@@ -665,11 +674,7 @@ static void run_case(const attn_case *k)
         char what[32];
         snprintf(what, sizeof what, "dkv wg%d", wg);
         dflash_attention_dkv_wg2(wg == 2);
-        CHECK_CUDA(cudaMemset(d_ws, 0xff, ws_bytes));
-        CHECK_CUDA(cudaMemset(d_dq, 0x55, (size_t)NB * ldo * 2));
-        CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
-        CHECK_CUDA(cudaMemset(d_dkb, 0x55, (size_t)NB * kd * 2));
-        CHECK_CUDA(cudaMemset(d_dvb, 0x55, (size_t)NB * kd * 2));
+        poison_backward_outputs(&gr, d_ws, ws_bytes, NB, T, ldo, ldkv, kd);
         dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
         dflash_attention_dkv_wg2(-1);
         const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
