@@ -176,4 +176,14 @@ out=$(FAMILY=gpt_os LIMIT=1 bash bench/e2e_gpu.sh 2>&1)
 rc=$?
 [ $rc -eq 2 ] && grep -q "FAMILY=gpt_os: expected qwen3_5, qwen3_moe or gpt_oss" <<<"$out" &&
     ok "e2e_bench_gpu_script_family_refused" || fail e2e_bench_gpu_script_family_refused "rc $rc: $out"
+# bench/dense8b.sh (issue 23's benchmark command): its help, and a build without the benchmarks refused before any run
+out=$(bash bench/dense8b.sh --help 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "^  BUILD=build \[ANCHORS=../shared/bench\] bench/dense8b.sh" <<<"$out" &&
+    ok "dense8b_help" || fail dense8b_help "rc $rc: $out"
+mkdir -p "$T/nobench/bench"
+out=$(BUILD=$T/nobench bash bench/dense8b.sh 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "dense8b.sh: $T/nobench/bench/bench_target is missing: build with make -j2 all first" <<<"$out" &&
+    ! grep -q "^===" <<<"$out" && ok "dense8b_refuses_missing_build" || fail dense8b_refuses_missing_build "rc $rc: $out"
 exit $FAILED
