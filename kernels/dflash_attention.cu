@@ -820,39 +820,6 @@ __device__ __forceinline__ size_t ws_slot(const Args &a, int kh, int j, int c, i
 #endif
 
 #ifdef DFLASH_SM90A
-// D (64 x 64 fp32) = A (64 x 16, descriptor, K-major) · B (64 x 16, descriptor, K-major)ᵀ + (scale_d ? D : 0)
-__device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, int scale_d)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
-                 "%25,%26,%27,%28,%29,%30,%31"
-                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(scale_d));
-}
-
-// D (64 x 64 fp32) = A · Bᵀ as wgmma_ss_m64n64k16 with scale_d 0: D write-only ("=f"), so that no earlier value of
-// the accumulator registers is tied to the new one (a loop-carried accumulator in flight across the back edge would
-// otherwise be copied by ordinary moves, and ptxas serialises the wgmma pipeline around them: C7515)
-__device__ __forceinline__ void wgmma_ss_m64n64k16_first(float (&d)[32], uint64_t da, uint64_t db)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
-                 "%25,%26,%27,%28,%29,%30,%31"
-                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-                   "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]),
-                   "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]),
-                   "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]),
-                   "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
-                 : "l"(da), "l"(db), "r"(0));
-}
 
 // chunk (r, ch) of a tile of 64-column panels PANEL_ROWS rows apart, 128-byte swizzled (byte offset)
 template <int PANEL_ROWS> __device__ __forceinline__ int sw_off(int r, int ch)
@@ -1517,8 +1484,8 @@ template <int HD, int AROWS> __device__ __forceinline__ void issue_s(float (&s)[
     const uint64_t da = wgmma_sm90::sw128_desc(aaddr, 16, 1024), db = wgmma_sm90::sw128_desc(baddr, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
-        wgmma_ss_m64n64k16(s, desc_at(da, (kk / 4) * AROWS * 128 + (kk % 4) * 32),
-                           desc_at(db, (kk / 4) * kWgKT * 128 + (kk % 4) * 32), kk > 0);
+        wgmma_sm90::wgmma_ss_m64n64k16(s, desc_at(da, (kk / 4) * AROWS * 128 + (kk % 4) * 32),
+                                       desc_at(db, (kk / 4) * kWgKT * 128 + (kk % 4) * 32), kk > 0);
 }
 // D (64 x 128) += A (64 x kWgKT, bf16 fragments) · tile (kWgKT rows, MN-major), issued
 __device__ __forceinline__ void issue_pv(float (&d)[64], const uint32_t (&pa)[kWgKT / 16][4], uint32_t baddr)

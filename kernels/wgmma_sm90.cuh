@@ -1,4 +1,5 @@
-// wgmma_sm90: the Hopper (sm_90a) primitives of the warpgroup kernels (attention_sm90.cu, matmul_swiglu.cu):
+// wgmma_sm90: the Hopper (sm_90a) primitives of the warpgroup kernels (attention_sm90.cu, dflash_attention.cu,
+// matmul_swiglu.cu):
 // shared-memory matrix descriptors for 128-byte-swizzled tiles, wgmma.mma_async (m64nNk16, bf16 in, fp32
 // accumulators; A from shared memory or registers), mbarriers, the bulk tensor copy (TMA) and setmaxnreg, force-inlined
 // device code without state; and on the host the tensor maps of the TMA boxes (make_map). Every instruction here
@@ -54,6 +55,14 @@ template <int R> __device__ __forceinline__ void fence_regs(float (&d)[R])
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The accumulator operands of a wgmma's inline asm, constraint C ("+f": read and written; "=f": written only) on
+// d[0], d[1], ...: WGMMA_ACC32 (m64n64), WGMMA_ACC64 (m64n128), WGMMA_ACC128 (m64n256)
+#define WGMMA_ACC8(C, d, o) C(d[o]), C(d[o + 1]), C(d[o + 2]), C(d[o + 3]), C(d[o + 4]), C(d[o + 5]), C(d[o + 6]), C(d[o + 7])
+#define WGMMA_ACC32_AT(C, d, o) WGMMA_ACC8(C, d, o), WGMMA_ACC8(C, d, o + 8), WGMMA_ACC8(C, d, o + 16), WGMMA_ACC8(C, d, o + 24)
+#define WGMMA_ACC32(C, d) WGMMA_ACC32_AT(C, d, 0)
+#define WGMMA_ACC64(C, d) WGMMA_ACC32_AT(C, d, 0), WGMMA_ACC32_AT(C, d, 32)
+#define WGMMA_ACC128(C, d) WGMMA_ACC64(C, d), WGMMA_ACC32_AT(C, d, 64), WGMMA_ACC32_AT(C, d, 96)
+
 // D (64 x N fp32, this warpgroup) = A (64 x 16, descriptor da, K-major) · B (N x 16, descriptor db, K-major)ᵀ
 // + (scale_d ? D : 0); TRANS_B 1: B (16 x N) MN-major instead, D = A · B. Accumulator layout per warp w of the group:
 // rows 16w + g and 16w + g + 8 (g = lane / 4), columns 8i + 2 (lane % 4) + {0, 1} in d[4i + {0, 1}] and
@@ -67,15 +76,7 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t da,
                  "%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,"
                  "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
                  "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : WGMMA_ACC64("+f", d)
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
 }
 
@@ -92,26 +93,31 @@ __device__ __forceinline__ void wgmma_ss_m64n256k16(float (&d)[128], uint64_t da
                  "%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,"
                  "%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
                  "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
-                   "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
-                   "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
-                   "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
-                   "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),
-                   "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]),
-                   "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
-                   "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
-                   "+f"(d[127])
+                 : WGMMA_ACC128("+f", d)
                  : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// D (64 x 64 fp32) = A (64 x 16, descriptor, K-major) · B (64 x 16, descriptor, K-major)ᵀ + (scale_d ? D : 0): the
+// instruction (operands: d[0..31], da, db, scale_d), then its two wrappers
+#define WGMMA_SS_M64N64K16_ASM                                                                                         \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                                       \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"                                                           \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"                       \
+    "%25,%26,%27,%28,%29,%30,%31"                                                                                      \
+    "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+__device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile(WGMMA_SS_M64N64K16_ASM : WGMMA_ACC32("+f", d)
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// D (64 x 64 fp32) = A · Bᵀ as wgmma_ss_m64n64k16 with scale_d 0: D write-only ("=f"), so that no earlier value of
+// the accumulator registers is tied to the new one (a loop-carried accumulator in flight across the back edge would
+// otherwise be copied by ordinary moves, and ptxas serialises the wgmma pipeline around them: C7515)
+__device__ __forceinline__ void wgmma_ss_m64n64k16_first(float (&d)[32], uint64_t da, uint64_t db)
+{
+    asm volatile(WGMMA_SS_M64N64K16_ASM : WGMMA_ACC32("=f", d)
+                 : "l"(da), "l"(db), "r"(0));
 }
 
 // D (64 x N fp32) += A (64 x 16 bf16 in registers, the m16n8k16 A-fragment layout per warp: a[0] row g cols 2t..2t+1,
@@ -125,15 +131,7 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16_tb(float (&d)[64], const uin
                  "%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,"
                  "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
                  "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : WGMMA_ACC64("+f", d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
@@ -145,11 +143,7 @@ __device__ __forceinline__ void wgmma_rs_m64n64k16_tb(float (&d)[32], const uint
                  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
                  "%25,%26,%27,%28,%29,%30,%31"
                  "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : WGMMA_ACC32("+f", d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
