@@ -386,7 +386,7 @@ extern "C" int attention_qfold_applies(const uint16_t *out, int ldo, const uint1
                                        int ldk, const uint16_t *v, int ldv, int hd, int window, const float *sinks)
 {
     // DFLASH_ATTENTION_QFOLD=1 (or =begin, the fold without the passes ahead: attention_sm90.cu): the fold, opt-in
-    // until a GPU run has validated it
+    // (correct on the H200 but slower there: attention.h)
     static int on = -1, begin = -1;
     return (env_switch(&on, "DFLASH_ATTENTION_QFOLD", "1") || env_switch(&begin, "DFLASH_ATTENTION_QFOLD", "begin")) &&
            auto_kernel(rows_aligned(out, ldo, q, ldq, k, ldk, v, ldv), hd, window, sinks) == ATTENTION_CUDA_WGMMA;

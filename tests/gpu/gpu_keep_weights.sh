@@ -95,7 +95,7 @@ rc=$?
     fail gpu_keep_off_reloads "exit $rc: $(tlog d | grep -i 'weights\|up to layer')"
 # e: the hybrid family's layers (Gated DeltaNet + gated attention; and MoE) and qwen3_moe's carved from the same
 # arena: a SIGKILLed target re-imports them; each run ends bitwise equal to its run without the kills (the MoE ones
-# since the router's padding is zeroed at load, not at layout, which wiped a re-imported router: not yet run on a GPU)
+# since the router's padding is zeroed at load, not at layout, which wiped a re-imported router; 22 of 22 on the H200, 2026-12-05)
 GOLDENS=${DFLASH_GOLDENS:-tests/goldens}
 # steps enough that the second kill lands before the run ends (qwen3moe-tiny, the smallest, ran 600 steps in ~3 s on
 # the H200 and once finished before it: one re-import, not two)
