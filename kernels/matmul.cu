@@ -10,19 +10,13 @@
 // only split-K reductions through a separate fp32 workspace pass (CUBLASLT_REDUCTION_SCHEME_NONE | COMPUTE_TYPE): no
 // in-place reduction into the output (counters/atomics, and bf16 partials for a bf16 output). With the handle's own
 // workspace on one stream, cuBLASLt then gives the same bits for the same call.
-//
-// matmul_sm90_forward_cuda: the same forward (no residual) on gemm_sm90.cuh's kernel with the plain epilogue, for the
-// callers' many-row products on Hopper (the target's rule, target_cuda_linear, picks it).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "cuda_check.h"
-#include "env_switch.h"
-#include "gemm_sm90.cuh"
 #include "matmul.h"
 
 namespace {
@@ -362,72 +356,4 @@ extern "C" void matmul_backward_cuda(matmul_cuda *h, uint16_t *dx, int lddx, int
         key.align_y = key.align_c = matmul_alignment(dw);
         matmul_run(h, key, x, dy, accumulate_dw ? 1.0f : 0.0f, dw, dw, st);
     }
-}
-
-extern "C" int matmul_sm90_takes(const uint16_t *y, int ldy, const uint16_t *c, int ldc, const uint16_t *x, int ldx,
-                                 const uint16_t *w, int m, int n, int k)
-{
-    return m >= 0 && n > 0 && k > 0 && n % 64 == 0 && k % 64 == 0 && ldx >= k && ldx % 8 == 0 && ldy >= n &&
-           ldy % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)y % 16 == 0 &&
-           (!c || (ldc >= n && ldc % 8 == 0 && (uintptr_t)c % 16 == 0 && (c != y || ldc == ldy))) &&
-           wgmma_sm90::sm90a_device() && wgmma_sm90::encode_tiled() != NULL;
-}
-
-extern "C" int matmul_sm90_fills(int m, int n)
-{
-    static int sms = 0; // the device's SM count (device 0 semantics, as the launch's)
-    if (!sms) {
-        int dev = 0;
-        CHECK_CUDA(cudaGetDevice(&dev));
-        CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    using S = gemm_sm90::gemm_shape<MATMUL_SWIGLU_COOPERATIVE_TMASTORE, gemm_sm90::GEMM_EPI_PLAIN>;
-    return (long long)((m + S::kBM - 1) / S::kBM) * ((n + S::kCols - 1) / S::kCols) >= 2LL * sms;
-}
-
-extern "C" void matmul_sm90_forward_cuda_with(int kernel, uint16_t *y, int ldy, const uint16_t *c, int ldc,
-                                              const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k,
-                                              void *stream)
-{
-    if (!matmul_sm90_takes(y, ldy, c, ldc, x, ldx, w, m, n, k)) {
-        fprintf(stderr,
-                "matmul_sm90_forward_cuda: m=%d n=%d k=%d ldx=%d ldy=%d ldc=%d (x %p, w %p, y %p, c %p) is not a "
-                "product it takes: n and k multiples of 64, ldx >= k and ldy, ldc >= n multiples of 8 (ldc == ldy "
-                "when c is y), x, w, y and c 16-byte aligned, an sm_90 device whose driver makes tensor maps\n",
-                m, n, k, ldx, ldy, ldc, (const void *)x, (const void *)w, (const void *)y, (const void *)c);
-        exit(1);
-    }
-    if (kernel != MATMUL_SWIGLU_COOPERATIVE_TMASTORE && kernel != MATMUL_SWIGLU_CLUSTER_TMASTORE) {
-        fprintf(stderr, "matmul_sm90_forward_cuda_with: kernel %d is neither MATMUL_SWIGLU_COOPERATIVE_TMASTORE nor "
-                        "MATMUL_SWIGLU_CLUSTER_TMASTORE\n", kernel);
-        exit(1);
-    }
-    if (m == 0) return;
-    using namespace gemm_sm90;
-    const char *who = "matmul_sm90_forward_cuda";
-    const cudaStream_t st = (cudaStream_t)stream;
-    if (kernel == MATMUL_SWIGLU_CLUSTER_TMASTORE) {
-        if (c) gemm_launch<MATMUL_SWIGLU_CLUSTER_TMASTORE, GEMM_EPI_RESIDUAL>(who, y, ldy, x, ldx, w, m, n, k, st, c, ldc);
-        else gemm_launch<MATMUL_SWIGLU_CLUSTER_TMASTORE, GEMM_EPI_PLAIN>(who, y, ldy, x, ldx, w, m, n, k, st);
-    } else {
-        if (c)
-            gemm_launch<MATMUL_SWIGLU_COOPERATIVE_TMASTORE, GEMM_EPI_RESIDUAL>(who, y, ldy, x, ldx, w, m, n, k, st, c,
-                                                                              ldc);
-        else gemm_launch<MATMUL_SWIGLU_COOPERATIVE_TMASTORE, GEMM_EPI_PLAIN>(who, y, ldy, x, ldx, w, m, n, k, st);
-    }
-}
-
-// the schedule of matmul_sm90_forward_cuda: DFLASH_MATMUL_SM90=cluster (read once) the 2-CTA clusters sharing each w
-// tile by multicast, else the cooperative one
-static int matmul_sm90_schedule(void)
-{
-    static int cluster = -1;
-    return env_switch(&cluster, "DFLASH_MATMUL_SM90", "cluster") ? MATMUL_SWIGLU_CLUSTER_TMASTORE
-                                                                   : MATMUL_SWIGLU_COOPERATIVE_TMASTORE;
-}
-
-extern "C" void matmul_sm90_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, const uint16_t *x, int ldx,
-                                         const uint16_t *w, int m, int n, int k, void *stream)
-{
-    matmul_sm90_forward_cuda_with(matmul_sm90_schedule(), y, ldy, c, ldc, x, ldx, w, m, n, k, stream);
 }

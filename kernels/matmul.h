@@ -29,24 +29,6 @@ void matmul_cuda_destroy(matmul_cuda **h);
  * (then ldc must equal ldy); with c != y the residual add reads c and writes y (zero-copy capture). */
 void matmul_forward_cuda(matmul_cuda *h, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
                          const uint16_t *x, int ldx, const uint16_t *w, int m, int n, int k, void *stream);
-/* CUDA, Hopper (sm_90a): y (m, n; ldy) = x (m, k; ldx) · w (n, k)ᵀ (+ c (m, n; ldc) when c != NULL: the residual
- * add, in fp32 before the one bf16 rounding; c may be y with ldc == ldy), bf16, fp32 sums, on the project's persistent
- * wgmma GEMM (kernels/gemm_sm90.cuh, its cooperative schedule storing by TMA: tiles of 128 rows x 256 columns, a
- * fixed k order per output: the bits of a row do not depend on m or on the other rows). matmul_sm90_takes: 1 when it
- * runs these operands (n and k multiples of 64, ldx, ldy and ldc multiples of 8 with ldx >= k and ldy, ldc >= n, x,
- * w, y and c 16-byte aligned, an sm_90a device whose driver makes tensor maps); matmul_sm90_forward_cuda exits naming
- * the shape otherwise. matmul_sm90_fills: 1 when the product's tiles fill every SM of the device at least twice
- * (below that cuBLASLt's smaller tiles keep more SMs busy). */
-int matmul_sm90_takes(const uint16_t *y, int ldy, const uint16_t *c, int ldc, const uint16_t *x, int ldx,
-                      const uint16_t *w, int m, int n, int k);
-int matmul_sm90_fills(int m, int n);
-void matmul_sm90_forward_cuda(uint16_t *y, int ldy, const uint16_t *c, int ldc, const uint16_t *x, int ldx,
-                              const uint16_t *w, int m, int n, int k, void *stream);
-/* The same on a given schedule (kernels/matmul_swiglu.h: MATMUL_SWIGLU_COOPERATIVE_TMASTORE, or
- * MATMUL_SWIGLU_CLUSTER_TMASTORE: 2-CTA clusters sharing each w tile by TMA multicast; the same bits), for the tests
- * and timings; matmul_sm90_forward_cuda runs the cooperative one unless DFLASH_MATMUL_SM90=cluster. */
-void matmul_sm90_forward_cuda_with(int kernel, uint16_t *y, int ldy, const uint16_t *c, int ldc, const uint16_t *x,
-                                   int ldx, const uint16_t *w, int m, int n, int k, void *stream);
 /* y (m, n; ldy) fp32 = x (m, k; ldx) · w (n, k)ᵀ + beta · y (bf16 operands, fp32 accumulation and output). */
 void matmul_forward_f32_cuda(matmul_cuda *h, float *y, int ldy, float beta, const uint16_t *x, int ldx,
                              const uint16_t *w, int m, int n, int k, void *stream);

@@ -74,27 +74,6 @@ const kc_case kernel_cases[] = {
     {KC(kc_matmul_forward_f32, 37, 129, 200, 0)},
     {KC(kc_matmul_forward_f32, 77, 384, 256, 1)},
     {KC(kc_matmul_pick, 0), .why = "the GEMM pick rule on made-up heuristic answers"},
-    /* ---- matmul_sm90 (the Hopper GEMM, tiles of 128 rows x 256 columns): m n k ldx ldy with_c (0 none, 1 a
-     * residual c != y, 2 c is y) kernel (4 cooperative, 5 2-CTA clusters: MATMUL_SWIGLU_*_TMASTORE) ---- */
-#define SM90_ROWS(k)                                                                                                 \
-    {KC(kc_matmul_sm90, 1, 64, 64, 64, 64, 0, k), .only = KC_CUDA_ONLY, .why = "one row, a quarter of a tile's columns"}, \
-    {KC(kc_matmul_sm90, 7, 128, 128, 136, 200, 1, k), .only = KC_CUDA_ONLY,                                          \
-     .why = "odd m, strided x and y, half a tile's columns (its second B box all past n), +c"},                      \
-    {KC(kc_matmul_sm90, 129, 384, 256, 256, 384, 0, k), .only = KC_CUDA_ONLY,                                        \
-     .why = "a row block and one row; n % 256 = 128: a half last column block"},                                    \
-    {KC(kc_matmul_sm90, 129, 384, 256, 256, 392, 2, k), .only = KC_CUDA_ONLY, .why = "the same, c is y (in place)"}, \
-    {KC(kc_matmul_sm90, 1201, 320, 256, 264, 328, 1, k), .only = KC_CUDA_ONLY,                                       \
-     .why = "odd m over 10 row blocks; n % 256 = 64: a last block of one panel, +c"},                                \
-    {KC(kc_matmul_sm90, 601, 6144, 4096, 4096, 6144, 0, k), .only = KC_CUDA_ONLY,                                    \
-     .why = "Qwen3-8B's q|k|v at 601 rows: 120 tiles, a one-row block"},                                             \
-    {KC(kc_matmul_sm90, 2500, 1024, 1024, 1024, 1024, 0, k), .only = KC_CUDA_ONLY,                                   \
-     .why = "80 tiles, k blocks past the ring"},                                                                     \
-    {KC(kc_matmul_sm90, 2940, 4096, 12288, 12288, 4104, 1, k), .only = KC_CUDA_ONLY,                                 \
-     .why = "Qwen3-8B's down + residual at e2e's ~2940 rows: 368 tiles, rounds of the persistent grid"},             \
-    {KC(kc_matmul_sm90, 1000, 4096, 4096, 4096, 4096, 2, k), .only = KC_CUDA_ONLY,                                   \
-     .why = "Qwen3-8B's o_proj with the residual in place"}
-    SM90_ROWS(4),
-    SM90_ROWS(5),
 
     /* ---- matmul_swiglu (the gate|up GEMM with SwiGLU in its epilogue): T I H ldx ldact kernel (1 cooperative,
      * 2 ping-pong, 3 cluster, 4, 5 and 6 the cooperative, cluster and ping-pong ones storing by TMA, 7 ping-pong on
@@ -610,7 +589,6 @@ const kc_timing kernel_timings[] = {
     {"matmul_survey", kc_time_matmul_survey},
     {"dense_layer_other", kc_time_dense_layer_other},
     {"matmul_swiglu", kc_time_matmul_swiglu},
-    {"matmul_sm90", kc_time_matmul_sm90},
 };
 const int kernel_ntimings = (int)(sizeof kernel_timings / sizeof kernel_timings[0]);
 #endif

@@ -116,7 +116,7 @@ extern const kc_op kc_embedding_forward, kc_rmsnorm_forward, kc_rmsnorm_backward
     kc_moe_combine, kc_moe_group, kc_moe_gemm, kc_logits_mask, kc_nonfinite, kc_embedding_rejects,
     kc_kv_attention, kc_argmax, kc_block_accept, kc_attention_wgmma, kc_attention_opts, kc_moe_gemm_opts,
     kc_bias_add, kc_swiglu_clamped, kc_gemv_forward, kc_gemv_rmsnorm, kc_gemv_rmsnorm_swiglu, kc_matmul_pick,
-    kc_matmul_swiglu, kc_attention_qfold, kc_matmul_sm90;
+    kc_matmul_swiglu, kc_attention_qfold;
 
 #ifdef DFLASH_CUDA
 /* ---- the device side (the GPU driver) ---- */
@@ -164,7 +164,6 @@ void kc_time_matmul_backward(void);
 void kc_time_matmul_survey(void);
 void kc_time_dense_layer_other(void);
 void kc_time_matmul_swiglu(void);
-void kc_time_matmul_sm90(void);
 #endif
 
 #endif

@@ -92,28 +92,11 @@ void target_cuda_mark(target_cuda *m, int cls)
     CHECK_CUDA(cudaEventRecord(m->ev[m->nev++], m->stream));
 }
 
-/* The rule for the Hopper GEMM (matmul_sm90, kernels/gemm_sm90.cuh) in place of cuBLASLt: a product over the rows
- * the GEMV does not take, on operands matmul_sm90_takes accepts, whose tiles fill the GPU twice (matmul_sm90_fills;
- * in the verification mode, gemv_rows 0, at any size: the bits of its rows do not depend on the batch, so a one-row
- * greedy step rounds as the verified blocks do); which products, DFLASH_GEMM_SM90 says (read once): unset or "0"
- * none, "plain" those without a residual (beta 0), "1" those and the ones adding a residual as is (beta 1). */
-static int tc_linear_sm90(const target_cuda *m, const uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
-                          const uint16_t *x, int ldx, const uint16_t *w, int T, int n, int k)
-{
-    static int all = -1, plain = -1;
-    const int every = env_switch(&all, "DFLASH_GEMM_SM90", "1");
-    const int on = beta == 0.0f ? every || env_switch(&plain, "DFLASH_GEMM_SM90", "plain") : beta == 1.0f && c && every;
-    return on && T > m->gemv_rows && (m->gemv_rows == 0 || matmul_sm90_fills(T, n)) &&
-           matmul_sm90_takes(y, ldy, beta == 0.0f ? NULL : c, ldc, x, ldx, w, T, n, k);
-}
-
 void target_cuda_linear(target_cuda *m, uint16_t *y, int ldy, const uint16_t *c, int ldc, float beta,
                         const uint16_t *x, int ldx, const uint16_t *w, int T, int n, int k)
 {
     if (T <= m->gemv_rows && gemv_cuda_takes(x, ldx, w, T, n, k))
         gemv_forward_cuda(y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);
-    else if (tc_linear_sm90(m, y, ldy, c, ldc, beta, x, ldx, w, T, n, k))
-        matmul_sm90_forward_cuda(y, ldy, beta == 0.0f ? NULL : c, ldc, x, ldx, w, T, n, k, m->stream);
     else
         matmul_forward_cuda(m->mm, y, ldy, c, ldc, beta, x, ldx, w, T, n, k, m->stream);
 }

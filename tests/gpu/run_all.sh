@@ -38,8 +38,6 @@ done
 one test_target_gpu timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
 # the Q side of qk_norm_rope folded into the attention (attention_qfold_applies; opt-in, measured slower)
 one test_target_gpu_qfold env DFLASH_ATTENTION_QFOLD=1 timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
-# the Hopper GEMM for the q|k|v, o_proj and down products (tc_linear_sm90; opt-in until measured faster in the step)
-one test_target_gpu_gemm_sm90 env DFLASH_GEMM_SM90=1 timeout 300 "$BUILD/gpu/test_target_gpu" qwen3
 one test_target_gpu_hybrid timeout 480 "$BUILD/gpu/test_target_gpu" hybrid
 one test_target_gpu_qwen3_moe timeout 300 "$BUILD/gpu/test_target_gpu" qwen3_moe
 one test_target_gpu_gpt_oss timeout 300 "$BUILD/gpu/test_target_gpu" gpt_oss

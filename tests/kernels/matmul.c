@@ -9,13 +9,9 @@
 #include <string.h>
 
 #include "matmul.h"
-#include "matmul_swiglu.h"
 #include "tests/kernel_cases.h"
 #include "tests/test.h"
 #include "util.h"
-#ifdef DFLASH_CUDA
-#include "rand_fill.h"
-#endif
 
 /* ---- forward: m n k ldx ldy with_c ---- */
 
@@ -146,142 +142,6 @@ static void matmul_forward_cuda_check(const kc_case *kc)
     kc_report(name, e, 4e-3); /* one bf16 rounding of the output (2^-9 of the value) + fp32 accumulation order */
     CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_w)); CHECK_CUDA(cudaFree(d_c)); CHECK_CUDA(cudaFree(d_y));
     free(x_f), free(w_f), free(c_f), free(x), free(w), free(c), free(ref), free(y);
-}
-
-/* ---- matmul_sm90 (the Hopper GEMM): m n k ldx ldy with_c (0 none, 1 a residual c != y, 2 c is y) kernel (4 the
- * cooperative schedule, 5 the cluster one: matmul_swiglu.h's MATMUL_SWIGLU_*) ----
- * Against the CPU reference on the same bf16 values and against cuBLASLt with the same residual (a tolerance; the two
- * sum in different orders), nothing written past the (m, n) block (y's padding columns and 128 rows past m
- * poisoned), and each row the bits of the same row computed in a product of the first min(m, 129) rows and of the
- * first row alone: a row's bits do not depend on m; the cluster schedule's bits the cooperative one's. */
-static void matmul_sm90_cuda_check(const kc_case *kc)
-{
-    const int m = kc->p[0], n = kc->p[1], k = kc->p[2], ldx = kc->p[3], ldy = kc->p[4], with_c = kc->p[5];
-    const int kernel = kc->p[6];
-    const int ldc = with_c == 2 ? ldy : n + 8;
-    const size_t nx = (size_t)m * ldx, nw = (size_t)n * k, ny = (size_t)m * ldy, nall = ny + (size_t)128 * ldy;
-    const size_t nc = (size_t)m * ldc;
-    float *x_f = xmalloc(nx * 4), *w_f = xmalloc(nw * 4), *c_f = xmalloc(nc * 4);
-    uint16_t *x = rnd_bf16(nx, 1.0, x_f), *w = rnd_bf16(nw, 0.5, w_f), *cb = rnd_bf16(nc, 2.0, c_f);
-    uint16_t *d_x = dev_upload(x, nx * 2), *d_w = dev_upload(w, nw * 2), *d_y = dev_poisoned(nall);
-    uint16_t *d_c = dev_upload(cb, nc * 2); /* c != y, and the source of y's values when c is y */
-    if (with_c == 2) CHECK_CUDA(cudaMemcpy(d_y, d_c, nc * 2, cudaMemcpyDeviceToDevice));
-    const uint16_t *c_arg = with_c == 1 ? d_c : with_c == 2 ? d_y : NULL;
-    char name[260], shape[140];
-    snprintf(shape, sizeof shape, "%s m=%d n=%d k=%d ldx=%d ldy=%d%s",
-             kernel == MATMUL_SWIGLU_CLUSTER_TMASTORE ? "cluster" : "cooperative", m, n, k, ldx, ldy,
-             with_c == 1 ? " +residual c != y" : with_c == 2 ? " +residual c = y" : "");
-    if (!matmul_sm90_takes(d_y, ldy, c_arg, ldc, d_x, ldx, d_w, m, n, k)) {
-        kc_skip("matmul_sm90_forward_cuda runs on sm_90 devices whose driver makes tensor maps");
-    } else {
-        float *ref = xcalloc(ny, 4);
-        for (int i = 0; i < m && with_c; i++)
-            for (int j = 0; j < n; j++) ref[(size_t)i * ldy + j] = c_f[(size_t)i * ldc + j];
-        matmul_forward_cpu(ref, ldy, x_f, ldx, w_f, m, n, k, 1);
-        matmul_sm90_forward_cuda_with(kernel, d_y, ldy, c_arg, ldc, d_x, ldx, d_w, m, n, k, stream);
-        uint16_t *y = dev_get(d_y, nall * 2);
-        uint16_t *d_y2 = dev_poisoned(ny);
-        matmul_forward_cuda(the_mm(), d_y2, ldy, with_c ? d_c : NULL, ldc, with_c ? 1.0f : 0.0f, d_x, ldx, d_w, m, n,
-                            k, stream);
-        uint16_t *y2 = dev_get(d_y2, ny * 2);
-        float *lt = xcalloc(ny, 4);
-        size_t stray = 0;
-        for (int r = 0; r < m + 128; r++)
-            for (int j = 0; j < ldy; j++) {
-                const size_t o = (size_t)r * ldy + j;
-                if (r < m && j < n) lt[o] = bf16_to_f32(y2[o]);
-                else if (!(with_c == 2 && r < m)) stray += y[o] != 0xffff; /* c = y: its padding holds c's */
-                else stray += y[o] != cb[o];
-            }
-        double nr = 0, e = err_vs_max(y, ldy, ref, ldy, m, n, &nr);
-        snprintf(name, sizeof name, "matmul_sm90_forward_cuda %s against the CPU reference (max err / max|ref|)", shape);
-        kc_report(name, e, 4e-3); /* one bf16 rounding of the output + the fp32 accumulation order */
-        e = err_vs_max(y, ldy, lt, ldy, m, n, &nr);
-        snprintf(name, sizeof name, "matmul_sm90_forward_cuda %s against cuBLASLt (max err / max|ref|)", shape);
-        kc_report(name, e, 8e-3); /* two bf16 roundings of sums in different orders */
-        snprintf(name, sizeof name, "matmul_sm90_forward_cuda %s: values written past the (m, n) block (columns to "
-                 "ldy, 128 rows past m)", shape);
-        kc_report(name, (double)stray, 0.0);
-        /* the first min(m, 129) rows alone, and the first row alone (the residual from d_c: c's values) */
-        const int sub[2] = {m < 129 ? m : 129, 1};
-        for (int q = 0; q < 2; q++) {
-            uint16_t *d_s = dev_poisoned((size_t)sub[q] * ldy);
-            matmul_sm90_forward_cuda_with(q ? MATMUL_SWIGLU_COOPERATIVE_TMASTORE : kernel, d_s, ldy,
-                                          with_c ? d_c : NULL, ldc, d_x, ldx, d_w, sub[q], n, k, stream);
-            uint16_t *got = dev_get(d_s, (size_t)sub[q] * ldy * 2);
-            size_t differ = 0;
-            for (int r = 0; r < sub[q]; r++)
-                for (int j = 0; j < n; j++) differ += got[(size_t)r * ldy + j] != y[(size_t)r * ldy + j];
-            snprintf(name, sizeof name, "matmul_sm90_forward_cuda %s: the first %d rows computed alone%s, values not "
-                     "the bits of the whole product's (%zu)", shape, sub[q], q ? " (cooperative)" : "", differ);
-            kc_report(name, (double)differ, 0.0);
-            CHECK_CUDA(cudaFree(d_s));
-            free(got);
-        }
-        CHECK_CUDA(cudaFree(d_y2));
-        free(ref), free(y), free(y2), free(lt);
-    }
-    CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_w)); CHECK_CUDA(cudaFree(d_y)); CHECK_CUDA(cudaFree(d_c));
-    free(x_f), free(w_f), free(c_f), free(x), free(w), free(cb);
-}
-
-/* Timing: the Hopper GEMM against cuBLASLt (the handle's pick) at the Qwen3-8B target's products as its layers run
- * them (q|k|v; o_proj and down with the residual c != y; gate|up as a plain product), at bench_target's 19218 rows
- * and at e2e's ~2940, each with its TFLOP/s; a shape whose tiles do not fill the GPU twice (matmul_sm90_fills) says
- * so: the target's rule leaves it to cuBLASLt. */
-void kc_time_matmul_sm90(void)
-{
-    static const struct { const char *name; int n, k, with_c; } shapes[] = {
-        {"q|k|v", 6144, 4096, 0}, {"o_proj+C", 4096, 4096, 1}, {"down+C", 4096, 12288, 1}, {"gate|up", 24576, 4096, 0}};
-    static const int ms[] = {19218, 2940};
-    const int iters = 10;
-    size_t nx = (size_t)19218 * 12288, nw = (size_t)24576 * 4096, ny = (size_t)19218 * 24576, nc = (size_t)19218 * 4096;
-    uint16_t *d_x = dev_upload(NULL, nx * 2), *d_w = dev_upload(NULL, nw * 2), *d_y = dev_upload(NULL, ny * 2);
-    uint16_t *d_c = dev_upload(NULL, nc * 2);
-    if (!matmul_sm90_takes(d_y, 4096, d_c, 4096, d_x, 4096, d_w, 19218, 4096, 4096)) {
-        printf("timing matmul_sm90: skipped, matmul_sm90_forward_cuda runs on sm_90 devices whose driver makes tensor "
-               "maps\n");
-    } else {
-        rand_fill_bf16_cuda(d_x, nx, 21, 2.0f, 0.0f, stream);
-        rand_fill_bf16_cuda(d_w, nw, 22, 0.03f, 0.0f, stream);
-        rand_fill_bf16_cuda(d_c, nc, 23, 1.0f, 0.0f, stream);
-        cudaEvent_t a, b;
-        CHECK_CUDA(cudaEventCreate(&a));
-        CHECK_CUDA(cudaEventCreate(&b));
-        double sum[2][2] = {{0, 0}, {0, 0}};
-        for (int mi = 0; mi < 2; mi++)
-            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-                const int m = ms[mi], n = shapes[si].n, k = shapes[si].k;
-                const uint16_t *c = shapes[si].with_c ? d_c : NULL;
-                double t[3];
-                for (int which = 0; which < 3; which++) {
-                    for (int i = -1; i < iters; i++) {
-                        if (i == 0) CHECK_CUDA(cudaEventRecord(a, stream));
-                        if (which == 0)
-                            matmul_forward_cuda(the_mm(), d_y, n, c, n, c ? 1.0f : 0.0f, d_x, k, d_w, m, n, k, stream);
-                        else
-                            matmul_sm90_forward_cuda_with(which == 1 ? MATMUL_SWIGLU_COOPERATIVE_TMASTORE
-                                                                     : MATMUL_SWIGLU_CLUSTER_TMASTORE,
-                                                          d_y, n, c, n, d_x, k, d_w, m, n, k, stream);
-                    }
-                    CHECK_CUDA(cudaEventRecord(b, stream));
-                    t[which] = elapsed_ms(a, b) / iters;
-                    if (si < 3 && which < 2) sum[mi][which] += t[which];
-                }
-                const double flop = 2.0 * m * (double)n * k;
-                printf("timing matmul_sm90 %-8s m=%5d n=%5d k=%5d: cuBLASLt %.3f ms %4.0f TFLOP/s, matmul_sm90 %.3f ms "
-                       "%4.0f TFLOP/s (%+.1f%%), its cluster schedule %.3f ms %4.0f TFLOP/s%s\n", shapes[si].name, m, n,
-                       k, t[0], flop / t[0] / 1e9, t[1], flop / t[1] / 1e9, 100.0 * (t[1] - t[0]) / t[0], t[2],
-                       flop / t[2] / 1e9, matmul_sm90_fills(m, n) ? "" : "; its tiles do not fill the GPU twice");
-                fflush(stdout);
-            }
-        for (int mi = 0; mi < 2; mi++)
-            printf("timing matmul_sm90: m=%d q|k|v + o_proj + down %.3f ms on cuBLASLt, %.3f on matmul_sm90; x 36 "
-                   "layers %+.1f ms\n", ms[mi], sum[mi][0], sum[mi][1], 36.0 * (sum[mi][1] - sum[mi][0]));
-        CHECK_CUDA(cudaEventDestroy(a));
-        CHECK_CUDA(cudaEventDestroy(b));
-    }
-    CHECK_CUDA(cudaFree(d_x)); CHECK_CUDA(cudaFree(d_w)); CHECK_CUDA(cudaFree(d_y)); CHECK_CUDA(cudaFree(d_c));
 }
 
 static void matmul_backward_cuda_check(const kc_case *kc)
@@ -573,7 +433,6 @@ static void matmul_pick_check(const kc_case *kc)
 
 const kc_op kc_matmul_forward = {"matmul_forward", "bf16", "m n k ldx ldy with_c", matmul_forward_cpu_check,
                                  KC_CUDA(matmul_forward_cuda_check)};
-const kc_op kc_matmul_sm90 = {"matmul_sm90", "bf16", "m n k ldx ldy with_c kernel", NULL, KC_CUDA(matmul_sm90_cuda_check)};
 const kc_op kc_matmul_forward_k0 = {"matmul_forward_k0", "f32", "", matmul_k0_cpu_check, NULL};
 const kc_op kc_matmul_backward = {"matmul_backward", "bf16 (dw f32)", "m n k lddy ldx lddx acc_dx acc_dw",
                                   matmul_backward_cpu_check, KC_CUDA(matmul_backward_cuda_check)};
