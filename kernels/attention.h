@@ -66,9 +66,10 @@ typedef struct attention_qfold {
  * asks for it (DFLASH_ATTENTION_QFOLD=1, or =begin for the variant that folds each item's rows only when the item
  * begins, none ahead during the previous item's GEMMs, to measure against; read once; off by default: on the H200
  * it is correct (every row bitwise) but slower, the 8B target's attention 35.1 ms (=1) and 30.0 (=begin) against
- * 23.9 unfolded, bench/RESULTS.md 2026-12-05) and the call takes the Hopper kernel (the choice attention_causal_opts_forward_cuda makes:
- * attention_wgmma_chosen(hd), 16-byte aligned rows, no window or sinks). When 1, the caller runs qk_norm_rope_cuda
- * with q = NULL (nh = 0: k only) and passes the fold; when 0, qk_norm_rope_cuda on q and k as before and no fold. */
+ * 23.9 unfolded, bench/RESULTS.md 2026-12-05) and the call takes the Hopper kernel (the choice
+ * attention_causal_opts_forward_cuda makes: attention_wgmma_chosen(hd), 16-byte aligned rows, no window or sinks).
+ * When 1, the caller runs qk_norm_rope_cuda with q = NULL (nh = 0: k only) and passes the fold; when 0,
+ * qk_norm_rope_cuda on q and k as before and no fold. */
 int attention_qfold_applies(const uint16_t *out, int ldo, const uint16_t *q, int ldq, const uint16_t *k, int ldk,
                             const uint16_t *v, int ldv, int hd, int window, const float *sinks);
 /* attention_causal_opts_forward_cuda on raw q (not yet normed and rotated) with the fold (attention_qfold_applies

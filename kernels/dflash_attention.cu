@@ -628,6 +628,33 @@ __device__ __forceinline__ void load_item(bf16 *sq, bf16 *sdo, float *slse, floa
     }
 }
 
+// A warp's dK (times the softmax scale) and dV rows out as bf16, from accumulators in the mma layout: its 16 key rows
+// from wr0 (rows g and g + 8; those at or past bound are not stored) of kv head kh, into source src's gradients (0
+// context, 1 block rows); dk(i, e), dv(i, e) the element e of 8-column group i (e 0, 1: row g, columns 8 i + 2 tig,
+// + 1; e 2, 3: row g + 8), as the mma.sync kernels' [i][e] and the wgmma ones' [4 i + e] hold it; store_k, store_v:
+// which of the two
+template <int HD, class DK, class DV>
+__device__ __forceinline__ void store_dkv_rows(const Args &a, int src, int kh, DK dk, DV dv, int wr0, int g, int tig,
+                                               int bound, bool store_k = true, bool store_v = true)
+{
+    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
+    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = wr0 + g + rr * 8;
+        if (row >= bound) continue;
+        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            if (store_k)
+                *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
+                    pack_bf16(dk(i, rr * 2) * a.scale, dk(i, rr * 2 + 1) * a.scale);
+            if (store_v)
+                *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv(i, rr * 2), dv(i, rr * 2 + 1));
+        }
+    }
+}
+
 // dk, dv of one 64-row key tile of source src (0: context rows, 1: block rows) of kv head kh; PART 1: dV only, 2: dK
 // only, 3: both (tiles<HD>::DKV_PARTS).
 enum { kPartDv = 1, kPartDk = 2, kPartBoth = 3 };
@@ -739,22 +766,8 @@ __device__ __forceinline__ void dkv_tile(const Args &a, unsigned char *smem_raw,
     cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
 
     // every row of the tile is written (zeros where no block sees it)
-    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
-    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int row = wr0 + g + rr * 8;
-        if (row >= bound) continue;
-        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++) {
-            if (PART & kPartDk)
-                *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
-                    pack_bf16(dk[i][rr * 2] * a.scale, dk[i][rr * 2 + 1] * a.scale);
-            if (PART & kPartDv)
-                *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[i][rr * 2], dv[i][rr * 2 + 1]);
-        }
-    }
+    store_dkv_rows<HD>(a, src, kh, [&](int i, int e) { return dk[i][e]; }, [&](int i, int e) { return dv[i][e]; }, wr0,
+                       g, tig, bound, PART & kPartDk, PART & kPartDv);
 }
 
 // dk/dv CTA w of source src: (key tile, kv head, part) with the part fastest.
@@ -915,35 +928,6 @@ template <class Load> __device__ __forceinline__ void wg_stage_next(bool more, L
     __syncthreads();
 }
 
-// A wgmma warp's dK (times the softmax scale) and dV rows out as bf16: its 16 key rows from wr0 (the accumulator's
-// rows g and g + 8; those at or past bound are not stored) of kv head kh, into source src's gradients (0 context, 1
-// block rows)
-template <int HD>
-__device__ __forceinline__ void store_dkv_rows(const Args &a, int src, int kh, const float (&dk)[HD / 2],
-                                               const float (&dv)[HD / 2], int wr0, int g, int tig, int bound)
-{
-    bf16 *dkd = src == 0 ? a.dkc : a.dkb, *dvd = src == 0 ? a.dvc : a.dvb;
-    const int lddk = src == 0 ? a.lddkc : a.lddkb, lddv = src == 0 ? a.lddvc : a.lddvb;
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int row = wr0 + g + rr * 8;
-        if (row >= bound) continue;
-        bf16 *kr = dkd + (size_t)row * lddk + (size_t)kh * HD, *vr = dvd + (size_t)row * lddv + (size_t)kh * HD;
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++) {
-            *reinterpret_cast<uint32_t *>(kr + i * 8 + tig * 2) =
-                pack_bf16(dk[4 * i + rr * 2] * a.scale, dk[4 * i + rr * 2 + 1] * a.scale);
-            *reinterpret_cast<uint32_t *>(vr + i * 8 + tig * 2) = pack_bf16(dv[4 * i + rr * 2], dv[4 * i + rr * 2 + 1]);
-        }
-    }
-}
-
-// Part `part` of dk/dv tile slot `slot` (of `parts`): its dK|dV accumulators to its fp32 partial (thread-major:
-// element i of thread t at i·128 + t, coalesced); the last part to finish (a device-scope counter) sums every part's
-// partial in part order into dk, dv and returns true, the others false. The order of the sum is fixed by the part
-// index alone, whoever finishes last: deterministic.
-// sum_parts_at: the same for the warpgroup whose thread tid (0..127) this is, its flag s_last (shared) and its barrier
-// (sync: over its 128 threads).
 template <int HD, class Sync>
 __device__ __forceinline__ bool sum_parts_at(const Args &a, float (&dk)[HD / 2], float (&dv)[HD / 2], int slot,
                                              int part, int parts, unsigned tid, int &s_last, Sync &&sync)
@@ -1223,7 +1207,9 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
     cp_async_wait<0>(); // a tile no block sees still has its K/V copy in flight
     if (parts > 1 && !sum_parts<HD>(a, dk, dv, tile * a.nkv + kh, part, parts)) return; // another part writes the tile
 
-    store_dkv_rows<HD>(a, src, kh, dk, dv, wr0, g, tig, bound);
+    store_dkv_rows<HD>(
+        a, src, kh, [&](int i, int e) { return dk[4 * i + e]; }, [&](int i, int e) { return dv[4 * i + e]; }, wr0, g,
+        tig, bound);
 }
 #endif
 
@@ -1399,7 +1385,9 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
         !sum_parts_at<HD>(a, dk, dv, tile * a.nkv + kh, part, parts, (unsigned)tid, s_last[cw], [&] { named_sync(1 + cw, 128); }))
         return; // another part writes the tile
 
-    store_dkv_rows<HD>(a, src, kh, dk, dv, wr0, g, tig, bound);
+    store_dkv_rows<HD>(
+        a, src, kh, [&](int i, int e) { return dk[4 * i + e]; }, [&](int i, int e) { return dv[4 * i + e]; }, wr0, g,
+        tig, bound);
 }
 #endif
 

@@ -35,7 +35,7 @@ int matmul_swiglu_cuda_takes(const uint16_t *act, int ldact, const uint16_t *x, 
  * stores; where act is not 16-byte aligned or ldact not a multiple of 8 they store directly, as their twins), and
  * MATMUL_SWIGLU_PINGPONG_WIDE (ping-pong with each consumer on its own 64 x 128 act tile: the cooperative one's
  * per-warpgroup product, one's epilogue under the other's GEMM). MATMUL_SWIGLU_AUTO is
- * MATMUL_SWIGLU_COOPERATIVE_TMASTORE (the fastest on the H200 at the 8B shape) unless
+ * MATMUL_SWIGLU_COOPERATIVE_TMASTORE (the fastest in the H200's 8B target step, cluster_tmastore even with it) unless
  * the environment names another by DFLASH_MATMUL_SWIGLU=cooperative|pingpong|cluster|cooperative_tmastore|
  * cluster_tmastore|pingpong_tmastore|pingpong_wide (matmul_swiglu_kernel_name's names; read once; another name
  * exits). All give the same bits (the same k order per output, the same epilogue arithmetic). */

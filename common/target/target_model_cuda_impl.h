@@ -133,8 +133,9 @@ void target_cuda_norm_linear(target_cuda *m, uint16_t *y, int ldy, uint16_t *u, 
 /* act (T, I; ldact) = swiglu(rmsnorm(x; norm_w, eps)·w_guᵀ), w_gu (2I, k) the gate's rows then the up's (an MLP's
  * first half): for the few rows of a decoding step one GEMV with the norm and SwiGLU folded in
  * (gemv_rmsnorm_swiglu_forward_cuda; gu and u are not written; the same bits); on an sm_90a device (unless
- * DFLASH_GATEUP_FUSED=0) rmsnorm_forward_cuda into u and the GEMM with SwiGLU in its epilogue (matmul_swiglu_forward_cuda; gu
- * is not written); else target_cuda_norm_linear into gu (T, 2I) and swiglu_forward_cuda. Marks its kernels' classes. */
+ * DFLASH_GATEUP_FUSED=0) rmsnorm_forward_cuda into u and the GEMM with SwiGLU in its epilogue
+ * (matmul_swiglu_forward_cuda; gu is not written); else target_cuda_norm_linear into gu (T, 2I) and
+ * swiglu_forward_cuda. Marks its kernels' classes. */
 void target_cuda_norm_linear_swiglu(target_cuda *m, uint16_t *act, int ldact, uint16_t *gu, uint16_t *u,
                                     const uint16_t *x, int ldx, const uint16_t *norm_w, float eps, const uint16_t *w_gu,
                                     int T, int I, int k);
