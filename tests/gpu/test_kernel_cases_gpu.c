@@ -6,9 +6,10 @@
  * error exits, a fault kills) fails alone ("FAIL <row>: the check died ..."), and a fresh child, with a fresh CUDA
  * context, goes on with the next row. A row whose kernel does not run on this device (kc_skip) says so once
  * ("skip <row>: <why>") and counts as skipped, neither passed nor failed. Exit status 0 only when every line passed.
- *   test_kernel_cases_gpu [--no-timings] [--timing NAME] [--list] [SUBSTRING...]   only the rows whose name contains
- *                         one of the SUBSTRINGs (the timings only when none is given, or the timings whose name
- *                         contains NAME); --list: print those rows, touch no GPU */
+ *   test_kernel_cases_gpu [--no-timings] [--timing NAME] [--timings-only] [--list] [SUBSTRING...]   only the rows
+ *                         whose name contains one of the SUBSTRINGs (the timings only when none is given, or the
+ *                         timings whose name contains NAME); --timings-only: no row, the timings (those of --timing
+ *                         NAME, none matching fails); --list: print those rows, touch no GPU */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -126,27 +127,57 @@ static void child(int fd, const int *rows, int nrows, int from, int timings, con
 int main(int argc, char **argv)
 {
     const char *filters[64];
-    int nfilters = 0, timings = 1, list = 0;
+    int nfilters = 0, timings = 1, list = 0, timings_only = 0;
     const char *timing = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: test_kernel_cases_gpu [--no-timings] [--timing NAME] [--list] [SUBSTRING...]\nRuns the CUDA check of every "
-                   "row of the kernel case table (tests/kernel_cases.c) whose name contains one of the SUBSTRINGs (all "
-                   "rows when none is given), twice (the second run's device downloads must be bitwise identical to "
-                   "the first's), then the timings (when no SUBSTRING is given; --timing NAME: only those whose name contains NAME, "
-                   "with or without SUBSTRINGs). A row whose check dies fails alone; "
-                   "a row whose kernel does not run on this device is skipped, saying so. --list prints the rows "
-                   "that would run (and why each is there) without touching the GPU.\n");
+            printf("usage: test_kernel_cases_gpu [--no-timings] [--timing NAME] [--timings-only] [--list] [SUBSTRING...]\n"
+                   "Runs the CUDA check of every row of the kernel case table (tests/kernel_cases.c) whose name contains "
+                   "one of the SUBSTRINGs (all rows when none is given), twice (the second run's device downloads must "
+                   "be bitwise identical to the first's), then the timings (when no SUBSTRING is given; --timing NAME: "
+                   "only those whose name contains NAME, with or without SUBSTRINGs). --timings-only runs no row, only "
+                   "the timings (with --timing NAME, those; a NAME no timing has fails). A row whose check dies fails "
+                   "alone; a row whose kernel does not run on this device is skipped, saying so. --list prints the rows "
+                   "that would run (and why each is there), or with --timings-only the timings, without touching the "
+                   "GPU.\n");
             return 0;
         }
         if (!strcmp(argv[i], "--no-timings")) timings = 0;
         else if (!strcmp(argv[i], "--timing") && i + 1 < argc) timing = argv[++i];
+        else if (!strcmp(argv[i], "--timings-only")) timings_only = 1;
         else if (!strcmp(argv[i], "--list")) list = 1;
-        else if (nfilters < 64) filters[nfilters++] = argv[i];
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "test_kernel_cases_gpu: unknown option %s (--help lists them)\n", argv[i]);
+            return 2;
+        } else if (nfilters < 64) filters[nfilters++] = argv[i];
+        else {
+            fprintf(stderr, "test_kernel_cases_gpu: more than 64 substrings (at %s)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (timings_only) {
+        if (nfilters || !timings) {
+            fprintf(stderr, "test_kernel_cases_gpu: --timings-only takes no row SUBSTRING nor --no-timings\n");
+            return 2;
+        }
+        int ntimed = 0;
+        for (int i = 0; i < kernel_ntimings; i++)
+            if (!timing || strstr(kernel_timings[i].name, timing)) {
+                if (list) printf("%s\n", kernel_timings[i].name);
+                ntimed++;
+            }
+        if (ntimed == 0) {
+            printf("FAIL test_kernel_cases_gpu: no timing's name contains \"%s\"\n", timing);
+            return 1;
+        }
+        if (list) {
+            printf("test_kernel_cases_gpu: %d timings\n", ntimed);
+            return 0;
+        }
     }
     int *rows = malloc(sizeof(int) * (size_t)kernel_ncases), nrows = 0;
     if (!rows) return 1;
-    for (int i = 0; i < kernel_ncases; i++) {
+    for (int i = 0; i < kernel_ncases && !timings_only; i++) {
         const kc_case *c = &kernel_cases[i];
         if (!c->op->cuda || c->only == KC_CPU_ONLY) continue;
         char name[1024];
@@ -155,7 +186,7 @@ int main(int argc, char **argv)
         for (int f = 0; f < nfilters; f++) match |= strstr(name, filters[f]) != NULL;
         if (match) rows[nrows++] = i;
     }
-    if (nrows == 0) {
+    if (nrows == 0 && !timings_only) {
         printf("FAIL test_kernel_cases_gpu: no row matches the %d substring(s) given\n", nfilters);
         return 1;
     }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU driver of the kernel case table (build/gpu/test_kernel_cases_gpu, built wherever nvcc is) reads its
+# arguments without a GPU: --list names the rows (or with --timings-only the timings) and touches no device,
+# --timings-only refuses row substrings, a --timing NAME that no timing has fails, an unknown option is refused.
+cd "$(dirname "$0")/../.." || exit 1
+G=${BUILD:-build}/gpu/test_kernel_cases_gpu
+[ -x "$G" ] || { echo "$G is not built here (no nvcc): nothing to check"; exit 77; }
+FAILED=0
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1${2:+: $2}"; FAILED=1; }
+expect() { # label, want status, want text (grep -E) in the output, command...
+    local label=$1 want=$2 text=$3
+    shift 3
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    if [ "$rc" = "$want" ] && grep -Eq -- "$text" <<<"$out"; then ok "$label"
+    else fail "$label" "status $rc (want $want), output: $(tail -n 3 <<<"$out" | tr '\n' '|')"; fi
+}
+rows=$("$G" --list | sed -n 's/^test_kernel_cases_gpu: \([0-9]*\) rows$/\1/p')
+listed=$("$G" --list | grep -vc '^test_kernel_cases_gpu: ')
+if [ -n "$rows" ] && [ "$rows" -gt 100 ] && [ "$rows" = "$listed" ]; then ok "--list: $rows rows named, as counted"
+else fail "--list" "counted '$rows', named $listed"; fi
+expect "--list SUBSTRING: only the rows that contain it" 0 "^test_kernel_cases_gpu: [1-9][0-9]* rows$" \
+    "$G" --list dflash_attention
+n=$("$G" --list dflash_attention | grep -v '^test_kernel_cases_gpu: ' | grep -vc dflash_attention)
+[ "$n" = 0 ] && ok "--list dflash_attention names no other row" || fail "--list dflash_attention" "$n other rows"
+expect "--timings-only --list: the timings" 0 "^test_kernel_cases_gpu: [1-9][0-9]* timings$" "$G" --timings-only --list
+expect "--timings-only --timing matmul_swiglu --list: that timing" 0 "^matmul_swiglu$" \
+    "$G" --timings-only --timing matmul_swiglu --list
+expect "--timings-only --timing NAME that no timing has: fails" 1 "no timing's name contains \"nomatch\"" \
+    "$G" --timings-only --timing nomatch
+expect "--timings-only with a row SUBSTRING: refused" 2 "takes no row SUBSTRING" "$G" --timings-only dflash_attention
+expect "an unknown option: refused" 2 "unknown option --bogus" "$G" --bogus
+expect "a SUBSTRING no row has: fails" 1 "no row matches" "$G" --list no-such-row-anywhere
+expect "--help names --timings-only" 0 "--timings-only" "$G" --help
+exit $FAILED
