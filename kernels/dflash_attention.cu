@@ -928,6 +928,12 @@ template <class Load> __device__ __forceinline__ void wg_stage_next(bool more, L
     __syncthreads();
 }
 
+// Part `part` of dk/dv tile slot `slot` (of `parts`): its dK|dV accumulators to its fp32 partial (thread-major:
+// element i of thread t at i·128 + t, coalesced); the last part to finish (a device-scope counter) sums every part's
+// partial in part order into dk, dv and returns true, the others false. The order of the sum is fixed by the part
+// index alone, whoever finishes last: deterministic.
+// sum_parts_at: the same for the warpgroup whose thread tid (0..127) this is, its flag s_last (shared) and its barrier
+// (sync: over its 128 threads).
 template <int HD, class Sync>
 __device__ __forceinline__ bool sum_parts_at(const Args &a, float (&dk)[HD / 2], float (&dv)[HD / 2], int slot,
                                              int part, int parts, unsigned tid, int &s_last, Sync &&sync)

@@ -85,6 +85,12 @@ static int run_row(const kc_case *c, const char *name, int *skipped)
     return failed + !ok;
 }
 
+/* Whether timing i runs: every one without --timing NAME, else those whose name contains NAME. */
+static int timing_selected(int i, const char *timing)
+{
+    return !timing || strstr(kernel_timings[i].name, timing) != NULL;
+}
+
 /* The child: rows[from..nrows) then, when asked, the timings; tells the parent each row it starts. */
 static void child(int fd, const int *rows, int nrows, int from, int timings, const char *timing)
 {
@@ -110,7 +116,7 @@ static void child(int fd, const int *rows, int nrows, int from, int timings, con
     say(fd, 'S', nrows); /* past the rows: a death now is the timings' */
     if (timings)
         for (int i = 0; i < kernel_ntimings; i++) {
-            if (timing && !strstr(kernel_timings[i].name, timing)) continue;
+            if (!timing_selected(i, timing)) continue;
             printf("== timing %s\n", kernel_timings[i].name);
             fflush(stdout);
             failures = 0;
@@ -162,12 +168,12 @@ int main(int argc, char **argv)
         }
         int ntimed = 0;
         for (int i = 0; i < kernel_ntimings; i++)
-            if (!timing || strstr(kernel_timings[i].name, timing)) {
+            if (timing_selected(i, timing)) {
                 if (list) printf("%s\n", kernel_timings[i].name);
                 ntimed++;
             }
         if (ntimed == 0) {
-            printf("FAIL test_kernel_cases_gpu: no timing's name contains \"%s\"\n", timing);
+            printf("FAIL test_kernel_cases_gpu: no timing's name contains \"%s\"\n", timing ? timing : "");
             return 1;
         }
         if (list) {
