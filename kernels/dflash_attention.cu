@@ -35,7 +35,7 @@
 // all, not 7), each context dk/dv tile's blocks split over two CTAs (the first tile, which every block of a sorted
 // sequence sees, would otherwise be the launch's longest chain; DFLASH_ATTENTION_DKV_SPLIT=0 keeps one;
 // without a window the dk/dv CTAs are of 128 key rows, a producer warpgroup staging each step's Q, dO, lse, D once
-// for two consumer warpgroups of 64 keys each, the same bits: dkv_wg2_sm90, dkv_wg2's rule); without one
+// for two consumer warpgroups of 64 keys each, the same bits: dkv_wg2_sm90, dkv_variant's rule); without one
 // (or DFLASH_ATTENTION_DQ=recompute) the dq CTAs share the dk/dv launch and recompute S, P, dP and dS.
 // Scalar path (head_dim not 16/32/64/128/256, or rows not 16-byte aligned): one warp per query row (forward, dq) or per
 // key row (dk/dv).
@@ -1224,9 +1224,9 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
 // FlashAttention-3's backward shape: a CTA owns 128 key rows of one kv head, consumer warpgroup c (1 + c of the CTA)
 // the 64-key tile 2·tile2 + c of today's dk/dv CTAs (its own K, V in shared memory, its dK, dV in registers, its own
 // dS staging tile and workspace tiles, its own context partial and counter), and the producer warpgroup (0) stages
-// each step's Q, dO, lse and D once for both through a ring of kWg2Stages stages (cp.async by its 128 threads, the
-// copies of a step made visible to the async proxy and announced on the stage's "full" mbarrier once the next step's
-// are issued; each consumer warp arrives on the stage's "empty" one when its GEMMs have read the stage). setmaxnreg
+// each step's Q, dO, lse and D once for both through a ring of stages (cp.async by its 128 threads, each step's
+// copies announced on the stage's "full" mbarrier as wg2_ring says; each consumer warp arrives on the stage's "empty"
+// one when its GEMMs have read the stage). setmaxnreg
 // moves registers from the producer to the consumers. The steps are the CTA's blocks (gather_blocks over its 128 rows)
 // x query chunks in block order, as today; consumer c computes a step exactly when today's CTA of its 64-key tile has
 // that block in its list (gather_blocks' test on its own rows: lo < hi, lo < min(its end, bound), hi > its first row),
@@ -1236,40 +1236,54 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
 // Context tiles split over a.ctx_parts CTAs by the same block ranges, each consumer summing its own 64-key tile's
 // partials (sum_parts_at) in part order. A consumer whose 64 rows lie past the source's end (the last 128-row tile of
 // an odd count) sees no block, and writes nothing.
-constexpr int kWg2Stages = 3, kWg2Consumers = 2, kWg2Threads = (kWg2Consumers + 1) * 128;
+constexpr int kWg2Consumers = 2, kWg2Threads = (kWg2Consumers + 1) * 128;
 constexpr int kWg2Rows = kWg2Consumers * kWgKeys; // key rows a CTA
 // launched at 168 registers a thread (384 threads, one CTA an SM): the producer's 128 threads free 128 x (168 - 24),
 // the consumers' 256 take exactly that, 256 x (240 - 168) (an inc the frees do not cover would wait forever)
 [[maybe_unused]] constexpr int kWg2ProducerRegs = 24, kWg2ConsumerRegs = 240;
 static_assert(128 * (168 - kWg2ProducerRegs) == 256 * (kWg2ConsumerRegs - 168), "the consumers take what the producer frees");
-template <int HD> struct wg2_dkv_shape {
+// The ring of the wg2 dk/dv CTAs, one row of dkv_variants (below) each: its stages, and how a stage's copies are
+// announced. Waited (the first): each producer thread waits for the step before's copies (cp.async.wait_group) once
+// this step's are issued, makes them visible to the async proxy, and each producer warp arrives once: two steps'
+// copies in flight at most. Tracked: each producer thread's cp.async.mbarrier.arrive.noinc arrives on the stage's
+// full barrier when its copies (and all its earlier ones: K and V before the first step) have landed, and the producer
+// goes on: up to STAGES steps in flight; the consumers make the landed copies visible to their wgmma
+// (fence.proxy.async) after the wait. The same shared image either way, so the same bits.
+template <int STAGES, bool TRACKED> struct wg2_ring {
+    static constexpr int kStages = STAGES;
+    static constexpr bool kTracked = TRACKED;
+    static constexpr uint32_t kFullArrivals = TRACKED ? 128 : 4; // each producer thread, or each producer warp
+};
+template <int HD, class R> struct wg2_dkv_shape {
     static constexpr int kKBytes = kWgKeys * HD * 2;  // one consumer's K (and V) tile: HD/64 panels of 64 rows
     static constexpr int kItemBytes = kWgItem * HD * 2; // Q (and dO) of one step
     static constexpr int kDsBytes = kWgKeys * kWgItem * 2;
     static constexpr int kStageOff = 2 * kWg2Consumers * kKBytes;                 // K0, K1, V0, V1
-    static constexpr int kDsOff = kStageOff + 2 * kWg2Stages * kItemBytes;          // the stages' Q, then their dO
+    static constexpr int kDsOff = kStageOff + 2 * R::kStages * kItemBytes;          // the stages' Q, then their dO
     static constexpr int kRowOff = kDsOff + kWg2Consumers * kDsBytes;               // the consumers' dS staging tiles
-    static constexpr int kBarOff = kRowOff + 2 * kWg2Stages * kWgItem * (int)sizeof(float); // lse, D of each stage
-    static constexpr int kSmem = kBarOff + 2 * kWg2Stages * 8 + 1024;               // full, empty; 1024 to align
+    static constexpr int kBarOff = kRowOff + 2 * R::kStages * kWgItem * (int)sizeof(float); // lse, D of each stage
+    static constexpr int kSmem = kBarOff + 2 * R::kStages * 8 + 1024;               // full, empty; 1024 to align
+    static_assert(kDsOff % 1024 == 0 && kDsBytes % 1024 == 0, "wg2_dkv_shape: the swizzled tiles on 1024-byte atoms");
+    static_assert(kSmem + 2048 <= 227 * 1024, "wg2_dkv_shape: the ring and the static lists within an SM's shared memory");
+    static_assert(R::kFullArrivals == (R::kTracked ? 128u : 4u), "wg2_dkv_shape: a full barrier's arrivals, as announced");
 };
-static_assert(wg2_dkv_shape<128>::kDsOff % 1024 == 0 && wg2_dkv_shape<128>::kDsBytes % 1024 == 0,
-              "wg2_dkv_shape: the swizzled tiles on 1024-byte atoms");
 
 #ifdef DFLASH_SM90A
-// CTA w of source src (w < n_ctx: context, (tile2, part) w / nkv of kv head w % nkv; else block rows)
-template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem, int n_ctx)
+// CTA w of source src (w < n_ctx: context, (tile2, part) w / nkv of kv head w % nkv; else block rows); R: its ring
+template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem, int n_ctx)
 {
     static_assert(HD == 128, "dkv_wg2_sm90: head_dim 128 (the accumulators of 64 x HD, the n128 wgmma)");
-    using S = wg2_dkv_shape<HD>;
+    using S = wg2_dkv_shape<HD, R>;
+    constexpr int kStages = R::kStages;
     using namespace wgmma_sm90;
     constexpr int nw = kWg2Threads / 32;
     __shared__ int s_list[nw * 32];
     __shared__ int s_wcount[nw];
     __shared__ int s_last[kWg2Consumers];
     unsigned char *sk = smem, *sv = sk + kWg2Consumers * S::kKBytes, *sq = smem + S::kStageOff;
-    unsigned char *sdo = sq + kWg2Stages * S::kItemBytes;
-    float *slse = reinterpret_cast<float *>(smem + S::kRowOff), *sd = slse + kWg2Stages * kWgItem;
-    uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::kBarOff), *empty = full + kWg2Stages;
+    unsigned char *sdo = sq + kStages * S::kItemBytes;
+    float *slse = reinterpret_cast<float *>(smem + S::kRowOff), *sd = slse + kStages * kWgItem;
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::kBarOff), *empty = full + kStages;
     int w = blockIdx.x;
     const int src = w < n_ctx ? 0 : 1;
     w -= src ? n_ctx : 0;
@@ -1281,13 +1295,13 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
     int cand_lo = (int)((long long)a.N * part / parts), cand_hi = (int)((long long)a.N * (part + 1) / parts);
     if (src == 1) cand_lo = row0 / a.B, cand_hi = min(a.N, (rend - 1) / a.B + 1);
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kWg2Stages; s++) {
-            mbar_init(full + s, 4);                     // one arrival per producer warp
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(full + s, R::kFullArrivals);
             mbar_init(empty + s, kWg2Consumers * 4); // one per consumer warp
         }
         mbar_init_fence();
     }
-    if (wg == 0) { // both halves' K and V: their copies complete with the first step's, before its full arrival
+    if (wg == 0) { // both halves' K and V: their copies complete before the first step's full barrier does
         const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
         const int ldk = src == 0 ? a.ldkc : a.ldkb, ldv = src == 0 ? a.ldvc : a.ldvb;
 #pragma unroll
@@ -1316,23 +1330,28 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
             const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
             int li = 0, chunk = 0;
             for (int it = 0; it < items; it++, t++) {
-                const int stage = t % kWg2Stages;
-                if (t >= kWg2Stages) mbar_wait(empty + stage, (uint32_t)(((t / kWg2Stages) & 1) ^ 1)); // t - S read
+                const int stage = t % kStages;
+                if (t >= kStages) mbar_wait(empty + stage, (uint32_t)(((t / kStages) & 1) ^ 1)); // t - S read
                 sw_load_item<HD, 128, 1>(sq + stage * S::kItemBytes, sdo + stage * S::kItemBytes, slse + stage * kWgItem,
                                       sd + stage * kWgItem, a, s_list[li], chunk, kh);
-                cp_async_commit();
-                if (it > 0) {
-                    cp_async_wait<1>(); // step t - 1's (and the K, V before them)
-                    announce((t - 1) % kWg2Stages);
+                if constexpr (R::kTracked) {
+                    cp_async_mbar_arrive_noinc(full + stage); // when this thread's copies so far have landed
+                } else {
+                    cp_async_commit();
+                    if (it > 0) {
+                        cp_async_wait<1>(); // step t - 1's (and the K, V before them)
+                        announce((t - 1) % kStages);
+                    }
                 }
                 const bool wrap = chunk + 1 == nchunk;
                 li += wrap, chunk = wrap ? 0 : chunk + 1;
             }
-            if (items > 0) {
+            if (!R::kTracked && items > 0) {
                 cp_async_wait<0>();
-                announce((t - 1) % kWg2Stages);
+                announce((t - 1) % kStages);
             }
         }
+        if constexpr (R::kTracked) cp_async_commit(); // its step copies are in no group yet
         cp_async_wait<0>(); // a CTA no block sees still has its K/V copy in flight
         return;
     }
@@ -1351,10 +1370,11 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
         const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
         int li = 0, chunk = 0;
         for (int it = 0; it < items; it++, t++) {
-            const int stage = t % kWg2Stages, jb = s_list[li];
+            const int stage = t % kStages, jb = s_list[li];
             int lo, hi;
             block_interval(a, src, jb, lo, hi);
-            mbar_wait(full + stage, (uint32_t)((t / kWg2Stages) & 1));
+            mbar_wait(full + stage, (uint32_t)((t / kStages) & 1));
+            if constexpr (R::kTracked) fence_proxy_async(); // the producer's landed copies, to this thread's wgmma
             if (lo < hi && lo < wend && hi > wgr0) { // today's CTA of this 64-key tile has the block (gather_blocks)
                 const DkvStep p{wgmma_sm90::smem_u32(sq + stage * S::kItemBytes), wgmma_sm90::smem_u32(sdo + stage * S::kItemBytes),
                                 slse + stage * kWgItem, sd + stage * kWgItem};
@@ -1398,12 +1418,12 @@ template <int HD> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, un
 #endif
 
 // The wg2 dk/dv launch: the context CTAs (n_ctx: 128-row tiles x parts x kv heads) first, then the block-row ones.
-template <int HD> __global__ void __launch_bounds__(kWg2Threads, 1) dkv_wg2_sm90_kernel(const Args a, int n_ctx)
+template <int HD, class R> __global__ void __launch_bounds__(kWg2Threads, 1) dkv_wg2_sm90_kernel(const Args a, int n_ctx)
 {
 #ifdef DFLASH_SM90A
     extern __shared__ unsigned char smem_wg2[];
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg2 + 1023) & ~(uintptr_t)1023);
-    dkv_wg2_sm90<HD>(a, smem, n_ctx);
+    dkv_wg2_sm90<HD, R>(a, smem, n_ctx);
 #endif
 }
 
@@ -2056,24 +2076,57 @@ template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
 // DFLASH_ATTENTION not mma_sync)
 bool wgmma_device() { return attention_wgmma_chosen(128) != 0; }
 
-// Which dk/dv CTAs the backward runs where it takes the dS workspace: those of a producer and two consumer
-// warpgroups (dkv_wg2_sm90, 128 key rows) without a window, where they were faster on the H200 (bench_drafter 117.7
-// against 120.3 ms a step, the backward 10.2 against 13.3 ms; bench/RESULTS.md, 2026-12-05), else the one-warpgroup ones
-// of 64 key rows (faster under a 256-row window: 0.713 against 0.754 ms). The same bits either way.
-// DFLASH_ATTENTION_DKV=wg1 or =wg2 (read once) or dflash_attention_dkv_wg2 forces one.
-enum { kDkvWg1, kDkvWg2, kDkvByWindow };
-int g_dkv_choice = -1; // the environment's choice (read once), or what dflash_attention_dkv_wg2 set
-bool dkv_wg2(int window)
+// The wg2 dk/dv launch of ring R (its shared memory set once per process): n_ctx context CTAs, then n_blk block-row ones
+template <class R> void launch_dkv_wg2(const Args &a, int n_ctx, int n_blk, cudaStream_t st)
 {
-    if (g_dkv_choice < 0) {
+    using S = wg2_dkv_shape<128, R>;
+    static bool attr_set = false;
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(dkv_wg2_sm90_kernel<128, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
+        attr_set = true;
+    }
+    dkv_wg2_sm90_kernel<128, R><<<(unsigned)(n_ctx + n_blk), kWg2Threads, S::kSmem, st>>>(a, n_ctx);
+}
+
+// The dk/dv CTAs the backward can run where it takes the dS workspace (head_dim 128 on wgmma), one row each; the same
+// bits all ways. wg1: one warpgroup of 64 key rows (dkv_sm90); the others a producer and two consumer warpgroups of
+// 128 key rows (dkv_wg2_sm90) with their ring (wg2_ring). Unset, the backward takes wg2 without a window, where it was
+// faster on the H200 (bench_drafter 117.7 against 120.3 ms a step, the backward 10.2 against 13.3 ms;
+// bench/RESULTS.md, 2026-12-05), else wg1 (faster under a 256-row window: 0.713 against 0.754 ms).
+// DFLASH_ATTENTION_DKV=<name> (read once) or dflash_attention_dkv_force forces one.
+struct DkvVariant {
+    const char *name;
+    void (*launch_wg2)(const Args &, int, int, cudaStream_t); // NULL: wg1
+};
+const DkvVariant kDkvVariants[] = {
+    {"wg1", nullptr},
+    {"wg2", launch_dkv_wg2<wg2_ring<3, false>>},
+    {"wg2_tracked", launch_dkv_wg2<wg2_ring<3, true>>},   // not yet timed on a GPU
+    {"wg2_tracked4", launch_dkv_wg2<wg2_ring<4, true>>},  // not yet timed on a GPU
+};
+constexpr int kNDkvVariants = (int)(sizeof kDkvVariants / sizeof kDkvVariants[0]);
+constexpr int kDkvByWindow = -1;
+int g_dkv_forced = -2; // a row of kDkvVariants, kDkvByWindow, or -2: the environment not read yet
+
+// the row the backward runs under window W
+const DkvVariant &dkv_variant(int window)
+{
+    if (g_dkv_forced == -2) {
         const char *e = getenv("DFLASH_ATTENTION_DKV");
-        g_dkv_choice = !e || !*e ? kDkvByWindow : !strcmp(e, "wg2") ? kDkvWg2 : !strcmp(e, "wg1") ? kDkvWg1 : -1;
-        if (g_dkv_choice < 0) {
-            fprintf(stderr, "dflash_attention_backward_cuda: DFLASH_ATTENTION_DKV=%s is neither wg1 nor wg2\n", e);
-            exit(1);
+        g_dkv_forced = kDkvByWindow;
+        if (e && *e) {
+            int i = 0;
+            while (i < kNDkvVariants && strcmp(e, kDkvVariants[i].name)) i++;
+            if (i == kNDkvVariants) {
+                fprintf(stderr, "dflash_attention_backward_cuda: DFLASH_ATTENTION_DKV=%s is none of", e);
+                for (const DkvVariant &v : kDkvVariants) fprintf(stderr, " %s", v.name);
+                fprintf(stderr, "\n");
+                exit(1);
+            }
+            g_dkv_forced = i;
         }
     }
-    return g_dkv_choice == kDkvWg2 || (g_dkv_choice == kDkvByWindow && window == 0);
+    return kDkvVariants[g_dkv_forced >= 0 ? g_dkv_forced : window == 0 ? 1 : 0];
 }
 
 template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
@@ -2086,8 +2139,6 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 CHECK_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_sm90_smem<HD>()));
             CHECK_CUDA(cudaFuncSetAttribute(dq_ws_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             wg_dqws_shape<HD>::kSmem));
-            CHECK_CUDA(cudaFuncSetAttribute(dkv_wg2_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            wg2_dkv_shape<HD>::kSmem));
         }
         attr_set = true;
     }
@@ -2102,11 +2153,11 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 const int n_ctx_parts = n_ctx * a.ctx_parts;
                 if (a.ctx_parts > 1 && n_ctx > 0)
                     CHECK_CUDA(cudaMemsetAsync(a.dkv_count, 0, (size_t)n_ctx * sizeof(int), st));
-                if (dkv_wg2(a.W)) { // the CTAs of 128 key rows: a producer and two consumer warpgroups
+                const DkvVariant &v = dkv_variant(a.W);
+                if (v.launch_wg2) { // the CTAs of 128 key rows: a producer and two consumer warpgroups
                     const int n2_ctx = (a.T + kWg2Rows - 1) / kWg2Rows * a.nkv * a.ctx_parts;
                     const int n2_blk = (a.N * a.B + kWg2Rows - 1) / kWg2Rows * a.nkv;
-                    dkv_wg2_sm90_kernel<HD><<<(unsigned)(n2_ctx + n2_blk), kWg2Threads, wg2_dkv_shape<HD>::kSmem, st>>>(
-                        a, n2_ctx);
+                    v.launch_wg2(a, n2_ctx, n2_blk, st);
                 } else {
                     bwd_sm90_kernel<HD, false><<<(unsigned)(n_ctx_parts + n_blk), kBwdWgs * 128, bwd_sm90_smem<HD>(), st>>>(a, n_ctx_parts, 0);
                 }
@@ -2193,7 +2244,12 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
 // the dS workspace is used (its size nonzero): head_dim 128 on the wgmma kernels
 static bool ws_applies(const dflash_attn_shape *s) { return s->hd == 128 && wgmma_device(); }
 
-extern "C" void dflash_attention_dkv_wg2(int on) { g_dkv_choice = on < 0 ? -1 : on ? kDkvWg2 : kDkvWg1; }
+extern "C" int dflash_attention_dkv_variants(void) { return kNDkvVariants; }
+extern "C" const char *dflash_attention_dkv_variant(int i)
+{
+    return i >= 0 && i < kNDkvVariants ? kDkvVariants[i].name : NULL;
+}
+extern "C" void dflash_attention_dkv_force(int i) { g_dkv_forced = i >= 0 && i < kNDkvVariants ? i : -2; }
 
 extern "C" size_t dflash_attention_backward_workspace(const dflash_attn_shape *s, int T)
 {

@@ -103,10 +103,13 @@ void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delt
                                     size_t workspace_bytes, const uint16_t *dout, int lddo, const uint16_t *out,
                                     int ldo, const float *lse, const dflash_attn_cuda_in *in,
                                     const dflash_attn_shape *s, void *stream);
-/* The backward's dk/dv CTAs where it takes the dS workspace (tests): 1 those of a producer and two consumer
- * warpgroups (as DFLASH_ATTENTION_DKV=wg2), 0 the one-warpgroup ones (=wg1), -1 as the environment says (the start:
- * unset, the two-warpgroup ones without a window, the one-warpgroup ones under one). The same bits all ways. */
-void dflash_attention_dkv_wg2(int on);
+/* The backward's dk/dv CTAs where it takes the dS workspace, for tests and A/B runs: variant i of
+ * dflash_attention_dkv_variants() (its name as DFLASH_ATTENTION_DKV takes it: "wg1" the one-warpgroup CTAs, "wg2..."
+ * a producer and two consumer warpgroups with one ring or another) is forced by dflash_attention_dkv_force(i); -1 goes
+ * back to what the environment says (unset: "wg2" without a window, "wg1" under one). The same bits all ways. */
+int dflash_attention_dkv_variants(void);
+const char *dflash_attention_dkv_variant(int i); /* NULL past the last */
+void dflash_attention_dkv_force(int i);
 #ifdef __cplusplus
 }
 #endif

@@ -24,6 +24,12 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// an arrival on the mbarrier bar (shared) once every cp.async this thread issued so far has landed; .noinc: the
+// barrier's expected count includes it (one per thread that announces this way)
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t *bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
 // One step of a two-stage cp.async ring: with a next stage (more), issue its copies (load()), commit them and wait for
 // all groups but that one (this stage's copies have landed); at the last stage, wait for every group.
 template <class Load> __device__ __forceinline__ void cp_async_stage_next(bool more, Load &&load)

@@ -668,19 +668,20 @@ static void run_case(const attn_case *k)
         check_same(cname, "dvb (max_ctx)", d_dvb, gdvb, (size_t)NB * kd * 2);
     }
 
-    for (int wg = 1; d_ws && wg <= 2; wg++) { /* the dk/dv CTAs of one warpgroup, then those of a producer and two
-                 * consumer warpgroups (DFLASH_ATTENTION_DKV=wg1, =wg2), each forced: the first run's bits (each wg2
-                 * consumer takes a one-warpgroup 64-key tile's steps in its order; the dS tiles the same) */
-        char what[32];
-        snprintf(what, sizeof what, "dkv wg%d", wg);
-        dflash_attention_dkv_wg2(wg == 2);
+    for (int v = 0; d_ws && v < dflash_attention_dkv_variants(); v++) { /* each of the dk/dv CTAs forced: the
+                 * one-warpgroup ones, those of a producer and two consumer warpgroups with each ring
+                 * (DFLASH_ATTENTION_DKV=<name>): the first run's bits (each wg2 consumer takes a one-warpgroup 64-key
+                 * tile's steps in its order; the dS tiles the same) */
+        char what[48];
+        snprintf(what, sizeof what, "dkv %s", dflash_attention_dkv_variant(v));
+        dflash_attention_dkv_force(v);
         poison_backward_outputs(&gr, d_ws, ws_bytes, NB, T, ldo, ldkv, kd);
         dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
-        dflash_attention_dkv_wg2(-1);
+        dflash_attention_dkv_force(-1);
         const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
         printf("%s %s %s: dq,dkc,dvc rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, what, diff);
         if (diff) failures++;
-        char dkb_what[48], dvb_what[48];
+        char dkb_what[64], dvb_what[64];
         snprintf(dkb_what, sizeof dkb_what, "dkb (%s)", what);
         snprintf(dvb_what, sizeof dvb_what, "dvb (%s)", what);
         check_same(cname, dkb_what, d_dkb, gdkb, (size_t)NB * kd * 2);
@@ -756,9 +757,9 @@ static void run_case(const attn_case *k)
             CHECK_CUDA(cudaEventElapsedTime(&ms_r, e0, e1));
             printf("timing %s W=%d backward without the dS workspace (dq recomputes) %.3f ms; workspace %.1f MB\n",
                    k->name, k->window, ms_r / iters, ws_bytes / 1e6);
-            for (int wg = 1; wg <= 2; wg++) { /* each of the dk/dv CTAs forced (DFLASH_ATTENTION_DKV=wg1, =wg2) */
+            for (int v = 0; v < dflash_attention_dkv_variants(); v++) { /* each of the dk/dv CTAs forced */
                 float ms_w = 0;
-                dflash_attention_dkv_wg2(wg == 2);
+                dflash_attention_dkv_force(v);
                 CHECK_CUDA(cudaEventRecord(e0, stream));
                 for (int i = 0; i < iters; i++)
                     dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in,
@@ -766,9 +767,9 @@ static void run_case(const attn_case *k)
                 CHECK_CUDA(cudaEventRecord(e1, stream));
                 CHECK_CUDA(cudaEventSynchronize(e1));
                 CHECK_CUDA(cudaEventElapsedTime(&ms_w, e0, e1));
-                dflash_attention_dkv_wg2(-1);
-                printf("timing %s W=%d backward with the wg%d dk/dv CTAs (DFLASH_ATTENTION_DKV=wg%d) %.3f ms\n", k->name,
-                       k->window, wg, wg, ms_w / iters);
+                dflash_attention_dkv_force(-1);
+                printf("timing %s W=%d backward with the %s dk/dv CTAs (DFLASH_ATTENTION_DKV=%s) %.3f ms\n", k->name,
+                       k->window, dflash_attention_dkv_variant(v), dflash_attention_dkv_variant(v), ms_w / iters);
             }
         }
         ms_f /= iters, ms_b /= iters;
