@@ -1225,7 +1225,7 @@ __device__ __forceinline__ void dkv_sm90(const Args &a, unsigned char *smem, int
 // the 64-key tile 2·tile2 + c of today's dk/dv CTAs (its own K, V in shared memory, its dK, dV in registers, its own
 // dS staging tile and workspace tiles, its own context partial and counter), and the producer warpgroup (0) stages
 // each step's Q, dO, lse and D once for both through a ring of stages (cp.async by its 128 threads, each step's
-// copies announced on the stage's "full" mbarrier as wg2_ring says; each consumer warp arrives on the stage's "empty"
+// copies announced on the stage's "full" mbarrier as wg2_sched says; each consumer warp arrives on the stage's "empty"
 // one when its GEMMs have read the stage). setmaxnreg
 // moves registers from the producer to the consumers. The steps are the CTA's blocks (gather_blocks over its 128 rows)
 // x query chunks in block order, as today; consumer c computes a step exactly when today's CTA of its 64-key tile has
@@ -1242,19 +1242,21 @@ constexpr int kWg2Rows = kWg2Consumers * kWgKeys; // key rows a CTA
 // the consumers' 256 take exactly that, 256 x (240 - 168) (an inc the frees do not cover would wait forever)
 [[maybe_unused]] constexpr int kWg2ProducerRegs = 24, kWg2ConsumerRegs = 240;
 static_assert(128 * (168 - kWg2ProducerRegs) == 256 * (kWg2ConsumerRegs - 168), "the consumers take what the producer frees");
-// The ring of the wg2 dk/dv CTAs, one row of dkv_variants (below) each: its stages, and how a stage's copies are
-// announced. Waited (the first): each producer thread waits for the step before's copies (cp.async.wait_group) once
-// this step's are issued, makes them visible to the async proxy, and each producer warp arrives once: two steps'
-// copies in flight at most. Tracked: each producer thread's cp.async.mbarrier.arrive.noinc arrives on the stage's
-// full barrier when its copies (and all its earlier ones: K and V before the first step) have landed, and the producer
-// goes on: up to STAGES steps in flight; the consumers make the landed copies visible to their wgmma
-// (fence.proxy.async) after the wait. The same shared image either way, so the same bits.
-template <int STAGES, bool TRACKED> struct wg2_ring {
+// The schedule of the wg2 dk/dv CTAs, one row of kDkvVariants (below) each: the ring's stages, how a stage's copies
+// are announced, and whether a consumer pipelines its steps. Waited (the first): each producer thread waits for the
+// step before's copies (cp.async.wait_group) once this step's are issued, makes them visible to the async proxy, and
+// each producer warp arrives once: two steps' copies in flight at most. Tracked: each producer thread's
+// cp.async.mbarrier.arrive.noinc arrives on the stage's full barrier when its copies (and all its earlier ones: K and V
+// before the first step) have landed, and the producer goes on: up to STAGES steps in flight; the consumers make the
+// landed copies visible to their wgmma (fence.proxy.async) after the wait. Pipelined: as dkv_sm90's loop, a step's
+// dV, dK run on under the next step's Sᵀ. The same values through the same instructions in the same order every way,
+// so the same bits.
+template <int STAGES, bool TRACKED, bool PIPELINED> struct wg2_sched {
     static constexpr int kStages = STAGES;
-    static constexpr bool kTracked = TRACKED;
+    static constexpr bool kTracked = TRACKED, kPipelined = PIPELINED;
     static constexpr uint32_t kFullArrivals = TRACKED ? 128 : 4; // each producer thread, or each producer warp
 };
-template <int HD, class R> struct wg2_dkv_shape {
+template <int HD, class R> struct wg2_dkv_shape { // R: its wg2_sched
     static constexpr int kKBytes = kWgKeys * HD * 2;  // one consumer's K (and V) tile: HD/64 panels of 64 rows
     static constexpr int kItemBytes = kWgItem * HD * 2; // Q (and dO) of one step
     static constexpr int kDsBytes = kWgKeys * kWgItem * 2;
@@ -1266,10 +1268,11 @@ template <int HD, class R> struct wg2_dkv_shape {
     static_assert(kDsOff % 1024 == 0 && kDsBytes % 1024 == 0, "wg2_dkv_shape: the swizzled tiles on 1024-byte atoms");
     static_assert(kSmem + 2048 <= 227 * 1024, "wg2_dkv_shape: the ring and the static lists within an SM's shared memory");
     static_assert(R::kFullArrivals == (R::kTracked ? 128u : 4u), "wg2_dkv_shape: a full barrier's arrivals, as announced");
+    static_assert(!R::kPipelined || R::kStages >= 2, "wg2_dkv_shape: a pipelined consumer holds a stage a step longer");
 };
 
 #ifdef DFLASH_SM90A
-// CTA w of source src (w < n_ctx: context, (tile2, part) w / nkv of kv head w % nkv; else block rows); R: its ring
+// CTA w of source src (w < n_ctx: context, (tile2, part) w / nkv of kv head w % nkv; else block rows); R: its wg2_sched
 template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem, int n_ctx)
 {
     static_assert(HD == 128, "dkv_wg2_sm90: head_dim 128 (the accumulators of 64 x HD, the n128 wgmma)");
@@ -1365,6 +1368,20 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
     float dk[HD / 2], dv[HD / 2];
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.0f;
+    // Pipelined (R::kPipelined): a step's dV and dK run on while the next step it computes issues its Sᵀ; they are
+    // waited for (and their stage released) behind it, or before a step this consumer skips, or at the end. The
+    // fragments stay with their GEMMs until then.
+    uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
+    int pending = -1; // the stage whose dV, dK are in flight (pipelined), or -1
+    auto retire = [&] { // the pending step's dV, dK done: its stage to the producer
+        wgmma_wait<0>();
+        fence_regs(dv);
+        fence_regs(dk);
+        fence_frags<kWgItem / 16>(pa);
+        fence_frags<kWgItem / 16>(da);
+        if (pending >= 0) release(empty + pending, lane);
+        pending = -1;
+    };
     int t = 0;
     for (int cb = cand_lo; cb < cand_hi; cb += nw * 32) {
         const int items = gather_blocks(a, src, cb, cand_hi, row0, rend, nw, s_wcount, s_list) * nchunk;
@@ -1379,8 +1396,16 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
                 const DkvStep p{wgmma_sm90::smem_u32(sq + stage * S::kItemBytes), wgmma_sm90::smem_u32(sdo + stage * S::kItemBytes),
                                 slse + stage * kWgItem, sd + stage * kWgItem};
                 float st[32], dpt[32];
-                uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
                 dkv_issue_t<HD>(st, kaddr, p.qaddr);
+                if constexpr (R::kPipelined) { // the last step's dV, dK (Sᵀ may run on): the fragments are free
+                    wgmma_wait<1>();
+                    fence_regs(dv);
+                    fence_regs(dk);
+                    fence_frags<kWgItem / 16>(pa);
+                    fence_frags<kWgItem / 16>(da);
+                    if (pending >= 0) release(empty + pending, lane);
+                    pending = -1;
+                }
                 dkv_issue_t<HD>(dpt, vaddr, p.doaddr);
                 wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
                 fence_regs(st);
@@ -1395,17 +1420,17 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
                                      a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem),
                                      (unsigned)tid, 1 + cw);
                 }
-                wgmma_wait<0>();
-                fence_regs(dv);
-                fence_regs(dk);
-                fence_frags<kWgItem / 16>(pa);
-                fence_frags<kWgItem / 16>(da);
+                if constexpr (R::kPipelined) pending = stage; // released behind the next step's Sᵀ
+                else retire();                                 // (nothing pending: the wait and the fences)
+            } else if constexpr (R::kPipelined) {
+                retire(); // a pending stage held over skipped ones could starve the ring
             }
-            release(empty + stage, lane); // this warp is done with the stage (its GEMMs waited for)
+            if (!R::kPipelined || pending != stage) release(empty + stage, lane); // done with the stage (GEMMs waited for)
             const bool wrap = chunk + 1 == nchunk;
             li += wrap, chunk = wrap ? 0 : chunk + 1;
         }
     }
+    if constexpr (R::kPipelined) retire();
     if (wgr0 >= bound) return; // rows past the source's end: no tile (nor partial, nor counter) of today's
     if (parts > 1 &&
         !sum_parts_at<HD>(a, dk, dv, tile * a.nkv + kh, part, parts, (unsigned)tid, s_last[cw], [&] { named_sync(1 + cw, 128); }))
@@ -2076,7 +2101,7 @@ template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
 // DFLASH_ATTENTION not mma_sync)
 bool wgmma_device() { return attention_wgmma_chosen(128) != 0; }
 
-// The wg2 dk/dv launch of ring R (its shared memory set once per process): n_ctx context CTAs, then n_blk block-row ones
+// The wg2 dk/dv launch of schedule R (its shared memory set once per process): n_ctx context CTAs, then n_blk block-row ones
 template <class R> void launch_dkv_wg2(const Args &a, int n_ctx, int n_blk, cudaStream_t st)
 {
     using S = wg2_dkv_shape<128, R>;
@@ -2090,7 +2115,7 @@ template <class R> void launch_dkv_wg2(const Args &a, int n_ctx, int n_blk, cuda
 
 // The dk/dv CTAs the backward can run where it takes the dS workspace (head_dim 128 on wgmma), one row each; the same
 // bits all ways. wg1: one warpgroup of 64 key rows (dkv_sm90); the others a producer and two consumer warpgroups of
-// 128 key rows (dkv_wg2_sm90) with their ring (wg2_ring). Unset, the backward takes wg2 without a window, where it was
+// 128 key rows (dkv_wg2_sm90) with their schedule (wg2_sched). Unset, the backward takes wg2 without a window, where it was
 // faster on the H200 (bench_drafter 117.7 against 120.3 ms a step, the backward 10.2 against 13.3 ms;
 // bench/RESULTS.md, 2026-12-05), else wg1 (faster under a 256-row window: 0.713 against 0.754 ms).
 // DFLASH_ATTENTION_DKV=<name> (read once) or dflash_attention_dkv_force forces one.
@@ -2100,9 +2125,12 @@ struct DkvVariant {
 };
 const DkvVariant kDkvVariants[] = {
     {"wg1", nullptr},
-    {"wg2", launch_dkv_wg2<wg2_ring<3, false>>},
-    {"wg2_tracked", launch_dkv_wg2<wg2_ring<3, true>>},   // not yet timed on a GPU
-    {"wg2_tracked4", launch_dkv_wg2<wg2_ring<4, true>>},  // not yet timed on a GPU
+    {"wg2", launch_dkv_wg2<wg2_sched<3, false, false>>},
+    // not yet run on a GPU (bench/RESULTS.md, 2026-12-05, fourth session): tests/gpu/dkv_ring_ab.sh
+    {"wg2_tracked", launch_dkv_wg2<wg2_sched<3, true, false>>},
+    {"wg2_tracked4", launch_dkv_wg2<wg2_sched<4, true, false>>},
+    {"wg2_pipe", launch_dkv_wg2<wg2_sched<3, false, true>>},
+    {"wg2_tracked4_pipe", launch_dkv_wg2<wg2_sched<4, true, true>>},
 };
 constexpr int kNDkvVariants = (int)(sizeof kDkvVariants / sizeof kDkvVariants[0]);
 constexpr int kDkvByWindow = -1;

@@ -1,5 +1,5 @@
-# TIMEOUT=300
-# The rings of the wg2 dk/dv CTAs (issue 23; DFLASH_ATTENTION_DKV=wg2 | wg2_tracked | wg2_tracked4, kDkvVariants in
+# TIMEOUT=420
+# The schedules of the wg2 dk/dv CTAs (issue 23; DFLASH_ATTENTION_DKV=wg2 | wg2_tracked | wg2_tracked4 | wg2_pipe | wg2_tracked4_pipe, kDkvVariants in
 # kernels/dflash_attention.cu). 1. every dflash_attention row of the kernel case table: each head_dim-128 row runs
 # every dk/dv variant bitwise against its first run (a hang here is a ring that never completes: the timeout says
 # so); the timed 8B row times each. 2. bench_drafter --iters 5 with each variant, two rounds in turn (the drafter
@@ -10,7 +10,7 @@ timeout 120 build/gpu/test_kernel_cases_gpu dflash_attention > /tmp/ring_kc.log 
 echo "rc=$? ok=$(grep -c '^ok' /tmp/ring_kc.log) FAIL=$(grep -c '^FAIL' /tmp/ring_kc.log)"
 grep "^FAIL\|^timing\|dkv wg2" /tmp/ring_kc.log | grep -v "^ok .*rows_differing=0$" | cut -c1-300 | head -60
 for round in 1 2; do
-    for v in wg2 wg2_tracked wg2_tracked4; do
+    for v in wg2 wg2_tracked wg2_tracked4 wg2_pipe wg2_tracked4_pipe; do
         echo "== bench_drafter --iters 5, DFLASH_ATTENTION_DKV=$v (round $round)"
         DFLASH_ATTENTION_DKV=$v timeout 25 build/bench/bench_drafter --iters 5 2>&1 | grep "forward_backward\|time split\|rror"
     done
