@@ -1249,11 +1249,13 @@ static_assert(128 * (168 - kWg2ProducerRegs) == 256 * (kWg2ConsumerRegs - 168), 
 // cp.async.mbarrier.arrive.noinc arrives on the stage's full barrier when its copies (and all its earlier ones: K and V
 // before the first step) have landed, and the producer goes on: up to STAGES steps in flight; the consumers make the
 // landed copies visible to their wgmma (fence.proxy.async) after the wait. Pipelined: as dkv_sm90's loop, a step's
-// dV, dK run on under the next step's Sᵀ. The same values through the same instructions in the same order every way,
-// so the same bits.
-template <int STAGES, bool TRACKED, bool PIPELINED> struct wg2_sched {
+// dV, dK run on under the next step's Sᵀ. Turns (not with pipelined): the two consumers take turns at the tensor
+// cores (turn_begin / turn_end on named barriers 3 and 4), two turns a step: the issue of Sᵀ and dPᵀ, then of dV and
+// dK, so one's GEMMs run under the other's exp and dS; a consumer that skips a step still takes both turns. The same
+// values through the same instructions in the same order every way, so the same bits.
+template <int STAGES, bool TRACKED, bool PIPELINED, bool TURNS = false> struct wg2_sched {
     static constexpr int kStages = STAGES;
-    static constexpr bool kTracked = TRACKED, kPipelined = PIPELINED;
+    static constexpr bool kTracked = TRACKED, kPipelined = PIPELINED, kTurns = TURNS;
     static constexpr uint32_t kFullArrivals = TRACKED ? 128 : 4; // each producer thread, or each producer warp
 };
 template <int HD, class R> struct wg2_dkv_shape { // R: its wg2_sched
@@ -1269,6 +1271,7 @@ template <int HD, class R> struct wg2_dkv_shape { // R: its wg2_sched
     static_assert(kSmem + 2048 <= 227 * 1024, "wg2_dkv_shape: the ring and the static lists within an SM's shared memory");
     static_assert(R::kFullArrivals == (R::kTracked ? 128u : 4u), "wg2_dkv_shape: a full barrier's arrivals, as announced");
     static_assert(!R::kPipelined || R::kStages >= 2, "wg2_dkv_shape: a pipelined consumer holds a stage a step longer");
+    static_assert(!(R::kPipelined && R::kTurns), "wg2_dkv_shape: a pipelined step's waits would hold the turn");
 };
 
 #ifdef DFLASH_SM90A
@@ -1373,6 +1376,8 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
     // fragments stay with their GEMMs until then.
     uint32_t pa[kWgItem / 16][4], da[kWgItem / 16][4];
     int pending = -1; // the stage whose dV, dK are in flight (pipelined), or -1
+    constexpr int kTurnBar = 3; // turns on named barriers 3 and 4 (1 + cw: each consumer's own, 0: the CTA's)
+    if (cw == 1) turn_end<R::kTurns>(cw, kTurnBar); // consumer 0 takes the first turn
     auto retire = [&] { // the pending step's dV, dK done: its stage to the producer
         wgmma_wait<0>();
         fence_regs(dv);
@@ -1396,6 +1401,7 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
                 const DkvStep p{wgmma_sm90::smem_u32(sq + stage * S::kItemBytes), wgmma_sm90::smem_u32(sdo + stage * S::kItemBytes),
                                 slse + stage * kWgItem, sd + stage * kWgItem};
                 float st[32], dpt[32];
+                turn_begin<R::kTurns>(cw, kTurnBar);
                 dkv_issue_t<HD>(st, kaddr, p.qaddr);
                 if constexpr (R::kPipelined) { // the last step's dV, dK (Sᵀ may run on): the fragments are free
                     wgmma_wait<1>();
@@ -1407,13 +1413,16 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
                     pending = -1;
                 }
                 dkv_issue_t<HD>(dpt, vaddr, p.doaddr);
+                turn_end<R::kTurns>(cw, kTurnBar);
                 wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
                 fence_regs(st);
                 dkv_p(a, st, pa, p.tl, wr0, lo, hi, src, jb, chunk);
                 wgmma_wait<0>();
                 fence_regs(dpt);
                 dkv_ds(st, dpt, da, p.td);
+                turn_begin<R::kTurns>(cw, kTurnBar);
                 dkv_issue_dv_dk<HD>(dv, dk, pa, da, p);
+                turn_end<R::kTurns>(cw, kTurnBar);
                 if (a.dsw) { // dSᵀ out for the dq CTAs while the two GEMMs run (the barrier: the last tile read out)
                     named_sync(1 + cw, 128);
                     store_ds_tile_at(sds, da,
@@ -1424,6 +1433,11 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
                 else retire();                                 // (nothing pending: the wait and the fences)
             } else if constexpr (R::kPipelined) {
                 retire(); // a pending stage held over skipped ones could starve the ring
+            } else if constexpr (R::kTurns) { // both turns, passed on: the other consumer's count stays in step
+                turn_begin<true>(cw, kTurnBar);
+                turn_end<true>(cw, kTurnBar);
+                turn_begin<true>(cw, kTurnBar);
+                turn_end<true>(cw, kTurnBar);
             }
             if (!R::kPipelined || pending != stage) release(empty + stage, lane); // done with the stage (GEMMs waited for)
             const bool wrap = chunk + 1 == nchunk;
@@ -2131,6 +2145,8 @@ const DkvVariant kDkvVariants[] = {
     {"wg2_tracked4", launch_dkv_wg2<wg2_sched<4, true, false>>},
     {"wg2_pipe", launch_dkv_wg2<wg2_sched<3, false, true>>},
     {"wg2_tracked4_pipe", launch_dkv_wg2<wg2_sched<4, true, true>>},
+    {"wg2_turns", launch_dkv_wg2<wg2_sched<3, false, false, true>>},
+    {"wg2_tracked4_turns", launch_dkv_wg2<wg2_sched<4, true, false, true>>},
 };
 constexpr int kNDkvVariants = (int)(sizeof kDkvVariants / sizeof kDkvVariants[0]);
 constexpr int kDkvByWindow = -1;

@@ -279,16 +279,16 @@ __device__ __forceinline__ void named_arrive(int id, int nthreads)
 }
 
 // Two consumer warpgroups (cw 0 and 1) taking turns (FlashAttention-3's warp scheduler barrier): warpgroup cw waits
-// on named barrier 1 + cw for its turn and hands it to the other by arriving on the other's (256 threads each: 128
-// waiting, 128 arriving). Consumer 1 hands consumer 0 the first turn (turn_end once before its first turn_begin); a
-// last hand-over nobody waits for may stay unmatched at exit.
-template <bool ON> __device__ __forceinline__ void turn_begin(int cw)
+// on named barrier bar + cw (bar: 1 unless the kernel uses 1 and 2 otherwise) for its turn and hands it to the other
+// by arriving on the other's (256 threads each: 128 waiting, 128 arriving). Consumer 1 hands consumer 0 the first
+// turn (turn_end once before its first turn_begin); a last hand-over nobody waits for may stay unmatched at exit.
+template <bool ON> __device__ __forceinline__ void turn_begin(int cw, int bar = 1)
 {
-    if (ON) named_sync(1 + cw, 2 * 128);
+    if (ON) named_sync(bar + cw, 2 * 128);
 }
-template <bool ON> __device__ __forceinline__ void turn_end(int cw)
+template <bool ON> __device__ __forceinline__ void turn_end(int cw, int bar = 1)
 {
-    if (ON) named_arrive(1 + (cw ^ 1), 2 * 128);
+    if (ON) named_arrive(bar + (cw ^ 1), 2 * 128);
 }
 
 #endif // DFLASH_SM90A
