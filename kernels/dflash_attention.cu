@@ -1773,10 +1773,52 @@ template <int HD> __device__ __forceinline__ void dq_sm90(const Args &a, unsigne
 // tile (MN-major B) through two cp.async stages; pure GEMMs, no exp, no lse or D. The same tiles in the same order
 // every run: deterministic.
 constexpr int kDsTile = kWgKeys * kWgItem; // bf16 elements of a dS tile
-template <int HD> struct wg_dqws_shape {
+template <int HD, int NB = 1> struct wg_dqws_shape { // NB: the blocks a CTA sums (their dS tiles a stage)
     static constexpr int kKBytes = kWgKT * HD * 2, kDsBytes = kDsTile * 2;
-    static constexpr int kSmem = 2 * (kKBytes + kDsBytes) + 1024;
+    static constexpr int kStageBytes = kKBytes + NB * kDsBytes;
+    static constexpr int kSmem = NB == 1 ? 2 * (kKBytes + kDsBytes) + 1024 : 2 * kStageBytes + 1024;
 };
+
+#ifdef DFLASH_SM90A
+// the dq CTAs' pieces: a dS tile (8 KB at g) into the stage's swizzled image as the dk/dv CTAs wrote it (a plain copy)
+__device__ __forceinline__ void dq_ws_load_ds(unsigned char *sds, const bf16 *tile)
+{
+    const unsigned char *g = reinterpret_cast<const unsigned char *>(tile);
+#pragma unroll
+    for (int x = 0; x < kDsTile * 2 / 16 / 128; x++) {
+        const int off = ((int)threadIdx.x + x * 128) * 16;
+        cp_async16(sds + off, g + off, true);
+    }
+}
+// dQ += dS·K issued (after a wgmma fence; the caller commits): dS K-major as issue_s's Q (a k16 step 32 bytes along
+// its 128-byte rows), K MN-major as in issue_pv
+template <int HD> __device__ __forceinline__ void dq_ws_issue(float (&dq)[HD / 2], uint32_t dsaddr, uint32_t kaddr)
+{
+    using namespace wgmma_sm90;
+    const uint64_t dsd = sw128_desc(dsaddr, 16, 1024);
+    const uint64_t kd = sw128_desc(kaddr, kWgKT * 128, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kWgKT / 16; kk++) wgmma_ss_m64n128k16<1>(dq, desc_at(dsd, kk * 32), desc_at(kd, kk * 2048), 1);
+}
+// the CTA's dQ rows of query chunk c of block j to a.dq: CTA row r = 16·warp + g (+8) is row ρ = c·64 + r of the
+// block's B·G, head kh·G + ρ / B, slot ρ % B
+template <int HD> __device__ __forceinline__ void dq_ws_store(const Args &a, const float (&dq)[HD / 2], int j, int c, int kh)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int rho = c * kWgItem + warp * 16 + g + rr * 8;
+        if (rho >= a.G * a.B) continue;
+        bf16 *drow = a.dq + ((size_t)j * a.B + rho % a.B) * a.lddq + ((size_t)kh * a.G + rho / a.B) * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++)
+            *reinterpret_cast<uint32_t *>(drow + i * 8 + tig * 2) =
+                pack_bf16(dq[4 * i + rr * 2] * a.scale, dq[4 * i + rr * 2 + 1] * a.scale);
+    }
+}
+#endif
+
 template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(const Args a)
 {
 #ifdef DFLASH_SM90A
@@ -1802,12 +1844,7 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
         const int i = ctx ? it : it - nct;
         sw_load_rows<HD, kWgKT, 128>(sk + stage * S::kKBytes, (ctx ? a.kc : a.kb) + (size_t)kh * HD,
                                      ctx ? a.ldkc : a.ldkb, ((ctx ? ct0 : bt0) + i) * kWgKT, ctx ? a.T : a.N * a.B);
-        const unsigned char *g = reinterpret_cast<const unsigned char *>(ws + (size_t)((ctx ? 0 : a.ws_nct) + i) * kDsTile);
-#pragma unroll
-        for (int x = 0; x < S::kDsBytes / 16 / 128; x++) {
-            const int off = ((int)threadIdx.x + x * 128) * 16;
-            cp_async16(sds + stage * S::kDsBytes + off, g + off, true);
-        }
+        dq_ws_load_ds(sds + stage * S::kDsBytes, ws + (size_t)((ctx ? 0 : a.ws_nct) + i) * kDsTile);
     };
     float dq[HD / 2];
 #pragma unroll
@@ -1817,30 +1854,97 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
     for (int it = 0; it < ntot; it++) {
         const int stage = it & 1;
         wg_stage_next(it + 1 < ntot, [&] { load(it + 1, stage ^ 1); });
-        // dQ += dS·K: dS K-major as issue_s's Q (a k16 step 32 bytes along its 128-byte rows), K MN-major as in issue_pv
-        const uint64_t dsd = sw128_desc(mma_sm80::smem_u32(sds + stage * S::kDsBytes), 16, 1024);
-        const uint64_t kd = sw128_desc(mma_sm80::smem_u32(sk + stage * S::kKBytes), kWgKT * 128, 1024);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kWgKT / 16; kk++)
-            wgmma_ss_m64n128k16<1>(dq, desc_at(dsd, kk * 32), desc_at(kd, kk * 2048), 1);
+        dq_ws_issue<HD>(dq, mma_sm80::smem_u32(sds + stage * S::kDsBytes), mma_sm80::smem_u32(sk + stage * S::kKBytes));
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(dq);
         __syncthreads(); // the next prefetch overwrites this stage
     }
-    // CTA row r = 16·warp + g (+8): row ρ = c·64 + r of the block's B·G, head kh·G + ρ / B, slot ρ % B
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+    dq_ws_store<HD>(a, dq, j, c, kh);
+#endif
+}
+
+// dq of two blocks a CTA (DFLASH_ATTENTION_DQ_PAIR=1, not yet run on a GPU): CTA (kv head fastest, the latest pairs
+// first) owns query chunk c of blocks 2p and 2p + 1 (the second absent past the last block) and walks the union of their
+// key tiles (dflash_attn_tile_union_next over each source's two tile ranges: context tiles, then block-row ones), each K
+// tile loaded once with the dS tiles of the blocks that meet it, each block summing dQ += dS·K over its own tiles in
+// key order through the same wgmma as dq_ws_sm90_kernel: the same bits. A block's neighbour in its sequence meets
+// nearly the same context tiles, so K comes once for two (24 KB of copies an MFLOP becomes ~16).
+template <int HD> __global__ void __launch_bounds__(128, 3) dq_ws_pair_sm90_kernel(const Args a)
+{
+#ifdef DFLASH_SM90A
+    static_assert(HD == 128, "dq_ws_pair_sm90_kernel: head_dim 128");
+    constexpr int NB = 2;
+    using S = wg_dqws_shape<HD, NB>;
+    using namespace wgmma_sm90;
+    extern __shared__ unsigned char smem_wg[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
+    const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem, npair = (a.N + 1) / 2;
+    const int kh = (int)blockIdx.x % a.nkv, pc = npair * nchunk - 1 - (int)blockIdx.x / a.nkv; // latest pairs first
+    const int c = pc % nchunk;
+    // block b: its tile ranges [c0, c1) of the context and [r0, r1) of the block rows (empty for a missing block)
+    int jb[NB], c0[NB], c1[NB], r0[NB], r1[NB];
+    const bf16 *ws[NB];
 #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int rho = c * kWgItem + warp * 16 + g + rr * 8;
-        if (rho >= a.G * a.B) continue;
-        bf16 *drow = a.dq + ((size_t)j * a.B + rho % a.B) * a.lddq + ((size_t)kh * a.G + rho / a.B) * HD;
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++)
-            *reinterpret_cast<uint32_t *>(drow + i * 8 + tig * 2) =
-                pack_bf16(dq[4 * i + rr * 2] * a.scale, dq[4 * i + rr * 2 + 1] * a.scale);
+    for (int b = 0; b < NB; b++) {
+        jb[b] = pc / nchunk * NB + b;
+        const bool here = jb[b] < a.N;
+        int lo = 0, hi = 0;
+        if (here) block_interval(a, 0, jb[b], lo, hi);
+        c0[b] = lo / kWgKT, c1[b] = lo < hi ? (hi - 1) / kWgKT + 1 : lo / kWgKT;
+        lo = hi = 0;
+        if (here) block_interval(a, 1, jb[b], lo, hi);
+        r0[b] = lo / kWgKT, r1[b] = lo < hi ? (hi - 1) / kWgKT + 1 : lo / kWgKT;
+        ws[b] = here ? a.dsw + ws_slot(a, kh, jb[b], c, nchunk, 0, 0, 0) * kDsTile : nullptr;
     }
+    auto next = [&](int src, int t) {
+        return src == 0 ? dflash_attn_tile_union_next(t, c0[0], c1[0], c0[1], c1[1])
+                        : dflash_attn_tile_union_next(t, r0[0], r1[0], r0[1], r1[1]);
+    };
+    auto first = [&](int b, int src) { return src == 0 ? c0[b] : r0[b]; };
+    auto meets = [&](int b, int src, int t) { return src == 0 ? c0[b] <= t && t < c1[b] : r0[b] <= t && t < r1[b]; };
+    // tile (src, t) into a stage: K, and the dS tile of each block that meets it
+    auto load = [&](int src, int t, int stage) {
+        unsigned char *st = smem + stage * S::kStageBytes;
+        sw_load_rows<HD, kWgKT, 128>(st, (src == 0 ? a.kc : a.kb) + (size_t)kh * HD, src == 0 ? a.ldkc : a.ldkb,
+                                     t * kWgKT, src == 0 ? a.T : a.N * a.B);
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+            if (meets(b, src, t))
+                dq_ws_load_ds(st + S::kKBytes + b * S::kDsBytes,
+                              ws[b] + (size_t)((src ? a.ws_nct : 0) + t - first(b, src)) * kDsTile);
+    };
+    float dq[NB][HD / 2];
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) dq[b][i] = 0.0f;
+    // the walk's cursor (src, t): the context union, then the block-row one; src 2: past the end
+    int src = 0, t = next(0, -1);
+    if (t == INT_MAX) src = 1, t = next(1, -1);
+    if (t == INT_MAX) src = 2;
+    if (src < 2) load(src, t, 0);
+    cp_async_commit();
+    for (int it = 0; src < 2; it++) {
+        const int stage = it & 1;
+        int nsrc = src, nt = next(src, t);
+        if (nt == INT_MAX && nsrc == 0) nsrc = 1, nt = next(1, -1);
+        if (nt == INT_MAX) nsrc = 2;
+        wg_stage_next(nsrc < 2, [&] { load(nsrc, nt, stage ^ 1); });
+        const uint32_t sbase = mma_sm80::smem_u32(smem + stage * S::kStageBytes);
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+            if (meets(b, src, t)) dq_ws_issue<HD>(dq[b], sbase + S::kKBytes + b * S::kDsBytes, sbase);
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int b = 0; b < NB; b++) fence_regs(dq[b]);
+        __syncthreads(); // the next prefetch overwrites this stage
+        src = nsrc, t = nt;
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        if (jb[b] < a.N) dq_ws_store<HD>(a, dq[b], jb[b], c, kh);
 #endif
 }
 
@@ -2173,6 +2277,11 @@ const DkvVariant &dkv_variant(int window)
     return kDkvVariants[g_dkv_forced >= 0 ? g_dkv_forced : window == 0 ? 1 : 0];
 }
 
+// The dq CTAs after the dk/dv ones: one block each (dq_ws_sm90_kernel), or two (dq_ws_pair_sm90_kernel: not yet run
+// on a GPU) where DFLASH_ATTENTION_DQ_PAIR=1 (read once) or dflash_attention_dq_pair(1) says so. The same bits.
+int g_dq_pair = -1;
+bool dq_pair() { return env_switch(&g_dq_pair, "DFLASH_ATTENTION_DQ_PAIR", "1"); }
+
 template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
 {
     static bool attr_set = false;
@@ -2183,6 +2292,8 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 CHECK_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_sm90_smem<HD>()));
             CHECK_CUDA(cudaFuncSetAttribute(dq_ws_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             wg_dqws_shape<HD>::kSmem));
+            CHECK_CUDA(cudaFuncSetAttribute(dq_ws_pair_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            wg_dqws_shape<HD, 2>::kSmem));
         }
         attr_set = true;
     }
@@ -2207,7 +2318,11 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 }
                 CHECK_CUDA_LAUNCH();
                 const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
-                dq_ws_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, wg_dqws_shape<HD>::kSmem, st>>>(a);
+                if (dq_pair())
+                    dq_ws_pair_sm90_kernel<HD><<<(unsigned)((a.N + 1) / 2 * nchunk * a.nkv), 128,
+                                                 wg_dqws_shape<HD, 2>::kSmem, st>>>(a);
+                else
+                    dq_ws_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, wg_dqws_shape<HD>::kSmem, st>>>(a);
                 CHECK_CUDA_LAUNCH();
                 return;
             }
@@ -2287,6 +2402,8 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
 
 // the dS workspace is used (its size nonzero): head_dim 128 on the wgmma kernels
 static bool ws_applies(const dflash_attn_shape *s) { return s->hd == 128 && wgmma_device(); }
+
+extern "C" void dflash_attention_dq_pair(int on) { g_dq_pair = on < 0 ? -1 : on ? 1 : 0; }
 
 extern "C" int dflash_attention_dkv_variants(void) { return kNDkvVariants; }
 extern "C" const char *dflash_attention_dkv_variant(int i)

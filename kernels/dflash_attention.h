@@ -7,6 +7,7 @@
 #ifndef DFLASH_KERNEL_DFLASH_ATTENTION_H
 #define DFLASH_KERNEL_DFLASH_ATTENTION_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,18 @@ static inline DFLASH_ATTN_HD void dflash_attn_window(int clen, int B, int i, int
     *c0 = lo < 0 ? 0 : lo > clen ? clen : lo;
     *b0 = i - W + 1 < 0 ? 0 : i - W + 1;
     *b1 = i + W > B ? B : i + W;
+}
+
+/* The walk of a CUDA dq CTA that sums two blocks' dQ (DFLASH_ATTENTION_DQ_PAIR=1): the union of two ranges of key
+ * tiles [s0, e0) and [s1, e1) (empty when s >= e), ascending, each tile once. The tile after t (t = -1: the first):
+ * the least tile > t in either range, or INT_MAX past the last. Each block's own tiles come in its own order
+ * (ascending), so each sums what it would alone in the same order. */
+static inline DFLASH_ATTN_HD int dflash_attn_tile_union_next(int t, int s0, int e0, int s1, int e1)
+{
+    int n0 = t + 1 < s0 ? s0 : t + 1, n1 = t + 1 < s1 ? s1 : t + 1;
+    if (n0 >= e0) n0 = INT_MAX;
+    if (n1 >= e1) n1 = INT_MAX;
+    return n0 < n1 ? n0 : n1;
 }
 
 /* out (N*B, nh*hd); q (N*B, nh*hd); kc, vc (T, nkv*hd) context keys/values; kb, vb (N*B, nkv*hd) block
@@ -107,6 +120,9 @@ void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delt
  * dflash_attention_dkv_variants() (its name as DFLASH_ATTENTION_DKV takes it: "wg1" the one-warpgroup CTAs, "wg2..."
  * a producer and two consumer warpgroups with one ring or another) is forced by dflash_attention_dkv_force(i); -1 goes
  * back to what the environment says (unset: "wg2" without a window, "wg1" under one). The same bits all ways. */
+/* The dq CTAs that follow them (tests and A/B runs): 1 those of two blocks each (as DFLASH_ATTENTION_DQ_PAIR=1), 0 of
+ * one (the default), -1 as the environment says. The same bits both ways. */
+void dflash_attention_dq_pair(int on);
 int dflash_attention_dkv_variants(void);
 const char *dflash_attention_dkv_variant(int i); /* NULL past the last */
 void dflash_attention_dkv_force(int i);

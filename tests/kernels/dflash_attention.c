@@ -668,16 +668,21 @@ static void run_case(const attn_case *k)
         check_same(cname, "dvb (max_ctx)", d_dvb, gdvb, (size_t)NB * kd * 2);
     }
 
-    for (int v = 0; d_ws && v < dflash_attention_dkv_variants(); v++) { /* each of the dk/dv CTAs forced: the
-                 * one-warpgroup ones, those of a producer and two consumer warpgroups with each ring
-                 * (DFLASH_ATTENTION_DKV=<name>): the first run's bits (each wg2 consumer takes a one-warpgroup 64-key
-                 * tile's steps in its order; the dS tiles the same) */
+    const int ndkv = dflash_attention_dkv_variants();
+    for (int v = 0; d_ws && v <= ndkv; v++) { /* each of the dk/dv CTAs forced: the one-warpgroup ones, those of a
+                 * producer and two consumer warpgroups with each schedule (DFLASH_ATTENTION_DKV=<name>); then (v ==
+                 * ndkv) the dq CTAs of two blocks (DFLASH_ATTENTION_DQ_PAIR=1): the first run's bits (each wg2
+                 * consumer takes a one-warpgroup 64-key tile's steps in its order, each dq pair block its own tiles
+                 * in its own order; the dS tiles the same) */
         char what[48];
-        snprintf(what, sizeof what, "dkv %s", dflash_attention_dkv_variant(v));
-        dflash_attention_dkv_force(v);
+        if (v < ndkv) snprintf(what, sizeof what, "dkv %s", dflash_attention_dkv_variant(v));
+        else snprintf(what, sizeof what, "dq pair");
+        if (v < ndkv) dflash_attention_dkv_force(v);
+        else dflash_attention_dq_pair(1);
         poison_backward_outputs(&gr, d_ws, ws_bytes, NB, T, ldo, ldkv, kd);
         dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
         dflash_attention_dkv_force(-1);
+        dflash_attention_dq_pair(-1);
         const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
         printf("%s %s %s: dq,dkc,dvc rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, what, diff);
         if (diff) failures++;
@@ -757,9 +762,11 @@ static void run_case(const attn_case *k)
             CHECK_CUDA(cudaEventElapsedTime(&ms_r, e0, e1));
             printf("timing %s W=%d backward without the dS workspace (dq recomputes) %.3f ms; workspace %.1f MB\n",
                    k->name, k->window, ms_r / iters, ws_bytes / 1e6);
-            for (int v = 0; v < dflash_attention_dkv_variants(); v++) { /* each of the dk/dv CTAs forced */
+            for (int v = 0; v <= dflash_attention_dkv_variants(); v++) { /* each of the dk/dv CTAs forced, the dq pairs */
                 float ms_w = 0;
-                dflash_attention_dkv_force(v);
+                const int pair = v == dflash_attention_dkv_variants();
+                if (pair) dflash_attention_dq_pair(1);
+                else dflash_attention_dkv_force(v);
                 CHECK_CUDA(cudaEventRecord(e0, stream));
                 for (int i = 0; i < iters; i++)
                     dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in,
@@ -768,8 +775,13 @@ static void run_case(const attn_case *k)
                 CHECK_CUDA(cudaEventSynchronize(e1));
                 CHECK_CUDA(cudaEventElapsedTime(&ms_w, e0, e1));
                 dflash_attention_dkv_force(-1);
-                printf("timing %s W=%d backward with the %s dk/dv CTAs (DFLASH_ATTENTION_DKV=%s) %.3f ms\n", k->name,
-                       k->window, dflash_attention_dkv_variant(v), dflash_attention_dkv_variant(v), ms_w / iters);
+                dflash_attention_dq_pair(-1);
+                if (pair)
+                    printf("timing %s W=%d backward with the dq CTAs of two blocks (DFLASH_ATTENTION_DQ_PAIR=1) %.3f ms\n",
+                           k->name, k->window, ms_w / iters);
+                else
+                    printf("timing %s W=%d backward with the %s dk/dv CTAs (DFLASH_ATTENTION_DKV=%s) %.3f ms\n", k->name,
+                           k->window, dflash_attention_dkv_variant(v), dflash_attention_dkv_variant(v), ms_w / iters);
             }
         }
         ms_f /= iters, ms_b /= iters;
