@@ -982,6 +982,10 @@ __device__ __forceinline__ bool sum_parts(const Args &a, float (&dk)[HD / 2], fl
 // k16 fragment; its eight 16-byte rows a matrix on distinct swizzled chunks), one warpgroup barrier, 16-byte
 // coalesced copies out. The caller's barrier before the next step keeps sds from being overwritten while it is read.
 // store_ds_tile_at: the same for the warpgroup whose thread tid (0..127) this is and whose named barrier is bar.
+// BULK: the copy out is one 8 KB bulk copy by thread 0 (after every thread's stmatrix is made visible to the async
+// proxy); the caller's barrier before the next step must then follow thread 0's bulk_wait_read<0> (the copy has read
+// the tile), and thread 0 waits for the copies' writes (bulk_wait<0>) before the CTA ends.
+template <bool BULK = false>
 __device__ __forceinline__ void store_ds_tile_at(unsigned char *sds, const uint32_t (&da)[kWgItem / 16][4], bf16 *dst,
                                                  unsigned tid, int bar)
 {
@@ -994,6 +998,15 @@ __device__ __forceinline__ void store_ds_tile_at(unsigned char *sds, const uint3
         asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(base + kk * 2048),
                      "r"(da[kk][0]), "r"(da[kk][1]), "r"(da[kk][2]), "r"(da[kk][3])
                      : "memory");
+    if constexpr (BULK) {
+        wgmma_sm90::fence_proxy_async(); // this thread's stmatrix, to the bulk copy's async proxy
+        wgmma_sm90::named_sync(bar, 128);
+        if (tid == 0) {
+            wgmma_sm90::bulk_store(dst, sds, kWgKeys * kWgItem * 2);
+            wgmma_sm90::bulk_commit();
+        }
+        return;
+    }
     wgmma_sm90::named_sync(bar, 128);
     uint4 *gd = reinterpret_cast<uint4 *>(dst);
     const uint4 *sd = reinterpret_cast<const uint4 *>(sds);
@@ -1251,11 +1264,13 @@ static_assert(128 * (168 - kWg2ProducerRegs) == 256 * (kWg2ConsumerRegs - 168), 
 // landed copies visible to their wgmma (fence.proxy.async) after the wait. Pipelined: as dkv_sm90's loop, a step's
 // dV, dK run on under the next step's Sᵀ. Turns (not with pipelined): the two consumers take turns at the tensor
 // cores (turn_begin / turn_end on named barriers 3 and 4), two turns a step: the issue of Sᵀ and dPᵀ, then of dV and
-// dK, so one's GEMMs run under the other's exp and dS; a consumer that skips a step still takes both turns. The same
-// values through the same instructions in the same order every way, so the same bits.
-template <int STAGES, bool TRACKED, bool PIPELINED, bool TURNS = false> struct wg2_sched {
+// dK, so one's GEMMs run under the other's exp and dS; a consumer that skips a step still takes both turns. Bulk dS:
+// each step's dS tile goes out as one bulk copy by the consumer's thread 0 (store_ds_tile_at<true>), not by 128
+// threads' loads and stores. The same values through the same instructions in the same order every way, so the same
+// bits.
+template <int STAGES, bool TRACKED, bool PIPELINED, bool TURNS = false, bool BULK_DS = false> struct wg2_sched {
     static constexpr int kStages = STAGES;
-    static constexpr bool kTracked = TRACKED, kPipelined = PIPELINED, kTurns = TURNS;
+    static constexpr bool kTracked = TRACKED, kPipelined = PIPELINED, kTurns = TURNS, kBulkDs = BULK_DS;
     static constexpr uint32_t kFullArrivals = TRACKED ? 128 : 4; // each producer thread, or each producer warp
 };
 template <int HD, class R> struct wg2_dkv_shape { // R: its wg2_sched
@@ -1272,6 +1287,7 @@ template <int HD, class R> struct wg2_dkv_shape { // R: its wg2_sched
     static_assert(R::kFullArrivals == (R::kTracked ? 128u : 4u), "wg2_dkv_shape: a full barrier's arrivals, as announced");
     static_assert(!R::kPipelined || R::kStages >= 2, "wg2_dkv_shape: a pipelined consumer holds a stage a step longer");
     static_assert(!(R::kPipelined && R::kTurns), "wg2_dkv_shape: a pipelined step's waits would hold the turn");
+    static_assert(!R::kBulkDs || kDsBytes % 16 == 0, "wg2_dkv_shape: a bulk copy moves 16-byte units");
 };
 
 #ifdef DFLASH_SM90A
@@ -1424,10 +1440,11 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
                 dkv_issue_dv_dk<HD>(dv, dk, pa, da, p);
                 turn_end<R::kTurns>(cw, kTurnBar);
                 if (a.dsw) { // dSᵀ out for the dq CTAs while the two GEMMs run (the barrier: the last tile read out)
+                    if (R::kBulkDs && tid == 0) bulk_wait_read<0>();
                     named_sync(1 + cw, 128);
-                    store_ds_tile_at(sds, da,
-                                     a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem),
-                                     (unsigned)tid, 1 + cw);
+                    store_ds_tile_at<R::kBulkDs>(
+                        sds, da, a.dsw + ws_slot(a, kh, jb, chunk, nchunk, src, tile, lo) * (kWgKeys * kWgItem),
+                        (unsigned)tid, 1 + cw);
                 }
                 if constexpr (R::kPipelined) pending = stage; // released behind the next step's Sᵀ
                 else retire();                                 // (nothing pending: the wait and the fences)
@@ -1445,6 +1462,7 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
         }
     }
     if constexpr (R::kPipelined) retire();
+    if (R::kBulkDs && tid == 0) bulk_wait<0>(); // the dS tiles written before this warpgroup ends
     if (wgr0 >= bound) return; // rows past the source's end: no tile (nor partial, nor counter) of today's
     if (parts > 1 &&
         !sum_parts_at<HD>(a, dk, dv, tile * a.nkv + kh, part, parts, (unsigned)tid, s_last[cw], [&] { named_sync(1 + cw, 128); }))
@@ -2251,6 +2269,8 @@ const DkvVariant kDkvVariants[] = {
     {"wg2_tracked4_pipe", launch_dkv_wg2<wg2_sched<4, true, true>>},
     {"wg2_turns", launch_dkv_wg2<wg2_sched<3, false, false, true>>},
     {"wg2_tracked4_turns", launch_dkv_wg2<wg2_sched<4, true, false, true>>},
+    {"wg2_bulk", launch_dkv_wg2<wg2_sched<3, false, false, false, true>>},
+    {"wg2_tracked4_bulk", launch_dkv_wg2<wg2_sched<4, true, false, false, true>>},
 };
 constexpr int kNDkvVariants = (int)(sizeof kDkvVariants / sizeof kDkvVariants[0]);
 constexpr int kDkvByWindow = -1;

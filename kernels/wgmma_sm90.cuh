@@ -239,6 +239,14 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void 
                  "r"(smem_u32(src)), "r"(col), "r"(row)
                  : "memory");
 }
+// a plain bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared to global memory, in
+// this thread's bulk async-group (bulk_commit, bulk_wait_read, bulk_wait as the TMA stores)
+__device__ __forceinline__ void bulk_store(void *dst, const void *src, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"((uint64_t)dst),
+                 "r"(smem_u32(src)), "r"(bytes)
+                 : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void bulk_wait_read()
 {
