@@ -8,22 +8,24 @@
 #    the timed 8B row times each.
 # 2. bench_drafter --iters 5 with each, two rounds in turn (the drafter step and its time split).
 # 3. the drafter goldens with the tracked, pipelined, turn-taking and bulk-dS schedules and the dq pairs.
-# From the repo root, the build at build/.
+#   BUILD=<folder with gpu/ bench/> OUT=<folder for the whole log> tests/gpu/dflash_bwd_ab.sh   (from the repo root)
 set -u
+BUILD=${BUILD:-build}
+[ -n "${OUT:-}" ] && mkdir -p "$OUT" && exec > >(tee "$OUT/dflash_bwd_ab.log") 2>&1
 echo "== test_kernel_cases_gpu dflash_attention rows"
-timeout 120 build/gpu/test_kernel_cases_gpu dflash_attention > /tmp/sched_kc.log 2>&1
+timeout 120 $BUILD/gpu/test_kernel_cases_gpu dflash_attention > /tmp/sched_kc.log 2>&1
 echo "rc=$? ok=$(grep -c '^ok' /tmp/sched_kc.log) FAIL=$(grep -c '^FAIL' /tmp/sched_kc.log)"
 grep "^FAIL\|^timing\|dkv wg2\|dq pair" /tmp/sched_kc.log | grep -v "^ok .*rows_differing=0$" | cut -c1-300 | head -60
 for round in 1 2; do
     for v in DKV=wg2 DKV=wg2_tracked DKV=wg2_tracked4 DKV=wg2_pipe DKV=wg2_tracked4_pipe DKV=wg2_turns \
         DKV=wg2_tracked4_turns DKV=wg2_bulk DKV=wg2_tracked4_bulk DQ_PAIR=1; do
         echo "== bench_drafter --iters 5, DFLASH_ATTENTION_$v (round $round)"
-        env "DFLASH_ATTENTION_$v" timeout 25 build/bench/bench_drafter --iters 5 2>&1 | grep "forward_backward\|time split\|rror"
+        env "DFLASH_ATTENTION_$v" timeout 25 $BUILD/bench/bench_drafter --iters 5 2>&1 | grep "forward_backward\|time split\|rror"
     done
 done
 for v in DKV=wg2_tracked DKV=wg2_tracked4_pipe DKV=wg2_tracked4_turns DKV=wg2_tracked4_bulk DQ_PAIR=1; do
     echo "== test_drafter_gpu tests/goldens, DFLASH_ATTENTION_$v"
-    env "DFLASH_ATTENTION_$v" timeout 40 build/gpu/test_drafter_gpu tests/goldens > /tmp/sched_td.log 2>&1
+    env "DFLASH_ATTENTION_$v" timeout 40 $BUILD/gpu/test_drafter_gpu tests/goldens > /tmp/sched_td.log 2>&1
     echo "rc=$? ok=$(grep -c '^ok' /tmp/sched_td.log) fail=$(grep -c '^FAIL' /tmp/sched_td.log)"
     grep -m 10 "FAIL" /tmp/sched_td.log | cut -c1-300
 done
