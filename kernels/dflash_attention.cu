@@ -1266,12 +1266,21 @@ static_assert(128 * (168 - kWg2ProducerRegs) == 256 * (kWg2ConsumerRegs - 168), 
 // cores (turn_begin / turn_end on named barriers 3 and 4), two turns a step: the issue of Sᵀ and dPᵀ, then of dV and
 // dK, so one's GEMMs run under the other's exp and dS; a consumer that skips a step still takes both turns. Bulk dS:
 // each step's dS tile goes out as one bulk copy by the consumer's thread 0 (store_ds_tile_at<true>), not by 128
-// threads' loads and stores. The same values through the same instructions in the same order every way, so the same
-// bits.
-template <int STAGES, bool TRACKED, bool PIPELINED, bool TURNS = false, bool BULK_DS = false> struct wg2_sched {
+// threads' loads and stores. TMA (where wg2_tma_shape allows, else the same schedule on cp.async): the bulk tensor copy
+// engine stages the tiles, as the causal attention's producer does (its cp.async staging measured 2.2x slower,
+// bench/RESULTS.md): K and V of both consumers once, on their own barrier (kv); each step's Q and dO as boxes of B rows
+// x 64 columns, one a query head and panel, by producer thread 0 on the stage's full barrier with their byte count;
+// lse and D by producer warp 1's cp.async, each lane arriving as its copies land (noinc). The boxes land where
+// sw_load_item puts the rows (a head's B rows start on a 1024-byte swizzle atom: B % 8 == 0), rows past the block's
+// B·G stay zero from the start (B·G < 64, the one chunk). The same values through the same instructions in the same
+// order every way, so the same bits.
+template <int STAGES, bool TRACKED, bool PIPELINED, bool TURNS = false, bool BULK_DS = false, bool TMA = false>
+struct wg2_sched {
     static constexpr int kStages = STAGES;
-    static constexpr bool kTracked = TRACKED, kPipelined = PIPELINED, kTurns = TURNS, kBulkDs = BULK_DS;
-    static constexpr uint32_t kFullArrivals = TRACKED ? 128 : 4; // each producer thread, or each producer warp
+    static constexpr bool kTracked = TRACKED, kPipelined = PIPELINED, kTurns = TURNS, kBulkDs = BULK_DS, kTma = TMA;
+    // each producer thread (tracked), each producer warp (waited), or (TMA) thread 0's expect_tx and warp 1's lanes
+    static constexpr uint32_t kFullArrivals = TMA ? 1 + 32 : TRACKED ? 128 : 4;
+    using CpAsync = wg2_sched<STAGES, TRACKED, PIPELINED, TURNS, BULK_DS, false>; // where TMA cannot stage the shape
 };
 template <int HD, class R> struct wg2_dkv_shape { // R: its wg2_sched
     static constexpr int kKBytes = kWgKeys * HD * 2;  // one consumer's K (and V) tile: HD/64 panels of 64 rows
@@ -1281,18 +1290,69 @@ template <int HD, class R> struct wg2_dkv_shape { // R: its wg2_sched
     static constexpr int kDsOff = kStageOff + 2 * R::kStages * kItemBytes;          // the stages' Q, then their dO
     static constexpr int kRowOff = kDsOff + kWg2Consumers * kDsBytes;               // the consumers' dS staging tiles
     static constexpr int kBarOff = kRowOff + 2 * R::kStages * kWgItem * (int)sizeof(float); // lse, D of each stage
-    static constexpr int kSmem = kBarOff + 2 * R::kStages * 8 + 1024;               // full, empty; 1024 to align
+    static constexpr int kSmem = kBarOff + (2 * R::kStages + R::kTma) * 8 + 1024;   // full, empty (kv); to align
     static_assert(kDsOff % 1024 == 0 && kDsBytes % 1024 == 0, "wg2_dkv_shape: the swizzled tiles on 1024-byte atoms");
     static_assert(kSmem + 2048 <= 227 * 1024, "wg2_dkv_shape: the ring and the static lists within an SM's shared memory");
-    static_assert(R::kFullArrivals == (R::kTracked ? 128u : 4u), "wg2_dkv_shape: a full barrier's arrivals, as announced");
+    static_assert(R::kFullArrivals == (R::kTma ? 33u : R::kTracked ? 128u : 4u),
+                  "wg2_dkv_shape: a full barrier's arrivals, as announced");
     static_assert(!R::kPipelined || R::kStages >= 2, "wg2_dkv_shape: a pipelined consumer holds a stage a step longer");
     static_assert(!(R::kPipelined && R::kTurns), "wg2_dkv_shape: a pipelined step's waits would hold the turn");
     static_assert(!R::kBulkDs || kDsBytes % 16 == 0, "wg2_dkv_shape: a bulk copy moves 16-byte units");
 };
 
+// The tensor maps of the TMA-staged wg2 CTAs: q and dout (N·B rows of nh·HD columns, boxes of B rows), kc, vc (T rows)
+// and kb, vb (N·B rows) of nkv·HD columns, boxes of 64 rows; all 64-column boxes, 128-byte swizzled.
+struct Wg2Maps {
+    CUtensorMap q, dout, kc, vc, kb, vb;
+};
+// whether TMA can stage a step of shape (B, G) as sw_load_item does: a head's B rows start on a 1024-byte swizzle atom
+// (B % 8 == 0), a chunk holds whole heads (64 % B == 0), and either one chunk (B·G <= 64: its rows past B·G zeroed
+// once) or only full ones (B·G % 64 == 0)
+inline bool wg2_tma_shape(int B, int G)
+{
+    return B % 8 == 0 && kWgItem % B == 0 && (B * G <= kWgItem || B * G % kWgItem == 0);
+}
+
 #ifdef DFLASH_SM90A
+// one step's Q and dO by TMA (producer thread 0): chunk c of block j's B·G rows (heads c·64/B ..), each head's B rows
+// and panel one box onto the stage's full barrier, announced with their byte count
+template <int HD>
+__device__ __forceinline__ void wg2_tma_item(unsigned char *sq, unsigned char *sdo, uint64_t *full, const Wg2Maps *m,
+                                             const Args &a, int j, int c, int kh)
+{
+    using namespace wgmma_sm90;
+    const int g0 = c * kWgItem / a.B, g1 = min(a.G, g0 + kWgItem / a.B);
+    mbar_arrive_expect_tx(full, (uint32_t)((g1 - g0) * a.B * 2 * HD * 2));
+    for (int g = g0; g < g1; g++) {
+        const int r = g * a.B - c * kWgItem; // the head's first row in the tile (a multiple of 8)
+#pragma unroll
+        for (int p = 0; p < HD / 64; p++) {
+            const int col = (kh * a.G + g) * HD + p * 64, off = p * kWgItem * 128 + r * 128;
+            tma_load_2d(sq + off, &m->q, col, j * a.B, full);
+            tma_load_2d(sdo + off, &m->dout, col, j * a.B, full);
+        }
+    }
+}
+// one step's lse and D by producer warp 1 (lane: rows lane and lane + 32, as sw_load_item), each lane arriving on the
+// stage's full barrier once its copies have landed
+__device__ __forceinline__ void wg2_rows_item(float *slse, float *sd, uint64_t *full, const Args &a, int j, int c, int kh,
+                                              int lane)
+{
+    const int GB = a.G * a.B;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = lane + 32 * h, rho = c * kWgItem + r;
+        const bool valid = rho < GB;
+        const size_t i = valid ? ((size_t)j * a.B + rho % a.B) * a.nh + (size_t)kh * a.G + rho / a.B : 0;
+        cp_async4(slse + r, a.lse + i, valid);
+        cp_async4(sd + r, a.delta + i, valid);
+    }
+    cp_async_mbar_arrive_noinc(full);
+}
+
 // CTA w of source src (w < n_ctx: context, (tile2, part) w / nkv of kv head w % nkv; else block rows); R: its wg2_sched
-template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem, int n_ctx)
+template <int HD, class R>
+__device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem, int n_ctx, const Wg2Maps *maps)
 {
     static_assert(HD == 128, "dkv_wg2_sm90: head_dim 128 (the accumulators of 64 x HD, the n128 wgmma)");
     using S = wg2_dkv_shape<HD, R>;
@@ -1305,7 +1365,7 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
     unsigned char *sk = smem, *sv = sk + kWg2Consumers * S::kKBytes, *sq = smem + S::kStageOff;
     unsigned char *sdo = sq + kStages * S::kItemBytes;
     float *slse = reinterpret_cast<float *>(smem + S::kRowOff), *sd = slse + kStages * kWgItem;
-    uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::kBarOff), *empty = full + kStages;
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::kBarOff), *empty = full + kStages, *kvbar = empty + kStages;
     int w = blockIdx.x;
     const int src = w < n_ctx ? 0 : 1;
     w -= src ? n_ctx : 0;
@@ -1321,9 +1381,18 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
             mbar_init(full + s, R::kFullArrivals);
             mbar_init(empty + s, kWg2Consumers * 4); // one per consumer warp
         }
+        if (R::kTma) mbar_init(kvbar, 1);
         mbar_init_fence();
     }
-    if (wg == 0) { // both halves' K and V: their copies complete before the first step's full barrier does
+    if (R::kTma && wg == 0 && a.G * a.B < kWgItem) { // the rows no box writes: zero in every stage, once
+        const int gb = a.G * a.B;
+        for (int x = threadIdx.x; x < 2 * kStages * (kWgItem - gb) * (HD / 8); x += 128) {
+            const int r = gb + x / (HD / 8) % (kWgItem - gb), ch = x % (HD / 8), tile = x / (HD / 8) / (kWgItem - gb);
+            *reinterpret_cast<uint4 *>(sq + tile * S::kItemBytes + sw_off<kWgItem>(r, ch)) = make_uint4(0, 0, 0, 0);
+        }
+        fence_proxy_async(); // the zeros, to the wgmma (async proxy)
+    }
+    if (!R::kTma && wg == 0) { // both halves' K and V: their copies complete before the first step's full barrier does
         const bf16 *k = src == 0 ? a.kc : a.kb, *v = src == 0 ? a.vc : a.vb;
         const int ldk = src == 0 ? a.ldkc : a.ldkb, ldv = src == 0 ? a.ldvc : a.ldvb;
 #pragma unroll
@@ -1340,6 +1409,18 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
     // phase parity (t / S) & 1.
     if (wg == 0) {
         setmaxnreg_dec<kWg2ProducerRegs>();
+        if (R::kTma && threadIdx.x == 0) { // both halves' K and V, once
+            const CUtensorMap *mk = src == 0 ? &maps->kc : &maps->kb, *mv = src == 0 ? &maps->vc : &maps->vb;
+            mbar_arrive_expect_tx(kvbar, 2 * kWg2Consumers * S::kKBytes);
+#pragma unroll
+            for (int c = 0; c < kWg2Consumers; c++)
+#pragma unroll
+                for (int p = 0; p < HD / 64; p++) {
+                    const int col = kh * HD + p * 64, row = row0 + c * kWgKeys;
+                    tma_load_2d(sk + c * S::kKBytes + p * kWgKeys * 128, mk, col, row, kvbar);
+                    tma_load_2d(sv + c * S::kKBytes + p * kWgKeys * 128, mv, col, row, kvbar);
+                }
+        }
         // the step's copies announced on its full barrier: this thread's landed (and made visible to the wgmma's async
         // proxy), the warp's, then one arrival
         auto announce = [&](int stage) {
@@ -1353,6 +1434,20 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
             int li = 0, chunk = 0;
             for (int it = 0; it < items; it++, t++) {
                 const int stage = t % kStages;
+                if constexpr (R::kTma) {
+                    if (threadIdx.x == 0 || threadIdx.x / 32 == 1) {
+                        if (t >= kStages) mbar_wait(empty + stage, (uint32_t)(((t / kStages) & 1) ^ 1));
+                        if (threadIdx.x == 0)
+                            wg2_tma_item<HD>(sq + stage * S::kItemBytes, sdo + stage * S::kItemBytes, full + stage,
+                                             maps, a, s_list[li], chunk, kh);
+                        else
+                            wg2_rows_item(slse + stage * kWgItem, sd + stage * kWgItem, full + stage, a, s_list[li],
+                                          chunk, kh, lane);
+                    }
+                    const bool wrap = chunk + 1 == nchunk;
+                    li += wrap, chunk = wrap ? 0 : chunk + 1;
+                    continue;
+                }
                 if (t >= kStages) mbar_wait(empty + stage, (uint32_t)(((t / kStages) & 1) ^ 1)); // t - S read
                 sw_load_item<HD, 128, 1>(sq + stage * S::kItemBytes, sdo + stage * S::kItemBytes, slse + stage * kWgItem,
                                       sd + stage * kWgItem, a, s_list[li], chunk, kh);
@@ -1368,17 +1463,19 @@ template <int HD, class R> __device__ __forceinline__ void dkv_wg2_sm90(const Ar
                 const bool wrap = chunk + 1 == nchunk;
                 li += wrap, chunk = wrap ? 0 : chunk + 1;
             }
-            if (!R::kTracked && items > 0) {
+            if (!R::kTracked && !R::kTma && items > 0) {
                 cp_async_wait<0>();
                 announce((t - 1) % kStages);
             }
         }
-        if constexpr (R::kTracked) cp_async_commit(); // its step copies are in no group yet
+        if constexpr (R::kTracked || R::kTma) cp_async_commit(); // its step copies are in no group yet
         cp_async_wait<0>(); // a CTA no block sees still has its K/V copy in flight
+        if (R::kTma && threadIdx.x == 0) mbar_wait(kvbar, 0); // (likewise its K/V boxes)
         return;
     }
 
     setmaxnreg_inc<kWg2ConsumerRegs>();
+    if (R::kTma) mbar_wait(kvbar, 0); // K and V landed
     const int cw = wg - 1, tid = threadIdx.x - wg * 128, warp = tid / 32, g = lane >> 2, tig = lane & 3;
     const int tile = tile2 * kWg2Consumers + cw; // today's 64-key tile: its workspace slots, partial and counter
     const int wgr0 = row0 + cw * kWgKeys, wend = min(wgr0 + kWgKeys, bound), wr0 = wgr0 + warp * 16;
@@ -1480,7 +1577,18 @@ template <int HD, class R> __global__ void __launch_bounds__(kWg2Threads, 1) dkv
 #ifdef DFLASH_SM90A
     extern __shared__ unsigned char smem_wg2[];
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg2 + 1023) & ~(uintptr_t)1023);
-    dkv_wg2_sm90<HD, R>(a, smem, n_ctx);
+    dkv_wg2_sm90<HD, R>(a, smem, n_ctx, nullptr);
+#endif
+}
+// the same, its tiles staged by TMA (R::kTma)
+template <int HD, class R>
+__global__ void __launch_bounds__(kWg2Threads, 1)
+    dkv_wg2_tma_sm90_kernel(const Args a, int n_ctx, const __grid_constant__ Wg2Maps maps)
+{
+#ifdef DFLASH_SM90A
+    extern __shared__ unsigned char smem_wg2[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg2 + 1023) & ~(uintptr_t)1023);
+    dkv_wg2_sm90<HD, R>(a, smem, n_ctx, &maps);
 #endif
 }
 
@@ -2241,12 +2349,35 @@ bool wgmma_device() { return attention_wgmma_chosen(128) != 0; }
 template <class R> void launch_dkv_wg2(const Args &a, int n_ctx, int n_blk, cudaStream_t st)
 {
     using S = wg2_dkv_shape<128, R>;
-    static bool attr_set = false;
-    if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(dkv_wg2_sm90_kernel<128, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-        attr_set = true;
+    if constexpr (R::kTma) { // TMA where the shape and the driver allow, else the same schedule on cp.async
+        Wg2Maps m;
+        using wgmma_sm90::make_map;
+        const int qc = a.nh * 128, kc = a.nkv * 128, nb = a.N * a.B;
+        if (!wg2_tma_shape(a.B, a.G) || !make_map(&m.q, a.q, a.ldq, qc, nb, a.B) ||
+            !make_map(&m.dout, a.dout, a.lddo, qc, nb, a.B) ||
+            (a.T > 0 && (!make_map(&m.kc, a.kc, a.ldkc, kc, a.T, kWgKeys) ||
+                         !make_map(&m.vc, a.vc, a.ldvc, kc, a.T, kWgKeys))) ||
+            !make_map(&m.kb, a.kb, a.ldkb, kc, nb, kWgKeys) || !make_map(&m.vb, a.vb, a.ldvb, kc, nb, kWgKeys)) {
+            launch_dkv_wg2<typename R::CpAsync>(a, n_ctx, n_blk, st);
+            return;
+        }
+        if (a.T == 0) m.kc = m.kb, m.vc = m.vb; // (no context CTA reads them)
+        static bool attr_set = false;
+        if (!attr_set) {
+            CHECK_CUDA(cudaFuncSetAttribute(dkv_wg2_tma_sm90_kernel<128, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            S::kSmem));
+            attr_set = true;
+        }
+        dkv_wg2_tma_sm90_kernel<128, R><<<(unsigned)(n_ctx + n_blk), kWg2Threads, S::kSmem, st>>>(a, n_ctx, m);
+    } else {
+        static bool attr_set = false;
+        if (!attr_set) {
+            CHECK_CUDA(cudaFuncSetAttribute(dkv_wg2_sm90_kernel<128, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            S::kSmem));
+            attr_set = true;
+        }
+        dkv_wg2_sm90_kernel<128, R><<<(unsigned)(n_ctx + n_blk), kWg2Threads, S::kSmem, st>>>(a, n_ctx);
     }
-    dkv_wg2_sm90_kernel<128, R><<<(unsigned)(n_ctx + n_blk), kWg2Threads, S::kSmem, st>>>(a, n_ctx);
 }
 
 // The dk/dv CTAs the backward can run where it takes the dS workspace (head_dim 128 on wgmma), one row each; the same
@@ -2271,6 +2402,10 @@ const DkvVariant kDkvVariants[] = {
     {"wg2_tracked4_turns", launch_dkv_wg2<wg2_sched<4, true, false, true>>},
     {"wg2_bulk", launch_dkv_wg2<wg2_sched<3, false, false, false, true>>},
     {"wg2_tracked4_bulk", launch_dkv_wg2<wg2_sched<4, true, false, false, true>>},
+    {"wg2_tma", launch_dkv_wg2<wg2_sched<3, false, false, false, false, true>>},
+    {"wg2_tma4", launch_dkv_wg2<wg2_sched<4, false, false, false, false, true>>},
+    {"wg2_tma4_bulk", launch_dkv_wg2<wg2_sched<4, false, false, false, true, true>>},
+    {"wg2_tma4_turns", launch_dkv_wg2<wg2_sched<4, false, false, true, false, true>>},
 };
 constexpr int kNDkvVariants = (int)(sizeof kDkvVariants / sizeof kDkvVariants[0]);
 constexpr int kDkvByWindow = -1;
