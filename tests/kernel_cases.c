@@ -355,6 +355,10 @@ const kc_case kernel_cases[] = {
      .only = KC_CUDA_ONLY, .why = "head_dim 128, group 8, B = 12: a block's 96 rows in two query chunks, blocks straddle tiles"},
     {KC(kc_dflash_attention, 24, 2, 128, 16, 20, 8, 1, 0, 1, 0), KC_SEQS(300, 77), KC_AUX(13, 5),
      .only = KC_CUDA_ONLY, .why = "head_dim 128, group 12 (three query chunks), a window of 20"},
+    {KC(kc_dflash_attention, 16, 2, 128, 8, 0, 8, 0, 0, 1, 0), KC_SEQS(200, 1, 131), KC_AUX(9, 1, 7),
+     .only = KC_CUDA_ONLY, .why = "head_dim 128, group 8, B = 8: eight heads a query chunk (the wg2_tma rows' 8-row boxes)"},
+    {KC(kc_dflash_attention, 16, 2, 128, 16, 0, 8, 0, 0, 1, 0), KC_SEQS(300, 77), KC_AUX(13, 5),
+     .only = KC_CUDA_ONLY, .why = "head_dim 128, group 8, B = 16: two full query chunks a block, no window"},
     /* head_dim 256 (the Qwen3.5 drafters' heads; its own tiles) */
     {KC(kc_dflash_attention, 16, 4, 256, 16, 0, 8, 0, 0, 1, 0), KC_SEQS(1, 301, 1, 187), KC_AUX(1, 19, 1, 13),
      .only = KC_CUDA_ONLY, .why = "head_dim 256, GQA 4, one-token sequences, odd lengths"},
