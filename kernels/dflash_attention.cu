@@ -46,6 +46,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "dflash_attention.h"
 #include "attention.h"
@@ -1491,8 +1492,9 @@ __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem,
     int pending = -1; // the stage whose dV, dK are in flight (pipelined), or -1
     constexpr int kTurnBar = 3; // turns on named barriers 3 and 4 (1 + cw: each consumer's own, 0: the CTA's)
     if (cw == 1) turn_end<R::kTurns>(cw, kTurnBar); // consumer 0 takes the first turn
-    auto retire = [&] { // the pending step's dV, dK done: its stage to the producer
-        wgmma_wait<0>();
+    // the pending step's dV, dK done (the Sᵀ issued behind them, if any, may run on): its stage to the producer
+    auto retire = [&](auto behind) {
+        wgmma_wait<decltype(behind)::value>();
         fence_regs(dv);
         fence_regs(dk);
         fence_frags<kWgItem / 16>(pa);
@@ -1516,15 +1518,7 @@ __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem,
                 float st[32], dpt[32];
                 turn_begin<R::kTurns>(cw, kTurnBar);
                 dkv_issue_t<HD>(st, kaddr, p.qaddr);
-                if constexpr (R::kPipelined) { // the last step's dV, dK (Sᵀ may run on): the fragments are free
-                    wgmma_wait<1>();
-                    fence_regs(dv);
-                    fence_regs(dk);
-                    fence_frags<kWgItem / 16>(pa);
-                    fence_frags<kWgItem / 16>(da);
-                    if (pending >= 0) release(empty + pending, lane);
-                    pending = -1;
-                }
+                if constexpr (R::kPipelined) retire(std::integral_constant<int, 1>{}); // the fragments are free
                 dkv_issue_t<HD>(dpt, vaddr, p.doaddr);
                 turn_end<R::kTurns>(cw, kTurnBar);
                 wgmma_wait<1>(); // Sᵀ done; dPᵀ may still run
@@ -1544,9 +1538,9 @@ __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem,
                         (unsigned)tid, 1 + cw);
                 }
                 if constexpr (R::kPipelined) pending = stage; // released behind the next step's Sᵀ
-                else retire();                                 // (nothing pending: the wait and the fences)
+                else retire(std::integral_constant<int, 0>{}); // (nothing pending: the wait and the fences)
             } else if constexpr (R::kPipelined) {
-                retire(); // a pending stage held over skipped ones could starve the ring
+                retire(std::integral_constant<int, 0>{}); // a pending stage held over skipped ones could starve the ring
             } else if constexpr (R::kTurns) { // both turns, passed on: the other consumer's count stays in step
                 turn_begin<true>(cw, kTurnBar);
                 turn_end<true>(cw, kTurnBar);
@@ -1558,7 +1552,7 @@ __device__ __forceinline__ void dkv_wg2_sm90(const Args &a, unsigned char *smem,
             li += wrap, chunk = wrap ? 0 : chunk + 1;
         }
     }
-    if constexpr (R::kPipelined) retire();
+    if constexpr (R::kPipelined) retire(std::integral_constant<int, 0>{});
     if (R::kBulkDs && tid == 0) bulk_wait<0>(); // the dS tiles written before this warpgroup ends
     if (wgr0 >= bound) return; // rows past the source's end: no tile (nor partial, nor counter) of today's
     if (parts > 1 &&
