@@ -1898,6 +1898,8 @@ template <int HD, int NB = 1> struct wg_dqws_shape { // NB: the blocks a CTA sum
     static constexpr int kStageBytes = kKBytes + NB * kDsBytes;
     static constexpr int kSmem = NB == 1 ? 2 * (kKBytes + kDsBytes) + 1024 : 2 * kStageBytes + 1024;
 };
+// dq_ws_tma_sm90_kernel's: dq_ws_sm90_kernel's and the two stages' full barriers
+template <int HD> constexpr int dq_tma_smem() { return wg_dqws_shape<HD>::kSmem + 2 * 8; }
 
 #ifdef DFLASH_SM90A
 // the dq CTAs' pieces: a dS tile (8 KB at g) into the stage's swizzled image as the dk/dv CTAs wrote it (a plain copy)
@@ -1984,7 +1986,7 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
 #endif
 }
 
-// dq of two blocks a CTA (DFLASH_ATTENTION_DQ_PAIR=1, not yet run on a GPU): CTA (kv head fastest, the latest pairs
+// dq of two blocks a CTA (DFLASH_ATTENTION_DQ_WS=pair, not yet run on a GPU): CTA (kv head fastest, the latest pairs
 // first) owns query chunk c of blocks 2p and 2p + 1 (the second absent past the last block) and walks the union of their
 // key tiles (dflash_attn_tile_union_next over each source's two tile ranges: context tiles, then block-row ones), each K
 // tile loaded once with the dS tiles of the blocks that meet it, each block summing dQ += dS·K over its own tiles in
@@ -2065,6 +2067,67 @@ template <int HD> __global__ void __launch_bounds__(128, 3) dq_ws_pair_sm90_kern
 #pragma unroll
     for (int b = 0; b < NB; b++)
         if (jb[b] < a.N) dq_ws_store<HD>(a, dq[b], jb[b], c, kh);
+#endif
+}
+
+// dq_ws_sm90_kernel with its tiles staged by the bulk copy engine (DFLASH_ATTENTION_DQ_WS=tma, not yet run on a GPU):
+// thread 0 brings the next walk tile's K (two TMA boxes of 64 rows, rows past the source's end zero as sw_load_rows
+// leaves them) and dS (one 8 KB bulk copy) into the other stage, completing on its full barrier with their byte count,
+// while the CTA's 128 threads issue this tile's wgmma: no cp.async, the same shared image, the same bits.
+struct DqMaps {
+    CUtensorMap kc, kb;
+};
+template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_tma_sm90_kernel(const Args a, const __grid_constant__ DqMaps maps)
+{
+#ifdef DFLASH_SM90A
+    static_assert(HD == 128, "dq_ws_tma_sm90_kernel: head_dim 128");
+    using S = wg_dqws_shape<HD>;
+    using namespace wgmma_sm90;
+    extern __shared__ unsigned char smem_wg[];
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
+    unsigned char *sk = smem, *sds = sk + 2 * S::kKBytes;
+    uint64_t *full = reinterpret_cast<uint64_t *>(sds + 2 * S::kDsBytes);
+    const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
+    const int kh = (int)blockIdx.x % a.nkv, jc = a.N * nchunk - 1 - (int)blockIdx.x / a.nkv; // latest blocks first
+    const int j = jc / nchunk, c = jc % nchunk;
+    int lo, hi;
+    block_interval(a, 0, j, lo, hi);
+    const int ct0 = lo / kWgKT, nct = lo < hi ? (hi - 1) / kWgKT - ct0 + 1 : 0;
+    block_interval(a, 1, j, lo, hi);
+    const int bt0 = lo / kWgKT, ntot = nct + (hi - 1) / kWgKT - bt0 + 1;
+    const bf16 *ws = a.dsw + ws_slot(a, kh, j, c, nchunk, 0, 0, 0) * kDsTile;
+    if (threadIdx.x == 0) {
+        mbar_init(full, 1);
+        mbar_init(full + 1, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    auto load = [&](int it, int stage) { // (thread 0)
+        const bool ctx = it < nct;
+        const int i = ctx ? it : it - nct;
+        mbar_arrive_expect_tx(full + stage, S::kKBytes + S::kDsBytes);
+#pragma unroll
+        for (int p = 0; p < HD / 64; p++)
+            tma_load_2d(sk + stage * S::kKBytes + p * kWgKT * 128, ctx ? &maps.kc : &maps.kb, kh * HD + p * 64,
+                        ((ctx ? ct0 : bt0) + i) * kWgKT, full + stage);
+        bulk_load(sds + stage * S::kDsBytes, ws + (size_t)((ctx ? 0 : a.ws_nct) + i) * kDsTile, S::kDsBytes,
+                  full + stage);
+    };
+    float dq[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dq[i] = 0.0f;
+    if (threadIdx.x == 0 && ntot > 0) load(0, 0);
+    for (int it = 0; it < ntot; it++) {
+        const int stage = it & 1;
+        if (threadIdx.x == 0 && it + 1 < ntot) load(it + 1, stage ^ 1); // that stage's last reader finished last time
+        mbar_wait(full + stage, (uint32_t)((it >> 1) & 1));
+        dq_ws_issue<HD>(dq, mma_sm80::smem_u32(sds + stage * S::kDsBytes), mma_sm80::smem_u32(sk + stage * S::kKBytes));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(dq);
+        __syncthreads(); // every warp's wgmma have read this stage: the next load may overwrite it
+    }
+    dq_ws_store<HD>(a, dq, j, c, kh);
 #endif
 }
 
@@ -2405,31 +2468,67 @@ constexpr int kNDkvVariants = (int)(sizeof kDkvVariants / sizeof kDkvVariants[0]
 constexpr int kDkvByWindow = -1;
 int g_dkv_forced = -2; // a row of kDkvVariants, kDkvByWindow, or -2: the environment not read yet
 
+// The row of table (n rows, each with a .name) that environment variable var names, or unset the default (dflt); a
+// name no row has exits, listing the names. One rule for the variant tables.
+template <class V> int variant_from_env(const char *var, const V *table, int n, int dflt)
+{
+    const char *e = getenv(var);
+    if (!e || !*e) return dflt;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e, table[i].name)) return i;
+    fprintf(stderr, "dflash_attention_backward_cuda: %s=%s is none of", var, e);
+    for (int i = 0; i < n; i++) fprintf(stderr, " %s", table[i].name);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
 // the row the backward runs under window W
 const DkvVariant &dkv_variant(int window)
 {
-    if (g_dkv_forced == -2) {
-        const char *e = getenv("DFLASH_ATTENTION_DKV");
-        g_dkv_forced = kDkvByWindow;
-        if (e && *e) {
-            int i = 0;
-            while (i < kNDkvVariants && strcmp(e, kDkvVariants[i].name)) i++;
-            if (i == kNDkvVariants) {
-                fprintf(stderr, "dflash_attention_backward_cuda: DFLASH_ATTENTION_DKV=%s is none of", e);
-                for (const DkvVariant &v : kDkvVariants) fprintf(stderr, " %s", v.name);
-                fprintf(stderr, "\n");
-                exit(1);
-            }
-            g_dkv_forced = i;
-        }
-    }
+    if (g_dkv_forced == -2) g_dkv_forced = variant_from_env("DFLASH_ATTENTION_DKV", kDkvVariants, kNDkvVariants, kDkvByWindow);
     return kDkvVariants[g_dkv_forced >= 0 ? g_dkv_forced : window == 0 ? 1 : 0];
 }
 
-// The dq CTAs after the dk/dv ones: one block each (dq_ws_sm90_kernel), or two (dq_ws_pair_sm90_kernel: not yet run
-// on a GPU) where DFLASH_ATTENTION_DQ_PAIR=1 (read once) or dflash_attention_dq_pair(1) says so. The same bits.
-int g_dq_pair = -1;
-bool dq_pair() { return env_switch(&g_dq_pair, "DFLASH_ATTENTION_DQ_PAIR", "1"); }
+// The dq CTAs after the dk/dv ones (with the dS workspace), one row each; the same bits all ways. one: a block each,
+// cp.async (dq_ws_sm90_kernel); pair: two blocks each (dq_ws_pair_sm90_kernel); tma: a block each, staged by the bulk
+// copy engine (dq_ws_tma_sm90_kernel, where the driver makes its tensor maps, else one). DFLASH_ATTENTION_DQ_WS=<name>
+// (read once) or dflash_attention_dq_force picks one; unset: one.
+template <int HD> void launch_dq_one(const Args &a, int nchunk, cudaStream_t st)
+{
+    dq_ws_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, wg_dqws_shape<HD>::kSmem, st>>>(a);
+}
+template <int HD> void launch_dq_pair(const Args &a, int nchunk, cudaStream_t st)
+{
+    dq_ws_pair_sm90_kernel<HD><<<(unsigned)((a.N + 1) / 2 * nchunk * a.nkv), 128, wg_dqws_shape<HD, 2>::kSmem, st>>>(a);
+}
+template <int HD> void launch_dq_tma(const Args &a, int nchunk, cudaStream_t st)
+{
+    DqMaps m;
+    const int kc = a.nkv * HD, nb = a.N * a.B;
+    if (!wgmma_sm90::make_map(&m.kb, a.kb, a.ldkb, kc, nb, kWgKT) ||
+        (a.T > 0 && !wgmma_sm90::make_map(&m.kc, a.kc, a.ldkc, kc, a.T, kWgKT))) {
+        launch_dq_one<HD>(a, nchunk, st);
+        return;
+    }
+    if (a.T == 0) m.kc = m.kb; // (no walk meets a context tile)
+    dq_ws_tma_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, dq_tma_smem<HD>(), st>>>(a, m);
+}
+struct DqVariant {
+    const char *name;
+    void (*launch)(const Args &, int, cudaStream_t);
+};
+const DqVariant kDqVariants[] = {
+    {"one", launch_dq_one<128>},
+    {"pair", launch_dq_pair<128>}, // not yet run on a GPU (bench/RESULTS.md, 2026-12-05, fourth session)
+    {"tma", launch_dq_tma<128>},   // likewise
+};
+constexpr int kNDqVariants = (int)(sizeof kDqVariants / sizeof kDqVariants[0]);
+int g_dq_forced = -2; // a row of kDqVariants, or -2: the environment not read yet
+const DqVariant &dq_variant()
+{
+    if (g_dq_forced == -2) g_dq_forced = variant_from_env("DFLASH_ATTENTION_DQ_WS", kDqVariants, kNDqVariants, 0);
+    return kDqVariants[g_dq_forced];
+}
 
 template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
 {
@@ -2443,6 +2542,8 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                                             wg_dqws_shape<HD>::kSmem));
             CHECK_CUDA(cudaFuncSetAttribute(dq_ws_pair_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             wg_dqws_shape<HD, 2>::kSmem));
+            CHECK_CUDA(cudaFuncSetAttribute(dq_ws_tma_sm90_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            dq_tma_smem<HD>()));
         }
         attr_set = true;
     }
@@ -2467,11 +2568,7 @@ template <int HD> void launch_bwd(const Args &a, cudaStream_t st)
                 }
                 CHECK_CUDA_LAUNCH();
                 const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
-                if (dq_pair())
-                    dq_ws_pair_sm90_kernel<HD><<<(unsigned)((a.N + 1) / 2 * nchunk * a.nkv), 128,
-                                                 wg_dqws_shape<HD, 2>::kSmem, st>>>(a);
-                else
-                    dq_ws_sm90_kernel<HD><<<(unsigned)(a.N * nchunk * a.nkv), 128, wg_dqws_shape<HD>::kSmem, st>>>(a);
+                dq_variant().launch(a, nchunk, st);
                 CHECK_CUDA_LAUNCH();
                 return;
             }
@@ -2552,7 +2649,12 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
 // the dS workspace is used (its size nonzero): head_dim 128 on the wgmma kernels
 static bool ws_applies(const dflash_attn_shape *s) { return s->hd == 128 && wgmma_device(); }
 
-extern "C" void dflash_attention_dq_pair(int on) { g_dq_pair = on < 0 ? -1 : on ? 1 : 0; }
+extern "C" int dflash_attention_dq_variants(void) { return kNDqVariants; }
+extern "C" const char *dflash_attention_dq_variant(int i)
+{
+    return i >= 0 && i < kNDqVariants ? kDqVariants[i].name : NULL;
+}
+extern "C" void dflash_attention_dq_force(int i) { g_dq_forced = i >= 0 && i < kNDqVariants ? i : -2; }
 
 extern "C" int dflash_attention_dkv_variants(void) { return kNDkvVariants; }
 extern "C" const char *dflash_attention_dkv_variant(int i)

@@ -45,7 +45,7 @@ static inline DFLASH_ATTN_HD void dflash_attn_window(int clen, int B, int i, int
     *b1 = i + W > B ? B : i + W;
 }
 
-/* The walk of a CUDA dq CTA that sums two blocks' dQ (DFLASH_ATTENTION_DQ_PAIR=1): the union of two ranges of key
+/* The walk of a CUDA dq CTA that sums two blocks' dQ (DFLASH_ATTENTION_DQ_WS=pair): the union of two ranges of key
  * tiles [s0, e0) and [s1, e1) (empty when s >= e), ascending, each tile once. The tile after t (t = -1: the first):
  * the least tile > t in either range, or INT_MAX past the last. Each block's own tiles come in its own order
  * (ascending), so each sums what it would alone in the same order. */
@@ -120,9 +120,12 @@ void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delt
  * dflash_attention_dkv_variants() (its name as DFLASH_ATTENTION_DKV takes it: "wg1" the one-warpgroup CTAs, "wg2..."
  * a producer and two consumer warpgroups with one ring or another) is forced by dflash_attention_dkv_force(i); -1 goes
  * back to what the environment says (unset: "wg2" without a window, "wg1" under one). The same bits all ways. */
-/* The dq CTAs that follow them (tests and A/B runs): 1 those of two blocks each (as DFLASH_ATTENTION_DQ_PAIR=1), 0 of
- * one (the default), -1 as the environment says. The same bits both ways. */
-void dflash_attention_dq_pair(int on);
+/* The dq CTAs that follow them, likewise: variant i of dflash_attention_dq_variants() (as DFLASH_ATTENTION_DQ_WS names
+ * it: "one" a block a CTA, the default; "pair" two; "tma" one, staged by the bulk copy engine) forced by
+ * dflash_attention_dq_force(i), -1 back to the environment's. The same bits all ways. */
+int dflash_attention_dq_variants(void);
+const char *dflash_attention_dq_variant(int i); /* NULL past the last */
+void dflash_attention_dq_force(int i);
 int dflash_attention_dkv_variants(void);
 const char *dflash_attention_dkv_variant(int i); /* NULL past the last */
 void dflash_attention_dkv_force(int i);

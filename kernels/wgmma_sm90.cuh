@@ -239,6 +239,15 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void 
                  "r"(smem_u32(src)), "r"(col), "r"(row)
                  : "memory");
 }
+// a plain bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory,
+// completing on bar (complete_tx, as tma_load_2d)
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_u32(dst)),
+                 "l"((uint64_t)src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
 // a plain bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared to global memory, in
 // this thread's bulk async-group (bulk_commit, bulk_wait_read, bulk_wait as the TMA stores)
 __device__ __forceinline__ void bulk_store(void *dst, const void *src, uint32_t bytes)

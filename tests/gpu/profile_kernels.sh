@@ -7,7 +7,7 @@
 # /tmp/dflash-profile-rep), its details page appended to OUT/details.txt, its SASS with the per-instruction stall
 # samples into OUT/<name>.sass.csv (one file a kernel: the device call brings back a few files only), and the lines
 # that say where the time goes (throughputs, issue activity, the top stall reasons) printed. ENV=VALUE arguments are
-# set for the profiled programs (a variant's switch, e.g. DFLASH_ATTENTION_DKV=wg2_turns or DFLASH_ATTENTION_DQ_PAIR=1).
+# set for the profiled programs (a variant's switch, e.g. DFLASH_ATTENTION_DKV=wg2_turns or DFLASH_ATTENTION_DQ_WS=pair).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 OUT=${OUT:-/tmp/dflash-profile}
@@ -55,7 +55,7 @@ EOP
 }
 if [ "$what" != target ]; then
     # bench_drafter's warm-up step runs each kernel once a layer (5), then the timed step
-    for k in dkv_wg2_sm90_kernel:dkv fwd_sm90_kernel:fwd "dq_ws_(pair_)?sm90_kernel:dq"; do
+    for k in dkv_wg2_sm90_kernel:dkv fwd_sm90_kernel:fwd "dq_ws_(pair_|tma_)?sm90_kernel:dq"; do
         one "drafter_${k#*:}" "${k%%:*}" 5 "$BUILD/bench/bench_drafter" --iters 1
     done
 fi

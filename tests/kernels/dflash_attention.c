@@ -507,6 +507,22 @@ static size_t dq_dkvc_rows_differing(const uint16_t *d_dq, const uint16_t *gdq, 
 /* Before a second backward that must give the first one's bits: the dS workspace (ws_bytes) all 0xff (a tile dq reads
  * that dk/dv did not write gives NaN) and the gradients 0x55 (a row not written shows): dq (NB x ldo), dkc|dvc packed
  * (T x ldkv), dkb and dvb (NB x kd) */
+/* Backward variant v of the list the rows run: v < ndkv the dk/dv CTAs of row v of dflash_attention_dkv_variants
+ * forced, then the dq rows after the default ("one") one by one; v = -1: back to the environment's. what (when not
+ * NULL) names it as the switch does, e.g. "the wg2_tma dk/dv CTAs (DFLASH_ATTENTION_DKV=wg2_tma)". */
+static void force_backward_variant(int v, int ndkv, char *what, size_t what_size)
+{
+    dflash_attention_dkv_force(v >= 0 && v < ndkv ? v : -1);
+    dflash_attention_dq_force(v >= ndkv ? v - ndkv + 1 : -1);
+    if (!what) return;
+    if (v < ndkv)
+        snprintf(what, what_size, "the %s dk/dv CTAs (DFLASH_ATTENTION_DKV=%s)", dflash_attention_dkv_variant(v),
+                 dflash_attention_dkv_variant(v));
+    else
+        snprintf(what, what_size, "the %s dq CTAs (DFLASH_ATTENTION_DQ_WS=%s)", dflash_attention_dq_variant(v - ndkv + 1),
+                 dflash_attention_dq_variant(v - ndkv + 1));
+}
+
 static void poison_backward_outputs(const dflash_attn_cuda_grads *gr, void *d_ws, size_t ws_bytes, int NB, int T,
                                     int ldo, int ldkv, int kd)
 {
@@ -668,25 +684,21 @@ static void run_case(const attn_case *k)
         check_same(cname, "dvb (max_ctx)", d_dvb, gdvb, (size_t)NB * kd * 2);
     }
 
-    const int ndkv = dflash_attention_dkv_variants();
-    for (int v = 0; d_ws && v <= ndkv; v++) { /* each of the dk/dv CTAs forced: the one-warpgroup ones, those of a
-                 * producer and two consumer warpgroups with each schedule (DFLASH_ATTENTION_DKV=<name>); then (v ==
-                 * ndkv) the dq CTAs of two blocks (DFLASH_ATTENTION_DQ_PAIR=1): the first run's bits (each wg2
-                 * consumer takes a one-warpgroup 64-key tile's steps in its order, each dq pair block its own tiles
-                 * in its own order; the dS tiles the same) */
-        char what[48];
-        if (v < ndkv) snprintf(what, sizeof what, "dkv %s", dflash_attention_dkv_variant(v));
-        else snprintf(what, sizeof what, "dq pair");
-        if (v < ndkv) dflash_attention_dkv_force(v);
-        else dflash_attention_dq_pair(1);
+    const int ndkv = dflash_attention_dkv_variants(), nvar = ndkv + dflash_attention_dq_variants() - 1;
+    for (int v = 0; d_ws && v < nvar; v++) { /* each of the dk/dv CTAs forced: the one-warpgroup ones, those of a
+                 * producer and two consumer warpgroups with each schedule (DFLASH_ATTENTION_DKV=<name>); then each dq
+                 * row but the default (DFLASH_ATTENTION_DQ_WS=<name>): the first run's bits (each wg2 consumer takes a
+                 * one-warpgroup 64-key tile's steps in its order, each dq block its own tiles in its own order; the
+                 * dS tiles the same) */
+        char what[96];
+        force_backward_variant(v, ndkv, what, sizeof what);
         poison_backward_outputs(&gr, d_ws, ws_bytes, NB, T, ldo, ldkv, kd);
         dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
-        dflash_attention_dkv_force(-1);
-        dflash_attention_dq_pair(-1);
+        force_backward_variant(-1, ndkv, NULL, 0);
         const size_t diff = dq_dkvc_rows_differing(d_dq, gdq, NB, ldo, qd, d_dkvc, gdkvc, T, ldkv, kd);
         printf("%s %s %s: dq,dkc,dvc rows_differing=%zu\n", diff ? "FAIL" : "ok", cname, what, diff);
         if (diff) failures++;
-        char dkb_what[64], dvb_what[64];
+        char dkb_what[128], dvb_what[128];
         snprintf(dkb_what, sizeof dkb_what, "dkb (%s)", what);
         snprintf(dvb_what, sizeof dvb_what, "dvb (%s)", what);
         check_same(cname, dkb_what, d_dkb, gdkb, (size_t)NB * kd * 2);
@@ -762,11 +774,11 @@ static void run_case(const attn_case *k)
             CHECK_CUDA(cudaEventElapsedTime(&ms_r, e0, e1));
             printf("timing %s W=%d backward without the dS workspace (dq recomputes) %.3f ms; workspace %.1f MB\n",
                    k->name, k->window, ms_r / iters, ws_bytes / 1e6);
-            for (int v = 0; v <= dflash_attention_dkv_variants(); v++) { /* each of the dk/dv CTAs forced, the dq pairs */
+            const int ndkv = dflash_attention_dkv_variants(), nvar = ndkv + dflash_attention_dq_variants() - 1;
+            for (int v = 0; v < nvar; v++) { /* each of the dk/dv CTAs forced, each dq row but the default */
                 float ms_w = 0;
-                const int pair = v == dflash_attention_dkv_variants();
-                if (pair) dflash_attention_dq_pair(1);
-                else dflash_attention_dkv_force(v);
+                char what[96];
+                force_backward_variant(v, ndkv, what, sizeof what);
                 CHECK_CUDA(cudaEventRecord(e0, stream));
                 for (int i = 0; i < iters; i++)
                     dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in,
@@ -774,14 +786,8 @@ static void run_case(const attn_case *k)
                 CHECK_CUDA(cudaEventRecord(e1, stream));
                 CHECK_CUDA(cudaEventSynchronize(e1));
                 CHECK_CUDA(cudaEventElapsedTime(&ms_w, e0, e1));
-                dflash_attention_dkv_force(-1);
-                dflash_attention_dq_pair(-1);
-                if (pair)
-                    printf("timing %s W=%d backward with the dq CTAs of two blocks (DFLASH_ATTENTION_DQ_PAIR=1) %.3f ms\n",
-                           k->name, k->window, ms_w / iters);
-                else
-                    printf("timing %s W=%d backward with the %s dk/dv CTAs (DFLASH_ATTENTION_DKV=%s) %.3f ms\n", k->name,
-                           k->window, dflash_attention_dkv_variant(v), dflash_attention_dkv_variant(v), ms_w / iters);
+                force_backward_variant(-1, ndkv, NULL, 0);
+                printf("timing %s W=%d backward with %s %.3f ms\n", k->name, k->window, what, ms_w / iters);
             }
         }
         ms_f /= iters, ms_b /= iters;
