@@ -1676,9 +1676,19 @@ __device__ __forceinline__ void wg_qtile(const Args &a, int &tile, int &kh)
 }
 #endif
 
-template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_kernel(const Args a)
-{
+// The tensor maps of the TMA-staged forward (DFLASH_ATTENTION_FWD=tma): kc, vc (T rows), kb, vb (N·B rows) of nkv·HD
+// columns, boxes of 64 rows x 64 columns, 128-byte swizzled.
+struct FwdMaps {
+    CUtensorMap kc, vc, kb, vb;
+};
+
 #ifdef DFLASH_SM90A
+// The forward CTA: its body with K and V staged by cp.async (maps NULL), or by TMA: thread 0 brings the next walk
+// tile's K and V (four boxes) onto the other stage's full barrier while the CTA computes this one. A box reads the
+// rows past the walk's end (r.cta's hi) that cp.async leaves zero: every row of the CTA masks those keys (S = -inf,
+// P = 0), so they add nothing.
+template <int HD, bool TMA> __device__ __forceinline__ void fwd_sm90(const Args &a, const FwdMaps *maps)
+{
     static_assert(HD == 128, "fwd_sm90_kernel: head_dim 128");
     using S = wg_q_shape<HD>;
     using namespace wgmma_sm90;
@@ -1686,14 +1696,37 @@ template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_k
     __shared__ QRows rows;
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
     unsigned char *sq = smem, *sk = sq + S::kFwdQBytes, *sv = sk + 2 * S::kKvBytes;
+    uint64_t *full = reinterpret_cast<uint64_t *>(sv + 2 * S::kKvBytes); // (TMA) the two stages' barriers
     int tile, kh;
     wg_qtile(a, tile, kh);
+    if (TMA && threadIdx.x == 0) {
+        mbar_init(full, 1);
+        mbar_init(full + 1, 1);
+        mbar_init_fence(); // (qrows_setup's barriers publish them)
+    }
     qrows_setup<16>(rows, a, tile, kh);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3, wg = warp / 4;
     const int nct = ntiles(rows.cta[0], kWgKT), nt = nct + ntiles(rows.cta[1], kWgKT);
+    // (TMA) walk tile it's K and V into stage st, announced on its full barrier (thread 0)
+    auto tma_tile = [&](int it, int st) {
+        const KTile kt = ktile(rows, it, nct, kWgKT);
+        const CUtensorMap *mk = kt.src == 0 ? &maps->kc : &maps->kb, *mv = kt.src == 0 ? &maps->vc : &maps->vb;
+        mbar_arrive_expect_tx(full + st, 2 * S::kKvBytes);
+#pragma unroll
+        for (int p = 0; p < HD / 64; p++) {
+            tma_load_2d(sk + st * S::kKvBytes + p * kWgKT * 128, mk, kh * HD + p * 64, kt.row0, full + st);
+            tma_load_2d(sv + st * S::kKvBytes + p * kWgKT * 128, mv, kh * HD + p * 64, kt.row0, full + st);
+        }
+    };
     sw_load_qrows<HD, kFwdRows>(sq, a.q, a.ldq, rows);
-    sw_load_kv<HD, kFwdWgs * 128>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
+    if (!TMA) sw_load_kv<HD, kFwdWgs * 128>(sk, sv, a, ktile(rows, 0, nct, kWgKT), kh);
     cp_async_commit();
+    if (TMA) {
+        if (threadIdx.x == 0 && nt > 0) tma_tile(0, 0);
+        cp_async_wait<0>(); // Q, visible to the wgmma
+        fence_proxy_async();
+        __syncthreads();
+    }
     const uint32_t qaddr = mma_sm80::smem_u32(sq) + wg * kWgKeys * 128;
     const int r0 = warp * 16 + g; // the thread's CTA rows r0 and r0 + 8
 
@@ -1703,7 +1736,14 @@ template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_k
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
     for (int it = 0; it < nt; it++) {
         const int stage = it & 1;
-        const KTile kt = wg_kv_ring_step<HD, kFwdWgs * 128>(sk, sv, a, rows, it, nt, nct, kh);
+        KTile kt;
+        if (TMA) {
+            if (threadIdx.x == 0 && it + 1 < nt) tma_tile(it + 1, stage ^ 1); // its last readers passed the barrier
+            mbar_wait(full + stage, (uint32_t)((it >> 1) & 1));
+            kt = ktile(rows, it, nct, kWgKT);
+        } else {
+            kt = wg_kv_ring_step<HD, kFwdWgs * 128>(sk, sv, a, rows, it, nt, nct, kh);
+        }
         const int k0 = kt.row0;
         if (wg_sees(rows, kt.src, wg, k0)) {
             const int4 w = rows.warp[kt.src][warp];
@@ -1787,6 +1827,20 @@ template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_k
                 pack_bf16(o[4 * i + rr * 2] * inv, o[4 * i + rr * 2 + 1] * inv);
         if (tig == 0) a.lse_out[(size_t)qrow * a.nh + head] = (m_run[rr] + log2f(l)) * kLn2;
     }
+}
+#endif
+
+template <int HD> __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_sm90_kernel(const Args a)
+{
+#ifdef DFLASH_SM90A
+    fwd_sm90<HD, false>(a, nullptr);
+#endif
+}
+template <int HD>
+__global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_tma_sm90_kernel(const Args a, const __grid_constant__ FwdMaps maps)
+{
+#ifdef DFLASH_SM90A
+    fwd_sm90<HD, true>(a, &maps);
 #endif
 }
 
@@ -1923,6 +1977,28 @@ template <int HD> __device__ __forceinline__ void dq_ws_issue(float (&dq)[HD / 2
 #pragma unroll
     for (int kk = 0; kk < kWgKT / 16; kk++) wgmma_ss_m64n128k16<1>(dq, desc_at(dsd, kk * 32), desc_at(kd, kk * 2048), 1);
 }
+// A one-block dq CTA's walk: CTA (kv head kh fastest, the latest blocks first) owns query chunk c of block j; its key
+// tiles are the context tiles ct0 .. ct0 + nct - 1, then the block-row tiles bt0 .., ntot in all; ws: its first dS slot
+struct DqWalk {
+    int j, c, kh, ct0, nct, bt0, ntot;
+    const bf16 *ws;
+};
+__device__ __forceinline__ DqWalk dq_walk(const Args &a)
+{
+    DqWalk w;
+    const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
+    w.kh = (int)blockIdx.x % a.nkv;
+    const int jc = a.N * nchunk - 1 - (int)blockIdx.x / a.nkv;
+    w.j = jc / nchunk, w.c = jc % nchunk;
+    int lo, hi;
+    block_interval(a, 0, w.j, lo, hi);
+    w.ct0 = lo / kWgKT, w.nct = lo < hi ? (hi - 1) / kWgKT - w.ct0 + 1 : 0;
+    block_interval(a, 1, w.j, lo, hi);
+    w.bt0 = lo / kWgKT, w.ntot = w.nct + (hi - 1) / kWgKT - w.bt0 + 1;
+    w.ws = a.dsw + ws_slot(a, w.kh, w.j, w.c, nchunk, 0, 0, 0) * kDsTile;
+    return w;
+}
+
 // the CTA's dQ rows of query chunk c of block j to a.dq: CTA row r = 16·warp + g (+8) is row ρ = c·64 + r of the
 // block's B·G, head kh·G + ρ / B, slot ρ % B
 template <int HD> __device__ __forceinline__ void dq_ws_store(const Args &a, const float (&dq)[HD / 2], int j, int c, int kh)
@@ -1950,16 +2026,9 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_sm90_kernel(co
     extern __shared__ unsigned char smem_wg[];
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
     unsigned char *sk = smem, *sds = sk + 2 * S::kKBytes;
-    const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
-    const int kh = (int)blockIdx.x % a.nkv, jc = a.N * nchunk - 1 - (int)blockIdx.x / a.nkv; // latest blocks first
-    const int j = jc / nchunk, c = jc % nchunk;
-    // the walk: context tiles ct0 .. ct0 + nct - 1, then block-row tiles bt0 ..
-    int lo, hi;
-    block_interval(a, 0, j, lo, hi);
-    const int ct0 = lo / kWgKT, nct = lo < hi ? (hi - 1) / kWgKT - ct0 + 1 : 0;
-    block_interval(a, 1, j, lo, hi);
-    const int bt0 = lo / kWgKT, ntot = nct + (hi - 1) / kWgKT - bt0 + 1;
-    const bf16 *ws = a.dsw + ws_slot(a, kh, j, c, nchunk, 0, 0, 0) * kDsTile; // the step's first slot
+    const DqWalk w = dq_walk(a);
+    const int j = w.j, c = w.c, kh = w.kh, ct0 = w.ct0, nct = w.nct, bt0 = w.bt0, ntot = w.ntot;
+    const bf16 *ws = w.ws;
     // tile it of the walk: its source, first key row, workspace slot
     auto load = [&](int it, int stage) {
         const bool ctx = it < nct;
@@ -2087,15 +2156,9 @@ template <int HD> __global__ void __launch_bounds__(128, 4) dq_ws_tma_sm90_kerne
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_wg + 1023) & ~(uintptr_t)1023);
     unsigned char *sk = smem, *sds = sk + 2 * S::kKBytes;
     uint64_t *full = reinterpret_cast<uint64_t *>(sds + 2 * S::kDsBytes);
-    const int nchunk = (a.G * a.B + kWgItem - 1) / kWgItem;
-    const int kh = (int)blockIdx.x % a.nkv, jc = a.N * nchunk - 1 - (int)blockIdx.x / a.nkv; // latest blocks first
-    const int j = jc / nchunk, c = jc % nchunk;
-    int lo, hi;
-    block_interval(a, 0, j, lo, hi);
-    const int ct0 = lo / kWgKT, nct = lo < hi ? (hi - 1) / kWgKT - ct0 + 1 : 0;
-    block_interval(a, 1, j, lo, hi);
-    const int bt0 = lo / kWgKT, ntot = nct + (hi - 1) / kWgKT - bt0 + 1;
-    const bf16 *ws = a.dsw + ws_slot(a, kh, j, c, nchunk, 0, 0, 0) * kDsTile;
+    const DqWalk w = dq_walk(a);
+    const int j = w.j, c = w.c, kh = w.kh, ct0 = w.ct0, nct = w.nct, bt0 = w.bt0, ntot = w.ntot;
+    const bf16 *ws = w.ws;
     if (threadIdx.x == 0) {
         mbar_init(full, 1);
         mbar_init(full + 1, 1);
@@ -2373,6 +2436,63 @@ template <int HD> constexpr int bwd_sm90_smem()
     return wg_dkv_shape<HD>::kSmem > wg_q_shape<HD>::kSmemDq ? wg_dkv_shape<HD>::kSmem : wg_q_shape<HD>::kSmemDq;
 }
 
+// The row of table (n rows, each with a .name) that environment variable var names, or unset the default (dflt); a
+// name no row has exits, listing the names. One rule for the variant tables.
+template <class V> int variant_from_env(const char *var, const V *table, int n, int dflt)
+{
+    const char *e = getenv(var);
+    if (!e || !*e) return dflt;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e, table[i].name)) return i;
+    fprintf(stderr, "dflash_attention: %s=%s is none of", var, e);
+    for (int i = 0; i < n; i++) fprintf(stderr, " %s", table[i].name);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+// The forward's wgmma CTAs (head_dim 128), one row each; the same bits all ways. cp_async: K and V staged by the CTA's
+// threads (fwd_sm90_kernel); tma: by the bulk tensor copy engine (fwd_tma_sm90_kernel; not yet run on a GPU), where the
+// driver makes its tensor maps, else cp_async. DFLASH_ATTENTION_FWD=<name> (read once) or dflash_attention_fwd_force
+// picks one; unset: cp_async.
+void launch_fwd_cp_async(const Args &a, unsigned n, cudaStream_t st)
+{
+    fwd_sm90_kernel<128><<<n, kFwdWgs * 128, wg_q_shape<128>::kSmemFwd, st>>>(a);
+}
+void launch_fwd_tma(const Args &a, unsigned n, cudaStream_t st)
+{
+    FwdMaps m;
+    using wgmma_sm90::make_map;
+    const int kc = a.nkv * 128, nb = a.N * a.B;
+    if (!make_map(&m.kb, a.kb, a.ldkb, kc, nb, kWgKT) || !make_map(&m.vb, a.vb, a.ldvb, kc, nb, kWgKT) ||
+        (a.T > 0 && (!make_map(&m.kc, a.kc, a.ldkc, kc, a.T, kWgKT) || !make_map(&m.vc, a.vc, a.ldvc, kc, a.T, kWgKT)))) {
+        launch_fwd_cp_async(a, n, st);
+        return;
+    }
+    if (a.T == 0) m.kc = m.kb, m.vc = m.vb; // (no walk meets a context tile)
+    static bool attr_set = false;
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(fwd_tma_sm90_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        wg_q_shape<128>::kSmemFwd + 2 * 8));
+        attr_set = true;
+    }
+    fwd_tma_sm90_kernel<128><<<n, kFwdWgs * 128, wg_q_shape<128>::kSmemFwd + 2 * 8, st>>>(a, m);
+}
+struct FwdVariant {
+    const char *name;
+    void (*launch)(const Args &, unsigned, cudaStream_t);
+};
+const FwdVariant kFwdVariants[] = {
+    {"cp_async", launch_fwd_cp_async},
+    {"tma", launch_fwd_tma}, // not yet run on a GPU (bench/RESULTS.md, 2026-12-05, fourth session)
+};
+constexpr int kNFwdVariants = (int)(sizeof kFwdVariants / sizeof kFwdVariants[0]);
+int g_fwd_forced = -2; // a row of kFwdVariants, or -2: the environment not read yet
+const FwdVariant &fwd_variant()
+{
+    if (g_fwd_forced == -2) g_fwd_forced = variant_from_env("DFLASH_ATTENTION_FWD", kFwdVariants, kNFwdVariants, 0);
+    return kFwdVariants[g_fwd_forced];
+}
+
 template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
 {
     static bool attr_set = false; // per template instance, once per process
@@ -2387,7 +2507,7 @@ template <int HD> void launch_fwd(const Args &a, cudaStream_t st)
     if constexpr (HD == 128) {
         if (wgmma_device()) {
             const unsigned n = (unsigned)((rows + kFwdRows - 1) / kFwdRows * a.nkv);
-            fwd_sm90_kernel<HD><<<n, kFwdWgs * 128, wg_q_shape<HD>::kSmemFwd, st>>>(a);
+            fwd_variant().launch(a, n, st);
             CHECK_CUDA_LAUNCH();
             return;
         }
@@ -2467,20 +2587,6 @@ const DkvVariant kDkvVariants[] = {
 constexpr int kNDkvVariants = (int)(sizeof kDkvVariants / sizeof kDkvVariants[0]);
 constexpr int kDkvByWindow = -1;
 int g_dkv_forced = -2; // a row of kDkvVariants, kDkvByWindow, or -2: the environment not read yet
-
-// The row of table (n rows, each with a .name) that environment variable var names, or unset the default (dflt); a
-// name no row has exits, listing the names. One rule for the variant tables.
-template <class V> int variant_from_env(const char *var, const V *table, int n, int dflt)
-{
-    const char *e = getenv(var);
-    if (!e || !*e) return dflt;
-    for (int i = 0; i < n; i++)
-        if (!strcmp(e, table[i].name)) return i;
-    fprintf(stderr, "dflash_attention_backward_cuda: %s=%s is none of", var, e);
-    for (int i = 0; i < n; i++) fprintf(stderr, " %s", table[i].name);
-    fprintf(stderr, "\n");
-    exit(1);
-}
 
 // the row the backward runs under window W
 const DkvVariant &dkv_variant(int window)
@@ -2649,6 +2755,12 @@ extern "C" void dflash_attention_forward_cuda(uint16_t *out, int ldo, float *lse
 // the dS workspace is used (its size nonzero): head_dim 128 on the wgmma kernels
 static bool ws_applies(const dflash_attn_shape *s) { return s->hd == 128 && wgmma_device(); }
 
+extern "C" int dflash_attention_fwd_variants(void) { return kNFwdVariants; }
+extern "C" const char *dflash_attention_fwd_variant(int i)
+{
+    return i >= 0 && i < kNFwdVariants ? kFwdVariants[i].name : NULL;
+}
+extern "C" void dflash_attention_fwd_force(int i) { g_fwd_forced = i >= 0 && i < kNFwdVariants ? i : -2; }
 extern "C" int dflash_attention_dq_variants(void) { return kNDqVariants; }
 extern "C" const char *dflash_attention_dq_variant(int i)
 {

@@ -507,6 +507,45 @@ static size_t dq_dkvc_rows_differing(const uint16_t *d_dq, const uint16_t *gdq, 
 /* Before a second backward that must give the first one's bits: the dS workspace (ws_bytes) all 0xff (a tile dq reads
  * that dk/dv did not write gives NaN) and the gradients 0x55 (a row not written shows): dq (NB x ldo), dkc|dvc packed
  * (T x ldkv), dkb and dvb (NB x kd) */
+/* One timed call's buffers: the forward writes out and lse; the backward reads them with dout and writes gr, delta. */
+typedef struct attn_run {
+    const dflash_attn_cuda_in *in;
+    const dflash_attn_shape *s;
+    uint16_t *out;
+    int ldo;
+    float *lse;
+    const dflash_attn_cuda_grads *gr;
+    float *delta;
+    const uint16_t *dout;
+    int lddo;
+    cudaStream_t stream;
+} attn_run;
+
+/* ms a call over 20 back-to-back calls of the forward (backward 0) or the backward (1) with the dS workspace ws of
+ * ws_bytes (NULL: dq recomputes), the variants as forced now */
+static double attn_ms(const attn_run *r, int backward, void *ws, size_t ws_bytes)
+{
+    enum { kIters = 20 };
+    cudaEvent_t e0, e1;
+    float ms = 0;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    CHECK_CUDA(cudaEventRecord(e0, r->stream));
+    for (int i = 0; i < kIters; i++) {
+        if (backward)
+            dflash_attention_backward_cuda(r->gr, r->delta, ws, ws_bytes, r->dout, r->lddo, r->out, r->ldo, r->lse,
+                                           r->in, r->s, r->stream);
+        else
+            dflash_attention_forward_cuda(r->out, r->ldo, r->lse, r->in, r->s, r->stream);
+    }
+    CHECK_CUDA(cudaEventRecord(e1, r->stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    return ms / kIters;
+}
+
 /* Backward variant v of the list the rows run: v < ndkv the dk/dv CTAs of row v of dflash_attention_dkv_variants
  * forced, then the dq rows after the default ("one") one by one; v = -1: back to the environment's. what (when not
  * NULL) names it as the switch does, e.g. "the wg2_tma dk/dv CTAs (DFLASH_ATTENTION_DKV=wg2_tma)". */
@@ -651,10 +690,19 @@ static void run_case(const attn_case *k)
         check_pad(cname, "dkc|dvc", gdkvc, T, ldkv, 2 * kd, pad);
     }
 
-    /* a second run must give the same bits */
-    dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
-    check_same(cname, "out", d_out, out, (size_t)NB * ldo * 2);
-    check_same(cname, "lse", d_lse, lse, (size_t)NB * nh * 4);
+    /* a second run must give the same bits, and so must each other forward row (DFLASH_ATTENTION_FWD=<name>; head_dim
+     * 128 on wgmma, elsewhere the same kernels again) */
+    for (int v = 0; v < dflash_attention_fwd_variants(); v++) {
+        char what_out[64], what_lse[64];
+        snprintf(what_out, sizeof what_out, v ? "out (forward %s)" : "out", dflash_attention_fwd_variant(v));
+        snprintf(what_lse, sizeof what_lse, v ? "lse (forward %s)" : "lse", dflash_attention_fwd_variant(v));
+        if (v) dflash_attention_fwd_force(v);
+        dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
+        dflash_attention_fwd_force(-1);
+        check_same(cname, what_out, d_out, out, (size_t)NB * ldo * 2);
+        check_same(cname, what_lse, d_lse, lse, (size_t)NB * nh * 4);
+    }
+    dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream); /* (the default's, for the backward below) */
     CHECK_CUDA(cudaMemset(d_dq, 0x55, (size_t)NB * ldo * 2));
     CHECK_CUDA(cudaMemset(d_dkvc, 0x55, (size_t)T * ldkv * 2));
     CHECK_CUDA(cudaMemset(d_dkb, 0x55, (size_t)NB * kd * 2));
@@ -748,55 +796,31 @@ static void run_case(const attn_case *k)
                 keys += (double)(k->cl[j] - c0 + b1 - b0) / B;
             }
         const double fwd_flop = 4.0 * nh * hd * B * keys; /* only the unmasked pairs, as the torch anchor counts */
-        cudaEvent_t e0, e1;
-        CHECK_CUDA(cudaEventCreate(&e0));
-        CHECK_CUDA(cudaEventCreate(&e1));
-        const int iters = 20;
-        float ms_f = 0, ms_b = 0;
-        CHECK_CUDA(cudaEventRecord(e0, stream));
-        for (int i = 0; i < iters; i++) dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
-        CHECK_CUDA(cudaEventRecord(e1, stream));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        CHECK_CUDA(cudaEventElapsedTime(&ms_f, e0, e1));
-        CHECK_CUDA(cudaEventRecord(e0, stream));
-        for (int i = 0; i < iters; i++)
-            dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
-        CHECK_CUDA(cudaEventRecord(e1, stream));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        CHECK_CUDA(cudaEventElapsedTime(&ms_b, e0, e1));
-        float ms_r = 0; /* the backward without a workspace (dq recomputes dS), where it takes one */
-        if (d_ws) {
-            CHECK_CUDA(cudaEventRecord(e0, stream));
-            for (int i = 0; i < iters; i++)
-                dflash_attention_backward_cuda(&gr, d_delta, NULL, 0, d_dout, lddo, d_out, ldo, d_lse, &in, &s, stream);
-            CHECK_CUDA(cudaEventRecord(e1, stream));
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            CHECK_CUDA(cudaEventElapsedTime(&ms_r, e0, e1));
+        const attn_run run = {&in, &s, d_out, ldo, d_lse, &gr, d_delta, d_dout, lddo, stream};
+        const double ms_f = attn_ms(&run, 0, NULL, 0), ms_b = attn_ms(&run, 1, d_ws, ws_bytes);
+        for (int v = 1; v < dflash_attention_fwd_variants(); v++) { /* each other forward row */
+            dflash_attention_fwd_force(v);
+            const double ms_v = attn_ms(&run, 0, NULL, 0);
+            dflash_attention_fwd_force(-1);
+            printf("timing %s W=%d forward with DFLASH_ATTENTION_FWD=%s %.3f ms\n", k->name, k->window,
+                   dflash_attention_fwd_variant(v), ms_v);
+        }
+        if (d_ws) { /* the backward without a workspace (dq recomputes dS), where it takes one */
             printf("timing %s W=%d backward without the dS workspace (dq recomputes) %.3f ms; workspace %.1f MB\n",
-                   k->name, k->window, ms_r / iters, ws_bytes / 1e6);
+                   k->name, k->window, attn_ms(&run, 1, NULL, 0), ws_bytes / 1e6);
             const int ndkv = dflash_attention_dkv_variants(), nvar = ndkv + dflash_attention_dq_variants() - 1;
             for (int v = 0; v < nvar; v++) { /* each of the dk/dv CTAs forced, each dq row but the default */
-                float ms_w = 0;
                 char what[96];
                 force_backward_variant(v, ndkv, what, sizeof what);
-                CHECK_CUDA(cudaEventRecord(e0, stream));
-                for (int i = 0; i < iters; i++)
-                    dflash_attention_backward_cuda(&gr, d_delta, d_ws, ws_bytes, d_dout, lddo, d_out, ldo, d_lse, &in,
-                                                   &s, stream);
-                CHECK_CUDA(cudaEventRecord(e1, stream));
-                CHECK_CUDA(cudaEventSynchronize(e1));
-                CHECK_CUDA(cudaEventElapsedTime(&ms_w, e0, e1));
+                const double ms_w = attn_ms(&run, 1, d_ws, ws_bytes);
                 force_backward_variant(-1, ndkv, NULL, 0);
-                printf("timing %s W=%d backward with %s %.3f ms\n", k->name, k->window, what, ms_w / iters);
+                printf("timing %s W=%d backward with %s %.3f ms\n", k->name, k->window, what, ms_w);
             }
         }
-        ms_f /= iters, ms_b /= iters;
         const double tf = fwd_flop / (ms_f * 1e-3) / 1e12, tb = 2 * fwd_flop / (ms_b * 1e-3) / 1e12;
         printf("timing %s W=%d forward %.3f ms %.1f TFLOP/s (%.0f%% of 790) backward %.3f ms %.1f TFLOP/s (%.0f%% of 790) "
                "[useful flops: fwd %.1f G, bwd %.1f G]\n",
                k->name, k->window, ms_f, tf, 100 * tf / 790, ms_b, tb, 100 * tb / 790, fwd_flop / 1e9, 2 * fwd_flop / 1e9);
-        CHECK_CUDA(cudaEventDestroy(e0));
-        CHECK_CUDA(cudaEventDestroy(e1));
     }
 
     CHECK_CUDA(cudaFree(d_q)); CHECK_CUDA(cudaFree(d_kvc)); CHECK_CUDA(cudaFree(d_kb)); CHECK_CUDA(cudaFree(d_vb));
