@@ -4,13 +4,19 @@
  * must be bitwise identical to the first run's ("ok <row>: twice bitwise-identical ..."). Then the timings (printed,
  * not compared). The rows run in a child process (the parent never touches the GPU): a row whose check dies (a CUDA
  * error exits, a fault kills) fails alone ("FAIL <row>: the check died ..."), and a fresh child, with a fresh CUDA
- * context, goes on with the next row. A row whose kernel does not run on this device (kc_skip) says so once
- * ("skip <row>: <why>") and counts as skipped, neither passed nor failed. Exit status 0 only when every line passed.
- *   test_kernel_cases_gpu [--no-timings] [--timing NAME] [--timings-only] [--list] [SUBSTRING...]   only the rows
+ * context, goes on with the next row. A row (or a timing) that has not ended after --row-timeout seconds (default
+ * 240) hangs: the parent kills the child ("FAIL <row>: hung, killed after S s ..."; its lines so far are kept: the
+ * child's output is line-buffered) and goes on the same way. A row whose kernel does not run on this device (kc_skip)
+ * says so once ("skip <row>: <why>") and counts as skipped, neither passed nor failed. Exit status 0 only when every
+ * line passed.
+ *   test_kernel_cases_gpu [--no-timings] [--timing NAME] [--timings-only] [--list] [--row-timeout S] [SUBSTRING...]
+ *                         only the rows
  *                         whose name contains one of the SUBSTRINGs (the timings only when none is given, or the
  *                         timings whose name contains NAME); --timings-only: no row, the timings (those of --timing
  *                         NAME, none matching fails); --list: print those rows, touch no GPU */
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +32,8 @@
 /* What the child tells the parent, one record each: a row started, a row (or a timing) ended with so many failed
  * lines, the child is done. */
 typedef struct msg {
-    char kind; /* 'S' row started (value: its index in rows[]), 'R' ended (value: failed lines), 'K' the row was
-                * skipped, 'E' all done */
+    char kind; /* 'S' row started (value: its index in rows[]), 'T' timing started (value: its index), 'R' ended
+                * (value: failed lines), 'K' the row was skipped, 'E' all done */
     int value;
 } msg;
 
@@ -91,40 +97,66 @@ static int timing_selected(int i, const char *timing)
     return !timing || strstr(kernel_timings[i].name, timing) != NULL;
 }
 
-/* The child: rows[from..nrows) then, when asked, the timings; tells the parent each row it starts. */
-static void child(int fd, const int *rows, int nrows, int from, int timings, const char *timing)
+/* The child's device and stream, made before its first row or timing (a child the fault hook stops first needs none);
+ * without a device the child exits kNoDevice and the parent stops there */
+enum { kNoDevice = 3 };
+static int child_device_ready = 0;
+static void child_device(void)
 {
+    if (child_device_ready) return;
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
         printf("FAIL test_kernel_cases_gpu: no CUDA device (%s)\n",
                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         fflush(stdout);
-        _exit(3);
+        _exit(kNoDevice);
     }
     CHECK_CUDA(cudaSetDevice(0));
     CHECK_CUDA(cudaStreamCreate(&stream));
+    child_device_ready = 1;
+}
+
+/* Test-only fault hook: with DFLASH_KC_FAULT_HANG=<substring>, the child hangs for real (it blocks, makes no progress)
+ * at the first row whose name contains it, once it has told the parent the row started: the parent's watchdog must
+ * kill it and go on (tests/system/kernel_cases_gpu_args.sh, without a GPU). */
+static void fault_hang(const char *name)
+{
+    const char *h = getenv("DFLASH_KC_FAULT_HANG");
+    if (!h || !*h || !strstr(name, h)) return;
+    printf("fault hook DFLASH_KC_FAULT_HANG=%s: the row %s hangs\n", h, name);
+    for (;;) pause();
+}
+
+/* The child: rows[from..nrows) then, when asked, the timings; tells the parent each row it starts. */
+static void child(int fd, const int *rows, int nrows, int from, int timings, const char *timing)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a hung child's lines so far reach the log before it is killed */
     for (int i = from; i < nrows; i++) {
         const kc_case *c = &kernel_cases[rows[i]];
         char name[1024];
         kc_case_name(c, name, sizeof name);
         say(fd, 'S', i);
+        fault_hang(name);
+        child_device();
         int skipped = 0, failed = run_row(c, name, &skipped);
         if (skipped) say(fd, 'K', 0);
         say(fd, 'R', failed);
     }
     say(fd, 'S', nrows); /* past the rows: a death now is the timings' */
+    if (timings) child_device();
     if (timings)
         for (int i = 0; i < kernel_ntimings; i++) {
             if (!timing_selected(i, timing)) continue;
             printf("== timing %s\n", kernel_timings[i].name);
             fflush(stdout);
+            say(fd, 'T', i);
             failures = 0;
             kernel_timings[i].fn();
             fflush(stdout);
             say(fd, 'R', failures);
         }
-    CHECK_CUDA(cudaStreamDestroy(stream));
+    if (child_device_ready) CHECK_CUDA(cudaStreamDestroy(stream));
     fflush(stdout);
     say(fd, 'E', 0);
     _exit(0);
@@ -133,17 +165,20 @@ static void child(int fd, const int *rows, int nrows, int from, int timings, con
 int main(int argc, char **argv)
 {
     const char *filters[64];
-    int nfilters = 0, timings = 1, list = 0, timings_only = 0;
+    int nfilters = 0, timings = 1, list = 0, timings_only = 0, row_timeout = 240;
     const char *timing = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: test_kernel_cases_gpu [--no-timings] [--timing NAME] [--timings-only] [--list] [SUBSTRING...]\n"
+            printf("usage: test_kernel_cases_gpu [--no-timings] [--timing NAME] [--timings-only] [--list] [--row-timeout S] "
+                   "[SUBSTRING...]\n"
                    "Runs the CUDA check of every row of the kernel case table (tests/kernel_cases.c) whose name contains "
                    "one of the SUBSTRINGs (all rows when none is given), twice (the second run's device downloads must "
                    "be bitwise identical to the first's), then the timings (when no SUBSTRING is given; --timing NAME: "
                    "only those whose name contains NAME, with or without SUBSTRINGs). --timings-only runs no row, only "
                    "the timings (with --timing NAME, those; a NAME no timing has fails). A row whose check dies fails "
-                   "alone; a row whose kernel does not run on this device is skipped, saying so. --list prints the rows "
+                   "alone; a row or timing that has not ended after --row-timeout S seconds (default 240) hangs: it is "
+                   "killed and fails alone. A row whose kernel does not run on this device is skipped, saying so. "
+                   "--list prints the rows "
                    "that would run (and why each is there), or with --timings-only the timings, without touching the "
                    "GPU.\n");
             return 0;
@@ -152,6 +187,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--timing") && i + 1 < argc) timing = argv[++i];
         else if (!strcmp(argv[i], "--timings-only")) timings_only = 1;
         else if (!strcmp(argv[i], "--list")) list = 1;
+        else if (!strcmp(argv[i], "--row-timeout")) {
+            char *end = NULL;
+            const long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || !end || *end || end == argv[i + 1] || v < 1 || v > 86400) {
+                fprintf(stderr, "test_kernel_cases_gpu: --row-timeout wants seconds, 1 to 86400 (got %s)\n",
+                        i + 1 < argc ? argv[i + 1] : "nothing");
+                return 2;
+            }
+            row_timeout = (int)v, i++;
+        }
         else if (argv[i][0] == '-') {
             fprintf(stderr, "test_kernel_cases_gpu: unknown option %s (--help lists them)\n", argv[i]);
             return 2;
@@ -226,9 +271,19 @@ int main(int argc, char **argv)
         }
         close(p[1]);
         msg m;
-        int last = -1, done = 0;
-        while (read(p[0], &m, sizeof m) == (ssize_t)sizeof m) {
+        int last = -1, done = 0, hung = 0, timing_at = -1;
+        for (;;) { /* each message within row_timeout of the last: a row or timing that takes longer hangs */
+            struct pollfd pf = {p[0], POLLIN, 0};
+            const int r = poll(&pf, 1, row_timeout * 1000);
+            if (r < 0 && errno == EINTR) continue;
+            if (r == 0) {
+                kill(pid, SIGKILL);
+                hung = 1;
+                break;
+            }
+            if (r < 0 || read(p[0], &m, sizeof m) != (ssize_t)sizeof m) break;
             if (m.kind == 'S') last = m.value;
+            else if (m.kind == 'T') timing_at = m.value;
             else if (m.kind == 'R') total_fail += m.value;
             else if (m.kind == 'K') nskipped++;
             else if (m.kind == 'E') done = 1;
@@ -237,16 +292,18 @@ int main(int argc, char **argv)
         int st = 0;
         waitpid(pid, &st, 0);
         if (done && WIFEXITED(st) && WEXITSTATUS(st) == 0) break;
-        char why[64];
-        if (WIFSIGNALED(st)) snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
+        char why[96];
+        if (hung) snprintf(why, sizeof why, "hung: no end after %d s, killed", row_timeout);
+        else if (WIFSIGNALED(st)) snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
         else snprintf(why, sizeof why, "exit status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         total_fail++, died++;
-        if (last < 0) { /* before any row: no device, nothing to go on with */
+        if (last < 0 || (!hung && WIFEXITED(st) && WEXITSTATUS(st) == kNoDevice)) { /* no device: nothing to go on with */
             printf("FAIL test_kernel_cases_gpu: the GPU process died before its first row (%s)\n", why);
             break;
         }
         if (last >= nrows) {
-            printf("FAIL test_kernel_cases_gpu: the timings died (%s)\n", why);
+            printf("FAIL test_kernel_cases_gpu: the timings died (%s)%s%s\n", why, timing_at >= 0 ? " in " : "",
+                   timing_at >= 0 ? kernel_timings[timing_at].name : "");
             break;
         }
         char name[1024];

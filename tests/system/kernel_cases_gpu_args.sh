@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU driver of the kernel case table (build/gpu/test_kernel_cases_gpu, built wherever nvcc is) reads its
 # arguments without a GPU: --list names the rows (or with --timings-only the timings) and touches no device,
-# --timings-only refuses row substrings, a --timing NAME that no timing has fails, an unknown option is refused.
+# --timings-only refuses row substrings, a --timing NAME that no timing has fails, an unknown option is refused, and a
+# row that hangs is killed after --row-timeout and fails alone (DFLASH_KC_FAULT_HANG, the child's fault hook).
 cd "$(dirname "$0")/../.." || exit 1
 G=${BUILD:-build}/gpu/test_kernel_cases_gpu
 [ -x "$G" ] || { echo "$G is not built here (no nvcc): nothing to check"; exit 77; }
@@ -33,4 +34,17 @@ expect "--timings-only with a row SUBSTRING: refused" 2 "takes no row SUBSTRING"
 expect "an unknown option: refused" 2 "unknown option --bogus" "$G" --bogus
 expect "a SUBSTRING no row has: fails" 1 "no row matches" "$G" --list no-such-row-anywhere
 expect "--help names --timings-only" 0 "--timings-only" "$G" --help
+expect "--row-timeout 0: refused" 2 "--row-timeout wants seconds" "$G" --row-timeout 0 gemv_forward
+expect "--row-timeout with no number: refused" 2 "--row-timeout wants seconds" "$G" --row-timeout 2s gemv_forward
+# the watchdog, without a GPU: the fault hook hangs the child at the first row (before it needs a device); the parent
+# must kill it after --row-timeout, fail that row alone and go on with the next in a fresh process (which, here, has
+# no device: it stops there). The outer timeout only guards against a parent that never kills.
+first="gemv_forward bf16 m=1 n=1 k=8"
+expect "a row that hangs: killed after --row-timeout, that row failed" 1 \
+    "^FAIL $first.*hung: no end after 2 s, killed" env DFLASH_KC_FAULT_HANG="$first" timeout 60 "$G" --row-timeout 2 "$first"
+out=$(DFLASH_KC_FAULT_HANG="$first" timeout 60 "$G" --row-timeout 2 "gemv_forward bf16 m=1 " "gemv_forward bf16 m=2 " 2>&1)
+if grep -q "^fault hook DFLASH_KC_FAULT_HANG=$first: the row" <<<"$out" && grep -q "^FAIL $first.*hung" <<<"$out" &&
+    grep -q "died before its first row\|^ok gemv_forward bf16 m=2 " <<<"$out"; then
+    ok "after a hung row the next one runs in a fresh process (the hooked child's lines kept)"
+else fail "after a hung row" "$(tail -n 4 <<<"$out" | tr '\n' '|')"; fi
 exit $FAILED
