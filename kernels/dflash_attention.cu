@@ -262,34 +262,37 @@ struct QRows {
 };
 
 // Rows of query tile `tile` of kv head kh, RW a warp: CTA row t = warp*RW + lane (lanes < RW) is row
-// ρ = tile*4*RW + t, (block j, head kh*G + g, slot i) with ρ = (j*G + g)*B + i.
-template <int RW> __device__ void qrows_setup(QRows &r, const Args &a, int tile, int kh)
+// ρ = tile*4*RW + t, (block j, head kh*G + g, slot i) with ρ = (j*G + g)*B + i. WOFF: the CTA's first WOFF warps own
+// no row (a producer's; warp counts from the next), and only take part in the barriers.
+template <int RW, int WOFF = 0> __device__ void qrows_setup(QRows &r, const Args &a, int tile, int kh)
 {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = warp * RW + lane;
+    const int warp = (int)(threadIdx.x / 32) - WOFF, lane = threadIdx.x % 32, t = warp * RW + lane;
     const int GB = a.G * a.B;
-    const int nw = blockDim.x / 32;
+    const int nw = blockDim.x / 32 - WOFF;
     const long long rho = (long long)tile * (nw * RW) + t;
-    int qrow = -1, head = 0, lo[2] = {0, 0}, hi[2] = {0, 0};
-    if (lane < RW && rho < (long long)a.N * GB) {
-        int j = (int)(rho / GB), rem = (int)(rho % GB), g = rem / a.B, i = rem % a.B;
-        qrow = j * a.B + i;
-        head = kh * a.G + g;
-        row_interval(a, 0, j, i, lo[0], hi[0]);
-        row_interval(a, 1, j, i, lo[1], hi[1]);
-    }
-    if (lane < RW) r.qrow[t] = qrow, r.head[t] = head;
+    if (WOFF == 0 || warp >= 0) {
+        int qrow = -1, head = 0, lo[2] = {0, 0}, hi[2] = {0, 0};
+        if (lane < RW && rho < (long long)a.N * GB) {
+            int j = (int)(rho / GB), rem = (int)(rho % GB), g = rem / a.B, i = rem % a.B;
+            qrow = j * a.B + i;
+            head = kh * a.G + g;
+            row_interval(a, 0, j, i, lo[0], hi[0]);
+            row_interval(a, 1, j, i, lo[1], hi[1]);
+        }
+        if (lane < RW) r.qrow[t] = qrow, r.head[t] = head;
 #pragma unroll
-    for (int src = 0; src < 2; src++) {
-        if (lane < RW) r.lo[src][t] = lo[src], r.hi[src][t] = hi[src];
-        const bool valid = qrow >= 0, any = valid && lo[src] < hi[src];
-        // rows past the end are neutral in both (their results are never stored)
-        int ulo = any ? lo[src] : INT_MAX, uhi = any ? hi[src] : INT_MIN;
-        int ilo = valid ? lo[src] : INT_MIN, ihi = valid ? hi[src] : INT_MAX;
-        ulo = __reduce_min_sync(0xffffffffu, ulo);
-        uhi = __reduce_max_sync(0xffffffffu, uhi);
-        ilo = __reduce_max_sync(0xffffffffu, ilo);
-        ihi = __reduce_min_sync(0xffffffffu, ihi);
-        if (lane == 0) r.warp[src][warp] = make_int4(ulo, uhi, ilo, ihi);
+        for (int src = 0; src < 2; src++) {
+            if (lane < RW) r.lo[src][t] = lo[src], r.hi[src][t] = hi[src];
+            const bool valid = qrow >= 0, any = valid && lo[src] < hi[src];
+            // rows past the end are neutral in both (their results are never stored)
+            int ulo = any ? lo[src] : INT_MAX, uhi = any ? hi[src] : INT_MIN;
+            int ilo = valid ? lo[src] : INT_MIN, ihi = valid ? hi[src] : INT_MAX;
+            ulo = __reduce_min_sync(0xffffffffu, ulo);
+            uhi = __reduce_max_sync(0xffffffffu, uhi);
+            ilo = __reduce_max_sync(0xffffffffu, ilo);
+            ihi = __reduce_min_sync(0xffffffffu, ihi);
+            if (lane == 0) r.warp[src][warp] = make_int4(ulo, uhi, ilo, ihi);
+        }
     }
     __syncthreads();
     if (threadIdx.x < 2) {
@@ -1604,12 +1607,12 @@ template <int HD> struct wg_q_shape {
 
 #ifdef DFLASH_SM90A
 // the CTA's query rows of x (row qrow, columns head*HD..), swizzled; rows past the end zero
-template <int HD, int ROWS>
+template <int HD, int ROWS, int NT = 0> // NT: the threads 0..NT-1 copy (0: the whole CTA)
 __device__ __forceinline__ void sw_load_qrows(unsigned char *tile, const bf16 *x, int ld, const QRows &r)
 {
     constexpr int kChunks = HD / 8;
 #pragma unroll 4
-    for (int c = threadIdx.x; c < ROWS * kChunks; c += blockDim.x) {
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += NT ? NT : blockDim.x) {
         const int row = c / kChunks, ch = c % kChunks, qrow = r.qrow[row];
         const bool valid = qrow >= 0;
         cp_async16(tile + sw_off<ROWS>(row, ch), x + (valid ? (size_t)qrow * ld + (size_t)r.head[row] * HD + ch * 8 : 0),
@@ -1673,6 +1676,91 @@ __device__ __forceinline__ void wg_qtile(const Args &a, int &tile, int &kh)
 {
     const int nq = (int)gridDim.x / a.nkv;
     tile = nq - 1 - (int)blockIdx.x / a.nkv, kh = (int)blockIdx.x % a.nkv;
+}
+#endif
+
+#ifdef DFLASH_SM90A
+// The forward's per-tile softmax (the wgmma CTAs): S of walk tile (src, k0) (a warpgroup's 64 x 64, the thread's rows
+// r0 and r0 + 8) masked where need_mask (the rows' intervals), the online max in log2 units (m_run; corr: the factor O
+// and l take), P = exp2(S·scale - m) as bf16 A fragments (pa) and l_run = l_run·corr + rowsum(P). O is rescaled by
+// fwd_rescale before the tile's P·V is added.
+__device__ __forceinline__ void fwd_softmax(float (&s)[32], uint32_t (&pa)[kWgKT / 16][4], float (&corr)[2],
+                                            float (&m_run)[2], float (&l_run)[2], const Args &a, const QRows &rows,
+                                            int src, int k0, bool need_mask, int r0, int tig)
+{
+    if (need_mask) {
+        const int lo0 = rows.lo[src][r0], hi0 = rows.hi[src][r0];
+        const int lo1 = rows.lo[src][r0 + 8], hi1 = rows.hi[src][r0 + 8];
+#pragma unroll
+        for (int t = 0; t < kWgKT / 8; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + t * 8 + tig * 2 + (e & 1);
+                const int lo = e < 2 ? lo0 : lo1, hi = e < 2 ? hi0 : hi1;
+                if (key < lo || key >= hi) s[4 * t + e] = -INFINITY;
+            }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int t = 0; t < kWgKT / 8; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * t + e]);
+    float neg_m[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m_run[r], mx[r] * a.scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row that has seen nothing yet
+        corr[r] = fast_exp2(m_run[r] - m_use);
+        m_run[r] = m_new;
+        neg_m[r] = -m_use;
+    }
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kWgKT / 8; t++) {
+        const float p0 = fast_exp2(fmaf(s[4 * t], a.scale_log2, neg_m[0]));
+        const float p1 = fast_exp2(fmaf(s[4 * t + 1], a.scale_log2, neg_m[0]));
+        const float p2 = fast_exp2(fmaf(s[4 * t + 2], a.scale_log2, neg_m[1]));
+        const float p3 = fast_exp2(fmaf(s[4 * t + 3], a.scale_log2, neg_m[1]));
+        rs0 += p0 + p1, rs1 += p2 + p3;
+        pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(p0, p1);
+        pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(p2, p3);
+    }
+    l_run[0] = l_run[0] * corr[0] + rs0;
+    l_run[1] = l_run[1] * corr[1] + rs1;
+}
+// O (the thread's rows r0, r0 + 8) times the tile's corr
+template <int HD> __device__ __forceinline__ void fwd_rescale(float (&o)[HD / 2], const float (&corr)[2])
+{
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) {
+        o[4 * i] *= corr[0], o[4 * i + 1] *= corr[0];
+        o[4 * i + 2] *= corr[1], o[4 * i + 3] *= corr[1];
+    }
+}
+// the thread's rows r0, r0 + 8 of the CTA: out = O / l (l summed over the row's quad), lse = (m + log2 l)·ln 2
+template <int HD>
+__device__ __forceinline__ void fwd_store(const Args &a, const float (&o)[HD / 2], const float (&m_run)[2],
+                                          float (&l_run)[2], const QRows &rows, int r0, int tig)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = r0 + rr * 8, qrow = rows.qrow[row], head = rows.head[row];
+        if (qrow < 0) continue;
+        const float l = l_run[rr], inv = 1.0f / l;
+        bf16 *orow = a.out + (size_t)qrow * a.ldo + (size_t)head * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++)
+            *reinterpret_cast<uint32_t *>(orow + i * 8 + tig * 2) =
+                pack_bf16(o[4 * i + rr * 2] * inv, o[4 * i + rr * 2 + 1] * inv);
+        if (tig == 0) a.lse_out[(size_t)qrow * a.nh + head] = (m_run[rr] + log2f(l)) * kLn2;
+    }
 }
 #endif
 
@@ -1754,53 +1842,10 @@ template <int HD, bool TMA> __device__ __forceinline__ void fwd_sm90(const Args 
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(s);
-            if (need_mask) {
-                const int lo0 = rows.lo[kt.src][r0], hi0 = rows.hi[kt.src][r0];
-                const int lo1 = rows.lo[kt.src][r0 + 8], hi1 = rows.hi[kt.src][r0 + 8];
-#pragma unroll
-                for (int t = 0; t < kWgKT / 8; t++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int key = k0 + t * 8 + tig * 2 + (e & 1);
-                        const int lo = e < 2 ? lo0 : lo1, hi = e < 2 ? hi0 : hi1;
-                        if (key < lo || key >= hi) s[4 * t + e] = -INFINITY;
-                    }
-            }
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int t = 0; t < kWgKT / 8; t++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * t + e]);
-            float neg_m[2], corr[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                const float m_new = fmaxf(m_run[r], mx[r] * a.scale_log2);
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row that has seen nothing yet
-                corr[r] = fast_exp2(m_run[r] - m_use);
-                m_run[r] = m_new;
-                neg_m[r] = -m_use;
-            }
             uint32_t pa[kWgKT / 16][4];
-            float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-            for (int t = 0; t < kWgKT / 8; t++) {
-                const float p0 = fast_exp2(fmaf(s[4 * t], a.scale_log2, neg_m[0]));
-                const float p1 = fast_exp2(fmaf(s[4 * t + 1], a.scale_log2, neg_m[0]));
-                const float p2 = fast_exp2(fmaf(s[4 * t + 2], a.scale_log2, neg_m[1]));
-                const float p3 = fast_exp2(fmaf(s[4 * t + 3], a.scale_log2, neg_m[1]));
-                rs0 += p0 + p1, rs1 += p2 + p3;
-                pa[t / 2][(t & 1) * 2 + 0] = pack_bf16(p0, p1);
-                pa[t / 2][(t & 1) * 2 + 1] = pack_bf16(p2, p3);
-            }
-            l_run[0] = l_run[0] * corr[0] + rs0;
-            l_run[1] = l_run[1] * corr[1] + rs1;
-#pragma unroll
-            for (int i = 0; i < HD / 8; i++) {
-                o[4 * i] *= corr[0], o[4 * i + 1] *= corr[0];
-                o[4 * i + 2] *= corr[1], o[4 * i + 3] *= corr[1];
-            }
+            float corr[2];
+            fwd_softmax(s, pa, corr, m_run, l_run, a, rows, kt.src, k0, need_mask, r0, tig);
+            fwd_rescale<HD>(o, corr);
             fence_frags<kWgKT / 16>(pa);
             wgmma_fence();
             issue_pv(o, pa, mma_sm80::smem_u32(sv + stage * S::kKvBytes));
@@ -1810,23 +1855,7 @@ template <int HD, bool TMA> __device__ __forceinline__ void fwd_sm90(const Args 
         }
         __syncthreads(); // the next iteration's prefetch overwrites this stage
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-    }
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int row = r0 + rr * 8, qrow = rows.qrow[row], head = rows.head[row];
-        if (qrow < 0) continue;
-        const float l = l_run[rr], inv = 1.0f / l;
-        bf16 *orow = a.out + (size_t)qrow * a.ldo + (size_t)head * HD;
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++)
-            *reinterpret_cast<uint32_t *>(orow + i * 8 + tig * 2) =
-                pack_bf16(o[4 * i + rr * 2] * inv, o[4 * i + rr * 2 + 1] * inv);
-        if (tig == 0) a.lse_out[(size_t)qrow * a.nh + head] = (m_run[rr] + log2f(l)) * kLn2;
-    }
+    fwd_store<HD>(a, o, m_run, l_run, rows, r0, tig);
 }
 #endif
 
@@ -1841,6 +1870,159 @@ __global__ void __launch_bounds__(kFwdWgs * 128, 2) fwd_tma_sm90_kernel(const Ar
 {
 #ifdef DFLASH_SM90A
     fwd_sm90<HD, true>(a, &maps);
+#endif
+}
+
+// The forward in FlashAttention-3's shape (DFLASH_ATTENTION_FWD=ws, not yet run on a GPU): the same 128 query rows a
+// CTA, walk, masks and softmax (fwd_softmax), one CTA an SM of a producer warpgroup and two consumer warpgroups of 64
+// rows (setmaxnreg as the wg2 dk/dv CTAs). The producer gathers Q by cp.async once (its 128 threads arriving noinc on
+// qbar) and brings each walk tile's K and V by TMA (thread 0) through kFwsStages stages (full: the byte count; empty:
+// every consumer warp). A consumer takes the tiles it sees in runs of consecutive ones: a run's first tile is S, wait,
+// softmax, O rescaled; then each next tile's S is issued with the last one's P·V, the softmax runs under that P·V, and
+// O is rescaled once it is done; the run's last P·V is finished before a tile the consumer skips (holding its stage
+// over skipped tiles could starve the ring: the producer would wait for it before the tile the consumer waits for).
+// O takes the same operations in the same order as in fwd_sm90 (rescaled by tile j's factor, then P_j·V_j added):
+// the same bits. Rows between the walk's end and a tile's end are read by the boxes and masked (as FWD=tma).
+constexpr int kFwsStages = 4, kFwsThreads = 3 * 128;
+template <int HD> struct fws_shape {
+    static constexpr int kQBytes = kFwdRows * HD * 2, kKvBytes = kWgKT * HD * 2;
+    static constexpr int kBarOff = kQBytes + 2 * kFwsStages * kKvBytes; // Q, the stages' K, then their V
+    static constexpr int kSmem = kBarOff + (2 * kFwsStages + 1) * 8 + 1024;  // full, empty, qbar; to align
+};
+
+template <int HD>
+__global__ void __launch_bounds__(kFwsThreads, 1) fwd_ws_sm90_kernel(const Args a, const __grid_constant__ FwdMaps maps)
+{
+#ifdef DFLASH_SM90A
+    static_assert(HD == 128, "fwd_ws_sm90_kernel: head_dim 128");
+    using S = fws_shape<HD>;
+    using namespace wgmma_sm90;
+    extern __shared__ unsigned char smem_ws[];
+    __shared__ QRows rows;
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_ws + 1023) & ~(uintptr_t)1023);
+    unsigned char *sq = smem, *sk = sq + S::kQBytes, *sv = sk + kFwsStages * S::kKvBytes;
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::kBarOff), *empty = full + kFwsStages,
+             *qbar = empty + kFwsStages;
+    int tile, kh;
+    wg_qtile(a, tile, kh);
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < kFwsStages; st++) {
+            mbar_init(full + st, 1);
+            mbar_init(empty + st, 8); // each consumer warp
+        }
+        mbar_init(qbar, 128); // each producer thread, as its Q copies land
+        mbar_init_fence();    // (qrows_setup's barriers publish them)
+    }
+    qrows_setup<16, 4>(rows, a, tile, kh);
+    const int nct = ntiles(rows.cta[0], kWgKT), nt = nct + ntiles(rows.cta[1], kWgKT);
+    const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+    if (wg == 0) {
+        setmaxnreg_dec<kWg2ProducerRegs>();
+        sw_load_qrows<HD, kFwdRows, 128>(sq, a.q, a.ldq, rows);
+        cp_async_mbar_arrive_noinc(qbar);
+        if (threadIdx.x == 0)
+            for (int it = 0; it < nt; it++) {
+                const int st = it % kFwsStages;
+                if (it >= kFwsStages) mbar_wait(empty + st, (uint32_t)(((it / kFwsStages) & 1) ^ 1));
+                const KTile kt = ktile(rows, it, nct, kWgKT);
+                const CUtensorMap *mk = kt.src == 0 ? &maps.kc : &maps.kb, *mv = kt.src == 0 ? &maps.vc : &maps.vb;
+                mbar_arrive_expect_tx(full + st, 2 * S::kKvBytes);
+#pragma unroll
+                for (int p = 0; p < HD / 64; p++) {
+                    tma_load_2d(sk + st * S::kKvBytes + p * kWgKT * 128, mk, kh * HD + p * 64, kt.row0, full + st);
+                    tma_load_2d(sv + st * S::kKvBytes + p * kWgKT * 128, mv, kh * HD + p * 64, kt.row0, full + st);
+                }
+            }
+        cp_async_commit();
+        cp_async_wait<0>();
+        return;
+    }
+    setmaxnreg_inc<kWg2ConsumerRegs>();
+    const int cw = wg - 1, warp = threadIdx.x / 32 - 4, g = lane >> 2, tig = lane & 3;
+    const int r0 = warp * 16 + g; // the thread's CTA rows r0 and r0 + 8
+    const uint32_t qaddr = mma_sm80::smem_u32(sq) + cw * kWgKeys * 128;
+    mbar_wait(qbar, 0);
+    fence_proxy_async(); // the producer's landed Q copies, to this thread's wgmma
+    float o[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    // tile it's S into s (issued and committed), and whether the tile needs its mask
+    auto issue_tile_s = [&](float (&s)[32], int it, const KTile &kt) {
+        wgmma_fence();
+        issue_s<HD, kFwdRows>(s, qaddr, mma_sm80::smem_u32(sk + (it % kFwsStages) * S::kKvBytes));
+        wgmma_commit();
+        const int4 w = rows.warp[kt.src][warp];
+        return !(w.z <= kt.row0 && kt.row0 + kWgKT <= w.w);
+    };
+    auto issue_tile_pv = [&](uint32_t (&pa)[kWgKT / 16][4], int it) {
+        fence_frags<kWgKT / 16>(pa);
+        wgmma_fence();
+        issue_pv(o, pa, mma_sm80::smem_u32(sv + (it % kFwsStages) * S::kKvBytes));
+        wgmma_commit();
+    };
+    auto wait_full = [&](int it) { mbar_wait(full + it % kFwsStages, (uint32_t)((it / kFwsStages) & 1)); };
+    int it = 0;
+    while (it < nt) {
+        KTile kt = ktile(rows, it, nct, kWgKT);
+        wait_full(it);
+        if (!wg_sees(rows, kt.src, cw, kt.row0)) { // a tile this consumer skips
+            release(empty + it % kFwsStages, lane);
+            it++;
+            continue;
+        }
+        // a run's first tile: S, its softmax, O rescaled (its P·V goes with the next tile's S, or ends the run)
+        uint32_t pa[kWgKT / 16][4], pb[kWgKT / 16][4]; // the last tile's P and the next's, in turn (no copies)
+        {
+            float s[32], corr[2];
+            const bool need_mask = issue_tile_s(s, it, kt);
+            wgmma_wait<0>();
+            fence_regs(s);
+            fwd_softmax(s, pa, corr, m_run, l_run, a, rows, kt.src, kt.row0, need_mask, r0, tig);
+            fwd_rescale<HD>(o, corr);
+        }
+        int cur = it++;
+        // the run's next tile (when there is one it sees: else false): its S with the last tile's P·V (pc), its softmax
+        // under that P·V into pn, O rescaled once the P·V is done
+        auto next_tile = [&](uint32_t (&pc)[kWgKT / 16][4], uint32_t (&pn)[kWgKT / 16][4]) {
+            if (it >= nt) return false;
+            const KTile kn = ktile(rows, it, nct, kWgKT);
+            if (!wg_sees(rows, kn.src, cw, kn.row0)) return false;
+            wait_full(it);
+            float s[32], corr[2];
+            const bool need_mask = issue_tile_s(s, it, kn);
+            issue_tile_pv(pc, cur);
+            wgmma_wait<1>(); // S done; the last tile's P·V runs on under the softmax
+            fence_regs(s);
+            fwd_softmax(s, pn, corr, m_run, l_run, a, rows, kn.src, kn.row0, need_mask, r0, tig);
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_frags<kWgKT / 16>(pc);
+            release(empty + cur % kFwsStages, lane);
+            fwd_rescale<HD>(o, corr);
+            cur = it++;
+            return true;
+        };
+        // the run's last P·V, before any tile it skips
+        auto end_run = [&](uint32_t (&pc)[kWgKT / 16][4]) {
+            issue_tile_pv(pc, cur);
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_frags<kWgKT / 16>(pc);
+            release(empty + cur % kFwsStages, lane);
+        };
+        for (;;) {
+            if (!next_tile(pa, pb)) {
+                end_run(pa);
+                break;
+            }
+            if (!next_tile(pb, pa)) {
+                end_run(pb);
+                break;
+            }
+        }
+    }
+    fwd_store<HD>(a, o, m_run, l_run, rows, r0, tig);
 #endif
 }
 
@@ -2477,6 +2659,26 @@ void launch_fwd_tma(const Args &a, unsigned n, cudaStream_t st)
     }
     fwd_tma_sm90_kernel<128><<<n, kFwdWgs * 128, wg_q_shape<128>::kSmemFwd + 2 * 8, st>>>(a, m);
 }
+// the FlashAttention-3-shaped forward (fwd_ws_sm90_kernel): its maps as launch_fwd_tma's, else cp_async
+void launch_fwd_ws(const Args &a, unsigned n, cudaStream_t st)
+{
+    FwdMaps m;
+    using wgmma_sm90::make_map;
+    const int kc = a.nkv * 128, nb = a.N * a.B;
+    if (!make_map(&m.kb, a.kb, a.ldkb, kc, nb, kWgKT) || !make_map(&m.vb, a.vb, a.ldvb, kc, nb, kWgKT) ||
+        (a.T > 0 && (!make_map(&m.kc, a.kc, a.ldkc, kc, a.T, kWgKT) || !make_map(&m.vc, a.vc, a.ldvc, kc, a.T, kWgKT)))) {
+        launch_fwd_cp_async(a, n, st);
+        return;
+    }
+    if (a.T == 0) m.kc = m.kb, m.vc = m.vb;
+    static bool attr_set = false;
+    if (!attr_set) {
+        CHECK_CUDA(cudaFuncSetAttribute(fwd_ws_sm90_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        fws_shape<128>::kSmem));
+        attr_set = true;
+    }
+    fwd_ws_sm90_kernel<128><<<n, kFwsThreads, fws_shape<128>::kSmem, st>>>(a, m);
+}
 struct FwdVariant {
     const char *name;
     void (*launch)(const Args &, unsigned, cudaStream_t);
@@ -2484,6 +2686,7 @@ struct FwdVariant {
 const FwdVariant kFwdVariants[] = {
     {"cp_async", launch_fwd_cp_async},
     {"tma", launch_fwd_tma}, // not yet run on a GPU (bench/RESULTS.md, 2026-12-05, fourth session)
+    {"ws", launch_fwd_ws},   // likewise
 };
 constexpr int kNFwdVariants = (int)(sizeof kFwdVariants / sizeof kFwdVariants[0]);
 int g_fwd_forced = -2; // a row of kFwdVariants, or -2: the environment not read yet

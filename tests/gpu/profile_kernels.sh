@@ -55,7 +55,7 @@ EOP
 }
 if [ "$what" != target ]; then
     # bench_drafter's warm-up step runs each kernel once a layer (5), then the timed step
-    for k in dkv_wg2_sm90_kernel:dkv fwd_sm90_kernel:fwd "dq_ws_(pair_|tma_)?sm90_kernel:dq"; do
+    for k in "dkv_wg2_(tma_)?sm90_kernel:dkv" "fwd_(tma_|ws_)?sm90_kernel:fwd" "dq_ws_(pair_|tma_)?sm90_kernel:dq"; do
         one "drafter_${k#*:}" "${k%%:*}" 5 "$BUILD/bench/bench_drafter" --iters 1
     done
 fi
