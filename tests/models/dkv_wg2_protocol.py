@@ -1,5 +1,6 @@
-# A model of the wg2 dk/dv CTA's protocol (kernels/dflash_attention.cu, dkv_wg2_sm90 with wg2_sched), to check a
-# schedule for deadlocks before a GPU runs it: a producer filling a ring of S stages (full/empty mbarriers with
+# A model of the wg2 dk/dv CTA's protocol (kernels/dflash_attention.cu, dkv_wg2_sm90 with wg2_sched; and the
+# forward's fwd_ws_sm90_kernel, whose runs are the pipelined schedule), to check a schedule for deadlocks before a GPU
+# runs it: a producer filling a ring of S stages (full/empty mbarriers with
 # phases), two consumers walking the same steps, each seeing a random subset (every step seen by one at least, as
 # gather_blocks' lists), with the pipelined schedule (a step's stage released behind the next seen step's first issue,
 # before a skipped step, or at the end) and the turn-taking one (named barriers: a bar.sync completes on the other's
@@ -102,20 +103,23 @@ def run(steps, sees, S, pipelined, turns, rng):
 
 rng = random.Random(1)
 res = {}
-for S in (3, 4):
-    for pipelined in (False, True):
-        for turns in (False, True):
-            if pipelined and turns: continue
-            bad = 0
-            for w in range(3000):
-                steps = rng.randint(1, 14)
-                # every step seen by some consumer (gather_blocks' lists)
-                sees = [[False] * steps, [False] * steps]
-                for t in range(steps):
-                    k = rng.randint(1, 3)
-                    sees[0][t] = k & 1 == 1; sees[1][t] = k & 2 == 2
-                r = run(steps, sees, S, pipelined, turns, rng)
-                if r != 'ok': bad += 1
-            print(f"S={S} pipelined={pipelined} turns={turns}: {bad} of 3000 walks did not finish")
-            res[(S, pipelined, turns)] = bad
+# (S, pipelined, turns, a step may be seen by no consumer): the dk/dv rows (gather_blocks lists only blocks some
+# consumer sees), and the forward's fwd_ws_sm90_kernel (4 stages, its runs = the pipelined schedule: a tile's stage
+# released behind the next seen tile's S, or before a skipped one; a walk tile between the CTA rows' intervals may be
+# seen by neither warpgroup)
+for S, pipelined, turns, unseen in ((3, False, False, False), (3, False, True, False), (3, True, False, False),
+                                    (4, False, False, False), (4, False, True, False), (4, True, False, False),
+                                    (4, True, False, True)):
+    bad = 0
+    for w in range(3000):
+        steps = rng.randint(1, 14)
+        sees = [[False] * steps, [False] * steps]
+        for t in range(steps):
+            k = rng.randint(0 if unseen else 1, 3)
+            sees[0][t] = k & 1 == 1; sees[1][t] = k & 2 == 2
+        r = run(steps, sees, S, pipelined, turns, rng)
+        if r != 'ok': bad += 1
+    what = "the forward's runs" if unseen else f"pipelined={pipelined} turns={turns}"
+    print(f"S={S} {what}: {bad} of 3000 walks did not finish")
+    res[(S, pipelined, turns, unseen)] = bad
 sys.exit(1 if any(res.values()) else 0)
