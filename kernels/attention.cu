@@ -183,15 +183,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         }
         float corr[2 * MT], neg_m[2 * MT];
 #pragma unroll
-        for (int r = 0; r < 2 * MT; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float m_new = fmaxf(m_run[r], mx[r] * scale_log2); // finite without a window: see m_run above
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a windowed row with no key yet: o, l stay 0
-            corr[r] = fast_exp2(m_run[r] - m_use);
-            m_run[r] = m_new;
-            neg_m[r] = -m_use;
-        }
+        for (int r = 0; r < 2 * MT; r++) // m_run finite without a window (see above); a windowed row with no key yet: 0
+            online_max(mx[r], m_run[r], scale_log2, corr[r], neg_m[r]);
         uint32_t pf[MT][kBlockN / 16][4];
 #pragma unroll
         for (int m = 0; m < MT; m++) {

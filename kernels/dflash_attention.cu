@@ -426,15 +426,7 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Args a)
             }
             float corr[2 * MT], neg_m[2 * MT];
 #pragma unroll
-            for (int r = 0; r < 2 * MT; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                const float m_new = fmaxf(m_run[r], mx[r] * a.scale_log2);
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row that has seen nothing yet
-                corr[r] = fast_exp2(m_run[r] - m_use);
-                m_run[r] = m_new;
-                neg_m[r] = -m_use;
-            }
+            for (int r = 0; r < 2 * MT; r++) online_max(mx[r], m_run[r], a.scale_log2, corr[r], neg_m[r]);
             uint32_t pf[MT][kFwdKeys / 16][4];
 #pragma unroll
             for (int m = 0; m < MT; m++) {
@@ -1707,15 +1699,7 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[32], uint32_t (&pa)[kWgKT
         for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * t + e]);
     float neg_m[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m_run[r], mx[r] * a.scale_log2);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row that has seen nothing yet
-        corr[r] = fast_exp2(m_run[r] - m_use);
-        m_run[r] = m_new;
-        neg_m[r] = -m_use;
-    }
+    for (int r = 0; r < 2; r++) online_max(mx[r], m_run[r], a.scale_log2, corr[r], neg_m[r]);
     float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
     for (int t = 0; t < kWgKT / 8; t++) {
@@ -2633,14 +2617,17 @@ template <class V> int variant_from_env(const char *var, const V *table, int n, 
 }
 
 // The forward's wgmma CTAs (head_dim 128), one row each; the same bits all ways. cp_async: K and V staged by the CTA's
-// threads (fwd_sm90_kernel); tma: by the bulk tensor copy engine (fwd_tma_sm90_kernel; not yet run on a GPU), where the
-// driver makes its tensor maps, else cp_async. DFLASH_ATTENTION_FWD=<name> (read once) or dflash_attention_fwd_force
-// picks one; unset: cp_async.
+// threads (fwd_sm90_kernel); tma: by the bulk tensor copy engine (fwd_tma_sm90_kernel); ws: FlashAttention-3's shape
+// (fwd_ws_sm90_kernel); the last two not yet run on a GPU, each cp_async where the driver cannot make its tensor maps.
+// DFLASH_ATTENTION_FWD=<name> (read once) or dflash_attention_fwd_force picks one; unset: cp_async.
 void launch_fwd_cp_async(const Args &a, unsigned n, cudaStream_t st)
 {
     fwd_sm90_kernel<128><<<n, kFwdWgs * 128, wg_q_shape<128>::kSmemFwd, st>>>(a);
 }
-void launch_fwd_tma(const Args &a, unsigned n, cudaStream_t st)
+// A forward CTA kind that reads K and V through tensor maps (kernel k, threads and smem bytes a CTA; the smem set once
+// per kind: attr_set), or cp_async where the driver cannot make the maps
+void launch_fwd_mapped(const Args &a, unsigned n, cudaStream_t st, void (*k)(const Args, const FwdMaps), int threads,
+                       int smem, bool &attr_set)
 {
     FwdMaps m;
     using wgmma_sm90::make_map;
@@ -2651,33 +2638,22 @@ void launch_fwd_tma(const Args &a, unsigned n, cudaStream_t st)
         return;
     }
     if (a.T == 0) m.kc = m.kb, m.vc = m.vb; // (no walk meets a context tile)
-    static bool attr_set = false;
     if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(fwd_tma_sm90_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        wg_q_shape<128>::kSmemFwd + 2 * 8));
+        CHECK_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
-    fwd_tma_sm90_kernel<128><<<n, kFwdWgs * 128, wg_q_shape<128>::kSmemFwd + 2 * 8, st>>>(a, m);
+    k<<<n, threads, smem, st>>>(a, m);
 }
-// the FlashAttention-3-shaped forward (fwd_ws_sm90_kernel): its maps as launch_fwd_tma's, else cp_async
+void launch_fwd_tma(const Args &a, unsigned n, cudaStream_t st)
+{
+    static bool attr_set = false;
+    launch_fwd_mapped(a, n, st, fwd_tma_sm90_kernel<128>, kFwdWgs * 128, wg_q_shape<128>::kSmemFwd + 2 * 8, attr_set);
+}
+// the FlashAttention-3-shaped forward (fwd_ws_sm90_kernel)
 void launch_fwd_ws(const Args &a, unsigned n, cudaStream_t st)
 {
-    FwdMaps m;
-    using wgmma_sm90::make_map;
-    const int kc = a.nkv * 128, nb = a.N * a.B;
-    if (!make_map(&m.kb, a.kb, a.ldkb, kc, nb, kWgKT) || !make_map(&m.vb, a.vb, a.ldvb, kc, nb, kWgKT) ||
-        (a.T > 0 && (!make_map(&m.kc, a.kc, a.ldkc, kc, a.T, kWgKT) || !make_map(&m.vc, a.vc, a.ldvc, kc, a.T, kWgKT)))) {
-        launch_fwd_cp_async(a, n, st);
-        return;
-    }
-    if (a.T == 0) m.kc = m.kb, m.vc = m.vb;
     static bool attr_set = false;
-    if (!attr_set) {
-        CHECK_CUDA(cudaFuncSetAttribute(fwd_ws_sm90_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        fws_shape<128>::kSmem));
-        attr_set = true;
-    }
-    fwd_ws_sm90_kernel<128><<<n, kFwsThreads, fws_shape<128>::kSmem, st>>>(a, m);
+    launch_fwd_mapped(a, n, st, fwd_ws_sm90_kernel<128>, kFwsThreads, fws_shape<128>::kSmem, attr_set);
 }
 struct FwdVariant {
     const char *name;

@@ -73,6 +73,21 @@ __device__ __forceinline__ float fast_exp2(float x) // ex2.approx: 2^-inf = 0, a
     return y;
 }
 
+// The online softmax's row step, in log2 units: mx (the row's max over the tile's raw scores this thread holds) reduced
+// over the quad of lanes that hold the row, the running max m_run updated with mx·scale_log2, corr = exp2(m_old - m_new)
+// (the factor the running sum and the output take) and neg_m = -m (0 for a row that has seen nothing yet: its o and l
+// stay 0) to add before exp2. One rule for the flash kernels' softmax (attention.cu, dflash_attention.cu).
+__device__ __forceinline__ void online_max(float mx, float &m_run, float scale_log2, float &corr, float &neg_m)
+{
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run, mx * scale_log2);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    corr = fast_exp2(m_run - m_use);
+    m_run = m_new;
+    neg_m = -m_use;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
