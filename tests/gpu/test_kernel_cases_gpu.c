@@ -5,15 +5,14 @@
  * not compared). The rows run in a child process (the parent never touches the GPU): a row whose check dies (a CUDA
  * error exits, a fault kills) fails alone ("FAIL <row>: the check died ..."), and a fresh child, with a fresh CUDA
  * context, goes on with the next row. A row (or a timing) that has not ended after --row-timeout seconds (default
- * 240) hangs: the parent kills the child ("FAIL <row>: hung, killed after S s ..."; its lines so far are kept: the
- * child's output is line-buffered) and goes on the same way. A row whose kernel does not run on this device (kc_skip)
- * says so once ("skip <row>: <why>") and counts as skipped, neither passed nor failed. Exit status 0 only when every
- * line passed.
+ * 240) hangs: the parent kills the child ("FAIL <row>: the check died (hung: no end after S s, killed) ..."; its lines
+ * so far are kept: the child's output is line-buffered) and goes on the same way. A row whose kernel does not run on
+ * this device (kc_skip) says so once ("skip <row>: <why>") and counts as skipped, neither passed nor failed. Exit
+ * status 0 only when every line passed.
  *   test_kernel_cases_gpu [--no-timings] [--timing NAME] [--timings-only] [--list] [--row-timeout S] [SUBSTRING...]
- *                         only the rows
- *                         whose name contains one of the SUBSTRINGs (the timings only when none is given, or the
- *                         timings whose name contains NAME); --timings-only: no row, the timings (those of --timing
- *                         NAME, none matching fails); --list: print those rows, touch no GPU */
+ *                         only the rows whose name contains one of the SUBSTRINGs (the timings only when none is
+ *                         given, or the timings whose name contains NAME); --timings-only: no row, the timings (those
+ *                         of --timing NAME, none matching fails); --list: print those rows, touch no GPU */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
