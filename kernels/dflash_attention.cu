@@ -1874,7 +1874,10 @@ template <int HD> struct fws_shape {
     static constexpr int kSmem = kBarOff + (2 * kFwsStages + 1) * 8 + 1024;  // full, empty, qbar; to align
 };
 
-template <int HD>
+// TURNS (DFLASH_ATTENTION_FWD=ws_turns): the two consumers also take turns at the tensor cores (turn_begin / turn_end,
+// consumer 0 first), one a walk tile each: the issue of a seen tile's S (and the last tile's P·V), or an empty turn for a
+// tile it skips; the waits and the softmax run outside the turns, under the other's GEMMs.
+template <int HD, bool TURNS = false>
 __global__ void __launch_bounds__(kFwsThreads, 1) fwd_ws_sm90_kernel(const Args a, const __grid_constant__ FwdMaps maps)
 {
 #ifdef DFLASH_SM90A
@@ -1946,12 +1949,15 @@ __global__ void __launch_bounds__(kFwsThreads, 1) fwd_ws_sm90_kernel(const Args 
         wgmma_commit();
     };
     auto wait_full = [&](int it) { mbar_wait(full + it % kFwsStages, (uint32_t)((it / kFwsStages) & 1)); };
+    if (cw == 1) turn_end<TURNS>(cw); // consumer 0 takes the first turn
     int it = 0;
     while (it < nt) {
         KTile kt = ktile(rows, it, nct, kWgKT);
         wait_full(it);
-        if (!wg_sees(rows, kt.src, cw, kt.row0)) { // a tile this consumer skips
+        if (!wg_sees(rows, kt.src, cw, kt.row0)) { // a tile this consumer skips (its turn passed on)
             release(empty + it % kFwsStages, lane);
+            turn_begin<TURNS>(cw);
+            turn_end<TURNS>(cw);
             it++;
             continue;
         }
@@ -1959,7 +1965,9 @@ __global__ void __launch_bounds__(kFwsThreads, 1) fwd_ws_sm90_kernel(const Args 
         uint32_t pa[kWgKT / 16][4], pb[kWgKT / 16][4]; // the last tile's P and the next's, in turn (no copies)
         {
             float s[32], corr[2];
+            turn_begin<TURNS>(cw);
             const bool need_mask = issue_tile_s(s, it, kt);
+            turn_end<TURNS>(cw);
             wgmma_wait<0>();
             fence_regs(s);
             fwd_softmax(s, pa, corr, m_run, l_run, a, rows, kt.src, kt.row0, need_mask, r0, tig);
@@ -1974,8 +1982,10 @@ __global__ void __launch_bounds__(kFwsThreads, 1) fwd_ws_sm90_kernel(const Args 
             if (!wg_sees(rows, kn.src, cw, kn.row0)) return false;
             wait_full(it);
             float s[32], corr[2];
+            turn_begin<TURNS>(cw);
             const bool need_mask = issue_tile_s(s, it, kn);
             issue_tile_pv(pc, cur);
+            turn_end<TURNS>(cw);
             wgmma_wait<1>(); // S done; the last tile's P·V runs on under the softmax
             fence_regs(s);
             fwd_softmax(s, pn, corr, m_run, l_run, a, rows, kn.src, kn.row0, need_mask, r0, tig);
@@ -2655,6 +2665,11 @@ void launch_fwd_ws(const Args &a, unsigned n, cudaStream_t st)
     static bool attr_set = false;
     launch_fwd_mapped(a, n, st, fwd_ws_sm90_kernel<128>, kFwsThreads, fws_shape<128>::kSmem, attr_set);
 }
+void launch_fwd_ws_turns(const Args &a, unsigned n, cudaStream_t st)
+{
+    static bool attr_set = false;
+    launch_fwd_mapped(a, n, st, fwd_ws_sm90_kernel<128, true>, kFwsThreads, fws_shape<128>::kSmem, attr_set);
+}
 struct FwdVariant {
     const char *name;
     void (*launch)(const Args &, unsigned, cudaStream_t);
@@ -2663,6 +2678,7 @@ const FwdVariant kFwdVariants[] = {
     {"cp_async", launch_fwd_cp_async},
     {"tma", launch_fwd_tma}, // not yet run on a GPU (bench/RESULTS.md, 2026-12-05, fourth session)
     {"ws", launch_fwd_ws},   // likewise
+    {"ws_turns", launch_fwd_ws_turns}, // likewise
 };
 constexpr int kNFwdVariants = (int)(sizeof kFwdVariants / sizeof kFwdVariants[0]);
 int g_fwd_forced = -2; // a row of kFwdVariants, or -2: the environment not read yet

@@ -131,8 +131,8 @@ const char *dflash_attention_dq_variant(int i); /* NULL past the last */
 void dflash_attention_dq_force(int i);
 /* The forward's CTAs, likewise (head_dim 128 on wgmma): variant i of dflash_attention_fwd_variants() (as
  * DFLASH_ATTENTION_FWD names it: "cp_async" the default, "tma" K and V staged by the bulk copy engine, "ws" a producer
- * and two pipelined consumer warpgroups) forced by dflash_attention_fwd_force(i), -1 back to the environment's. The
- * same bits all ways. */
+ * and two pipelined consumer warpgroups, "ws_turns" those taking turns) forced by dflash_attention_fwd_force(i), -1
+ * back to the environment's. The same bits all ways. */
 int dflash_attention_fwd_variants(void);
 const char *dflash_attention_fwd_variant(int i); /* NULL past the last */
 void dflash_attention_fwd_force(int i);

@@ -11,7 +11,7 @@
 # turns, ~80%: the model finds both.)
 import random, sys
 
-def run(steps, sees, S, pipelined, turns, rng):
+def run(steps, sees, S, pipelined, turns, rng, fwd=False):
     # mbarrier: count of arrivals in the current phase, phase number
     full = [[0, 0] for _ in range(S)]   # producer arrivals needed: 1 (the model's producer is one actor)
     empty = [[0, 0] for _ in range(S)]  # consumer arrivals needed: 2
@@ -60,18 +60,23 @@ def run(steps, sees, S, pipelined, turns, rng):
             if sub == 0:  # turn 1 begin
                 if turns and not turn_sync(c): return False
                 st['sub'] = 1; return True
-            if sub == 1:  # issue S; pipelined: wait for previous dV/dK, release its stage
-                if pipelined and st['pending'] >= 0:
+            if sub == 1:  # issue S; pipelined (dk/dv): wait for previous dV/dK, release its stage
+                if pipelined and not fwd and st['pending'] >= 0:
                     arrive(empty[st['pending']], 2); st['pending'] = -1
                 st['sub'] = 2; return True
-            if sub == 2:  # issue dP, turn end
+            if sub == 2:  # issue dP (the forward: the last tile's P·V), turn end
                 if turns: turn_arrive(c)
                 st['sub'] = 3; return True
-            if sub == 3:  # math, turn 2 begin
-                if turns and not turn_sync(c): return False
-                st['sub'] = 4; return True
-            if sub == 4:  # issue dV dK, turn end
+            if sub == 3:  # the forward: softmax, wait for the last P·V, release its stage (outside the turn)
+                if pipelined and fwd and st['pending'] >= 0:
+                    arrive(empty[st['pending']], 2); st['pending'] = -1
+                st['sub'] = 5 if fwd else 4; return True
+            if sub == 4:  # math, turn 2 begin; issue dV dK, turn end
+                if turns and not st.get('t2'):
+                    if not turn_sync(c): return False
+                    st['t2'] = True; return True
                 if turns: turn_arrive(c)
+                st['t2'] = False
                 st['sub'] = 5; return True
             if sub == 5:  # release or hold
                 if pipelined: st['pending'] = s
@@ -81,7 +86,7 @@ def run(steps, sees, S, pipelined, turns, rng):
             sub = st['sub']
             if pipelined and st['pending'] >= 0:
                 arrive(empty[st['pending']], 2); st['pending'] = -1; return True
-            if turns and sub < 4:
+            if turns and sub < (2 if fwd else 4):
                 if sub % 2 == 0:
                     if not turn_sync(c): return False
                 else:
@@ -104,12 +109,13 @@ def run(steps, sees, S, pipelined, turns, rng):
 rng = random.Random(1)
 res = {}
 # (S, pipelined, turns, a step may be seen by no consumer): the dk/dv rows (gather_blocks lists only blocks some
-# consumer sees), and the forward's fwd_ws_sm90_kernel (4 stages, its runs = the pipelined schedule: a tile's stage
-# released behind the next seen tile's S, or before a skipped one; a walk tile between the CTA rows' intervals may be
-# seen by neither warpgroup)
+# consumer sees; two turns a step, the pipelined release inside the first), and the forward's fwd_ws_sm90_kernel (4
+# stages, its runs = the pipelined schedule: a tile's stage released behind the next seen tile's S and P·V, outside
+# its turn, or before a skipped tile; one turn a walk tile; a walk tile between the CTA rows' intervals may be seen by
+# neither warpgroup)
 for S, pipelined, turns, unseen in ((3, False, False, False), (3, False, True, False), (3, True, False, False),
                                     (4, False, False, False), (4, False, True, False), (4, True, False, False),
-                                    (4, True, False, True)):
+                                    (4, True, False, True), (4, True, True, True)):
     bad = 0
     for w in range(3000):
         steps = rng.randint(1, 14)
@@ -117,9 +123,10 @@ for S, pipelined, turns, unseen in ((3, False, False, False), (3, False, True, F
         for t in range(steps):
             k = rng.randint(0 if unseen else 1, 3)
             sees[0][t] = k & 1 == 1; sees[1][t] = k & 2 == 2
-        r = run(steps, sees, S, pipelined, turns, rng)
+        r = run(steps, sees, S, pipelined, turns, rng, fwd=unseen)
         if r != 'ok': bad += 1
-    what = "the forward's runs" if unseen else f"pipelined={pipelined} turns={turns}"
+    what = (f"the forward's runs{' with turns' if turns else ''}" if unseen else
+            f"pipelined={pipelined} turns={turns}")
     print(f"S={S} {what}: {bad} of 3000 walks did not finish")
     res[(S, pipelined, turns, unseen)] = bad
 sys.exit(1 if any(res.values()) else 0)
