@@ -2612,6 +2612,14 @@ template <int HD> constexpr int bwd_sm90_smem()
     return wg_dkv_shape<HD>::kSmem > wg_q_shape<HD>::kSmemDq ? wg_dkv_shape<HD>::kSmem : wg_q_shape<HD>::kSmemDq;
 }
 
+// The row of table (n rows, each with a .name) named name (a default's: it must exist)
+template <class V> int variant_named(const V *table, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(name, table[i].name)) return i;
+    fprintf(stderr, "dflash_attention: no variant row named %s\n", name);
+    exit(1);
+}
 // The row of table (n rows, each with a .name) that environment variable var names, or unset the default (dflt); a
 // name no row has exits, listing the names. One rule for the variant tables.
 template <class V> int variant_from_env(const char *var, const V *table, int n, int dflt)
@@ -2626,10 +2634,12 @@ template <class V> int variant_from_env(const char *var, const V *table, int n, 
     exit(1);
 }
 
-// The forward's wgmma CTAs (head_dim 128), one row each; the same bits all ways. cp_async: K and V staged by the CTA's
-// threads (fwd_sm90_kernel); tma: by the bulk tensor copy engine (fwd_tma_sm90_kernel); ws: FlashAttention-3's shape
-// (fwd_ws_sm90_kernel); the last two not yet run on a GPU, each cp_async where the driver cannot make its tensor maps.
-// DFLASH_ATTENTION_FWD=<name> (read once) or dflash_attention_fwd_force picks one; unset: cp_async.
+// The forward's wgmma CTAs (head_dim 128), one row each; the same bits all ways (checked on an H100). cp_async: K and V
+// staged by the CTA's threads (fwd_sm90_kernel); tma: by the bulk tensor copy engine (fwd_tma_sm90_kernel), the
+// default: 0.415 against 0.532 ms at the 8B drafter row, 0.148 against 0.167 under a 256-row window, 2.5 against 3.4
+// ms of a bench_drafter step (H100, bench/RESULTS.md, 2026-12-05 10:37); ws, ws_turns: FlashAttention-3's shape
+// (fwd_ws_sm90_kernel; 0.523, 0.526 ms: no faster). The mapped rows take cp_async where the driver cannot make the
+// tensor maps. DFLASH_ATTENTION_FWD=<name> (read once) or dflash_attention_fwd_force picks one.
 void launch_fwd_cp_async(const Args &a, unsigned n, cudaStream_t st)
 {
     fwd_sm90_kernel<128><<<n, kFwdWgs * 128, wg_q_shape<128>::kSmemFwd, st>>>(a);
@@ -2684,7 +2694,9 @@ constexpr int kNFwdVariants = (int)(sizeof kFwdVariants / sizeof kFwdVariants[0]
 int g_fwd_forced = -2; // a row of kFwdVariants, or -2: the environment not read yet
 const FwdVariant &fwd_variant()
 {
-    if (g_fwd_forced == -2) g_fwd_forced = variant_from_env("DFLASH_ATTENTION_FWD", kFwdVariants, kNFwdVariants, 0);
+    if (g_fwd_forced == -2)
+        g_fwd_forced = variant_from_env("DFLASH_ATTENTION_FWD", kFwdVariants, kNFwdVariants,
+                                        variant_named(kFwdVariants, kNFwdVariants, "tma"));
     return kFwdVariants[g_fwd_forced];
 }
 
@@ -2754,9 +2766,10 @@ template <class R> void launch_dkv_wg2(const Args &a, int n_ctx, int n_blk, cuda
 
 // The dk/dv CTAs the backward can run where it takes the dS workspace (head_dim 128 on wgmma), one row each; the same
 // bits all ways. wg1: one warpgroup of 64 key rows (dkv_sm90); the others a producer and two consumer warpgroups of
-// 128 key rows (dkv_wg2_sm90) with their schedule (wg2_sched). Unset, the backward takes wg2 without a window, where it was
-// faster on the H200 (bench_drafter 117.7 against 120.3 ms a step, the backward 10.2 against 13.3 ms;
-// bench/RESULTS.md, 2026-12-05), else wg1 (faster under a 256-row window: 0.713 against 0.754 ms).
+// 128 key rows (dkv_wg2_sm90) with their schedule (wg2_sched). Unset, the backward takes wg2_tma4_bulk without a window
+// (the fastest row on an H100: the 8B backward 1.488 against wg2's 1.56-1.62 ms; in a bench_drafter step 9.1-9.9
+// against 10.0-10.2 ms; bench/RESULTS.md, 2026-12-05 10:37; wg2 was wg1's successor there on the H200: 117.7 against
+// 120.3 ms a step), else wg1 (faster under a 256-row window: 0.717 against 0.738 ms).
 // DFLASH_ATTENTION_DKV=<name> (read once) or dflash_attention_dkv_force forces one.
 struct DkvVariant {
     const char *name;
@@ -2787,7 +2800,8 @@ int g_dkv_forced = -2; // a row of kDkvVariants, kDkvByWindow, or -2: the enviro
 const DkvVariant &dkv_variant(int window)
 {
     if (g_dkv_forced == -2) g_dkv_forced = variant_from_env("DFLASH_ATTENTION_DKV", kDkvVariants, kNDkvVariants, kDkvByWindow);
-    return kDkvVariants[g_dkv_forced >= 0 ? g_dkv_forced : window == 0 ? 1 : 0];
+    static const int no_window = variant_named(kDkvVariants, kNDkvVariants, "wg2_tma4_bulk");
+    return kDkvVariants[g_dkv_forced >= 0 ? g_dkv_forced : window == 0 ? no_window : 0];
 }
 
 // The dq CTAs after the dk/dv ones (with the dS workspace), one row each; the same bits all ways. one: a block each,

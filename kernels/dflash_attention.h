@@ -119,7 +119,8 @@ void dflash_attention_backward_cuda(const dflash_attn_cuda_grads *g, float *delt
 /* The backward's dk/dv CTAs where it takes the dS workspace, for tests and A/B runs: variant i of
  * dflash_attention_dkv_variants() (its name as DFLASH_ATTENTION_DKV takes it: "wg1" the one-warpgroup CTAs, "wg2..."
  * a producer and two consumer warpgroups with one schedule or another) is forced by dflash_attention_dkv_force(i); -1
- * goes back to what the environment says (unset: "wg2" without a window, "wg1" under one). The same bits all ways. */
+ * goes back to what the environment says (unset: "wg2_tma4_bulk" without a window, "wg1" under one). The same bits all
+ * ways. */
 int dflash_attention_dkv_variants(void);
 const char *dflash_attention_dkv_variant(int i); /* NULL past the last */
 void dflash_attention_dkv_force(int i);
@@ -130,7 +131,7 @@ int dflash_attention_dq_variants(void);
 const char *dflash_attention_dq_variant(int i); /* NULL past the last */
 void dflash_attention_dq_force(int i);
 /* The forward's CTAs, likewise (head_dim 128 on wgmma): variant i of dflash_attention_fwd_variants() (as
- * DFLASH_ATTENTION_FWD names it: "cp_async" the default, "tma" K and V staged by the bulk copy engine, "ws" a producer
+ * DFLASH_ATTENTION_FWD names it: "cp_async" K and V staged by cp.async, "tma" by the bulk copy engine (the default), "ws" a producer
  * and two pipelined consumer warpgroups, "ws_turns" those taking turns) forced by dflash_attention_fwd_force(i), -1
  * back to the environment's. The same bits all ways. */
 int dflash_attention_fwd_variants(void);

@@ -692,11 +692,11 @@ static void run_case(const attn_case *k)
 
     /* a second run must give the same bits, and so must each other forward row (DFLASH_ATTENTION_FWD=<name>; head_dim
      * 128 on wgmma, elsewhere the same kernels again) */
-    for (int v = 0; v < dflash_attention_fwd_variants(); v++) {
+    for (int v = -1; v < dflash_attention_fwd_variants(); v++) { /* v -1: the default, unforced */
         char what_out[64], what_lse[64];
-        snprintf(what_out, sizeof what_out, v ? "out (forward %s)" : "out", dflash_attention_fwd_variant(v));
-        snprintf(what_lse, sizeof what_lse, v ? "lse (forward %s)" : "lse", dflash_attention_fwd_variant(v));
-        if (v) dflash_attention_fwd_force(v);
+        snprintf(what_out, sizeof what_out, v >= 0 ? "out (forward %s)" : "out", dflash_attention_fwd_variant(v));
+        snprintf(what_lse, sizeof what_lse, v >= 0 ? "lse (forward %s)" : "lse", dflash_attention_fwd_variant(v));
+        dflash_attention_fwd_force(v);
         dflash_attention_forward_cuda(d_out, ldo, d_lse, &in, &s, stream);
         dflash_attention_fwd_force(-1);
         check_same(cname, what_out, d_out, out, (size_t)NB * ldo * 2);
@@ -798,7 +798,7 @@ static void run_case(const attn_case *k)
         const double fwd_flop = 4.0 * nh * hd * B * keys; /* only the unmasked pairs, as the torch anchor counts */
         const attn_run run = {&in, &s, d_out, ldo, d_lse, &gr, d_delta, d_dout, lddo, stream};
         const double ms_f = attn_ms(&run, 0, NULL, 0), ms_b = attn_ms(&run, 1, d_ws, ws_bytes);
-        for (int v = 1; v < dflash_attention_fwd_variants(); v++) { /* each other forward row */
+        for (int v = 0; v < dflash_attention_fwd_variants(); v++) { /* each forward row forced */
             dflash_attention_fwd_force(v);
             const double ms_v = attn_ms(&run, 0, NULL, 0);
             dflash_attention_fwd_force(-1);
